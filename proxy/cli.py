@@ -1,0 +1,110 @@
+"""The command line (typer; names from DESIGN 3): it parses options and wires :mod:`proxy.app`."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from typing import Annotated
+
+import typer
+
+from proxy import __version__
+from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions, run_stdio
+from proxy.log import configure_logging
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="acp-proxy",
+    help="A fault-injecting JSON-RPC relay for the Agent Client Protocol.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class LogFormatChoice(enum.StrEnum):
+    """How log lines (always on stderr) are rendered."""
+
+    console = "console"
+    json = "json"
+
+
+class LogLevelChoice(enum.StrEnum):
+    """The least severe log level printed."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"acp-proxy {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """A fault-injecting JSON-RPC relay for the Agent Client Protocol."""
+
+
+@app.command(
+    context_settings={"allow_interspersed_args": False},
+    no_args_is_help=False,
+)
+def run(
+    agent_cmd: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- AGENT_CMD ...]", help="The Agent to spawn, with its arguments."
+        ),
+    ] = None,
+    max_message_bytes: Annotated[
+        int,
+        typer.Option(min=1, help="Largest message accepted from a peer, in bytes."),
+    ] = DEFAULT_MAX_MESSAGE_BYTES,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Answer invalid messages (-32700/-32600) instead of forwarding them untouched.",
+        ),
+    ] = False,
+    agent_grace: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds the Agent gets to exit before SIGTERM, then SIGKILL."),
+    ] = 5.0,
+    log_format: Annotated[
+        LogFormatChoice, typer.Option(help="Log rendering (logs always go to stderr).")
+    ] = LogFormatChoice.console,
+    log_level: Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")] = (
+        LogLevelChoice.info
+    ),
+) -> None:
+    """Relay a Client on stdin/stdout to an Agent spawned from AGENT_CMD.
+
+    The Client launches the proxy as if it were the Agent:
+    acp-proxy run -- node my-agent.js
+    """
+    configure_logging(log_format.value, log_level.value)
+    if not agent_cmd:
+        raise typer.BadParameter("give the Agent command after --", param_hint="AGENT_CMD")
+    options = RunOptions(
+        agent_argv=tuple(agent_cmd),
+        max_message_bytes=max_message_bytes,
+        strict=strict,
+        agent_grace=agent_grace,
+    )
+    raise typer.Exit(asyncio.run(run_stdio(options)))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,44 @@
+"""The one interface every transport adapts its library to: a connection to one peer.
+
+A transport knows framing and nothing of JSON-RPC or faults. Its endpoint yields whole messages
+(or :class:`~proxy.framing.Oversized` markers) and takes whole messages to send, buffered and in
+order; :meth:`Endpoint.drain` is where backpressure reaches the reader of the other peer.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from proxy.framing import Oversized
+
+__all__ = ["Endpoint", "Received"]
+
+Received = bytes | Oversized
+"""One framed message, or the marker of one that was too large to keep."""
+
+
+class Endpoint(Protocol):
+    """A connection to a Client or an Agent."""
+
+    transport: str
+    """The transport's name as a metrics label: ``stdio``, ``http`` or ``ws``."""
+
+    async def receive(self) -> Received | None:
+        """The next message from the peer, or ``None`` once the connection has ended."""
+        ...
+
+    def send(self, data: bytes) -> None:
+        """Queue one message for the peer; order is kept. Dropped once closing."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the queue toward the peer is below its high-water mark."""
+        ...
+
+    def close(self) -> None:
+        """Start closing: flush what is queued, then end the connection. Idempotent."""
+        ...
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection has ended and its resources are released."""
+        ...

@@ -1,0 +1,83 @@
+"""Newline-delimited framing (stdio), as a sans-I/O decoder with a size limit.
+
+Feed it chunks as they arrive; it returns whole lines and :class:`Oversized` markers. A line longer
+than the limit is never buffered whole: the framer keeps at most ``limit`` bytes, discards the
+rest of that line as it streams past, and reports its full size once the newline arrives. Blank
+lines are skipped, as the ACP SDKs do. A last line without a newline is delivered at EOF.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["LineFramer", "Oversized"]
+
+
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """A message of ``size`` bytes was discarded because it exceeds ``limit``."""
+
+    size: int
+    limit: int
+
+
+class LineFramer:
+    """Split a byte stream into messages at ``\\n``; at most ``limit`` bytes per message."""
+
+    __slots__ = ("_buffer", "_discarding", "_limit", "_scanned")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("the message size limit must be at least one byte")
+        self._limit = limit
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of _buffer known to hold no newline
+        self._discarding = 0  # > 0: size so far of an oversized line being skipped
+
+    def feed(self, data: bytes) -> list[bytes | Oversized]:
+        """Add ``data``; return the messages it completes, in order."""
+        out: list[bytes | Oversized] = []
+        if self._discarding:
+            newline = data.find(b"\n")
+            if newline < 0:
+                self._discarding += len(data)
+                return out
+            out.append(Oversized(self._discarding + newline, self._limit))
+            self._discarding = 0
+            data = data[newline + 1 :]
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        while True:
+            newline = buffer.find(b"\n", max(start, self._scanned))
+            if newline < 0:
+                break
+            self._emit(bytes(buffer[start:newline]), out)
+            start = newline + 1
+            self._scanned = 0
+        if start:
+            del buffer[:start]
+        self._scanned = len(buffer)
+        if len(buffer) > self._limit:
+            self._discarding = len(buffer)
+            buffer.clear()
+            self._scanned = 0
+        return out
+
+    def eof(self) -> list[bytes | Oversized]:
+        """The stream ended: deliver what is left of an unterminated last line."""
+        out: list[bytes | Oversized] = []
+        if self._discarding:
+            out.append(Oversized(self._discarding, self._limit))
+            self._discarding = 0
+        elif self._buffer:
+            self._emit(bytes(self._buffer), out)
+        self._buffer.clear()
+        self._scanned = 0
+        return out
+
+    def _emit(self, line: bytes, out: list[bytes | Oversized]) -> None:
+        if len(line) > self._limit:
+            out.append(Oversized(len(line), self._limit))
+        elif line and not line.isspace():
+            out.append(line)

@@ -1,0 +1,234 @@
+"""JSON-RPC 2.0 messages as the relay sees them: classified by key presence, ids kept as bytes.
+
+Rules of this module (wire brief 2.1 and 7):
+
+* Classification is by key presence, never truthiness: ``"id": 0`` and ``"id": null`` are ids.
+* An id is kept as the exact bytes the sender wrote, so it goes back with its type and spelling
+  (``1`` is not ``"1"``). Ids are compared by :data:`IdKey`: a string by its decoded value, a
+  number by its token (JSON parsers turn huge integers into floats, which would alias).
+* Nothing here re-serialises a peer's message. Bytes the proxy writes itself (its own error
+  answers) are built by :func:`error_response`.
+* :func:`parse` never raises: anything that is not a usable message comes back as
+  :class:`Invalid` with a bounded :class:`InvalidReason` (a metrics label) and a detail.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.splice import Span, array_elements, find_member, member_spans
+
+__all__ = [
+    "Batch",
+    "ErrorCode",
+    "IdKey",
+    "Invalid",
+    "InvalidReason",
+    "Kind",
+    "Message",
+    "error_response",
+    "id_key",
+    "parse",
+    "token_at",
+]
+
+
+class Kind(enum.StrEnum):
+    """What a JSON value is, as JSON-RPC defines it."""
+
+    REQUEST = "request"
+    NOTIFICATION = "notification"
+    RESPONSE = "response"
+    ERROR = "error"
+    BATCH = "batch"
+    INVALID = "invalid"
+
+
+class InvalidReason(enum.StrEnum):
+    """Why a message is not a usable JSON-RPC message (a bounded metrics label)."""
+
+    NOT_UTF8 = "not_utf8"
+    INVALID_JSON = "invalid_json"
+    NOT_AN_OBJECT = "not_an_object"
+    INVALID_SHAPE = "invalid_shape"
+    INVALID_ID = "invalid_id"
+    EMPTY_BATCH = "empty_batch"
+    TOO_LARGE = "too_large"
+
+    @property
+    def error_code(self) -> ErrorCode:
+        """The JSON-RPC error a receiver answers this with."""
+        if self in (InvalidReason.NOT_UTF8, InvalidReason.INVALID_JSON):
+            return ErrorCode.PARSE_ERROR
+        return ErrorCode.INVALID_REQUEST
+
+
+class ErrorCode(enum.IntEnum):
+    """JSON-RPC and ACP error codes (wire brief 2.4)."""
+
+    PARSE_ERROR = -32700
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    INTERNAL_ERROR = -32603
+    REQUEST_CANCELLED = -32800
+    AUTH_REQUIRED = -32000
+    RESOURCE_NOT_FOUND = -32002
+
+
+IdKey = tuple[str, object]
+"""The identity of a JSON-RPC id: ``("s", text)``, ``("n", token)`` or ``("null", None)``."""
+
+_INTEGER = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
+
+
+def id_key(token: bytes, value: object) -> IdKey | None:
+    """The identity of an id written as ``token`` that parsed to ``value``.
+
+    ``None`` when the value is not a valid JSON-RPC id (a fraction, a boolean, a container).
+    """
+    if isinstance(value, str):
+        return ("s", value)
+    if value is None:
+        return ("null", None)
+    if isinstance(value, int | float) and not isinstance(value, bool) and _INTEGER.match(token):
+        return ("n", token)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A single request, notification, response or error, with its original bytes."""
+
+    raw: bytes
+    kind: Kind
+    body: dict[str, Any]
+    method: str | None = None
+    id_token: bytes | None = None
+    """The id exactly as written (``None`` for a notification)."""
+    id_key: IdKey | None = None
+    id_spans: tuple[Span, ...] = ()
+    """Where every top-level ``id`` member's value sits in :attr:`raw` (duplicates included)."""
+
+    @property
+    def params(self) -> Any:
+        """``params``, or ``None`` when absent."""
+        return self.body.get("params")
+
+    @property
+    def session(self) -> str | None:
+        """``params.sessionId`` when it is a string."""
+        params = self.body.get("params")
+        if isinstance(params, dict):
+            session = params.get("sessionId")
+            if isinstance(session, str):
+                return session
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """Bytes that are not a usable JSON-RPC message, and why."""
+
+    raw: bytes
+    reason: InvalidReason
+    detail: str
+    kind: Kind = Kind.INVALID
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A JSON array of messages; each element keeps its own bytes."""
+
+    raw: bytes
+    elements: tuple[Message | Invalid, ...]
+    kind: Kind = Kind.BATCH
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _load(raw: bytes) -> tuple[Any, Invalid | None]:
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as first:
+        # orjson refuses a few things that are valid JSON (numbers beyond a double, lone
+        # surrogate escapes); the standard library takes those, and must agree on the rest.
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return None, Invalid(raw, InvalidReason.NOT_UTF8, f"invalid UTF-8 at byte {exc.start}")
+        try:
+            return json.loads(text, parse_constant=_reject_constant), None
+        except (ValueError, RecursionError):
+            return None, Invalid(raw, InvalidReason.INVALID_JSON, str(first))
+
+
+def _classify(raw: bytes, value: Any) -> Message | Invalid:
+    if not isinstance(value, dict):
+        return Invalid(raw, InvalidReason.NOT_AN_OBJECT, f"a JSON {type(value).__name__}")
+    has_id = "id" in value
+    if "method" in value:
+        method = value["method"]
+        if not isinstance(method, str):
+            return Invalid(raw, InvalidReason.INVALID_SHAPE, "method is not a string")
+        if not has_id:
+            return Message(raw, Kind.NOTIFICATION, value, method)
+        kind = Kind.REQUEST
+    elif has_id and (("result" in value) != ("error" in value)):
+        method = None
+        kind = Kind.ERROR if "error" in value else Kind.RESPONSE
+    else:
+        return Invalid(raw, InvalidReason.INVALID_SHAPE, "neither a request nor a response")
+    spans = tuple(member_spans(raw, "id"))
+    start, end = spans[-1]
+    token = raw[start:end]
+    key = id_key(token, value["id"])
+    if key is None:
+        return Invalid(
+            raw, InvalidReason.INVALID_ID, f"id {token[:40]!r} is not a string or integer"
+        )
+    return Message(raw, kind, value, method, token, key, spans)
+
+
+def parse(raw: bytes) -> Message | Batch | Invalid:
+    """Classify one framed message. Never raises."""
+    value, invalid = _load(raw)
+    if invalid is not None:
+        return invalid
+    try:
+        if isinstance(value, list):
+            if not value:
+                return Invalid(raw, InvalidReason.EMPTY_BATCH, "an empty array")
+            spans = array_elements(raw)
+            elements = tuple(
+                _classify(raw[start:end], item)
+                for (start, end), item in zip(spans, value, strict=True)
+            )
+            return Batch(raw, elements)
+        return _classify(raw, value)
+    except (ValueError, RecursionError) as exc:  # the scanner and the parser disagreed
+        return Invalid(raw, InvalidReason.INVALID_JSON, f"unscannable: {exc}")
+
+
+def token_at(raw: bytes, path: tuple[str, ...]) -> tuple[Span, bytes] | None:
+    """The span and bytes of the value at ``path`` in ``raw``, or ``None``."""
+    span = find_member(raw, path)
+    if span is None:
+        return None
+    return span, raw[span[0] : span[1]]
+
+
+def error_response(id_token: bytes, code: int, message: str, data: Any = None) -> bytes:
+    """A JSON-RPC error answer written by the proxy itself, under ``id_token`` as given."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return b'{"jsonrpc":"2.0","id":' + id_token + b',"error":' + orjson.dumps(error) + b"}"

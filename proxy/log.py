@@ -1,0 +1,70 @@
+"""Logging: structlog, configured once, to stderr only (in stdio mode stdout is the protocol).
+
+``console`` renders for people, ``json`` one object per line for machines. Long values are
+shortened (:func:`shorten`) so a 10 MiB prompt never lands in a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Literal, TextIO
+
+import structlog
+
+__all__ = ["LogFormat", "configure_logging", "get_logger", "shorten"]
+
+LogFormat = Literal["console", "json"]
+
+MAX_LOG_SIZE = 200
+"""Characters of a payload kept in a log line."""
+
+
+def shorten(value: object, limit: int = MAX_LOG_SIZE) -> str:
+    """``value`` as text, cut to ``limit`` characters with the full length noted."""
+    text = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} chars)"
+
+
+def _shorten_values(_: Any, __: str, event_dict: structlog.typing.EventDict) -> Any:
+    for key, value in event_dict.items():
+        if key != "event" and isinstance(value, str | bytes) and len(value) > MAX_LOG_SIZE:
+            event_dict[key] = shorten(value)
+    return event_dict
+
+
+def configure_logging(
+    fmt: LogFormat = "console", level: str = "info", stream: TextIO | None = None
+) -> None:
+    """Send every log line to ``stream`` (stderr by default) at ``level`` and above."""
+    numeric = logging.getLevelNamesMapping().get(level.upper())
+    if numeric is None:
+        raise ValueError(f"unknown log level {level!r}")
+    processors: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _shorten_values,
+    ]
+    if fmt == "json":
+        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    else:
+        processors.append(structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str) -> Any:
+    """A logger bound to ``name`` (the ``logger`` key of every line)."""
+    return structlog.get_logger(name).bind(logger=name)
+
+
+# Until a command configures logging, never let structlog's default (stdout) be used.
+if not structlog.is_configured():
+    configure_logging()

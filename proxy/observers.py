@@ -1,0 +1,160 @@
+"""Consumers of the core's observations: counters and log lines.
+
+Every :class:`~proxy.commands.Observation` the relay returns is handed to one :class:`Observer`.
+:class:`Tally` counts them under bounded labels (the same ones the Prometheus metrics use) and
+:class:`LogObserver` turns the noteworthy ones into one clear log line each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from proxy.commands import (
+    CancelDropped,
+    IdReused,
+    InvalidSeen,
+    Observation,
+    Orphaned,
+    PeerGone,
+    Relayed,
+    Undeliverable,
+    Unroutable,
+)
+from proxy.log import get_logger, shorten
+
+__all__ = ["Fanout", "LogObserver", "Observer", "Tally"]
+
+
+class Observer(Protocol):
+    """Something that wants to know what the relay saw."""
+
+    def observe(self, observation: Observation) -> None:
+        """Take one observation; must not raise and must not block."""
+        ...
+
+
+class Fanout:
+    """Hand each observation to several observers, in order."""
+
+    def __init__(self, observers: Iterable[Observer]) -> None:
+        self._observers = tuple(observers)
+
+    def observe(self, observation: Observation) -> None:
+        """Pass ``observation`` on to every observer."""
+        for observer in self._observers:
+            observer.observe(observation)
+
+
+class Tally:
+    """Counts of what the relay saw, keyed by ``(name, label, ...)`` tuples."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, ...]] = Counter()
+
+    def observe(self, observation: Observation) -> None:
+        """Count ``observation`` under its kind and bounded labels."""
+        match observation:
+            case Relayed(direction=direction, kind=kind):
+                self.counts["messages", direction, kind] += 1
+            case InvalidSeen(direction=direction, reason=reason):
+                self.counts["invalid", direction, reason] += 1
+            case Orphaned(direction=direction):
+                self.counts["orphan_responses", direction] += 1
+            case CancelDropped(direction=direction):
+                self.counts["cancels_dropped", direction] += 1
+            case IdReused(direction=direction):
+                self.counts["ids_reused", direction] += 1
+            case Undeliverable(direction=direction):
+                self.counts["undeliverable", direction] += 1
+            case Unroutable(direction=direction):
+                self.counts["unroutable", direction] += 1
+            case PeerGone(side=side, abandoned=abandoned):
+                self.counts["peers_gone", side] += 1
+                self.counts["abandoned_requests", side] += abandoned
+            case _:
+                self.counts["other", type(observation).__name__] += 1
+
+    def total(self, name: str) -> int:
+        """The sum of every count under ``name``."""
+        return sum(count for key, count in self.counts.items() if key[0] == name)
+
+    def summary(self) -> dict[str, int]:
+        """Totals per name, for a closing log line."""
+        totals: Counter[str] = Counter()
+        for key, count in self.counts.items():
+            totals[key[0]] += count
+        return dict(sorted(totals.items()))
+
+
+class LogObserver:
+    """One log line per noteworthy observation; each relayed message at debug level."""
+
+    def __init__(self, logger: Any = None) -> None:
+        self._log = logger or get_logger("proxy.relay")
+
+    def observe(self, observation: Observation) -> None:
+        """Log ``observation`` at the level it deserves."""
+        log = self._log
+        match observation:
+            case Relayed():
+                log.debug(
+                    "relayed",
+                    direction=observation.direction,
+                    kind=observation.kind,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                    forwarded_id=_text(observation.forwarded_id),
+                    size=observation.size,
+                )
+            case InvalidSeen():
+                log.warning(
+                    "invalid message",
+                    direction=observation.direction,
+                    reason=observation.reason,
+                    detail=shorten(observation.detail),
+                    size=observation.size,
+                    handling="answered by the proxy" if observation.answered else "forwarded as is",
+                )
+            case Orphaned():
+                log.warning(
+                    "response with unknown id dropped",
+                    direction=observation.direction,
+                    id=_text(observation.id),
+                    kind=observation.kind,
+                )
+            case CancelDropped():
+                log.info(
+                    "cancel for an unknown or answered request dropped",
+                    direction=observation.direction,
+                    request_id=_text(observation.request_id),
+                )
+            case IdReused():
+                log.warning(
+                    "request id reused while still pending; both relayed",
+                    direction=observation.direction,
+                    id=_text(observation.id),
+                    method=observation.method,
+                )
+            case Undeliverable():
+                log.warning(
+                    "message for a closed peer dropped",
+                    direction=observation.direction,
+                    kind=observation.kind,
+                    size=observation.size,
+                )
+            case Unroutable():
+                log.info("error with null id forwarded as is", direction=observation.direction)
+            case PeerGone():
+                log.info(
+                    "peer disconnected",
+                    side=observation.side,
+                    abandoned_requests=observation.abandoned,
+                )
+            case _:
+                log.debug("observation", observation=repr(observation))
+
+
+def _text(token: bytes | None) -> str | None:
+    return None if token is None else shorten(token, 80)

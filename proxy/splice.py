@@ -1,0 +1,173 @@
+"""Locate JSON members in raw bytes and splice new values in, leaving every other byte alone.
+
+DESIGN 5.2: apart from the ``id`` member, a forwarded message is byte-identical to what arrived.
+Re-serialising would reorder keys, change escapes, turn ``1e400`` into ``Infinity`` and collapse
+duplicate keys, so the relay never does it. Instead this module walks the *structure* of a
+message that is already known to be valid JSON (it has been parsed first) and reports the byte
+span of a member's value, which the caller replaces.
+
+Rules of this module:
+
+* Input is valid JSON. The scanner does not validate; on malformed input it may return
+  ``None`` or raise ``ValueError``, and callers parse before they scan.
+* It only jumps between structural bytes (quotes, brackets, braces) using compiled regular
+  expressions, so a 64 MiB string value costs one regex match, not a Python loop per byte.
+* Keys are compared after JSON unescaping: ``"\\u0069d"`` is the key ``id``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+
+__all__ = [
+    "Span",
+    "array_elements",
+    "find_member",
+    "member_spans",
+    "splice",
+]
+
+Span = tuple[int, int]
+"""A half-open byte range ``[start, end)`` in a message."""
+
+_WS = re.compile(rb"[ \t\n\r]*")
+# The unrolled form of "a string": no alternation per character, so long strings are fast.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_SCALAR = re.compile(rb"[^,\]}\s]+")
+_STRUCTURAL = re.compile(rb'["\[\]{}]')
+
+
+def _skip_ws(raw: bytes, pos: int) -> int:
+    match = _WS.match(raw, pos)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
+
+
+def _string_end(raw: bytes, pos: int) -> int:
+    match = _STRING.match(raw, pos)
+    if match is None:
+        raise ValueError(f"unterminated string at byte {pos}")
+    return match.end()
+
+
+def _skip_value(raw: bytes, pos: int) -> int:
+    """Return the offset just past the JSON value starting at ``pos``."""
+    first = raw[pos : pos + 1]
+    if first == b'"':
+        return _string_end(raw, pos)
+    if first in (b"{", b"["):
+        depth = 1
+        index = pos + 1
+        while depth:
+            match = _STRUCTURAL.search(raw, index)
+            if match is None:
+                raise ValueError(f"unterminated container at byte {pos}")
+            at = match.start()
+            char = raw[at]
+            if char == 0x22:  # '"'
+                index = _string_end(raw, at)
+                continue
+            depth += 1 if char in (0x7B, 0x5B) else -1  # '{' '['
+            index = at + 1
+        return index
+    match = _SCALAR.match(raw, pos)
+    if match is None:
+        raise ValueError(f"no JSON value at byte {pos}")
+    return match.end()
+
+
+def _decode_key(raw: bytes, start: int, end: int) -> str:
+    body = raw[start + 1 : end - 1]
+    if b"\\" in body:
+        decoded: str = json.loads(raw[start:end])
+        return decoded
+    return body.decode("utf-8", "surrogatepass")
+
+
+def _members(raw: bytes, pos: int) -> Iterator[tuple[str, Span]]:
+    """Yield ``(key, value span)`` for each member of the object whose ``{`` is at ``pos``."""
+    index = _skip_ws(raw, pos + 1)
+    if raw[index : index + 1] == b"}":
+        return
+    while True:
+        key_end = _string_end(raw, index)
+        key = _decode_key(raw, index, key_end)
+        index = _skip_ws(raw, key_end)
+        if raw[index : index + 1] != b":":
+            raise ValueError(f"expected ':' at byte {index}")
+        value_start = _skip_ws(raw, index + 1)
+        value_end = _skip_value(raw, value_start)
+        yield key, (value_start, value_end)
+        index = _skip_ws(raw, value_end)
+        separator = raw[index : index + 1]
+        if separator == b"}":
+            return
+        if separator != b",":
+            raise ValueError(f"expected ',' or '}}' at byte {index}")
+        index = _skip_ws(raw, index + 1)
+
+
+def member_spans(raw: bytes, key: str, start: int = 0) -> list[Span]:
+    """Spans of every value of ``key`` in the object at ``start`` (duplicates included).
+
+    JSON parsers disagree on which duplicate wins, so the relay rewrites all of them.
+    Returns an empty list when the value at ``start`` is not an object.
+    """
+    pos = _skip_ws(raw, start)
+    if raw[pos : pos + 1] != b"{":
+        return []
+    return [span for name, span in _members(raw, pos) if name == key]
+
+
+def find_member(raw: bytes, path: Sequence[str], start: int = 0) -> Span | None:
+    """Span of the value at ``path`` (``("params", "requestId")``), or ``None`` if absent.
+
+    At each level the last duplicate wins, as in the parsers the relay uses.
+    """
+    span: Span = (start, len(raw))
+    for key in path:
+        spans = member_spans(raw, key, span[0])
+        if not spans:
+            return None
+        span = spans[-1]
+    return span
+
+
+def array_elements(raw: bytes, start: int = 0) -> list[Span]:
+    """Spans of the elements of the array at ``start``; empty if it is not an array."""
+    index = _skip_ws(raw, start)
+    if raw[index : index + 1] != b"[":
+        return []
+    spans: list[Span] = []
+    index = _skip_ws(raw, index + 1)
+    if raw[index : index + 1] == b"]":
+        return spans
+    while True:
+        end = _skip_value(raw, index)
+        spans.append((index, end))
+        index = _skip_ws(raw, end)
+        separator = raw[index : index + 1]
+        if separator == b"]":
+            return spans
+        if separator != b",":
+            raise ValueError(f"expected ',' or ']' at byte {index}")
+        index = _skip_ws(raw, index + 1)
+
+
+def splice(raw: bytes, edits: Sequence[tuple[Span, bytes]]) -> bytes:
+    """Return ``raw`` with each span of ``edits`` replaced by its bytes.
+
+    Edits may come in any order but must not overlap.
+    """
+    if not edits:
+        return raw
+    parts: list[bytes] = []
+    previous = 0
+    for (start, end), value in sorted(edits, key=lambda edit: edit[0]):
+        parts.append(raw[previous:start])
+        parts.append(value)
+        previous = end
+    parts.append(raw[previous:])
+    return b"".join(parts)

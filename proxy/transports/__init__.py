@@ -1,0 +1,1 @@
+"""Transport adapters: each turns one I/O library into :class:`proxy.endpoint.Endpoint` objects."""
