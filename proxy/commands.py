@@ -7,6 +7,7 @@ The one interpreter of these is :mod:`proxy.link`.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from proxy.events import Direction, Side
@@ -16,6 +17,7 @@ __all__ = [
     "CancelDropped",
     "Close",
     "Command",
+    "Handling",
     "IdReused",
     "InvalidSeen",
     "Observation",
@@ -63,15 +65,23 @@ class Relayed(Observation):
     """For a response: seconds since its request was forwarded."""
 
 
+class Handling(enum.StrEnum):
+    """What the proxy did with an invalid message."""
+
+    FORWARDED = "forwarded as is"
+    ANSWERED = "answered by the proxy"
+    DROPPED = "dropped"
+
+
 @dataclass(frozen=True, slots=True)
 class InvalidSeen(Observation):
-    """A message that is not usable JSON-RPC arrived; ``answered``: the proxy replied itself."""
+    """A message that is not usable JSON-RPC arrived, and what was done with it."""
 
     direction: Direction
     reason: InvalidReason
     size: int
     detail: str
-    answered: bool
+    handling: Handling
 
 
 @dataclass(frozen=True, slots=True)

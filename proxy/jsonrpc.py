@@ -139,6 +139,8 @@ class Invalid:
     raw: bytes
     reason: InvalidReason
     detail: str
+    response: bool = False
+    """Shaped like a response (id, no method): never forwarded, it may answer the wrong request."""
     kind: Kind = Kind.INVALID
 
 
@@ -192,9 +194,8 @@ def _classify(raw: bytes, value: Any) -> Message | Invalid:
     token = raw[start:end]
     key = id_key(token, value["id"])
     if key is None:
-        return Invalid(
-            raw, InvalidReason.INVALID_ID, f"id {token[:40]!r} is not a string or integer"
-        )
+        detail = f"id {token[:40].decode('utf-8', 'replace')} is not a string or an integer"
+        return Invalid(raw, InvalidReason.INVALID_ID, detail, response=method is None)
     return Message(raw, kind, value, method, token, key, spans)
 
 

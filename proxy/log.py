@@ -6,6 +6,7 @@ shortened (:func:`shorten`) so a 10 MiB prompt never lands in a log line.
 
 from __future__ import annotations
 
+import enum
 import logging
 import sys
 from typing import Any, Literal, TextIO
@@ -28,9 +29,12 @@ def shorten(value: object, limit: int = MAX_LOG_SIZE) -> str:
     return f"{text[:limit]}... ({len(text)} chars)"
 
 
-def _shorten_values(_: Any, __: str, event_dict: structlog.typing.EventDict) -> Any:
+def _plain_values(_: Any, __: str, event_dict: structlog.typing.EventDict) -> Any:
+    """Enums as their values; long strings and bytes shortened."""
     for key, value in event_dict.items():
-        if key != "event" and isinstance(value, str | bytes) and len(value) > MAX_LOG_SIZE:
+        if isinstance(value, enum.Enum):
+            event_dict[key] = value.value
+        elif key != "event" and isinstance(value, str | bytes) and len(value) > MAX_LOG_SIZE:
             event_dict[key] = shorten(value)
     return event_dict
 
@@ -46,7 +50,7 @@ def configure_logging(
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        _shorten_values,
+        _plain_values,
     ]
     if fmt == "json":
         processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
@@ -61,8 +65,9 @@ def configure_logging(
 
 
 def get_logger(name: str) -> Any:
-    """A logger bound to ``name`` (the ``logger`` key of every line)."""
-    return structlog.get_logger(name).bind(logger=name)
+    """A logger whose lines carry ``component=name``."""
+    # Lazy: the configuration in force when a line is logged applies, not the one at import time.
+    return structlog.get_logger(component=name)
 
 
 # Until a command configures logging, never let structlog's default (stdout) be used.

@@ -115,7 +115,7 @@ class LogObserver:
                     reason=observation.reason,
                     detail=shorten(observation.detail),
                     size=observation.size,
-                    handling="answered by the proxy" if observation.answered else "forwarded as is",
+                    handling=observation.handling,
                 )
             case Orphaned():
                 log.warning(

@@ -15,8 +15,9 @@ The relay rules, each pinned down by ``tests/test_relay.py``:
    ``mcp/message`` and every entity id (session, message, tool call...) are never touched.
 4. Batches are relayed element by element; the proxy never creates a batch.
 5. Notifications are never answered; per direction, order is kept.
-6. A response whose id is unknown is dropped and recorded, never forwarded blindly. An error with
-   ``"id": null`` (a parse-error answer) cannot be routed and is forwarded as it is.
+6. A response whose id is unknown (or not a valid id) is dropped and recorded, never forwarded
+   blindly. An error with ``"id": null`` (a parse-error answer) cannot be routed and is forwarded
+   as it is.
 7. Invalid input is forwarded untouched (the peer answers it as it would without a proxy), or in
    ``strict`` mode answered by the proxy; an oversized message is always answered, never forwarded.
 """
@@ -27,6 +28,7 @@ from proxy.commands import (
     CancelDropped,
     Close,
     Command,
+    Handling,
     IdReused,
     InvalidSeen,
     Orphaned,
@@ -114,16 +116,8 @@ class Relay:
             for element in parsed.elements:
                 if isinstance(element, Invalid):
                     # An invalid entry stays in place; the receiver answers it with its own -32600.
-                    out.append(
-                        InvalidSeen(
-                            direction,
-                            element.reason,
-                            len(element.raw),
-                            element.detail,
-                            answered=False,
-                        )
-                    )
-                    kept.append(element.raw)
+                    if self._invalid_element(direction, element, out):
+                        kept.append(element.raw)
                 else:
                     rewritten = self._translate(direction, element, at, out)
                     if rewritten is not None:
@@ -239,26 +233,32 @@ class Relay:
     # -- bad input ------------------------------------------------------------------------------
 
     def _invalid(self, direction: Direction, invalid: Invalid, out: list[Command]) -> None:
-        out.append(
-            InvalidSeen(
-                direction, invalid.reason, len(invalid.raw), invalid.detail, answered=self._strict
-            )
-        )
-        if self._strict:
-            message = f"{invalid.reason.error_code.name.replace('_', ' ').capitalize()}: "
-            out.append(
-                Send(
-                    direction.source,
-                    error_response(b"null", invalid.reason.error_code, message + invalid.detail),
-                )
-            )
+        if invalid.response:
+            handling = Handling.DROPPED
+        elif self._strict:
+            handling = Handling.ANSWERED
+            code = invalid.reason.error_code
+            text = f"{code.name.replace('_', ' ').capitalize()}: {invalid.detail}"
+            out.append(Send(direction.source, error_response(b"null", code, text)))
         else:
+            handling = Handling.FORWARDED
             out.append(Send(direction.destination, invalid.raw))
+        out.append(
+            InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
+        )
+
+    def _invalid_element(self, direction: Direction, invalid: Invalid, out: list[Command]) -> bool:
+        """Record an invalid batch entry; whether it stays in the batch for the peer to answer."""
+        handling = Handling.DROPPED if invalid.response else Handling.FORWARDED
+        out.append(
+            InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
+        )
+        return handling is Handling.FORWARDED
 
     def _oversized(self, direction: Direction, size: int, limit: int) -> list[Command]:
         detail = f"message of {size} bytes exceeds the proxy's limit of {limit} bytes"
         return [
-            InvalidSeen(direction, InvalidReason.TOO_LARGE, size, detail, answered=True),
+            InvalidSeen(direction, InvalidReason.TOO_LARGE, size, detail, Handling.ANSWERED),
             Send(
                 direction.source,
                 error_response(b"null", ErrorCode.INVALID_REQUEST, f"Invalid request: {detail}"),

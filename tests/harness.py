@@ -1,0 +1,108 @@
+"""Test harness: the proxy as a real subprocess, driven line by line with timeouts, never sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+PEERS = Path(__file__).parent / "peers"
+RAW_AGENT = PEERS / "raw_agent.py"
+
+TIMEOUT = 15.0 * float(os.environ.get("ACP_PROXY_TEST_TIMEOUT_FACTOR", "1"))
+"""Seconds any single wait in a test may take; scale it on a slow machine."""
+
+PROXY_RUN = [sys.executable, "-m", "proxy", "run"]
+
+
+class ProxyProcess:
+    """``acp-proxy run`` in a subprocess, with the test process as its Client."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self._stderr = bytearray()
+        self._stderr_task = asyncio.get_running_loop().create_task(self._collect_stderr())
+
+    @classmethod
+    async def start(cls, agent: list[str], *options: str) -> ProxyProcess:
+        """Start the proxy with ``options`` in front of ``agent``."""
+        process = await asyncio.create_subprocess_exec(
+            *PROXY_RUN,
+            *options,
+            "--",
+            *agent,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=256 * 1024 * 1024,
+        )
+        return cls(process)
+
+    async def _collect_stderr(self) -> None:
+        assert self.process.stderr is not None
+        while chunk := await self.process.stderr.read(65536):
+            self._stderr += chunk
+
+    async def send(self, *lines: bytes) -> None:
+        """Write each line, newline-terminated, to the proxy's stdin."""
+        assert self.process.stdin is not None
+        for line in lines:
+            self.process.stdin.write(line + b"\n")
+        await self.process.stdin.drain()
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        """Write one message serialised compactly."""
+        await self.send(json.dumps(message, separators=(",", ":")).encode())
+
+    async def recv(self) -> bytes:
+        """The next line from the proxy's stdout, without its newline."""
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
+        assert line.endswith(b"\n"), f"stdout ended: {line!r}; stderr: {self.stderr}"
+        return line[:-1]
+
+    async def recv_json(self) -> Any:
+        """The next line, parsed."""
+        return json.loads(await self.recv())
+
+    async def at_eof(self) -> bool:
+        """Whether stdout ends without another line."""
+        assert self.process.stdout is not None
+        return await asyncio.wait_for(self.process.stdout.read(), TIMEOUT) == b""
+
+    async def close_stdin(self) -> None:
+        """End the Client's side of the conversation."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        await self.process.stdin.wait_closed()
+
+    async def wait(self) -> int:
+        """The proxy's exit status (after it exited by itself)."""
+        status = await asyncio.wait_for(self.process.wait(), TIMEOUT)
+        await asyncio.wait_for(self._stderr_task, TIMEOUT)
+        return status
+
+    @property
+    def stderr(self) -> str:
+        """What the proxy (and the Agent) wrote to stderr so far."""
+        return self._stderr.decode("utf-8", "replace")
+
+    async def stop(self) -> None:
+        """Kill the proxy if it is still running (test cleanup)."""
+        if self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        self._stderr_task.cancel()
+
+
+def raw_agent(capture: Path, *flags: str) -> list[str]:
+    """argv of the scripted Agent that records what it reads into ``capture``."""
+    return [sys.executable, str(RAW_AGENT), str(capture), *flags]
+
+
+def captured(capture: Path) -> list[bytes]:
+    """The lines the scripted Agent read, without newlines."""
+    return capture.read_bytes().splitlines()

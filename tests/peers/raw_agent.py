@@ -1,0 +1,69 @@
+"""A scripted stdio peer for the proxy's tests: records every line it reads, acts on a few methods.
+
+Usage: ``python raw_agent.py CAPTURE_FILE [--ignore-eof]``. Every line read from stdin is appended
+to CAPTURE_FILE, byte for byte, before anything else happens. Then:
+
+* ``_test/say`` (notification), params ``{"lines": [text...], "b64": [base64...]}``: writes each
+  line to stdout as given (so a test can make the Agent send anything, valid or not);
+* ``_test/stderr`` (notification), params ``{"text": ...}``: writes the text to stderr;
+* ``_test/exit`` (notification), params ``{"code": n}``: exits with status n at once;
+* ``_test/env`` (request), params ``{"name": ...}``: answers ``{"value": os.environ.get(name)}``;
+* any other request: answered ``{"method": m, "size": bytes of the line}``.
+
+With ``--ignore-eof`` it keeps running after stdin closes, until it is signalled.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sys
+
+
+def write(line: bytes) -> None:
+    sys.stdout.buffer.write(line + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def main() -> int:
+    capture_path = sys.argv[1]
+    ignore_eof = "--ignore-eof" in sys.argv
+    with open(capture_path, "ab") as capture:
+        for line in sys.stdin.buffer:
+            capture.write(line)
+            capture.flush()
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+                continue
+            method = message["method"]
+            params = message.get("params") or {}
+            if method == "_test/say":
+                for text in params.get("lines", []):
+                    write(text.encode("utf-8", "surrogatepass"))
+                for data in params.get("b64", []):
+                    write(base64.b64decode(data))
+            elif method == "_test/stderr":
+                sys.stderr.write(params["text"] + "\n")
+                sys.stderr.flush()
+            elif method == "_test/exit":
+                sys.stdout.flush()
+                os._exit(params["code"])
+            elif "id" in message:
+                if method == "_test/env":
+                    result: dict[str, object] = {"value": os.environ.get(params["name"])}
+                else:
+                    result = {"method": method, "size": len(line.rstrip(b"\n"))}
+                reply = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+                write(json.dumps(reply).encode())
+    if ignore_eof:
+        signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The command line as a user meets it: help, version, usage errors and exit statuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import TIMEOUT
+
+from proxy import __version__
+
+
+def acp_proxy(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def test_version() -> None:
+    """--version prints the package version."""
+    done = acp_proxy("--version")
+    assert done.returncode == 0
+    assert done.stdout.decode().strip() == f"acp-proxy {__version__}"
+
+
+def test_run_help_names_the_options() -> None:
+    """run --help documents the options of DESIGN 3 that exist."""
+    out = acp_proxy("run", "--help").stdout.decode()
+    for option in ("--max-message-bytes", "--strict", "--log-format", "--log-level", "AGENT_CMD"):
+        assert option in out
+
+
+def test_run_without_an_agent_is_a_usage_error() -> None:
+    """Without an Agent command, run exits 2 with a message on stderr and nothing on stdout."""
+    done = acp_proxy("run")
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert b"AGENT_CMD" in done.stderr
+
+
+def test_bad_option_values_are_usage_errors() -> None:
+    """Invalid option values are refused before anything starts."""
+    assert acp_proxy("run", "--max-message-bytes", "0", "--", "true").returncode == 2
+    assert acp_proxy("run", "--log-level", "loud", "--", "true").returncode == 2
+
+
+def test_agent_arguments_after_the_separator_are_not_proxy_options() -> None:
+    """Everything after -- belongs to the Agent, options included."""
+    done = acp_proxy(
+        "run", "--", sys.executable, "-c", "import sys; sys.exit(len(sys.argv))", "--strict"
+    )
+    assert done.returncode == 2  # argv of the agent: [-c, --strict]
+
+
+def test_regular_files_as_stdin_and_stdout(tmp_path: Path) -> None:
+    """Files (which the event loop cannot poll) are bridged: the relay runs as with pipes."""
+    source, sink = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_bytes(b'{"jsonrpc":"2.0","id":"a","method":"m"}\n')
+    with source.open("rb") as stdin, sink.open("wb") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-m", "proxy", "run", "--", "cat"],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert sink.read_bytes() == b'{"jsonrpc":"2.0","id":0,"method":"m"}\n'
+
+
+def test_dev_null_as_stdin() -> None:
+    """/dev/null (not pollable) is an immediate end of input, not a crash."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "run", "--", "cat"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr

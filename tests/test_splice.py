@@ -1,0 +1,110 @@
+"""Locating members in raw JSON bytes and splicing values in without touching other bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.splice import array_elements, find_member, member_spans, splice
+
+
+def text(raw: bytes, span: tuple[int, int] | None) -> bytes:
+    assert span is not None
+    return raw[span[0] : span[1]]
+
+
+class TestMemberSpans:
+    def test_finds_a_top_level_member(self) -> None:
+        """The span covers exactly the value's bytes."""
+        raw = b'{"jsonrpc":"2.0","id":42,"method":"x"}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b"42"]
+
+    def test_ignores_nested_members_of_the_same_name(self) -> None:
+        """An ``id`` inside params is not the message id."""
+        raw = b'{"params":{"id":1,"x":[{"id":2}]},"id":"top"}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b'"top"']
+
+    def test_reports_every_duplicate(self) -> None:
+        """Duplicate keys are all found, in order."""
+        raw = b'{"id":1, "method":"m", "id" : 2}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b"1", b"2"]
+
+    def test_matches_escaped_keys_after_unescaping(self) -> None:
+        """``"\\u0069d"`` is the key ``id``."""
+        raw = b'{"\\u0069d":7}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b"7"]
+
+    def test_skips_strings_holding_structural_characters(self) -> None:
+        """Brackets, braces and escaped quotes inside strings do not confuse the scanner."""
+        raw = b'{"a":"}{][\\"id\\":","b":{"c":"]"},"id":"x\\"y"}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b'"x\\"y"']
+
+    def test_handles_whitespace_everywhere(self) -> None:
+        """Insignificant whitespace around tokens is allowed and excluded from spans."""
+        raw = b' \r\n{ "a" : [ 1 , 2 ] ,\t"id"\n:\n-5 } '
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b"-5"]
+
+    def test_not_an_object(self) -> None:
+        """A non-object has no members."""
+        assert member_spans(b"[1,2]", "id") == []
+        assert member_spans(b"{}", "id") == []
+
+    @pytest.mark.parametrize(
+        "value",
+        [b"true", b"null", b"1.5e300", b"123456789012345678901234567890", b'"\\ud800"', b"{}"],
+    )
+    def test_any_value_kind(self, value: bytes) -> None:
+        """Literals, huge numbers, lone surrogate escapes and containers are spanned whole."""
+        raw = b'{"id":' + value + b',"z":0}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [value]
+
+
+class TestFindMember:
+    def test_follows_a_path(self) -> None:
+        """A nested member is found through its parents."""
+        raw = b'{"method":"$/cancel_request","params":{"requestId":"abc"}}'
+        assert text(raw, find_member(raw, ("params", "requestId"))) == b'"abc"'
+
+    def test_missing(self) -> None:
+        """A missing member, or a path through a non-object, gives None."""
+        raw = b'{"params":[{"requestId":1}]}'
+        assert find_member(raw, ("params", "requestId")) is None
+        assert find_member(raw, ("nope",)) is None
+
+
+class TestArrayElements:
+    def test_spans_each_element(self) -> None:
+        """Each element's span is exact, nested arrays included."""
+        raw = b'[ {"id":1} ,[2,[3]], "s" ,4]'
+        assert [text(raw, s) for s in array_elements(raw)] == [
+            b'{"id":1}',
+            b"[2,[3]]",
+            b'"s"',
+            b"4",
+        ]
+
+    def test_empty_and_non_arrays(self) -> None:
+        """An empty array and a non-array have no elements."""
+        assert array_elements(b"[ ]") == []
+        assert array_elements(b"{}") == []
+
+
+class TestSplice:
+    def test_replaces_spans_in_any_order(self) -> None:
+        """Edits are applied by position, whatever order they are given in."""
+        raw = b'{"id":1,"p":{"requestId":22}}'
+        first = member_spans(raw, "id")[0]
+        second = find_member(raw, ("p", "requestId"))
+        assert second is not None
+        assert (
+            splice(raw, [(second, b'"b"'), (first, b'"a"')]) == b'{"id":"a","p":{"requestId":"b"}}'
+        )
+
+    def test_no_edits_returns_the_same_bytes(self) -> None:
+        """Without edits the input is returned as it is."""
+        raw = b'{"a":1}'
+        assert splice(raw, []) is raw
+
+    def test_large_string_values(self) -> None:
+        """A multi-megabyte string is skipped whole and the id after it is still found."""
+        raw = b'{"params":{"text":"' + b'x\\"' * 1_000_000 + b'"},"id":9}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b"9"]
