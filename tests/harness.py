@@ -12,7 +12,7 @@ from typing import Any
 PEERS = Path(__file__).parent / "peers"
 RAW_AGENT = PEERS / "raw_agent.py"
 
-TIMEOUT = 15.0 * float(os.environ.get("ACP_PROXY_TEST_TIMEOUT_FACTOR", "1"))
+TIMEOUT = 30.0 * float(os.environ.get("ACP_PROXY_TEST_TIMEOUT_FACTOR", "1"))
 """Seconds any single wait in a test may take; scale it on a slow machine."""
 
 PROXY_RUN = [sys.executable, "-m", "proxy", "run"]
