@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from proxy import __version__
-from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions, run_stdio
+from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions, build_engine, run_stdio
+from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
 from proxy.log import configure_logging
 
 __all__ = ["app", "main"]
@@ -66,6 +70,27 @@ def run(
             metavar="[-- AGENT_CMD ...]", help="The Agent to spawn, with its arguments."
         ),
     ] = None,
+    faults: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--faults",
+            help="Fault file (YAML or JSON); may be given more than once.",
+            dir_okay=False,
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of every random draw (overrides the files' seed).")
+    ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", help="Reload the fault files on change; keep the last good ones."),
+    ] = False,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep rule counters in this file across restarts of the proxy.", dir_okay=False
+        ),
+    ] = None,
     max_message_bytes: Annotated[
         int,
         typer.Option(min=1, help="Largest message accepted from a peer, in bytes."),
@@ -101,8 +126,42 @@ def run(
         max_message_bytes=max_message_bytes,
         strict=strict,
         agent_grace=agent_grace,
+        faults=tuple(faults or ()),
+        seed=seed,
+        watch=watch,
+        state=state,
     )
+    try:
+        build_engine(options)  # refuse a bad fault file before anything starts
+    except FaultFileError as exc:
+        _print_errors(exc)
+        raise typer.Exit(2) from None
     raise typer.Exit(asyncio.run(run_stdio(options)))
+
+
+def _print_errors(exc: FaultFileError) -> None:
+    for error in exc.errors:
+        typer.echo(f"error: {error}", err=True)
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Fault files to check.", dir_okay=False)],
+) -> None:
+    """Check fault files: exit 0, or 2 with every error located (file, line, rule, field)."""
+    try:
+        rules, seed = load_fault_files(files)
+    except FaultFileError as exc:
+        _print_errors(exc)
+        raise typer.Exit(2) from None
+    seed_text = "no seed" if seed is None else f"seed {seed}"
+    typer.echo(f"ok: {len(rules)} rules in {len(files)} files, {seed_text}", err=True)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of fault files (for editors)."""
+    sys.stdout.write(json.dumps(fault_file_schema(), indent=2) + "\n")
 
 
 def main() -> None:

@@ -17,6 +17,8 @@ __all__ = [
     "CancelDropped",
     "Close",
     "Command",
+    "DuplicateSwallowed",
+    "FaultInjected",
     "Handling",
     "IdReused",
     "InvalidSeen",
@@ -24,7 +26,14 @@ __all__ = [
     "Orphaned",
     "PeerGone",
     "Relayed",
+    "Restart",
+    "Restarted",
+    "RulesCounted",
+    "RulesReloaded",
     "Send",
+    "Sever",
+    "SignalAgent",
+    "StartTimer",
     "Undeliverable",
     "Unroutable",
 ]
@@ -43,6 +52,41 @@ class Close:
     """Close the connection to ``side``."""
 
     side: Side
+
+
+@dataclass(frozen=True, slots=True)
+class StartTimer:
+    """Feed :class:`~proxy.events.TimerFired` with ``token`` after ``delay`` seconds."""
+
+    delay: float
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sever:
+    """Cut the connection to ``side`` both ways; ``flush``: write what is queued first.
+
+    ``close_code`` is the WebSocket close code where the connection is a WebSocket.
+    """
+
+    side: Side
+    flush: bool
+    close_code: int = 1001
+
+
+@dataclass(frozen=True, slots=True)
+class SignalAgent:
+    """Send ``signal`` to the spawned Agent; ``respawn``: start a new one on the same link."""
+
+    signal: int
+    respawn: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """Restart the data plane: close connections, forget id maps, stay down ``downtime``."""
+
+    downtime: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,4 +179,53 @@ class PeerGone(Observation):
     abandoned: int
 
 
-Command = Send | Close | Observation
+@dataclass(frozen=True, slots=True)
+class FaultInjected(Observation):
+    """A rule fired on a message."""
+
+    rule: str
+    action: str
+    direction: Direction
+    kind: Kind
+    method: str | None
+    session: str | None
+    id: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateSwallowed(Observation):
+    """An answer to an injected copy of a request, recorded and not forwarded."""
+
+    direction: Direction
+    method: str
+    session: str | None
+    original_id: bytes
+    forwarded_id: bytes
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Restarted(Observation):
+    """The data plane was restarted (``what``: ``proxy`` or ``agent``); maps were forgotten.
+
+    ``abandoned``: requests that were pending either way and will never be answered.
+    """
+
+    what: str
+    abandoned: int
+
+
+@dataclass(frozen=True, slots=True)
+class RulesReloaded(Observation):
+    """The fault files were reloaded (``result``: ``success`` or ``error``, rules kept)."""
+
+    result: str
+    rules: int
+
+
+@dataclass(frozen=True, slots=True)
+class RulesCounted(Observation):
+    """Rule counters changed (a rule matched); persistent state is due for saving."""
+
+
+Command = Send | Close | Sever | StartTimer | SignalAgent | Restart | Observation

@@ -7,11 +7,11 @@ order; :meth:`Endpoint.drain` is where backpressure reaches the reader of the ot
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from proxy.framing import Oversized
 
-__all__ = ["Endpoint", "Received"]
+__all__ = ["Endpoint", "Received", "Signalable"]
 
 Received = bytes | Oversized
 """One framed message, or the marker of one that was too large to keep."""
@@ -36,9 +36,30 @@ class Endpoint(Protocol):
         ...
 
     def close(self) -> None:
-        """Start closing: flush what is queued, then end the connection. Idempotent."""
+        """Pass an end of stream on: flush what is queued, then close. Idempotent.
+
+        Whether reading goes on until the peer's own end is the transport's choice (an Agent
+        told to stop by EOF on stdin may still answer; a closed WebSocket is closed both ways).
+        """
+        ...
+
+    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
+        """Cut the connection both ways now; ``receive`` returns ``None`` from here on.
+
+        ``flush``: write what is queued first; otherwise it is discarded. ``close_code`` is the
+        WebSocket close code, where the connection is a WebSocket.
+        """
         ...
 
     async def wait_closed(self) -> None:
         """Wait until the connection has ended and its resources are released."""
+        ...
+
+
+@runtime_checkable
+class Signalable(Protocol):
+    """An endpoint that is a process the proxy spawned (``kill_agent`` needs one)."""
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the process if it is still running."""
         ...

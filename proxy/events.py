@@ -16,6 +16,7 @@ __all__ = [
     "OversizedReceived",
     "PeerClosed",
     "Side",
+    "TimerFired",
 ]
 
 
@@ -85,4 +86,12 @@ class PeerClosed:
     at: float
 
 
-Event = MessageReceived | OversizedReceived | PeerClosed
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    """A timer the core asked for (:class:`~proxy.commands.StartTimer`) has expired."""
+
+    token: int
+    at: float
+
+
+Event = MessageReceived | OversizedReceived | PeerClosed | TimerFired

@@ -2,16 +2,27 @@
 
 Each peer chooses ids for its own requests, so a link keeps one :class:`IdMap` per direction
 (the same id may be pending both ways at once). The proxy mints its own id for every request it
-forwards and remembers the sender's exact bytes to put back on the answer.
+forwards and remembers the sender's exact bytes to put back on the answer. The counter that mints
+ids is passed in, so that after a restart of the data plane new ids never repeat old ones (a late
+answer to a forgotten request can then never be taken for the answer to a new one).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from proxy.jsonrpc import IdKey
 
-__all__ = ["IdMap", "Pending"]
+__all__ = ["DuplicateGroup", "IdMap", "Pending"]
+
+
+@dataclass(slots=True)
+class DuplicateGroup:
+    """A request and the copies the proxy injected of it: only the first answer is relayed."""
+
+    answered: bool = False
 
 
 @dataclass(slots=True)
@@ -26,15 +37,18 @@ class Pending:
     method: str
     session: str | None
     at: float
+    keyed: bool = False
+    """Whether the request carried ``params.idempotencyKey``."""
+    group: DuplicateGroup | None = field(default=None)
 
 
 class IdMap:
     """Requests travelling one way, by the proxy's id and by the sender's id."""
 
-    __slots__ = ("_by_forwarded", "_by_original", "_next")
+    __slots__ = ("_by_forwarded", "_by_original", "_ids")
 
-    def __init__(self, first_id: int = 0) -> None:
-        self._next = first_id
+    def __init__(self, ids: Iterator[int] | None = None) -> None:
+        self._ids = ids if ids is not None else itertools.count()
         self._by_forwarded: dict[bytes, Pending] = {}
         self._by_original: dict[IdKey, list[Pending]] = {}
 
@@ -42,12 +56,19 @@ class IdMap:
         return len(self._by_forwarded)
 
     def add(
-        self, original_id: bytes, original_key: IdKey, method: str, session: str | None, at: float
+        self,
+        original_id: bytes,
+        original_key: IdKey,
+        method: str,
+        session: str | None,
+        at: float,
+        *,
+        keyed: bool = False,
+        group: DuplicateGroup | None = None,
     ) -> Pending:
         """Mint the next-hop id for a request and remember it."""
-        forwarded = str(self._next).encode()
-        self._next += 1
-        pending = Pending(forwarded, original_id, original_key, method, session, at)
+        forwarded = str(next(self._ids)).encode()
+        pending = Pending(forwarded, original_id, original_key, method, session, at, keyed, group)
         self._by_forwarded[forwarded] = pending
         self._by_original.setdefault(original_key, []).append(pending)
         return pending

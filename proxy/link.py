@@ -1,21 +1,45 @@
 """The shell of one link: reads both endpoints, feeds the relay core, carries out its commands.
 
-This is the only code that interprets :mod:`proxy.commands` (an exhaustive ``match``: a new
-command type that is not handled here fails mypy). One task per peer reads messages, stamps them
-with the loop's clock and hands them to :class:`~proxy.relay.Relay`; sends are queued on the
-destination endpoint in the order the core returned them, then the reading task waits for that
-endpoint to drain, so a peer that stops reading slows down its writer instead of growing memory.
+This is the only code that interprets :mod:`proxy.commands` (an exhaustive ``match``: a command
+type that is not handled here fails mypy). One task per peer reads messages, stamps them with the
+loop's clock and hands them to :class:`~proxy.relay.Relay`; sends are queued on the destination
+endpoint in the order the core returned them, then the reading task waits for that endpoint to
+drain, so a peer that stops reading slows down its writer instead of growing memory.
+
+Timers are the core's ``StartTimer`` commands, fed back as ``TimerFired``. Replacing the Agent
+(``kill_agent`` with ``respawn``, ``restart_proxy``) starts a new *generation*: a fresh relay with
+empty id maps (the fault engine and the id counters carry over), a new Agent, and every timer and
+message of the old generation is discarded. The Client's messages wait while the Agent is down.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import signal
+from collections.abc import Awaitable, Callable, Mapping
 from typing import assert_never
 
-from proxy.commands import Close, Command, Observation, Send
-from proxy.endpoint import Endpoint
-from proxy.events import Event, MessageReceived, OversizedReceived, PeerClosed, Side
+from proxy.commands import (
+    Close,
+    Command,
+    Observation,
+    Restart,
+    Restarted,
+    Send,
+    Sever,
+    SignalAgent,
+    StartTimer,
+)
+from proxy.endpoint import Endpoint, Signalable
+from proxy.events import (
+    Direction,
+    Event,
+    MessageReceived,
+    OversizedReceived,
+    PeerClosed,
+    Side,
+    TimerFired,
+)
 from proxy.log import get_logger
 from proxy.observers import Observer
 from proxy.relay import Relay
@@ -24,42 +48,60 @@ __all__ = ["Link"]
 
 log = get_logger("proxy.link")
 
+AgentFactory = Callable[[], Awaitable[Endpoint]]
+"""Connects (spawns) a new Agent for this link."""
+
 
 class Link:
     """One Client connection joined to one Agent connection."""
 
     def __init__(
         self,
-        relay: Relay,
+        new_relay: Callable[[], Relay],
         endpoints: Mapping[Side, Endpoint],
         observer: Observer,
         *,
+        connect_agent: AgentFactory | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self.relay = relay
+        self._new_relay = new_relay
+        self.relay = new_relay()
         self.endpoints = dict(endpoints)
         self._observer = observer
-        self._clock = clock or asyncio.get_running_loop().time
-        self._closers: set[asyncio.Task[None]] = set()
+        self._connect_agent = connect_agent
+        self._loop = asyncio.get_running_loop()
+        self._clock = clock or self._loop.time
+        self._tasks: asyncio.TaskGroup | None = None
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._generation = 0
+        self._agent_up = asyncio.Event()
+        self._agent_up.set()
         self.closed_first: Side | None = None
         """The peer whose connection ended first (who ended the link)."""
 
     async def run(self) -> None:
         """Relay until both peers are gone and every close has finished."""
-        async with asyncio.TaskGroup() as tasks:
-            for side in Side:
-                tasks.create_task(self._pump(side), name=f"pump-{side}")
-        if self._closers:
-            await asyncio.gather(*self._closers)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                tasks.create_task(self._pump(Side.CLIENT, self.endpoints[Side.CLIENT], 0))
+                tasks.create_task(self._pump(Side.AGENT, self.endpoints[Side.AGENT], 0))
+        finally:
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
 
     def close(self, side: Side) -> None:
         """Close the connection to ``side`` from outside the relay (a signal, an operator)."""
         self._execute([Close(side)])
 
-    async def _pump(self, side: Side) -> None:
-        endpoint = self.endpoints[side]
+    async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
         while True:
             received = await endpoint.receive()
+            if side is Side.AGENT and generation != self._generation:
+                return  # an Agent that was replaced: nothing it says counts any more
+            if side is Side.CLIENT and not self._agent_up.is_set():
+                await self._agent_up.wait()
             at = self._clock()
             event: Event
             if received is None:
@@ -70,16 +112,19 @@ class Link:
                 event = MessageReceived(side, received, at)
             else:
                 event = OversizedReceived(side, received.size, received.limit, at)
-            try:
-                commands = self.relay.handle(event)
-            except Exception:
-                # A bug in the core must not take the link down; the message is lost, loudly.
-                log.exception("internal error while relaying; message dropped", side=side)
-                commands = []
-            for destination in self._execute(commands):
+            for destination in self._feed(event):
                 await self.endpoints[destination].drain()
             if received is None:
                 return
+
+    def _feed(self, event: Event) -> set[Side]:
+        try:
+            commands = self.relay.handle(event)
+        except Exception:
+            # A bug in the core must not take the link down; the message is lost, loudly.
+            log.exception("internal error while relaying; message dropped", event=type(event))
+            return set()
+        return self._execute(commands)
 
     def _execute(self, commands: list[Command]) -> set[Side]:
         """Carry out ``commands`` in order; return the sides that were written to."""
@@ -92,10 +137,85 @@ class Link:
                 case Close(side=side):
                     endpoint = self.endpoints[side]
                     endpoint.close()
-                    closer = asyncio.get_running_loop().create_task(endpoint.wait_closed())
-                    self._closers.add(closer)
+                    self._spawn(endpoint.wait_closed())
+                case Sever(side=side, flush=flush, close_code=close_code):
+                    endpoint = self.endpoints[side]
+                    endpoint.sever(flush=flush, close_code=close_code)
+                    self._spawn(endpoint.wait_closed())
+                case StartTimer(delay=delay, token=token):
+                    self._start_timer(delay, token)
+                case SignalAgent(signal=signum, respawn=respawn):
+                    self._signal_agent(signum, respawn)
+                case Restart(downtime=downtime):
+                    self._replace_agent("proxy", downtime, stop=True)
                 case Observation():
                     self._observer.observe(command)
                 case _:
                     assert_never(command)
         return written
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        assert self._tasks is not None
+        self._tasks.create_task(_run(work))
+
+    def _start_timer(self, delay: float, token: int) -> None:
+        generation = self._generation
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            if generation == self._generation:
+                self._feed(TimerFired(token, self._clock()))
+
+        handle = self._loop.call_later(delay, fire)
+        self._timers.add(handle)
+
+    def _signal_agent(self, signum: int, respawn: bool) -> None:
+        agent = self.endpoints[Side.AGENT]
+        if not isinstance(agent, Signalable):
+            log.warning("kill_agent: the Agent is not a process of this proxy; nothing to signal")
+            return
+        log.info("signalling the agent", signal=signal.Signals(signum).name, respawn=respawn)
+        agent.signal(signum)
+        if respawn:
+            self._replace_agent("agent", 0.0, stop=False)
+
+    def _replace_agent(self, what: str, downtime: float, *, stop: bool) -> None:
+        """Start a new generation: forget the old Agent and relay now, connect a new Agent later."""
+        if self._connect_agent is None:
+            log.warning("cannot restart: this link cannot connect a new agent", what=what)
+            return
+        old = self.endpoints[Side.AGENT]
+        self._generation += 1
+        self._agent_up.clear()
+        abandoned = sum(self.relay.pending(direction) for direction in Direction)
+        self.relay = self._new_relay()
+        old.sever(flush=False)
+        if stop and isinstance(old, Signalable):
+            old.signal(signal.SIGTERM)
+        self._observer.observe(Restarted(what, abandoned))
+        log.warning("restarting", what=what, downtime_ms=downtime * 1000, abandoned=abandoned)
+        self._spawn(self._connect_new_agent(old, downtime, self._generation))
+
+    async def _connect_new_agent(self, old: Endpoint, downtime: float, generation: int) -> None:
+        await old.wait_closed()
+        if downtime:
+            await asyncio.sleep(downtime)
+        assert self._connect_agent is not None
+        try:
+            agent = await self._connect_agent()
+        except Exception as exc:
+            log.error("could not start a new agent; ending the link", error=str(exc))
+            self._agent_up.set()
+            self._execute([Close(Side.CLIENT)])
+            return
+        if generation != self._generation:  # replaced again meanwhile
+            agent.sever(flush=False)
+            self._spawn(agent.wait_closed())
+            return
+        self.endpoints[Side.AGENT] = agent
+        self._spawn(self._pump(Side.AGENT, agent, generation))
+        self._agent_up.set()
+
+
+async def _run(work: Awaitable[None]) -> None:
+    await work

@@ -20,21 +20,41 @@ The relay rules, each pinned down by ``tests/test_relay.py``:
    as it is.
 7. Invalid input is forwarded untouched (the peer answers it as it would without a proxy), or in
    ``strict`` mode answered by the proxy; an oversized message is always answered, never forwarded.
+
+Faults (DESIGN 6): each usable message (each element of a batch) is matched against the
+:class:`~proxy.faults.FaultEngine`; the actions of the rules that fire are applied in rule order.
+``drop`` and ``error`` stop the message (``error`` answers the sender), ``corrupt`` replaces its
+bytes, ``delay`` holds it behind a timer while other messages keep flowing (so a delayed message
+is overtaken; undelayed ones keep their order), ``duplicate`` adds copies (a request's copies get
+their own ids, and only the first answer of the group is relayed), ``sever`` cuts a connection
+before or after forwarding, ``kill_agent`` and ``restart_proxy`` act after forwarding. In a batch,
+forwarded elements stay in the batch; delayed elements and copies follow as single messages.
 """
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import assert_never
 
 from proxy.commands import (
     CancelDropped,
     Close,
     Command,
+    DuplicateSwallowed,
+    FaultInjected,
     Handling,
     IdReused,
     InvalidSeen,
     Orphaned,
     PeerGone,
     Relayed,
+    Restart,
+    RulesCounted,
     Send,
+    Sever,
+    SignalAgent,
+    StartTimer,
     Undeliverable,
     Unroutable,
 )
@@ -45,10 +65,23 @@ from proxy.events import (
     OversizedReceived,
     PeerClosed,
     Side,
+    TimerFired,
 )
-from proxy.idmap import IdMap
+from proxy.faultfile import (
+    CloseStream,
+    Corrupt,
+    Delay,
+    Drop,
+    Duplicate,
+    ErrorReply,
+    HttpStatus,
+    KillAgent,
+    RestartProxy,
+)
+from proxy.faultfile import Sever as SeverAction
+from proxy.faults import FaultEngine, Subject
+from proxy.idmap import DuplicateGroup, IdMap
 from proxy.jsonrpc import (
-    Batch,
     ErrorCode,
     Invalid,
     InvalidReason,
@@ -61,26 +94,69 @@ from proxy.jsonrpc import (
 )
 from proxy.splice import Span, splice
 
-__all__ = ["CANCEL_METHOD", "SUCCESSOR_METHODS", "Relay"]
+__all__ = ["CANCEL_METHOD", "SUCCESSOR_METHODS", "Relay", "corrupt"]
 
 CANCEL_METHOD = "$/cancel_request"
 ELICITATION_METHOD = "elicitation/create"
 SUCCESSOR_METHODS = frozenset({"proxy/successor", "_proxy/successor"})
 _REQUEST_ID_PATH = ("params", "requestId")
+_SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
+_ANSWERS = (Kind.RESPONSE, Kind.ERROR)
+
+
+def corrupt(data: bytes, mode: str, draw: Iterator[int]) -> bytes:
+    """Malformed bytes in place of ``data`` (never a newline, so framing survives).
+
+    ``truncate``: the first half; ``garbage``: printable noise drawn from ``draw``;
+    ``invalid_utf8``: the message with an invalid UTF-8 sequence inside its first string.
+    """
+    if mode == "truncate":
+        return data[: max(1, len(data) // 2)]
+    if mode == "garbage":
+        return bytes(next(draw) for _ in range(min(max(len(data), 1), 256)))
+    quote = data.find(b'"')
+    at = quote + 1 if quote >= 0 else len(data) // 2
+    return data[:at] + b"\xc3\x28" + data[at:]
 
 
 class Relay:
-    """The state of one link: pending requests both ways and which peers are still connected."""
+    """The state of one link: pending requests both ways, held messages, which peers are gone."""
 
-    __slots__ = ("_closing", "_ended", "_maps", "_strict")
+    __slots__ = (
+        "_closing",
+        "_ended",
+        "_engine",
+        "_maps",
+        "_origin",
+        "_strict",
+        "_timers",
+        "_tokens",
+    )
 
-    def __init__(self, *, strict: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        strict: bool = False,
+        engine: FaultEngine | None = None,
+        origin: float = 0.0,
+        ids: Mapping[Direction, Iterator[int]] | None = None,
+    ) -> None:
+        """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
+
+        ``ids``: the counters that mint ids per direction; give the relay that replaces this one
+        after a restart the same counters, so that ids are never reused.
+        """
         self._strict = strict
-        self._maps = {Direction.TO_AGENT: IdMap(), Direction.TO_CLIENT: IdMap()}
+        self._engine = engine
+        self._origin = origin
+        counters = ids or {}
+        self._maps = {direction: IdMap(counters.get(direction)) for direction in Direction}
         self._ended: set[Side] = set()
         """Peers whose stream to the proxy has ended (nothing more will come from them)."""
         self._closing: set[Side] = set()
         """Peers the proxy has closed its connection to (nothing more will be sent to them)."""
+        self._timers: dict[int, list[Command]] = {}
+        self._tokens = itertools.count()
 
     def pending(self, direction: Direction) -> int:
         """How many requests travelling ``direction`` await their answer."""
@@ -99,6 +175,8 @@ class Relay:
                 return self._oversized(side.outbound, size, limit)
             case PeerClosed(side=side):
                 return self._peer_closed(side)
+            case TimerFired(token=token):
+                return self._release(token)
 
     # -- messages -------------------------------------------------------------------------------
 
@@ -111,31 +189,174 @@ class Relay:
             return out
         if isinstance(parsed, Invalid):
             self._invalid(direction, parsed, out)
-        elif isinstance(parsed, Batch):
-            kept: list[bytes] = []
-            for element in parsed.elements:
-                if isinstance(element, Invalid):
-                    # An invalid entry stays in place; the receiver answers it with its own -32600.
-                    if self._invalid_element(direction, element, out):
-                        kept.append(element.raw)
-                else:
-                    rewritten = self._translate(direction, element, at, out)
-                    if rewritten is not None:
-                        kept.append(rewritten)
-            if kept:
-                out.append(Send(destination, b"[" + b",".join(kept) + b"]"))
-        else:
-            rewritten = self._translate(direction, parsed, at, out)
-            if rewritten is not None:
-                out.append(Send(destination, rewritten))
+            return out
+        if isinstance(parsed, Message):
+            forwards, after = self._process(direction, parsed, at, out)
+            out.extend(Send(destination, forward) for forward in forwards)
+            out.extend(after)
+            return out
+        kept: list[bytes] = []
+        after_all: list[Command] = []
+        for element in parsed.elements:
+            if isinstance(element, Invalid):
+                if self._invalid_element(direction, element, out):
+                    kept.append(element.raw)
+            else:
+                forwards, after = self._process(direction, element, at, out)
+                kept.extend(forwards)
+                after_all.extend(after)
+        if kept:
+            out.append(Send(destination, b"[" + b",".join(kept) + b"]"))
+        out.extend(after_all)
+        return out
+
+    def _process(
+        self, direction: Direction, message: Message, at: float, out: list[Command]
+    ) -> tuple[list[bytes], list[Command]]:
+        """Apply the rules that fire, then relay: (bytes to forward now, commands to follow)."""
+        engine = self._engine
+        if engine is None:
+            return self._translate(direction, message, at, out), []
+        subject = self._subject(direction, message)
+        decision = engine.decide(subject, (at - self._origin) * 1000)
+        if decision.counted:
+            out.append(RulesCounted())
+        if not decision.fired:
+            return self._translate(direction, message, at, out), []
+        stop = False
+        mode: str | None = None
+        delay = gap = 0.0
+        copies = 0
+        after: list[Command] = []
+        for rule in decision.fired:
+            action = rule.do
+            out.append(
+                FaultInjected(
+                    rule.name,
+                    action.action,
+                    direction,
+                    message.kind,
+                    subject.method,
+                    subject.session,
+                    message.id_token,
+                )
+            )
+            match action:
+                case Drop():
+                    stop = True
+                case ErrorReply(code=code, message=text, data=data):
+                    assert message.id_token is not None  # the engine fires it on requests only
+                    answer = error_response(message.id_token, code, text, data)
+                    out.append(Send(direction.source, answer))
+                    stop = True
+                case Corrupt(mode=corrupt_mode):
+                    mode = corrupt_mode
+                case Delay(ms=ms, jitter_ms=jitter_ms):
+                    jitter = engine.rng.uniform(0.0, jitter_ms) if jitter_ms else 0.0
+                    delay += (ms + jitter) / 1000
+                case Duplicate(copies=count, gap_ms=gap_ms):
+                    copies += count
+                    gap = gap_ms / 1000
+                case SeverAction(side=side, when=when, close_code=close_code):
+                    severs = [Sever(s, when == "after", close_code) for s in _SIDES[side]]
+                    self._closing.update(_SIDES[side])
+                    if when == "before":
+                        out.extend(severs)
+                        stop = True
+                    else:
+                        after.extend(severs)
+                case KillAgent(signal=signum, after_ms=after_ms, respawn=respawn):
+                    kill = SignalAgent(signum, respawn)
+                    after.append(self._hold(after_ms / 1000, [kill]) if after_ms else kill)
+                case RestartProxy(downtime_ms=downtime_ms):
+                    after.append(Restart(downtime_ms / 1000))
+                case HttpStatus() | CloseStream():
+                    pass  # carried out by an HTTP listener; the engine fires them only there
+                case _:
+                    assert_never(action)
+        if stop:
+            if message.kind in _ANSWERS and message.id_token is not None:
+                self._maps[direction.reverse].pop(message.id_token)  # the answer is lost
+            return [], after
+        forwards = self._translate(direction, message, at, out)
+        extra = self._copies(direction, message, forwards, copies, at) if copies else []
+        if mode is not None:
+            draw = iter(lambda: engine.rng.randrange(0x21, 0x7F), None)
+            forwards = [corrupt(data, mode, draw) for data in forwards]
+            extra = [corrupt(data, mode, draw) for data in extra]
+        destination = direction.destination
+        now = forwards
+        if delay > 0:
+            now = []
+            after = [self._hold(delay, [Send(destination, data) for data in forwards] + after)]
+        for index, copy in enumerate(extra, start=1):
+            when_due = delay + index * gap
+            if when_due > 0:
+                after.append(self._hold(when_due, [Send(destination, copy)]))
+            else:
+                now.append(copy)
+        return now, after
+
+    def _subject(self, direction: Direction, message: Message) -> Subject:
+        """What rules match on; an answer takes its request's method, session and key."""
+        if message.kind in _ANSWERS:
+            assert message.id_token is not None
+            request = self._maps[direction.reverse].get(message.id_token)
+            if request is None:
+                return Subject(direction, message.kind, None, None, keyed=False)
+            return Subject(direction, message.kind, request.method, request.session, request.keyed)
+        params = message.params
+        keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
+        return Subject(direction, message.kind, message.method, message.session, keyed, params)
+
+    def _copies(
+        self, direction: Direction, message: Message, forwards: list[bytes], count: int, at: float
+    ) -> list[bytes]:
+        """``count`` extra copies; a request's copies are new requests of one duplicate group."""
+        if message.kind is not Kind.REQUEST:
+            return [data for data in forwards for _ in range(count)]
+        assert message.id_token is not None
+        assert message.id_key is not None
+        assert message.method is not None
+        requests = self._maps[direction]
+        primary = requests.pending_with(message.id_key)[-1]
+        group = primary.group = DuplicateGroup()
+        copies = []
+        for _ in range(count):
+            copy = requests.add(
+                message.id_token,
+                message.id_key,
+                message.method,
+                primary.session,
+                at,
+                keyed=primary.keyed,
+                group=group,
+            )
+            copies.append(splice(message.raw, [(s, copy.forwarded_id) for s in message.id_spans]))
+        return copies
+
+    def _hold(self, delay: float, commands: list[Command]) -> StartTimer:
+        """Keep ``commands`` until a timer of ``delay`` seconds fires."""
+        token = next(self._tokens)
+        self._timers[token] = commands
+        return StartTimer(delay, token)
+
+    def _release(self, token: int) -> list[Command]:
+        out: list[Command] = []
+        for command in self._timers.pop(token, ()):
+            if isinstance(command, Send) and command.to in self._closing:
+                direction = Direction.TO_AGENT if command.to is Side.AGENT else Direction.TO_CLIENT
+                out.append(Undeliverable(direction, parse(command.data).kind, len(command.data)))
+            else:
+                out.append(command)
         return out
 
     def _translate(
         self, direction: Direction, message: Message, at: float, out: list[Command]
-    ) -> bytes | None:
-        """The bytes to forward for ``message`` (ids rewritten), or ``None`` to drop it."""
+    ) -> list[bytes]:
+        """The bytes to forward for ``message`` (ids rewritten); empty to drop it."""
         if message.kind is Kind.REQUEST:
-            return self._request(direction, message, at, out)
+            return [self._request(direction, message, at, out)]
         if message.kind is Kind.NOTIFICATION:
             return self._notification(direction, message, out)
         return self._response(direction, message, at, out)
@@ -149,8 +370,10 @@ class Relay:
         requests = self._maps[direction]
         if requests.pending_with(message.id_key):
             out.append(IdReused(direction, message.id_token, message.method))
+        params = message.params
+        keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
         pending = requests.add(
-            message.id_token, message.id_key, message.method, message.session, at
+            message.id_token, message.id_key, message.method, message.session, at, keyed=keyed
         )
         edits: list[tuple[Span, bytes]] = [
             (span, pending.forwarded_id) for span in message.id_spans
@@ -178,21 +401,24 @@ class Relay:
 
     def _notification(
         self, direction: Direction, message: Message, out: list[Command]
-    ) -> bytes | None:
-        data = message.raw
+    ) -> list[bytes]:
+        forwards = [message.raw]
         method = message.method
         params = message.params
         inner = params.get("method") if isinstance(params, dict) else None
         if method == CANCEL_METHOD or (method in SUCCESSOR_METHODS and inner == CANCEL_METHOD):
-            translated = self._cancel(direction, message, out)
-            if translated is None:
-                return None
-            data = translated
+            forwards = self._cancel(direction, message, out)
+            if not forwards:
+                return forwards
         out.append(Relayed(direction, Kind.NOTIFICATION, method, message.session, len(message.raw)))
-        return data
+        return forwards
 
-    def _cancel(self, direction: Direction, message: Message, out: list[Command]) -> bytes | None:
-        """Translate a cancel of the sender's own request to the next hop's id, or drop it."""
+    def _cancel(self, direction: Direction, message: Message, out: list[Command]) -> list[bytes]:
+        """Translate a cancel of the sender's own request to the next hop's id, or drop it.
+
+        When the proxy holds several requests under that id (injected copies, or a reused id),
+        each of them is cancelled on the next hop.
+        """
         found = token_at(message.raw, _REQUEST_ID_PATH)
         if found is not None:
             span, token = found
@@ -201,21 +427,35 @@ class Relay:
             if key is not None:
                 pending = self._maps[direction].pending_with(key)
                 if pending:
-                    return splice(message.raw, [(span, pending[-1].forwarded_id)])
+                    return [splice(message.raw, [(span, p.forwarded_id)]) for p in pending]
         out.append(CancelDropped(direction, None if found is None else found[1]))
-        return None
+        return []
 
     def _response(
         self, direction: Direction, message: Message, at: float, out: list[Command]
-    ) -> bytes | None:
+    ) -> list[bytes]:
         assert message.id_token is not None
         if message.kind is Kind.ERROR and message.id_key == ("null", None):
             out.append(Unroutable(direction, len(message.raw)))
-            return message.raw
+            return [message.raw]
         pending = self._maps[direction.reverse].pop(message.id_token)
         if pending is None:
             out.append(Orphaned(direction, message.id_token, message.kind))
-            return None
+            return []
+        if pending.group is not None:
+            if pending.group.answered:
+                out.append(
+                    DuplicateSwallowed(
+                        direction,
+                        pending.method,
+                        pending.session,
+                        pending.original_id,
+                        message.id_token,
+                        message.raw,
+                    )
+                )
+                return []
+            pending.group.answered = True
         out.append(
             Relayed(
                 direction,
@@ -228,7 +468,7 @@ class Relay:
                 at - pending.at,
             )
         )
-        return splice(message.raw, [(span, pending.original_id) for span in message.id_spans])
+        return [splice(message.raw, [(span, pending.original_id) for span in message.id_spans])]
 
     # -- bad input ------------------------------------------------------------------------------
 

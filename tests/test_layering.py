@@ -9,7 +9,18 @@ import pytest
 
 PACKAGE = Path(__file__).parent.parent / "proxy"
 
-CORE = {"commands", "events", "framing", "idmap", "jsonrpc", "relay", "splice"}
+CORE = {
+    "commands",
+    "errors",
+    "events",
+    "faultfile",
+    "faults",
+    "framing",
+    "idmap",
+    "jsonrpc",
+    "relay",
+    "splice",
+}
 """Modules of the sans-I/O core: pure functions and state machines, driven by the shells."""
 
 FORBIDDEN = {

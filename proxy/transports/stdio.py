@@ -37,9 +37,9 @@ def exit_status(returncode: int) -> int:
 class LineStream:
     """A newline-framed message stream over an asyncio reader/writer pair.
 
-    :meth:`close` closes the writing end. With ``read_transport`` it also stops reading (the
-    Client's stdin: once the Agent is gone nothing more is relayed); without, reading goes on
-    until the peer's EOF (an Agent told to stop by EOF on its stdin may still answer).
+    ``half_close``: :meth:`close` only closes the writing end and reading goes on until the
+    peer's EOF (an Agent told to stop by EOF on stdin may still answer). Otherwise closing also
+    stops reading (the Client's stdin: once the Agent is gone nothing more is relayed).
     """
 
     transport = "stdio"
@@ -48,28 +48,33 @@ class LineStream:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        read_transport: asyncio.BaseTransport,
         *,
         limit: int,
-        read_transport: asyncio.ReadTransport | None = None,
+        half_close: bool,
     ) -> None:
         self._reader = reader
-        self._read_transport = read_transport
         self._writer = writer
+        self._read_transport = read_transport
+        self._half_close = half_close
         self._framer = LineFramer(limit)
         self._ready: deque[Received] = deque()
         self._eof = False
         self._closing = False
+        self._severed = False
 
     async def receive(self) -> Received | None:
-        """The next line (or oversize marker), or ``None`` at EOF or once closed."""
+        """The next line (or oversize marker), or ``None`` at EOF or once severed."""
         while not self._ready:
-            if self._eof:
+            if self._eof or self._severed:
                 return None
             try:
                 chunk = await self._reader.read(READ_CHUNK)
             except (ConnectionError, OSError) as exc:
                 log.warning("read failed; treating as end of stream", error=str(exc))
                 chunk = b""
+            if self._severed:
+                return None
             if chunk:
                 self._ready.extend(self._framer.feed(chunk))
             else:
@@ -92,13 +97,24 @@ class LineStream:
             await self._writer.drain()
 
     def close(self) -> None:
-        """Flush what is queued and close the writing end (and the reading end, if owned)."""
+        """Flush what is queued and close the writing end (and reading, unless half-closing)."""
         if self._closing:
             return
         self._closing = True
         self._writer.close()
-        if self._read_transport is not None:
+        if not self._half_close:
             self._read_transport.close()
+
+    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
+        """Cut both pipes now (after writing what is queued, with ``flush``)."""
+        self._severed = True
+        self._closing = True
+        self._ready.clear()
+        if flush:
+            self._writer.close()
+        else:
+            self._writer.transport.abort()
+        self._read_transport.close()
 
     async def wait_closed(self) -> None:
         """Wait for the writing end to be closed."""
@@ -168,16 +184,25 @@ async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> L
         lambda: _WritePipeProtocol(loop), os.fdopen(out_fd, "wb", 0)
     )
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return LineStream(reader, writer, limit=limit, read_transport=read_transport)
+    return LineStream(reader, writer, read_transport, limit=limit, half_close=False)
 
 
 class AgentProcess(LineStream):
     """A spawned Agent: its stdin and stdout are the upstream connection, stderr is ours."""
 
-    def __init__(self, process: asyncio.subprocess.Process, *, limit: int, grace: float) -> None:
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        stdout_transport: asyncio.BaseTransport,
+        *,
+        limit: int,
+        grace: float,
+    ) -> None:
         assert process.stdout is not None
         assert process.stdin is not None
-        super().__init__(process.stdout, process.stdin, limit=limit)
+        super().__init__(
+            process.stdout, process.stdin, stdout_transport, limit=limit, half_close=True
+        )
         self.process = process
         self._grace = grace
         self.stopped_by_proxy = False
@@ -189,7 +214,7 @@ class AgentProcess(LineStream):
         return self.process.pid
 
     def signal(self, signum: int) -> None:
-        """Send ``signum`` to the Agent if it is still running."""
+        """Send ``signum`` to the Agent if it is still running (``kill_agent``, signals)."""
         if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signum)
@@ -227,13 +252,17 @@ async def spawn_agent(
 
     Raises ``FileNotFoundError`` or ``PermissionError`` when the command cannot be run.
     """
-    process = await asyncio.create_subprocess_exec(
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=READ_CHUNK, loop=loop),
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=None,
         env=None if env is None else dict(env),
-        limit=READ_CHUNK,
     )
+    process = asyncio.subprocess.Process(transport, protocol, loop)
+    stdout_transport = transport.get_pipe_transport(1)
+    assert stdout_transport is not None
     log.info("agent started", pid=process.pid, argv=list(argv))
-    return AgentProcess(process, limit=limit, grace=grace)
+    return AgentProcess(process, stdout_transport, limit=limit, grace=grace)

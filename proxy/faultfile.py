@@ -1,0 +1,444 @@
+"""Fault files: the pydantic models of DESIGN 6, loading from YAML or JSON, and located errors.
+
+A fault file is data: ``rules``, each a ``when`` (which messages), a ``schedule`` (which
+occurrences) and a ``do`` (one action of a discriminated union). Every model forbids unknown
+fields, so a typo is an error, never a silently ignored key. :func:`load_fault_files` turns every
+problem into a :class:`FaultFileError` that names the file, the line, the rule and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from proxy.errors import ConfigError
+
+__all__ = [
+    "Action",
+    "CloseStream",
+    "Corrupt",
+    "Delay",
+    "Drop",
+    "Duplicate",
+    "ErrorReply",
+    "FaultFile",
+    "FaultFileError",
+    "HttpStatus",
+    "KillAgent",
+    "Location",
+    "RestartProxy",
+    "Rule",
+    "Schedule",
+    "Sever",
+    "When",
+    "fault_file_schema",
+    "load_fault_files",
+    "parse_fault_file",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+_GLOB_CLASS = re.compile(r"\[!?\]?[^\]]*\]")
+
+
+def check_glob(pattern: str) -> str:
+    """A glob of ``*``, ``?`` and ``[...]``; an unclosed ``[`` or an empty pattern is an error."""
+    if not pattern:
+        raise ValueError("a glob cannot be empty (use '*' to match anything)")
+    stripped = _GLOB_CLASS.sub("", pattern)
+    if "[" in stripped:
+        raise ValueError(f"glob {pattern!r} has a '[' that is never closed")
+    return pattern
+
+
+class When(_Model):
+    """Which messages a rule matches; every field must match (all default to anything)."""
+
+    direction: Literal["to_agent", "to_client", "any"] = "any"
+    kind: Literal["request", "notification", "response", "error", "any"] = "any"
+    method: str = Field("*", description="glob; for a response or error, the method it answers")
+    session: str = Field("*", description="glob on params.sessionId (a response: its request's)")
+    idempotency_key: Literal["present", "absent", "any"] = Field(
+        "any", description="whether params.idempotencyKey is present (and not null)"
+    )
+    params: dict[str, Any] | None = Field(
+        None,
+        description="subset match: every key given must be present with a matching value; "
+        "a list matches when each given element matches some element",
+    )
+
+    _globs = field_validator("method", "session")(check_glob)
+
+
+class Schedule(_Model):
+    """Which of a rule's matches fire (all optional; by default every match fires)."""
+
+    nth: list[PositiveInt] | None = Field(None, description="fire on these matches (1 = first)")
+    after: NonNegativeInt = Field(0, description="skip the first N matches")
+    times: PositiveInt | None = Field(None, description="fire at most N times")
+    every: PositiveInt | None = Field(None, description="fire on every Nth match (after `after`)")
+    probability: float = Field(1.0, ge=0.0, le=1.0, description="chance that a due match fires")
+    start_ms: NonNegativeFloat | None = Field(None, description="active from this time on")
+    stop_ms: NonNegativeFloat | None = Field(None, description="active until this time")
+
+    @field_validator("nth")
+    @classmethod
+    def _nth_not_empty(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and not value:
+            raise ValueError("nth lists at least one match number")
+        return value
+
+    @model_validator(mode="after")
+    def _window(self) -> Schedule:
+        if self.start_ms is not None and self.stop_ms is not None and self.stop_ms <= self.start_ms:
+            raise ValueError("stop_ms must be later than start_ms")
+        return self
+
+
+class Drop(_Model):
+    """Discard the message."""
+
+    action: Literal["drop"]
+
+
+class Delay(_Model):
+    """Hold the message ``ms`` (+ uniform ``jitter_ms``), then forward it; others keep flowing."""
+
+    action: Literal["delay"]
+    ms: NonNegativeFloat
+    jitter_ms: NonNegativeFloat = 0.0
+
+
+class ErrorReply(_Model):
+    """Answer a request at once with a JSON-RPC error under the sender's id; do not forward it."""
+
+    action: Literal["error"]
+    code: int = -32603
+    message: str = "Error injected by acp-fault-proxy"
+    data: Any = None
+
+
+class Duplicate(_Model):
+    """Send the message ``copies`` extra times, ``gap_ms`` apart (a request: a replayed retry)."""
+
+    action: Literal["duplicate"]
+    copies: PositiveInt = 1
+    gap_ms: NonNegativeFloat = 0.0
+
+
+class Sever(_Model):
+    """Cut the connection to ``side`` before or after forwarding the message."""
+
+    action: Literal["sever"]
+    side: Literal["client", "agent", "both"] = "both"
+    when: Literal["before", "after"] = "before"
+    close_code: int = Field(1001, ge=1000, le=4999, description="WebSocket close code")
+
+
+def _signal_number(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("a signal is a name such as KILL or TERM, or a number")
+    if isinstance(value, int):
+        valid = {int(s) for s in signal.Signals}
+        if value not in valid:
+            raise ValueError(f"{value} is not a signal number")
+        return value
+    if isinstance(value, str):
+        name = value.upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        try:
+            return int(signal.Signals[name])
+        except KeyError:
+            raise ValueError(f"{value!r} is not a signal name") from None
+    raise ValueError("a signal is a name such as KILL or TERM, or a number")
+
+
+class KillAgent(_Model):
+    """Send ``signal`` to the spawned Agent after ``after_ms``; ``respawn`` starts a new one."""
+
+    action: Literal["kill_agent"]
+    signal: Annotated[int, Field(description="name (KILL, TERM, ...) or number")] = int(
+        signal.SIGKILL
+    )
+    after_ms: NonNegativeFloat = 0.0
+    respawn: bool = False
+
+    _signal = field_validator("signal", mode="before")(_signal_number)
+
+
+class RestartProxy(_Model):
+    """Restart the data plane: connections closed, id maps forgotten, down ``downtime_ms``."""
+
+    action: Literal["restart_proxy"]
+    downtime_ms: NonNegativeFloat = 0.0
+
+
+class HttpStatus(_Model):
+    """HTTP listener: answer the POST with ``status``; ``forward`` still relays the message."""
+
+    action: Literal["http_status"]
+    status: int = Field(ge=400, le=599)
+    forward: bool = False
+
+
+class CloseStream(_Model):
+    """HTTP listener: close the SSE stream that would carry the message; the message is lost."""
+
+    action: Literal["close_stream"]
+
+
+class Corrupt(_Model):
+    """Send malformed bytes instead of the message."""
+
+    action: Literal["corrupt"]
+    mode: Literal["truncate", "garbage", "invalid_utf8"] = "garbage"
+
+
+Action = Annotated[
+    Drop
+    | Delay
+    | ErrorReply
+    | Duplicate
+    | Sever
+    | KillAgent
+    | RestartProxy
+    | HttpStatus
+    | CloseStream
+    | Corrupt,
+    Field(discriminator="action"),
+]
+
+
+class Rule(_Model):
+    """One fault: which messages, which occurrences, what happens."""
+
+    name: str = Field(min_length=1, max_length=200)
+    when: When = When()
+    schedule: Schedule = Schedule()
+    do: Action
+    continue_: bool = Field(
+        False, alias="continue", description="let later rules act on the same message too"
+    )
+
+
+class FaultFile(_Model):
+    """A whole fault file."""
+
+    version: Literal[1]
+    seed: int | None = Field(None, description="seed of every random draw; same seed, same faults")
+    rules: list[Rule] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> FaultFile:
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.name in seen:
+                raise ValueError(f"rule name {rule.name!r} is used twice")
+            seen.add(rule.name)
+        return self
+
+
+def fault_file_schema() -> dict[str, Any]:
+    """The JSON Schema of a fault file, for editors."""
+    schema = FaultFile.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "acp-fault-proxy fault file"
+    return schema
+
+
+# -- loading with located errors ---------------------------------------------------------------
+
+
+class Location(BaseModel):
+    """Where an error is: file, line (when known), rule and field."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    line: int | None = None
+    rule: str | None = None
+    field: str = ""
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        parts = [where]
+        if self.rule is not None:
+            parts.append(f"rule {self.rule!r}")
+        if self.field:
+            parts.append(self.field)
+        return f"{': '.join(parts)}: {self.message}"
+
+
+class FaultFileError(ConfigError):
+    """One or more fault files are invalid; ``errors`` locates each problem."""
+
+    def __init__(self, errors: Sequence[Location]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(str(error) for error in self.errors))
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def _yaml_lines(text: str) -> yaml.Node | None:
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+
+
+def _line_of(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
+    """The 1-based line of the deepest node along ``loc`` in a composed YAML document."""
+    line = None if node is None else node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            node = node.value[part] if 0 <= part < len(node.value) else None
+        else:
+            node = None
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+    return line
+
+
+def _rule_name(data: Any, loc: Sequence[int | str]) -> tuple[str | None, Sequence[int | str]]:
+    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+        rules = data.get("rules") if isinstance(data, dict) else None
+        name = None
+        if isinstance(rules, list) and loc[1] < len(rules) and isinstance(rules[loc[1]], dict):
+            name = rules[loc[1]].get("name")
+        label = str(name) if isinstance(name, str) else f"#{loc[1] + 1}"
+        return label, loc[2:]
+    return None, loc
+
+
+def _clean_loc(loc: Sequence[int | str], data: Any) -> list[int | str]:
+    """Drop pydantic's union tags from a location (``do.delay.ms`` -> ``do.ms``)."""
+    cleaned: list[int | str] = []
+    for index, part in enumerate(loc):
+        if index > 0 and loc[index - 1] == "do" and isinstance(part, str) and part != "action":
+            action_names = {
+                "drop", "delay", "error", "duplicate", "sever", "kill_agent",
+                "restart_proxy", "http_status", "close_stream", "corrupt",
+            }  # fmt: skip
+            if part in action_names:
+                continue
+        cleaned.append(part)
+    return cleaned
+
+
+def parse_fault_file(text: str, name: str) -> FaultFile:
+    """Parse and validate one fault file's text (YAML, of which JSON is a subset)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        located = Location(file=name, line=line, message=f"not YAML: {problem}")
+        raise FaultFileError([located]) from None
+    if not isinstance(data, dict):
+        message = "a fault file is a mapping with version and rules"
+        raise FaultFileError([Location(file=name, line=1, message=message)])
+    try:
+        return FaultFile.model_validate(data)
+    except ValidationError as exc:
+        tree = _yaml_lines(text)
+        errors = []
+        for error in exc.errors():
+            loc = _clean_loc(error["loc"], data)
+            rule, field_loc = _rule_name(data, loc)
+            message = error["msg"].removeprefix("Value error, ")
+            if error["type"] == "union_tag_invalid":
+                message = (
+                    f"unknown action {error['input'].get('action')!r}; expected one of "
+                    + (error["ctx"]["expected_tags"])
+                )
+            errors.append(
+                Location(
+                    file=name,
+                    line=_line_of(tree, loc),
+                    rule=rule,
+                    field=_field_path(field_loc),
+                    message=message,
+                )
+            )
+        raise FaultFileError(errors) from None
+
+
+def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | None]:
+    """Load and validate every file; return all rules in order and the seed.
+
+    Every error of every file is collected before raising one :class:`FaultFileError`.
+    Rule names must be unique across files; the first file that sets a seed gives it.
+    """
+    rules: list[Rule] = []
+    seed: int | None = None
+    errors: list[Location] = []
+    origin: dict[str, str] = {}
+    for path in paths:
+        name = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(Location(file=name, message=f"cannot read: {exc}"))
+            continue
+        try:
+            parsed = parse_fault_file(text, name)
+        except FaultFileError as exc:
+            errors.extend(exc.errors)
+            continue
+        for rule in parsed.rules:
+            if rule.name in origin:
+                errors.append(
+                    Location(
+                        file=name,
+                        rule=rule.name,
+                        field="name",
+                        message=f"rule name already used in {origin[rule.name]}",
+                    )
+                )
+            origin[rule.name] = name
+        rules.extend(parsed.rules)
+        if seed is None:
+            seed = parsed.seed
+    if errors:
+        raise FaultFileError(errors)
+    return rules, seed
+
+
+def dump_rules(rules: Sequence[Rule]) -> list[dict[str, Any]]:
+    """Rules as plain data (aliases used), as a fault file or the control API writes them."""
+    return [
+        json.loads(rule.model_dump_json(by_alias=True, exclude_defaults=True)) for rule in rules
+    ]

@@ -1,0 +1,205 @@
+"""The fault engine: which rules fire for a message. Pure: randomness and time are passed in.
+
+:meth:`FaultEngine.decide` gets a :class:`Subject` (what the relay knows about one message) and
+the time since the proxy started, and returns the rules that fire, in file order: the first rule
+whose ``when`` and ``schedule`` both pass acts, and evaluation goes on past it only when it says
+``continue: true``. Counters (for ``nth``, ``after``, ``every``, ``times``) count the matches of
+each rule's ``when``, per rule, across links and restarts; the random stream is one
+``random.Random`` seeded from the fault file or ``--seed``, so the same seed and the same traffic
+give the same faults. Carrying the actions out is the relay's job (:mod:`proxy.relay`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.events import Direction
+from proxy.faultfile import CloseStream, ErrorReply, HttpStatus, Rule, Schedule, When
+from proxy.jsonrpc import Kind
+
+__all__ = ["Decision", "FaultEngine", "RuleState", "Subject", "matches_params"]
+
+HTTP_ONLY = (HttpStatus, CloseStream)
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What a rule can match on, for one message."""
+
+    direction: Direction
+    kind: Kind
+    method: str | None
+    session: str | None
+    keyed: bool
+    params: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of matching one message: the rules that fire, and whether any counter moved."""
+
+    fired: tuple[Rule, ...]
+    counted: bool
+
+
+NOTHING = Decision((), counted=False)
+
+
+@dataclass(slots=True)
+class RuleState:
+    """A rule's counters: matches of its ``when`` and times it fired."""
+
+    matched: int = 0
+    fired: int = 0
+
+
+def matches_params(pattern: Any, value: Any) -> bool:
+    """Subset match: dict keys must exist and match; each pattern list item must match an item."""
+    if isinstance(pattern, dict):
+        return isinstance(value, dict) and all(
+            key in value and matches_params(sub, value[key]) for key, sub in pattern.items()
+        )
+    if isinstance(pattern, list):
+        return isinstance(value, list) and all(
+            any(matches_params(sub, item) for item in value) for sub in pattern
+        )
+    if isinstance(pattern, bool) or isinstance(value, bool):
+        return pattern is value
+    return bool(pattern == value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    rule: Rule
+    method: re.Pattern[str] | None
+    session: re.Pattern[str] | None
+    nth: frozenset[int] = field(default_factory=frozenset)
+
+
+def _glob(pattern: str) -> re.Pattern[str] | None:
+    return None if pattern == "*" else re.compile(fnmatch.translate(pattern))
+
+
+class FaultEngine:
+    """Rules, their counters and the random stream of one experiment."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule] = (),
+        rng: random.Random | None = None,
+        *,
+        http: bool = False,
+    ) -> None:
+        self.rng = rng or random.Random(0)
+        self.http = http
+        """Whether the Client side is an HTTP listener (HTTP-only actions can fire)."""
+        self.states: dict[str, RuleState] = {}
+        self._rules: tuple[_Compiled, ...] = ()
+        self.replace(rules)
+
+    @property
+    def rules(self) -> list[Rule]:
+        """The rules in evaluation order."""
+        return [compiled.rule for compiled in self._rules]
+
+    def replace(self, rules: Iterable[Rule]) -> None:
+        """Swap the rule set at once; counters of rules kept by name survive."""
+        compiled = tuple(
+            _Compiled(
+                rule,
+                _glob(rule.when.method),
+                _glob(rule.when.session),
+                frozenset(rule.schedule.nth or ()),
+            )
+            for rule in rules
+        )
+        self.states = {c.rule.name: self.states.get(c.rule.name, RuleState()) for c in compiled}
+        self._rules = compiled
+
+    def reset(self) -> None:
+        """Forget every counter (the rules stay)."""
+        self.states = {c.rule.name: RuleState() for c in self._rules}
+
+    def decide(self, subject: Subject, elapsed_ms: float) -> Decision:
+        """The rules that fire for ``subject``, in order; counts every rule that matched."""
+        fired: list[Rule] = []
+        counted = False
+        for compiled in self._rules:
+            rule = compiled.rule
+            if not self._when(compiled, subject):
+                continue
+            counted = True
+            state = self.states[rule.name]
+            state.matched += 1
+            if not self._due(compiled, rule.schedule, state.matched, state.fired, elapsed_ms):
+                continue
+            state.fired += 1
+            fired.append(rule)
+            if not rule.continue_:
+                break
+        return Decision(tuple(fired), counted) if counted else NOTHING
+
+    def _when(self, compiled: _Compiled, subject: Subject) -> bool:
+        rule = compiled.rule
+        when: When = rule.when
+        if when.direction not in ("any", subject.direction):
+            return False
+        if when.kind not in ("any", subject.kind):
+            return False
+        if isinstance(rule.do, ErrorReply) and subject.kind is not Kind.REQUEST:
+            return False  # only a request can be answered with an error
+        if isinstance(rule.do, HTTP_ONLY) and not self.http:
+            return False
+        if compiled.method is not None and (
+            subject.method is None or not compiled.method.match(subject.method)
+        ):
+            return False
+        if compiled.session is not None and (
+            subject.session is None or not compiled.session.match(subject.session)
+        ):
+            return False
+        if when.idempotency_key != "any" and (when.idempotency_key == "present") != subject.keyed:
+            return False
+        return when.params is None or matches_params(when.params, subject.params)
+
+    def _due(
+        self, compiled: _Compiled, schedule: Schedule, n: int, fired: int, elapsed_ms: float
+    ) -> bool:
+        if schedule.start_ms is not None and elapsed_ms < schedule.start_ms:
+            return False
+        if schedule.stop_ms is not None and elapsed_ms >= schedule.stop_ms:
+            return False
+        if compiled.nth and n not in compiled.nth:
+            return False
+        if n <= schedule.after:
+            return False
+        if schedule.every is not None and (n - schedule.after) % schedule.every:
+            return False
+        if schedule.times is not None and fired >= schedule.times:
+            return False
+        return schedule.probability >= 1.0 or self.rng.random() < schedule.probability
+
+    # -- persistence (--state) -----------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and the random stream's state, as JSON-ready data."""
+        version, internal, gauss = self.rng.getstate()
+        return {
+            "rules": {name: [s.matched, s.fired] for name, s in self.states.items()},
+            "rng": [version, list(internal), gauss],
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Take counters (of rules that still exist) and the random stream from a snapshot."""
+        for name, (matched, fired) in snapshot.get("rules", {}).items():
+            if name in self.states:
+                self.states[name] = RuleState(int(matched), int(fired))
+        rng = snapshot.get("rng")
+        if rng is not None:
+            version, internal, gauss = rng
+            self.rng.setstate((version, tuple(internal), gauss))
