@@ -13,12 +13,17 @@ from typing import Any, Protocol
 
 from proxy.commands import (
     CancelDropped,
+    DuplicateSwallowed,
+    FaultInjected,
     IdReused,
     InvalidSeen,
     Observation,
     Orphaned,
     PeerGone,
     Relayed,
+    Restarted,
+    RulesCounted,
+    RulesReloaded,
     Undeliverable,
     Unroutable,
 )
@@ -73,6 +78,17 @@ class Tally:
             case PeerGone(side=side, abandoned=abandoned):
                 self.counts["peers_gone", side] += 1
                 self.counts["abandoned_requests", side] += abandoned
+            case FaultInjected(rule=rule, action=action):
+                self.counts["faults", rule, action] += 1
+            case DuplicateSwallowed(direction=direction):
+                self.counts["duplicate_answers_swallowed", direction] += 1
+            case Restarted(what=what, abandoned=abandoned):
+                self.counts["restarts", what] += 1
+                self.counts["abandoned_requests", "restart"] += abandoned
+            case RulesReloaded(result=result):
+                self.counts["reloads", result] += 1
+            case RulesCounted():
+                pass
             case _:
                 self.counts["other", type(observation).__name__] += 1
 
@@ -152,6 +168,28 @@ class LogObserver:
                     side=observation.side,
                     abandoned_requests=observation.abandoned,
                 )
+            case FaultInjected():
+                log.info(
+                    "fault injected",
+                    rule=observation.rule,
+                    action=observation.action,
+                    direction=observation.direction,
+                    kind=observation.kind,
+                    method=observation.method,
+                    session=observation.session,
+                    id=_text(observation.id),
+                )
+            case DuplicateSwallowed():
+                log.info(
+                    "answer to an injected copy swallowed",
+                    direction=observation.direction,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                    copy_id=_text(observation.forwarded_id),
+                    answer=shorten(observation.data),
+                )
+            case Restarted() | RulesReloaded() | RulesCounted():
+                pass  # logged where they happen, with their context
             case _:
                 log.debug("observation", observation=repr(observation))
 

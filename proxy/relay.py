@@ -259,8 +259,8 @@ class Relay:
                     gap = gap_ms / 1000
                 case SeverAction(side=side, when=when, close_code=close_code):
                     severs = [Sever(s, when == "after", close_code) for s in _SIDES[side]]
-                    self._closing.update(_SIDES[side])
                     if when == "before":
+                        self._closing.update(_SIDES[side])
                         out.extend(severs)
                         stop = True
                     else:
@@ -277,6 +277,7 @@ class Relay:
         if stop:
             if message.kind in _ANSWERS and message.id_token is not None:
                 self._maps[direction.reverse].pop(message.id_token)  # the answer is lost
+            self._closing.update(c.side for c in after if isinstance(c, Sever))
             return [], after
         forwards = self._translate(direction, message, at, out)
         extra = self._copies(direction, message, forwards, copies, at) if copies else []
@@ -289,6 +290,8 @@ class Relay:
         if delay > 0:
             now = []
             after = [self._hold(delay, [Send(destination, data) for data in forwards] + after)]
+        else:
+            self._closing.update(c.side for c in after if isinstance(c, Sever))
         for index, copy in enumerate(extra, start=1):
             when_due = delay + index * gap
             if when_due > 0:
@@ -344,6 +347,8 @@ class Relay:
     def _release(self, token: int) -> list[Command]:
         out: list[Command] = []
         for command in self._timers.pop(token, ()):
+            if isinstance(command, Sever):
+                self._closing.add(command.side)
             if isinstance(command, Send) and command.to in self._closing:
                 direction = Direction.TO_AGENT if command.to is Side.AGENT else Direction.TO_CLIENT
                 out.append(Undeliverable(direction, parse(command.data).kind, len(command.data)))

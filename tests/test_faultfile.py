@@ -1,0 +1,241 @@
+"""Fault files: what loads, and broken files refused with every error located (exit status 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from harness import TIMEOUT
+
+from proxy.faultfile import (
+    Delay,
+    FaultFileError,
+    KillAgent,
+    Rule,
+    dump_rules,
+    fault_file_schema,
+    load_fault_files,
+    parse_fault_file,
+)
+
+GOOD = """\
+version: 1
+seed: 7
+rules:
+  - name: lose-first-keyed-prompt-response
+    when:
+      direction: to_client
+      kind: response
+      method: session/prompt
+      session: "*"
+      idempotency_key: present
+      params: {}
+    schedule:
+      nth: [1]
+    do:
+      action: drop
+  - name: slow
+    do: {action: delay, ms: 5, jitter_ms: 2}
+    continue: true
+"""
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(FaultFileError) as caught:
+        parse_fault_file(text, "f.yaml")
+    return [str(error) for error in caught.value.errors]
+
+
+def test_a_complete_file_loads() -> None:
+    """Every documented field is accepted and defaults fill the rest."""
+    parsed = parse_fault_file(GOOD, "f.yaml")
+    assert parsed.seed == 7
+    first, second = parsed.rules
+    assert first.when.direction == "to_client"
+    assert first.schedule.nth == [1]
+    assert first.continue_ is False
+    assert isinstance(second.do, Delay)
+    assert (second.do.ms, second.do.jitter_ms, second.continue_) == (5, 2, True)
+    assert second.when.method == "*"
+
+
+def test_json_files_load_too() -> None:
+    """JSON is accepted as well as YAML."""
+    text = json.dumps({"version": 1, "rules": [{"name": "d", "do": {"action": "drop"}}]})
+    assert parse_fault_file(text, "f.json").rules[0].name == "d"
+
+
+def test_signals_by_name_or_number() -> None:
+    """kill_agent takes KILL, SIGTERM or a number."""
+    for value, number in (("KILL", 9), ("SIGTERM", 15), (2, 2), ("term", 15)):
+        rule = Rule.model_validate({"name": "k", "do": {"action": "kill_agent", "signal": value}})
+        assert isinstance(rule.do, KillAgent)
+        assert rule.do.signal == number
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "version: 1\nrules:\n  - name: a\n    do: {action: explode}\n",
+            "f.yaml:4: rule 'a': do: unknown action 'explode'; expected one of 'drop'",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    do:\n      action: delay\n      ms: -5\n",
+            "f.yaml:6: rule 'a': do.ms: Input should be greater than or equal to 0",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    do:\n      action: delay\n      ms: soon\n",
+            "f.yaml:6: rule 'a': do.ms: Input should be a valid number",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    when:\n      methd: x\n    do: {action: drop}\n",
+            "f.yaml:5: rule 'a': when.methd: Extra inputs are not permitted",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    when: {method: 'session/[prompt'}\n    do: {action: drop}\n",
+            "rule 'a': when.method: glob 'session/[prompt' has a '[' that is never closed",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    when: {session: ''}\n    do: {action: drop}\n",
+            "rule 'a': when.session: a glob cannot be empty",
+        ),
+        ("version: 1\nrules: []\n", "f.yaml:2: rules: List should have at least 1 item"),
+        ("version: 2\nrules: []\n", "f.yaml:1: version: Input should be 1"),
+        ("rules: []\n", "version: Field required"),
+        (
+            "version: 1\nrules:\n  - do: {action: drop}\n",
+            "f.yaml:3: rule '#1': name: Field required",
+        ),
+        (
+            "version: 1\nrules:\n  - {name: a, do: {action: drop}}\n  - {name: a, do: {action: drop}}\n",
+            "rule name 'a' is used twice",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    schedule: {probability: 1.5, nth: []}\n    do: {action: drop}\n",
+            "rule 'a': schedule.probability: Input should be less than or equal to 1",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    schedule: {start_ms: 10, stop_ms: 5}\n    do: {action: drop}\n",
+            "rule 'a': schedule: stop_ms must be later than start_ms",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    do: {action: kill_agent, signal: NOPE}\n",
+            "rule 'a': do.signal: 'NOPE' is not a signal name",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    do: {action: http_status, status: 200}\n",
+            "rule 'a': do.status: Input should be greater than or equal to 400",
+        ),
+        ("version: 1\nrules:\n  - name: [unclosed\n", "f.yaml:4: not YAML"),
+        ("- just\n- a list\n", "f.yaml:1: a fault file is a mapping with version and rules"),
+    ],
+)
+def test_broken_files_are_located(text: str, expected: str) -> None:
+    """Each error names the file, the line, the rule and the field."""
+    assert any(expected in error for error in errors_of(text)), errors_of(text)
+
+
+def test_every_error_is_reported_at_once() -> None:
+    """Several broken rules give several errors, not just the first."""
+    text = "version: 1\nrules:\n  - name: a\n    do: {action: nope}\n  - name: b\n    do: {action: delay}\n"
+    errors = errors_of(text)
+    assert len(errors) == 2
+    assert "rule 'a'" in errors[0]
+    assert "rule 'b': do.ms: Field required" in errors[1]
+
+
+def test_several_files_concatenate_and_names_stay_unique(tmp_path: Path) -> None:
+    """Rules of several files apply in order; the first seed wins; a repeated name is an error."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.json"
+    first.write_text("version: 1\nrules:\n  - {name: one, do: {action: drop}}\n")
+    second.write_text(
+        '{"version": 1, "seed": 4, "rules": [{"name": "two", "do": {"action": "drop"}}]}'
+    )
+    rules, seed = load_fault_files([first, second])
+    assert [rule.name for rule in rules] == ["one", "two"]
+    assert seed == 4
+    second.write_text('{"version": 1, "rules": [{"name": "one", "do": {"action": "drop"}}]}')
+    with pytest.raises(FaultFileError, match="already used in"):
+        load_fault_files([first, second])
+
+
+def test_missing_file_is_an_error(tmp_path: Path) -> None:
+    """An unreadable file is named in the error."""
+    with pytest.raises(FaultFileError, match="cannot read"):
+        load_fault_files([tmp_path / "nope.yaml"])
+
+
+def test_rules_round_trip_through_plain_data() -> None:
+    """Dumped rules (aliases, no defaults) load back to the same rules."""
+    parsed = parse_fault_file(GOOD, "f.yaml")
+    dumped = dump_rules(parsed.rules)
+    assert dumped[1]["continue"] is True
+    assert [Rule.model_validate(item) for item in dumped] == parsed.rules
+
+
+def test_schema_describes_every_action() -> None:
+    """The JSON Schema names each action and forbids extra fields."""
+    text = json.dumps(fault_file_schema())
+    for action in (
+        "drop",
+        "delay",
+        "error",
+        "duplicate",
+        "sever",
+        "kill_agent",
+        "restart_proxy",
+        "http_status",
+        "close_stream",
+        "corrupt",
+    ):
+        assert f'"const": "{action}"' in text
+    assert '"additionalProperties": false' in text
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def test_validate_command(tmp_path: Path) -> None:
+    """validate: 0 for good files; 2 with every located error for bad ones."""
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(GOOD)
+    bad.write_text("version: 1\nrules:\n  - name: x\n    do: {action: delay, ms: -1}\n")
+    done = cli("validate", str(good))
+    assert done.returncode == 0, done.stderr
+    assert "ok: 2 rules" in done.stderr
+    done = cli("validate", str(good), str(bad))
+    assert done.returncode == 2
+    assert f"{bad}:4: rule 'x': do.ms: Input should be greater than or equal to 0" in done.stderr
+    assert done.stdout == ""
+
+
+def test_run_refuses_a_bad_file_before_starting(tmp_path: Path) -> None:
+    """run exits 2 with the located error and never starts the Agent."""
+    bad, marker = tmp_path / "bad.yaml", tmp_path / "agent-ran"
+    bad.write_text("version: 1\nrules:\n  - name: x\n    do: {action: sever, side: nowhere}\n")
+    done = cli(
+        "run", "--faults", str(bad), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"
+    )
+    assert done.returncode == 2
+    assert "rule 'x': do.side: Input should be 'client', 'agent' or 'both'" in done.stderr
+    assert not marker.exists()
+
+
+def test_schema_command_prints_json() -> None:
+    """schema prints a JSON Schema document on stdout."""
+    done = cli("schema")
+    assert done.returncode == 0
+    schema = json.loads(done.stdout)
+    assert schema["title"] == "acp-fault-proxy fault file"
+    assert "rules" in schema["properties"]
