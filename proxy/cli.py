@@ -12,9 +12,12 @@ from typing import Annotated
 import typer
 
 from proxy import __version__
-from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions, build_engine, run_stdio
+from proxy import app as application
+from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
+from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
 from proxy.log import configure_logging
+from proxy.server import parse_address
 
 __all__ = ["app", "main"]
 
@@ -70,6 +73,20 @@ def run(
             metavar="[-- AGENT_CMD ...]", help="The Agent to spawn, with its arguments."
         ),
     ] = None,
+    listen: Annotated[
+        str,
+        typer.Option(
+            help="Where Clients connect: stdio, http://HOST:PORT/PATH (also accepts the "
+            "WebSocket upgrade) or ws://HOST:PORT/PATH. Port 0 picks a free port (logged).",
+        ),
+    ] = "stdio",
+    upstream: Annotated[
+        str,
+        typer.Option(
+            help="Where the Agent is: stdio (spawn AGENT_CMD for each Client connection), "
+            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH.",
+        ),
+    ] = "stdio",
     faults: Annotated[
         list[Path] | None,
         typer.Option(
@@ -113,16 +130,27 @@ def run(
         LogLevelChoice.info
     ),
 ) -> None:
-    """Relay a Client on stdin/stdout to an Agent spawned from AGENT_CMD.
+    """Relay Clients to an Agent, injecting the faults of the fault files.
 
-    The Client launches the proxy as if it were the Agent:
+    The usual stdio use: the Client launches the proxy as if it were the Agent,
     acp-proxy run -- node my-agent.js
     """
     configure_logging(log_format.value, log_level.value)
-    if not agent_cmd:
+    try:
+        listen_at = parse_address(listen, option="--listen")
+        upstream_at = parse_address(upstream, option="--upstream")
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if upstream_at.scheme == "stdio" and not agent_cmd:
         raise typer.BadParameter("give the Agent command after --", param_hint="AGENT_CMD")
+    if upstream_at.scheme != "stdio" and agent_cmd:
+        raise typer.BadParameter(
+            "an Agent command makes sense only with --upstream stdio", param_hint="AGENT_CMD"
+        )
     options = RunOptions(
-        agent_argv=tuple(agent_cmd),
+        listen=listen_at,
+        upstream=upstream_at,
+        agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,
         strict=strict,
         agent_grace=agent_grace,
@@ -132,11 +160,11 @@ def run(
         state=state,
     )
     try:
-        build_engine(options)  # refuse a bad fault file before anything starts
+        load_fault_files(options.faults)  # refuse a bad fault file before anything starts
     except FaultFileError as exc:
         _print_errors(exc)
         raise typer.Exit(2) from None
-    raise typer.Exit(asyncio.run(run_stdio(options)))
+    raise typer.Exit(asyncio.run(application.run(options)))
 
 
 def _print_errors(exc: FaultFileError) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -94,10 +95,20 @@ class TestWhen:
         assert fires(engine, PROMPT) == ["e"]
 
     def test_http_only_actions_fire_only_on_an_http_listener(self) -> None:
-        """http_status and close_stream never fire on stdio."""
-        rules = [Rule.model_validate({"name": "h", "do": {"action": "http_status", "status": 502}})]
-        assert fires(FaultEngine(rules), PROMPT) == []
-        assert fires(FaultEngine(rules, http=True), PROMPT) == ["h"]
+        """http_status fires on a POST from an HTTP client; close_stream on a message to one."""
+        status = FaultEngine(
+            [Rule.model_validate({"name": "h", "do": {"action": "http_status", "status": 502}})]
+        )
+        stream = FaultEngine([Rule.model_validate({"name": "c", "do": {"action": "close_stream"}})])
+        http_prompt = dataclasses.replace(PROMPT, downstream="http")
+        http_update = dataclasses.replace(UPDATE, downstream="http")
+        assert fires(status, PROMPT) == []
+        assert fires(status, dataclasses.replace(PROMPT, downstream="ws")) == []
+        assert fires(status, http_prompt) == ["h"]
+        assert fires(status, http_update) == []  # nothing was POSTed
+        assert fires(stream, UPDATE) == []
+        assert fires(stream, http_update) == ["c"]
+        assert fires(stream, http_prompt) == []  # a POST does not travel on a stream
 
 
 def test_params_subset_matching() -> None:

@@ -15,10 +15,13 @@ Prompt text (the first text block):
 - anything else: a chunk ``len=N sha256=HEX`` for the received text (large prompts are checked
   without echoing them).
 
-The extension request ``_sdk_agent/state`` returns this process's pid and the ids of the
-responses it has received. With ``--preamble`` the Agent first writes one raw request with the
-string id ``"agent-preamble"`` (method ``_sdk_agent/hello``) to stdout, so that the ids the SDK
-allocates afterwards differ from the ones the proxy mints toward the Client. ``--exit-status``
+The extension request ``_sdk_agent/state`` returns the Agent's own record of what reached it:
+this process's ``pid``, the ids of the responses it has received (``response_ids``), every
+request received as ``[id, method]`` (``requests``, in arrival order, this one included) and every
+``session/prompt`` as ``{"id", "text", "idempotencyKey"}`` (``prompts``, text of the first text
+block). With ``--preamble`` the Agent first writes one raw request with the string id
+``"agent-preamble"`` (method ``_sdk_agent/hello``) to stdout, so that the ids the SDK allocates
+afterwards differ from the ones the proxy mints toward the Client. ``--exit-status``
 sets the exit status once the Client has gone (stdin closed). Logs go to stderr only.
 """
 
@@ -76,6 +79,8 @@ class ScriptedAgent:
         """The JSON-RPC id of the latest ``session/prompt`` received, per session."""
         self._cancel_request_ids: list[Any] = []
         self._response_ids: list[Any] = []
+        self._requests: list[list[Any]] = []
+        self._prompts: list[dict[str, Any]] = []
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
@@ -87,8 +92,17 @@ class ScriptedAgent:
         message = event.message
         method = message.get("method")
         params = message.get("params")
+        if method is not None and "id" in message:
+            self._requests.append([message["id"], method])
         if method == "session/prompt" and isinstance(params, dict):
             self._prompt_ids[str(params.get("sessionId"))] = message.get("id")
+            self._prompts.append(
+                {
+                    "id": message.get("id"),
+                    "text": _first_text(params.get("prompt")),
+                    "idempotencyKey": params.get("idempotencyKey"),
+                }
+            )
         elif method == "$/cancel_request" and isinstance(params, dict):
             self._cancel_request_ids.append(params.get("requestId"))
         elif method is None and "id" in message:
@@ -126,7 +140,12 @@ class ScriptedAgent:
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "sdk_agent/state":
-            return {"pid": os.getpid(), "response_ids": list(self._response_ids)}
+            return {
+                "pid": os.getpid(),
+                "response_ids": list(self._response_ids),
+                "requests": [list(request) for request in self._requests],
+                "prompts": [dict(prompt) for prompt in self._prompts],
+            }
         return {"method": method, "params": params}
 
     async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
@@ -162,6 +181,15 @@ class ScriptedAgent:
             logging.info("prompt cancelled: %s", report)
             await self._say(session_id, "cancelled " + json.dumps(report))
             raise
+
+
+def _first_text(blocks: Any) -> str | None:
+    """The text of the first text block of a raw ``prompt`` list, if any."""
+    if isinstance(blocks, list):
+        for block in blocks:
+            if isinstance(block, dict) and block.get("type") == "text":
+                return str(block.get("text"))
+    return None
 
 
 def write_preamble() -> None:
