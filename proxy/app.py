@@ -8,11 +8,11 @@ import itertools
 import random
 import secrets
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.endpoint import Endpoint
+from proxy.endpoint import Signalable
 from proxy.events import Direction, Side
 from proxy.faultfile import load_fault_files
 from proxy.faults import FaultEngine
@@ -20,11 +20,19 @@ from proxy.link import Link
 from proxy.log import get_logger
 from proxy.observers import Fanout, LogObserver, Observer, Tally
 from proxy.relay import Relay
+from proxy.server import Address, NetworkProxy, UpstreamFactory, upstream_factory
 from proxy.state import StateFile, StateSaver
-from proxy.transports.stdio import AgentProcess, open_client_stdio, spawn_agent
+from proxy.transports.stdio import AgentProcess, open_client_stdio
 from proxy.watch import watch_fault_files
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "RunOptions", "build_engine", "run_stdio"]
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "RunOptions",
+    "build_engine",
+    "run",
+    "run_network",
+    "run_stdio",
+]
 
 log = get_logger("proxy.app")
 
@@ -33,6 +41,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
+EXIT_UNREACHABLE = 1
+STDIO = Address("stdio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +59,8 @@ class RunOptions:
     """Overrides the fault files' seed."""
     watch: bool = False
     state: Path | None = None
+    listen: Address = STDIO
+    upstream: Address = STDIO
 
 
 def build_engine(options: RunOptions) -> FaultEngine:
@@ -62,14 +74,17 @@ def build_engine(options: RunOptions) -> FaultEngine:
     return FaultEngine(rules, random.Random(seed))
 
 
-async def run_stdio(options: RunOptions, observer: Observer | None = None) -> int:
-    """Relay stdin/stdout to a spawned Agent until one side ends; return the exit status.
+@dataclass(slots=True)
+class _Experiment:
+    """What every run shares: the engine, the observers, the tally, the watcher."""
 
-    The status is the Agent's, as a shell would report it; 0 when the Client closed stdin and the
-    Agent had to be stopped; 127 or 126 when the Agent command cannot be run. Fault files must
-    have been validated by the caller (:func:`build_engine` raises on a bad one).
-    """
-    loop = asyncio.get_running_loop()
+    engine: FaultEngine
+    observer: Fanout
+    tally: Tally
+    connect_upstream: UpstreamFactory
+
+
+def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     engine = build_engine(options)
     tally = Tally()
     observers: list[Observer] = [tally, LogObserver()]
@@ -79,56 +94,120 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
         observers.append(saver)
     if observer is not None:
         observers.append(observer)
-    fanout = Fanout(observers)
+    connect = upstream_factory(
+        options.upstream,
+        options.agent_argv,
+        limit=options.max_message_bytes,
+        grace=options.agent_grace,
+    )
+    return _Experiment(engine, Fanout(observers), tally, connect)
 
-    async def connect_agent() -> Endpoint:
-        return await spawn_agent(
-            options.agent_argv, limit=options.max_message_bytes, grace=options.agent_grace
+
+@contextlib.asynccontextmanager
+async def _watching(options: RunOptions, experiment: _Experiment) -> AsyncIterator[None]:
+    watcher = None
+    if options.watch and options.faults:
+        watcher = asyncio.get_running_loop().create_task(
+            watch_fault_files(options.faults, experiment.engine, experiment.observer)
         )
-
     try:
-        agent = await connect_agent()
+        yield
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+
+async def run(options: RunOptions, observer: Observer | None = None) -> int:
+    """Run the proxy as ``options`` say; return the exit status."""
+    if options.listen.scheme == "stdio":
+        return await run_stdio(options, observer)
+    return await run_network(options, observer)
+
+
+async def run_network(options: RunOptions, observer: Observer | None = None) -> int:
+    """Serve Clients on a listener until SIGINT or SIGTERM; every connection gets a link."""
+    loop = asyncio.get_running_loop()
+    experiment = _experiment(options, observer)
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        log.info("signal received; shutting down", signal=signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    proxy = NetworkProxy(
+        options.listen,
+        experiment.connect_upstream,
+        experiment.engine,
+        experiment.observer,
+        strict=options.strict,
+        limit=options.max_message_bytes,
+        origin=loop.time(),
+    )
+    try:
+        async with _watching(options, experiment):
+            await proxy.serve(stop)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    log.info("proxy finished", **experiment.tally.summary())
+    return 0
+
+
+async def run_stdio(options: RunOptions, observer: Observer | None = None) -> int:
+    """Relay stdin/stdout to the upstream until one side ends; return the exit status.
+
+    With a spawned Agent the status is the Agent's, as a shell would report it; 0 when the Client
+    closed stdin and the Agent had to be stopped; 127 or 126 when the Agent command cannot be
+    run. With a network upstream: 0 when the Client ended, 1 when the connection was lost.
+    """
+    loop = asyncio.get_running_loop()
+    experiment = _experiment(options, observer)
+    try:
+        agent = await experiment.connect_upstream()
     except FileNotFoundError:
         log.error("agent command not found", command=options.agent_argv[0])
         return EXIT_NOT_FOUND
     except PermissionError:
         log.error("agent command is not executable", command=options.agent_argv[0])
         return EXIT_NOT_EXECUTABLE
+    except Exception as exc:
+        log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
+        return EXIT_UNREACHABLE
     client = await open_client_stdio(limit=options.max_message_bytes)
     origin = loop.time()
     ids: dict[Direction, Iterator[int]] = {direction: itertools.count() for direction in Direction}
     link = Link(
-        lambda: Relay(strict=options.strict, engine=engine, origin=origin, ids=ids),
+        lambda: Relay(strict=options.strict, engine=experiment.engine, origin=origin, ids=ids),
         {Side.CLIENT: client, Side.AGENT: agent},
-        fanout,
-        connect_agent=connect_agent,
+        experiment.observer,
+        connect_agent=experiment.connect_upstream,
     )
 
     def on_signal(signum: int) -> None:
         log.info("signal received; passing it to the agent", signal=signal.Signals(signum).name)
         current = link.endpoints[Side.AGENT]
-        if isinstance(current, AgentProcess):
+        if isinstance(current, Signalable):
             current.signal(signum)
         link.close(Side.AGENT)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
-    watcher = None
-    if options.watch and options.faults:
-        watcher = loop.create_task(watch_fault_files(options.faults, engine, fanout))
     try:
-        await link.run()
+        async with _watching(options, experiment):
+            await link.run()
         final = link.endpoints[Side.AGENT]
-        assert isinstance(final, AgentProcess)
-        status = await final.wait()
+        if isinstance(final, AgentProcess):
+            status = await final.wait()
+            if final.stopped_by_proxy and link.closed_first is Side.CLIENT:
+                status = 0
+        else:
+            status = 0 if link.closed_first is Side.CLIENT else EXIT_UNREACHABLE
     finally:
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-    if final.stopped_by_proxy and link.closed_first is Side.CLIENT:
-        status = 0
-    log.info("proxy finished", exit_status=status, **tally.summary())
+    log.info("proxy finished", exit_status=status, **experiment.tally.summary())
     return status

@@ -17,7 +17,9 @@ __all__ = [
     "CancelDropped",
     "Close",
     "Command",
+    "DropStream",
     "DuplicateSwallowed",
+    "FailPost",
     "FaultInjected",
     "Handling",
     "IdReused",
@@ -87,6 +89,21 @@ class Restart:
     """Restart the data plane: close connections, forget id maps, stay down ``downtime``."""
 
     downtime: float
+
+
+@dataclass(frozen=True, slots=True)
+class FailPost:
+    """Answer the POST that carried the message being handled with ``status`` (HTTP only)."""
+
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class DropStream:
+    """Kill the SSE stream toward ``to`` that would carry ``data``; ``data`` is lost (HTTP)."""
+
+    to: Side
+    data: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,4 +245,6 @@ class RulesCounted(Observation):
     """Rule counters changed (a rule matched); persistent state is due for saving."""
 
 
-Command = Send | Close | Sever | StartTimer | SignalAgent | Restart | Observation
+Command = (
+    Send | Close | Sever | StartTimer | SignalAgent | Restart | FailPost | DropStream | Observation
+)

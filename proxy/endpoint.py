@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from proxy.framing import Oversized
 
-__all__ = ["Endpoint", "Received", "Signalable"]
+__all__ = ["Endpoint", "Received", "Signalable", "StreamOwner"]
 
 Received = bytes | Oversized
 """One framed message, or the marker of one that was too large to keep."""
@@ -51,6 +51,14 @@ class Endpoint(Protocol):
         """
         ...
 
+    def processed(self, status: int | None) -> None:
+        """The relay has dealt with the last message :meth:`receive` returned.
+
+        ``status`` is an HTTP status a fault asked for (``http_status``), else ``None``. Only an
+        HTTP listener acts on it: it answers the POST that carried the message.
+        """
+        ...
+
     async def wait_closed(self) -> None:
         """Wait until the connection has ended and its resources are released."""
         ...
@@ -62,4 +70,13 @@ class Signalable(Protocol):
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the process if it is still running."""
+        ...
+
+
+@runtime_checkable
+class StreamOwner(Protocol):
+    """An endpoint that delivers messages on SSE streams (``close_stream`` needs one)."""
+
+    def drop_stream(self, data: bytes) -> None:
+        """Kill the stream that would carry ``data``, without writing ``data``."""
         ...

@@ -24,8 +24,6 @@ from proxy.jsonrpc import Kind
 
 __all__ = ["Decision", "FaultEngine", "RuleState", "Subject", "matches_params"]
 
-HTTP_ONLY = (HttpStatus, CloseStream)
-
 
 @dataclass(frozen=True, slots=True)
 class Subject:
@@ -37,6 +35,8 @@ class Subject:
     session: str | None
     keyed: bool
     params: Any = None
+    downstream: str = "stdio"
+    """The Client's transport: ``stdio``, ``http`` or ``ws`` (HTTP-only actions need ``http``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +92,8 @@ class FaultEngine:
         self,
         rules: Sequence[Rule] = (),
         rng: random.Random | None = None,
-        *,
-        http: bool = False,
     ) -> None:
         self.rng = rng or random.Random(0)
-        self.http = http
-        """Whether the Client side is an HTTP listener (HTTP-only actions can fire)."""
         self.states: dict[str, RuleState] = {}
         self._rules: tuple[_Compiled, ...] = ()
         self.replace(rules)
@@ -153,8 +149,14 @@ class FaultEngine:
             return False
         if isinstance(rule.do, ErrorReply) and subject.kind is not Kind.REQUEST:
             return False  # only a request can be answered with an error
-        if isinstance(rule.do, HTTP_ONLY) and not self.http:
-            return False
+        if isinstance(rule.do, HttpStatus) and (
+            subject.downstream != "http" or subject.direction is not Direction.TO_AGENT
+        ):
+            return False  # only a POST from an HTTP client can fail
+        if isinstance(rule.do, CloseStream) and (
+            subject.downstream != "http" or subject.direction is not Direction.TO_CLIENT
+        ):
+            return False  # only a message to an HTTP client travels on an SSE stream
         if compiled.method is not None and (
             subject.method is None or not compiled.method.match(subject.method)
         ):

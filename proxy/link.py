@@ -22,6 +22,8 @@ from typing import assert_never
 from proxy.commands import (
     Close,
     Command,
+    DropStream,
+    FailPost,
     Observation,
     Restart,
     Restarted,
@@ -30,7 +32,7 @@ from proxy.commands import (
     SignalAgent,
     StartTimer,
 )
-from proxy.endpoint import Endpoint, Signalable
+from proxy.endpoint import Endpoint, Signalable, StreamOwner
 from proxy.events import (
     Direction,
     Event,
@@ -62,13 +64,20 @@ class Link:
         observer: Observer,
         *,
         connect_agent: AgentFactory | None = None,
+        on_restart: Callable[[float], None] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        """``connect_agent`` starts a new Agent (``kill_agent`` with ``respawn``, restarts).
+
+        ``on_restart``: who carries out ``restart_proxy`` when it is more than this link (a
+        listener with many links); without it the link restarts its own Agent side.
+        """
         self._new_relay = new_relay
         self.relay = new_relay()
         self.endpoints = dict(endpoints)
         self._observer = observer
         self._connect_agent = connect_agent
+        self._on_restart = on_restart
         self._loop = asyncio.get_running_loop()
         self._clock = clock or self._loop.time
         self._tasks: asyncio.TaskGroup | None = None
@@ -76,6 +85,7 @@ class Link:
         self._generation = 0
         self._agent_up = asyncio.Event()
         self._agent_up.set()
+        self._post_status: int | None = None
         self.closed_first: Side | None = None
         """The peer whose connection ended first (who ended the link)."""
 
@@ -95,6 +105,15 @@ class Link:
         """Close the connection to ``side`` from outside the relay (a signal, an operator)."""
         self._execute([Close(side)])
 
+    def sever_all(self) -> None:
+        """Cut both connections now (a restart of the whole proxy); a spawned Agent is stopped."""
+        abandoned = sum(self.relay.pending(direction) for direction in Direction)
+        self._observer.observe(Restarted("proxy", abandoned))
+        self._execute([Sever(Side.CLIENT, flush=False), Sever(Side.AGENT, flush=False)])
+        agent = self.endpoints[Side.AGENT]
+        if isinstance(agent, Signalable):
+            agent.signal(signal.SIGTERM)
+
     async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
         while True:
             received = await endpoint.receive()
@@ -112,7 +131,11 @@ class Link:
                 event = MessageReceived(side, received, at)
             else:
                 event = OversizedReceived(side, received.size, received.limit, at)
-            for destination in self._feed(event):
+            self._post_status = None
+            written = self._feed(event)
+            if received is not None:
+                endpoint.processed(self._post_status)
+            for destination in written:
                 await self.endpoints[destination].drain()
             if received is None:
                 return
@@ -147,7 +170,16 @@ class Link:
                 case SignalAgent(signal=signum, respawn=respawn):
                     self._signal_agent(signum, respawn)
                 case Restart(downtime=downtime):
-                    self._replace_agent("proxy", downtime, stop=True)
+                    if self._on_restart is not None:
+                        self._on_restart(downtime)
+                    else:
+                        self._replace_agent("proxy", downtime, stop=True)
+                case FailPost(status=status):
+                    self._post_status = status
+                case DropStream(to=to, data=data):
+                    endpoint = self.endpoints[to]
+                    if isinstance(endpoint, StreamOwner):
+                        endpoint.drop_stream(data)
                 case Observation():
                     self._observer.observe(command)
                 case _:

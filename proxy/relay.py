@@ -41,7 +41,9 @@ from proxy.commands import (
     CancelDropped,
     Close,
     Command,
+    DropStream,
     DuplicateSwallowed,
+    FailPost,
     FaultInjected,
     Handling,
     IdReused,
@@ -124,6 +126,7 @@ class Relay:
 
     __slots__ = (
         "_closing",
+        "_downstream",
         "_ended",
         "_engine",
         "_maps",
@@ -140,12 +143,15 @@ class Relay:
         engine: FaultEngine | None = None,
         origin: float = 0.0,
         ids: Mapping[Direction, Iterator[int]] | None = None,
+        downstream: str = "stdio",
     ) -> None:
         """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
 
         ``ids``: the counters that mint ids per direction; give the relay that replaces this one
-        after a restart the same counters, so that ids are never reused.
+        after a restart the same counters, so that ids are never reused. ``downstream``: the
+        Client's transport (``stdio``, ``http``, ``ws``), which decides the HTTP-only faults.
         """
+        self._downstream = downstream
         self._strict = strict
         self._engine = engine
         self._origin = origin
@@ -224,6 +230,7 @@ class Relay:
         if not decision.fired:
             return self._translate(direction, message, at, out), []
         stop = False
+        stream_dropped = False
         mode: str | None = None
         delay = gap = 0.0
         copies = 0
@@ -270,8 +277,11 @@ class Relay:
                     after.append(self._hold(after_ms / 1000, [kill]) if after_ms else kill)
                 case RestartProxy(downtime_ms=downtime_ms):
                     after.append(Restart(downtime_ms / 1000))
-                case HttpStatus() | CloseStream():
-                    pass  # carried out by an HTTP listener; the engine fires them only there
+                case HttpStatus(status=status, forward=forward):
+                    out.append(FailPost(status))
+                    stop = stop or not forward
+                case CloseStream():
+                    stream_dropped = True
                 case _:
                     assert_never(action)
         if stop:
@@ -280,6 +290,9 @@ class Relay:
             self._closing.update(c.side for c in after if isinstance(c, Sever))
             return [], after
         forwards = self._translate(direction, message, at, out)
+        if stream_dropped:
+            out.extend(DropStream(direction.destination, data) for data in forwards)
+            return [], after
         extra = self._copies(direction, message, forwards, copies, at) if copies else []
         if mode is not None:
             draw = iter(lambda: engine.rng.randrange(0x21, 0x7F), None)
@@ -306,11 +319,28 @@ class Relay:
             assert message.id_token is not None
             request = self._maps[direction.reverse].get(message.id_token)
             if request is None:
-                return Subject(direction, message.kind, None, None, keyed=False)
-            return Subject(direction, message.kind, request.method, request.session, request.keyed)
+                return Subject(
+                    direction, message.kind, None, None, keyed=False, downstream=self._downstream
+                )
+            return Subject(
+                direction,
+                message.kind,
+                request.method,
+                request.session,
+                request.keyed,
+                downstream=self._downstream,
+            )
         params = message.params
         keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
-        return Subject(direction, message.kind, message.method, message.session, keyed, params)
+        return Subject(
+            direction,
+            message.kind,
+            message.method,
+            message.session,
+            keyed,
+            params,
+            self._downstream,
+        )
 
     def _copies(
         self, direction: Direction, message: Message, forwards: list[bytes], count: int, at: float

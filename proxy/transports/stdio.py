@@ -83,9 +83,15 @@ class LineStream:
         return self._ready.popleft()
 
     def send(self, data: bytes) -> None:
-        """Queue ``data`` and its newline; silently dropped once the stream is closing."""
+        """Queue ``data`` and its newline; silently dropped once the stream is closing.
+
+        A message from another transport may hold raw newlines (pretty-printed JSON, where they
+        can only be whitespace); each becomes a space, so that the message stays one line.
+        """
         if self._closing or self._writer.transport.is_closing():
             return
+        if b"\n" in data:
+            data = data.replace(b"\n", b" ")
         self._writer.writelines((data, b"\n"))
 
     async def drain(self) -> None:
@@ -115,6 +121,9 @@ class LineStream:
         else:
             self._writer.transport.abort()
         self._read_transport.close()
+
+    def processed(self, status: int | None) -> None:
+        """Nothing to settle: a line has no answer of its own."""
 
     async def wait_closed(self) -> None:
         """Wait for the writing end to be closed."""

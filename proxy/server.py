@@ -1,0 +1,183 @@
+"""Addresses, upstream connections, and the proxy with a network listener (one link per Client).
+
+``--listen`` and ``--upstream`` take ``stdio``, ``http://HOST:PORT/PATH`` or
+``ws://HOST:PORT/PATH``. Each Client connection on a listener gets its own link and its own
+upstream connection (a stdio upstream spawns one Agent per link). ``restart_proxy`` on a listener
+closes every connection and link, takes the listener down for the downtime and brings it back on
+the same port; the experiment (rules, counters, random stream, id counters) carries over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from proxy.endpoint import Endpoint
+from proxy.errors import ConfigError
+from proxy.events import Direction, Side
+from proxy.faults import FaultEngine
+from proxy.link import Link
+from proxy.log import get_logger
+from proxy.observers import Observer
+from proxy.relay import Relay
+from proxy.transports.http_listener import Listener, ListenerConfig
+from proxy.transports.http_upstream import connect_http
+from proxy.transports.stdio import spawn_agent
+from proxy.transports.websocket import connect_ws
+
+__all__ = ["Address", "NetworkProxy", "UpstreamFactory", "parse_address", "upstream_factory"]
+
+log = get_logger("proxy.server")
+
+UpstreamFactory = Callable[[], Awaitable[Endpoint]]
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where a side of the proxy is: ``stdio``, or a host, port and path over http or ws."""
+
+    scheme: Literal["stdio", "http", "ws"]
+    host: str = ""
+    port: int = 0
+    path: str = "/acp"
+
+    @property
+    def url(self) -> str:
+        """The address as a URL (``stdio`` for stdio)."""
+        if self.scheme == "stdio":
+            return "stdio"
+        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+
+
+def parse_address(text: str, *, option: str) -> Address:
+    """Parse ``stdio``, ``http://HOST:PORT/PATH`` or ``ws://HOST:PORT/PATH`` (path: /acp)."""
+    if text == "stdio":
+        return Address("stdio")
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "ws") or not parts.hostname:
+        raise ConfigError(
+            f"{option}: expected stdio, http://HOST:PORT/PATH or ws://HOST:PORT/PATH, got {text!r}"
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{option}: invalid port in {text!r}") from None
+    if port is None:
+        raise ConfigError(f"{option}: give a port in {text!r} (0 picks a free one)")
+    scheme: Literal["http", "ws"] = "http" if parts.scheme == "http" else "ws"
+    return Address(scheme, parts.hostname, port, parts.path or "/acp")
+
+
+def upstream_factory(
+    address: Address, agent_argv: tuple[str, ...], *, limit: int, grace: float
+) -> UpstreamFactory:
+    """How each link connects to the Agent."""
+
+    async def connect() -> Endpoint:
+        if address.scheme == "stdio":
+            return await spawn_agent(agent_argv, limit=limit, grace=grace)
+        if address.scheme == "ws":
+            return await connect_ws(address.url, limit=limit)
+        return await connect_http(address.url, limit=limit)
+
+    return connect
+
+
+class NetworkProxy:
+    """A listener whose every Client connection is relayed to an upstream connection of its own."""
+
+    def __init__(
+        self,
+        listen: Address,
+        connect_upstream: UpstreamFactory,
+        engine: FaultEngine,
+        observer: Observer,
+        *,
+        strict: bool,
+        limit: int,
+        origin: float,
+    ) -> None:
+        self._connect_upstream = connect_upstream
+        self._engine = engine
+        self._observer = observer
+        self._strict = strict
+        self._origin = origin
+        self._ids: dict[Direction, Iterator[int]] = {d: itertools.count() for d in Direction}
+        self._links: set[Link] = set()
+        self._tasks: asyncio.TaskGroup | None = None
+        self.listener = Listener(
+            ListenerConfig(listen.host, listen.port, listen.path, listen.scheme == "ws", limit),
+            self._on_connection,
+            observer,
+        )
+        self._restarting = False
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Listen until ``stop`` is set, then close every link."""
+        async with asyncio.TaskGroup() as tasks:
+            self._tasks = tasks
+            await self.listener.start()
+            await stop.wait()
+            await self.listener.stop()
+            for link in list(self._links):
+                link.close(Side.CLIENT)
+                link.close(Side.AGENT)
+
+    async def _on_connection(self, downstream: Endpoint) -> bool:
+        try:
+            upstream = await self._connect_upstream()
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
+            return False
+        except Exception as exc:  # the websockets and aiohttp handshake errors
+            log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
+            return False
+        transport = downstream.transport
+        link = Link(
+            lambda: Relay(
+                strict=self._strict,
+                engine=self._engine,
+                origin=self._origin,
+                ids=self._ids,
+                downstream=transport,
+            ),
+            {Side.CLIENT: downstream, Side.AGENT: upstream},
+            self._observer,
+            connect_agent=self._connect_upstream,
+            on_restart=self.restart,
+        )
+        assert self._tasks is not None
+        self._links.add(link)
+        self._tasks.create_task(self._run(link))
+        return True
+
+    async def _run(self, link: Link) -> None:
+        try:
+            await link.run()
+        finally:
+            self._links.discard(link)
+
+    def restart(self, downtime: float) -> None:
+        """``restart_proxy``: every connection closed, listener down for ``downtime``, then back."""
+        if self._restarting or self._tasks is None:
+            return
+        self._restarting = True
+        self._tasks.create_task(self._restart(downtime))
+
+    async def _restart(self, downtime: float) -> None:
+        try:
+            log.warning("restarting", what="proxy", downtime_ms=downtime * 1000)
+            await self.listener.stop()
+            for link in list(self._links):
+                link.sever_all()
+            if downtime:
+                await asyncio.sleep(downtime)
+            with contextlib.suppress(OSError):
+                await self.listener.start()
+        finally:
+            self._restarting = False

@@ -1,0 +1,265 @@
+"""The proxy as a Streamable HTTP Client of an Agent (``--upstream http://...``), on aiohttp.
+
+It speaks as the SDK Clients do (wire brief 1.2): the first message (``initialize``) is POSTed
+without a connection id and answered 200 with the response as the body and an
+``Acp-Connection-Id`` header, which every later request carries; then a GET opens the connection
+stream, and a GET with ``Acp-Session-Id`` opens a session's stream the first time a message
+names that session. Other messages are POSTed in order, one at a time (FIFO), with the session
+header on session-scoped requests and on answers to the Agent's session-scoped requests.
+
+A failed POST is reported, not hidden: a request whose POST failed is answered with a JSON-RPC
+error -32603 whose ``data`` holds the HTTP status and body (as the TS SDK's Client does); 401,
+403, 404 and 410 mean the connection is gone, and the link ends. The end of the connection
+stream ends the link; a session stream that ends is opened again when a message names it.
+Cookies are kept per connection (sticky sessions) and the Client's auth headers are passed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from proxy.endpoint import Received
+from proxy.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response, parse
+from proxy.log import get_logger, shorten
+from proxy.sse import SseDecoder
+from proxy.transports.http_listener import CONNECTION_ID, SESSION_ID, SESSION_SCOPED
+
+__all__ = ["HttpUpstream", "connect_http"]
+
+log = get_logger("proxy.http_upstream")
+
+GONE = frozenset({401, 403, 404, 410})
+"""POST statuses after which the connection is considered lost (as the TS Client does)."""
+INBOX_DEPTH = 256
+"""Messages read from the streams and not yet taken by the relay (then reading pauses)."""
+
+
+class HttpUpstream:
+    """One Streamable HTTP connection to an Agent."""
+
+    transport = "http"
+
+    def __init__(
+        self,
+        url: str,
+        session: aiohttp.ClientSession,
+        *,
+        limit: int,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        self.url = url
+        self._http = session
+        self._limit = limit
+        self._headers = dict(headers or {})
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self.connection_id: str | None = None
+        self._inbox: asyncio.Queue[Received | None] = asyncio.Queue(INBOX_DEPTH)
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._streams: dict[str | None, asyncio.Task[None]] = {}
+        self._agent_request_sessions: dict[IdKey, str] = {}
+        self._ended = False
+        self._closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writer = self._spawn(self._write())
+
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- Endpoint --------------------------------------------------------------------------------
+
+    async def receive(self) -> Received | None:
+        """The next message from the Agent's streams (or an initialize body)."""
+        if self._ended and self._inbox.empty():
+            return None
+        return await self._inbox.get()
+
+    def send(self, data: bytes) -> None:
+        """Queue a message to POST (in order)."""
+        if not self._closing:
+            self._outbox.put_nowait(data)
+
+    async def drain(self) -> None:
+        """POSTs are written one at a time; nothing to wait for beyond that."""
+
+    def processed(self, status: int | None) -> None:
+        """Nothing to settle."""
+
+    def close(self) -> None:
+        """POST what is queued, then DELETE the connection."""
+        if not self._closing:
+            self._closing = True
+            self._outbox.put_nowait(None)
+
+    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
+        """Drop the connection without DELETE (as a crashed Client would)."""
+        self._closing = True
+        for task in list(self._tasks):
+            if task is not self._writer or not flush:
+                task.cancel()
+        if flush:
+            self._outbox.put_nowait(None)
+        self._end()
+
+    async def wait_closed(self) -> None:
+        """Wait for the last POST (and the DELETE) to finish, then release the HTTP session."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+        for task in list(self._tasks):
+            task.cancel()
+        await self._http.close()
+
+    # -- inside ----------------------------------------------------------------------------------
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            with contextlib.suppress(asyncio.QueueFull):
+                self._inbox.put_nowait(None)
+
+    def _post_headers(self, message: Message | None) -> dict[str, str]:
+        headers = {**self._headers, "Content-Type": "application/json"}
+        if self.connection_id is not None:
+            headers[CONNECTION_ID] = self.connection_id
+        session: str | None = None
+        if message is not None:
+            if message.kind is Kind.REQUEST or message.kind is Kind.NOTIFICATION:
+                if message.method in SESSION_SCOPED:
+                    session = message.session
+            elif message.id_key is not None:
+                session = self._agent_request_sessions.pop(message.id_key, None)
+        if session is not None:
+            headers[SESSION_ID] = session
+        return headers
+
+    async def _write(self) -> None:
+        try:
+            while (data := await self._outbox.get()) is not None:
+                await self._post(data)
+            if self.connection_id is not None and not self._ended:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    await self._http.delete(
+                        self.url, headers={**self._headers, CONNECTION_ID: self.connection_id}
+                    )
+        finally:
+            self._end()
+
+    async def _post(self, data: bytes) -> None:
+        parsed = parse(data)
+        message = parsed if isinstance(parsed, Message) else None
+        try:
+            async with self._http.post(
+                self.url, data=data, headers=self._post_headers(message), timeout=self._timeout
+            ) as response:
+                body = await response.read()
+                status = response.status
+                if self.connection_id is None and status == 200:
+                    self.connection_id = response.headers.get(CONNECTION_ID)
+                    if self.connection_id is None:
+                        log.error("the agent answered initialize without a connection id")
+                    else:
+                        self._streams[None] = self._spawn(self._stream(None))
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("POST to the agent failed", error=str(exc) or type(exc).__name__)
+            await self._failed(message, 502, str(exc).encode())
+            self._end()
+            return
+        if status in (200, 202):
+            if body.strip():
+                await self._incoming(body)
+            return
+        log.warning("the agent refused a POST", status=status, body=shorten(body))
+        await self._failed(message, status, body)
+        if status in GONE or self.connection_id is None:
+            self._end()
+
+    async def _failed(self, message: Message | None, status: int, body: bytes) -> None:
+        """Tell the Client its request failed at the HTTP level (no answer is invented)."""
+        if message is None or message.kind is not Kind.REQUEST or message.id_token is None:
+            return
+        text = body.decode("utf-8", "replace")[:2000]
+        error = error_response(
+            message.id_token,
+            ErrorCode.INTERNAL_ERROR,
+            f"the agent's HTTP endpoint answered {status}",
+            {"status": status, "body": text},
+        )
+        await self._inbox.put(error)
+
+    async def _incoming(self, data: Received) -> None:
+        if isinstance(data, bytes):
+            self._watch_sessions(data)
+        await self._inbox.put(data)
+
+    def _watch_sessions(self, data: bytes) -> None:
+        """Open a session stream for each session a message names; remember Agent requests."""
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(value, dict):
+            return
+        sessions = []
+        params, result = value.get("params"), value.get("result")
+        if isinstance(params, dict) and isinstance(params.get("sessionId"), str):
+            sessions.append(params["sessionId"])
+            if "method" in value and "id" in value:
+                parsed = parse(data)
+                if isinstance(parsed, Message) and parsed.id_key is not None:
+                    self._agent_request_sessions[parsed.id_key] = params["sessionId"]
+        if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+            sessions.append(result["sessionId"])
+        for session in sessions:
+            stream = self._streams.get(session)
+            if stream is None or stream.done():
+                self._streams[session] = self._spawn(self._stream(session))
+
+    async def _stream(self, session: str | None) -> None:
+        assert self.connection_id is not None
+        headers = {
+            **self._headers,
+            "Accept": "text/event-stream",
+            CONNECTION_ID: self.connection_id,
+        }
+        if session is not None:
+            headers[SESSION_ID] = session
+        decoder = SseDecoder(self._limit)
+        try:
+            async with self._http.get(
+                self.url, headers=headers, timeout=aiohttp.ClientTimeout(total=None)
+            ) as response:
+                if response.status != 200:
+                    log.warning(
+                        "the agent refused a stream", status=response.status, session=session
+                    )
+                    return
+                async for chunk in response.content.iter_any():
+                    for item in decoder.feed(chunk):
+                        await self._incoming(item)
+                for item in decoder.eof():
+                    await self._incoming(item)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("a stream from the agent ended", session=session, error=str(exc))
+        finally:
+            if session is None and not self._closing:
+                log.info("the agent's connection stream ended")
+                self._end()
+
+
+async def connect_http(
+    url: str, *, limit: int, headers: Mapping[str, str] | None = None
+) -> HttpUpstream:
+    """An HTTP connection to ``url`` (nothing is sent until the Client's initialize)."""
+    session = aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None), cookie_jar=aiohttp.CookieJar(unsafe=True)
+    )
+    return HttpUpstream(url, session, limit=limit, headers=headers)

@@ -1,0 +1,227 @@
+"""WebSocket on both sides (wire brief 1.3): one JSON-RPC message per text frame.
+
+Toward the Client the proxy accepts the upgrade in its aiohttp listener (:class:`WsServerEndpoint`,
+also used on the Streamable HTTP endpoint); toward an Agent it connects with the ``websockets``
+client (:class:`WsClientEndpoint`). Binary frames carry nothing in ACP: they are logged and
+ignored, as both SDKs do. A message over the size limit closes the socket with 1009 (the library
+enforces the limit while reading, so such a frame is never buffered whole). No subprotocol is
+required. Sends go through a bounded outbox and one writer task, so order is kept and a peer that
+stops reading slows down its writer instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Mapping
+
+import websockets
+from aiohttp import WSMsgType, web
+from websockets.asyncio.client import ClientConnection
+
+from proxy.endpoint import Received
+from proxy.log import get_logger
+
+__all__ = ["WsClientEndpoint", "WsServerEndpoint", "connect_ws"]
+
+log = get_logger("proxy.websocket")
+
+HIGH_WATER = 4 * 1024 * 1024
+"""Bytes queued toward a peer before the reader on the other side waits (backpressure)."""
+
+
+class _Outbox:
+    """Messages queued toward one peer, written in order by one task, bounded by bytes."""
+
+    def __init__(self) -> None:
+        self._queue: deque[bytes] = deque()
+        self._size = 0
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self.closing = False
+
+    def put(self, data: bytes) -> None:
+        self._queue.append(data)
+        self._size += len(data)
+        self._ready.set()
+        if self._size > HIGH_WATER:
+            self._room.clear()
+
+    async def get(self) -> bytes | None:
+        """The next message to write, or ``None`` once closing and empty."""
+        while not self._queue:
+            if self.closing:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        data = self._queue.popleft()
+        self._size -= len(data)
+        if self._size <= HIGH_WATER:
+            self._room.set()
+        return data
+
+    async def room(self) -> None:
+        await self._room.wait()
+
+    def finish(self, *, discard: bool) -> None:
+        """No more messages; with ``discard``, drop what is still queued."""
+        self.closing = True
+        if discard:
+            self._queue.clear()
+            self._size = 0
+        self._room.set()
+        self._ready.set()
+
+
+class WsServerEndpoint:
+    """A Client connected to the proxy's listener over WebSocket (aiohttp)."""
+
+    transport = "ws"
+
+    def __init__(self, ws: web.WebSocketResponse, connection_id: str) -> None:
+        self.ws = ws
+        self.connection_id = connection_id
+        self._outbox = _Outbox()
+        self._close_code = 1000
+        self._writer = asyncio.get_running_loop().create_task(self._write())
+        self._ended = False
+
+    async def receive(self) -> Received | None:
+        """The next text frame, as bytes; ``None`` once the socket is closed."""
+        while not self._ended:
+            message = await self.ws.receive()
+            if message.type is WSMsgType.TEXT:
+                data = message.data
+                return data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+            if message.type is WSMsgType.BINARY:
+                log.warning(
+                    "binary WebSocket frame from the client ignored", size=len(message.data)
+                )
+                continue
+            if message.type is WSMsgType.ERROR:
+                log.warning("WebSocket error from the client", error=str(self.ws.exception()))
+            break  # CLOSE, CLOSING, CLOSED, ERROR
+        self._ended = True
+        self._outbox.finish(discard=True)  # nobody reads any more: the writer closes the socket
+        return None
+
+    def send(self, data: bytes) -> None:
+        """Queue one text frame."""
+        if not self._outbox.closing:
+            self._outbox.put(data)
+
+    async def drain(self) -> None:
+        """Wait while too much is queued toward the client."""
+        await self._outbox.room()
+
+    def close(self) -> None:
+        """Flush, then close the socket normally (1000)."""
+        self._outbox.finish(discard=False)
+
+    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
+        """Close the socket with ``close_code`` (after what is queued, with ``flush``)."""
+        self._close_code = close_code
+        self._outbox.finish(discard=not flush)
+
+    def processed(self, status: int | None) -> None:
+        """Nothing to settle: a WebSocket frame has no answer of its own."""
+
+    async def wait_closed(self) -> None:
+        """Wait for the close handshake to finish."""
+        await asyncio.shield(self._writer)
+
+    async def _write(self) -> None:
+        try:
+            while (data := await self._outbox.get()) is not None:
+                await self.ws.send_frame(data, WSMsgType.TEXT)
+        except (ConnectionError, RuntimeError) as exc:
+            log.info("client WebSocket went away while writing", error=str(exc))
+        finally:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.ws.close(code=self._close_code)
+
+
+class WsClientEndpoint:
+    """The proxy connected to an Agent over WebSocket (the ``websockets`` client)."""
+
+    transport = "ws"
+
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+        self._outbox = _Outbox()
+        self._close_code = 1000
+        self._writer = asyncio.get_running_loop().create_task(self._write())
+        self._severed = False
+
+    async def receive(self) -> Received | None:
+        """The next text frame as bytes; ``None`` once the socket is closed."""
+        while not self._severed:
+            try:
+                data = await self.connection.recv()
+            except websockets.ConnectionClosed as exc:
+                if exc.sent is not None and exc.sent.code == 1009:
+                    log.warning("the agent's message was over the size limit; socket closed")
+                break
+            if isinstance(data, bytes):
+                log.warning("binary WebSocket frame from the agent ignored", size=len(data))
+                continue
+            return data.encode("utf-8", "surrogatepass")
+        self._outbox.finish(discard=True)
+        return None
+
+    def send(self, data: bytes) -> None:
+        """Queue one text frame."""
+        if not self._outbox.closing:
+            self._outbox.put(data)
+
+    async def drain(self) -> None:
+        """Wait while too much is queued toward the agent."""
+        await self._outbox.room()
+
+    def close(self) -> None:
+        """Flush, then close the socket normally (1000)."""
+        self._outbox.finish(discard=False)
+
+    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
+        """Close the socket with ``close_code`` (after what is queued, with ``flush``)."""
+        self._severed = True
+        self._close_code = close_code
+        self._outbox.finish(discard=not flush)
+
+    def processed(self, status: int | None) -> None:
+        """Nothing to settle."""
+
+    async def wait_closed(self) -> None:
+        """Wait for the close handshake to finish."""
+        await asyncio.shield(self._writer)
+
+    async def _write(self) -> None:
+        try:
+            while (data := await self._outbox.get()) is not None:
+                await self.connection.send(data, text=True)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            await self.connection.close(code=self._close_code)
+
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds the WebSocket handshake with an Agent may take."""
+
+
+async def connect_ws(
+    url: str, *, limit: int, headers: Mapping[str, str] | None = None
+) -> WsClientEndpoint:
+    """Open a WebSocket to an Agent; ``limit`` bounds the size of one incoming message."""
+    connection = await websockets.connect(
+        url,
+        additional_headers=dict(headers or {}),
+        max_size=limit,
+        open_timeout=CONNECT_TIMEOUT,
+        proxy=None,
+        compression=None,
+    )
+    log.info("connected to the agent", url=url)
+    return WsClientEndpoint(connection)
