@@ -24,16 +24,17 @@ class ProxyProcess:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
         self._stderr = bytearray()
+        self.news = asyncio.Event()
+        """Set whenever more stderr has been collected."""
         self._stderr_task = asyncio.get_running_loop().create_task(self._collect_stderr())
 
     @classmethod
     async def start(cls, agent: list[str], *options: str) -> ProxyProcess:
-        """Start the proxy with ``options`` in front of ``agent``."""
+        """Start the proxy with ``options`` in front of ``agent`` (none: a network upstream)."""
         process = await asyncio.create_subprocess_exec(
             *PROXY_RUN,
             *options,
-            "--",
-            *agent,
+            *(["--", *agent] if agent else []),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -45,6 +46,15 @@ class ProxyProcess:
         assert self.process.stderr is not None
         while chunk := await self.process.stderr.read(65536):
             self._stderr += chunk
+            self.news.set()
+
+    async def logged(self, event: str, count: int = 1) -> dict[str, Any]:
+        """Wait until the JSON log event ``event`` has been written ``count`` times; the last."""
+        async with asyncio.timeout(TIMEOUT):
+            while len(found := log_events(self.stderr, event)) < count:
+                self.news.clear()
+                await self.news.wait()
+        return found[count - 1]
 
     async def send(self, *lines: bytes) -> None:
         """Write each line, newline-terminated, to the proxy's stdin."""
@@ -106,3 +116,17 @@ def raw_agent(capture: Path, *flags: str) -> list[str]:
 def captured(capture: Path) -> list[bytes]:
     """The lines the scripted Agent read, without newlines."""
     return capture.read_bytes().splitlines()
+
+
+def log_events(text: str, event: str) -> list[dict[str, Any]]:
+    """The JSON log lines (``--log-format json``) in ``text`` whose event is ``event``."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("event") == event:
+                found.append(record)
+    return found

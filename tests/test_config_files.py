@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import TIMEOUT, ProxyProcess, captured, raw_agent
+from harness import TIMEOUT, ProxyProcess, captured, log_events, raw_agent
 from test_faults_e2e import (
     SDK_AGENT,
     SWALLOWED,
@@ -34,7 +34,6 @@ from test_faults_e2e import (
     faults_of,
     initialize,
     is_answer,
-    log_events,
     new_session,
     notification,
     open_session,

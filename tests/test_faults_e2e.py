@@ -32,14 +32,14 @@ from acp import PROTOCOL_VERSION, Client, RequestError, spawn_agent_process
 from acp.connection import StreamDirection, StreamEvent
 from acp.core import ClientSideConnection
 from acp.schema import AgentMessageChunk, Implementation, TextContentBlock
-from harness import RAW_AGENT, TIMEOUT, ProxyProcess, captured, raw_agent
+from harness import RAW_AGENT, TIMEOUT, ProxyProcess, captured, log_events, raw_agent
 
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
 """argv of the Agent built on the official SDK (see ``tests/peers/sdk_agent.py``)."""
 LIMIT = 64 * 1024 * 1024
 SWALLOWED = "answer to an injected copy swallowed"
 
-Start = Callable[..., Awaitable["LoggingProxy"]]
+Start = Callable[..., Awaitable["ProxyProcess"]]
 
 
 # -- fault files ---------------------------------------------------------------------------------
@@ -74,28 +74,13 @@ def fault_file(
 # -- the proxy as a subprocess, with the test as raw Client ---------------------------------------
 
 
-class LoggingProxy(ProxyProcess):
-    """A :class:`ProxyProcess` whose stderr collector also says when more has arrived."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.news = asyncio.Event()
-        super().__init__(process)
-
-    async def _collect_stderr(self) -> None:
-        assert self.process.stderr is not None
-        while chunk := await self.process.stderr.read(65536):
-            self._stderr += chunk
-            self.news.set()
-
-
 @contextlib.asynccontextmanager
 async def proxies() -> AsyncIterator[Start]:
     """Start proxies (JSON logs) in front of Agents; kill whatever is left at the end."""
-    started: list[LoggingProxy] = []
+    started: list[ProxyProcess] = []
 
-    async def _start(agent: list[str], *options: str) -> LoggingProxy:
-        proxy = await LoggingProxy.start(agent, "--log-format", "json", *options)
-        assert isinstance(proxy, LoggingProxy)
+    async def _start(agent: list[str], *options: str) -> ProxyProcess:
+        proxy = await ProxyProcess.start(agent, "--log-format", "json", *options)
         started.append(proxy)
         return proxy
 
@@ -211,21 +196,6 @@ async def answer_to(proxy: ProxyProcess, request_id: object) -> tuple[Any, list[
 
 
 # -- the proxy's log -------------------------------------------------------------------------------
-
-
-def log_events(text: str, event: str) -> list[dict[str, Any]]:
-    """The JSON log records named ``event`` in ``text`` (the Agent's own stderr lines skipped)."""
-    found = []
-    for line in text.splitlines():
-        if not line.startswith("{"):
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("event") == event:
-            found.append(record)
-    return found
 
 
 def faults_of(text: str, rule_name: str) -> list[dict[str, Any]]:
