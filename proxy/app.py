@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import random
 import secrets
@@ -61,6 +62,8 @@ class RunOptions:
     state: Path | None = None
     listen: Address = STDIO
     upstream: Address = STDIO
+    keep_upstream: bool = False
+    """Conductor mode: an Agent connection outlives its Client and serves the next one."""
 
 
 def build_engine(options: RunOptions) -> FaultEngine:
@@ -146,6 +149,7 @@ async def run_network(options: RunOptions, observer: Observer | None = None) -> 
         strict=options.strict,
         limit=options.max_message_bytes,
         origin=loop.time(),
+        keep_upstream=options.keep_upstream,
     )
     try:
         async with _watching(options, experiment):
@@ -167,7 +171,7 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     loop = asyncio.get_running_loop()
     experiment = _experiment(options, observer)
     try:
-        agent = await experiment.connect_upstream()
+        agent = await experiment.connect_upstream({})
     except FileNotFoundError:
         log.error("agent command not found", command=options.agent_argv[0])
         return EXIT_NOT_FOUND
@@ -181,10 +185,12 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     origin = loop.time()
     ids: dict[Direction, Iterator[int]] = {direction: itertools.count() for direction in Direction}
     link = Link(
-        lambda: Relay(strict=options.strict, engine=experiment.engine, origin=origin, ids=ids),
+        lambda cached: Relay(
+            strict=options.strict, engine=experiment.engine, origin=origin, ids=ids
+        ),
         {Side.CLIENT: client, Side.AGENT: agent},
         experiment.observer,
-        connect_agent=experiment.connect_upstream,
+        connect_agent=functools.partial(experiment.connect_upstream, {}),
     )
 
     def on_signal(signum: int) -> None:

@@ -87,6 +87,14 @@ def run(
             "http://HOST:PORT/PATH or ws://HOST:PORT/PATH.",
         ),
     ] = "stdio",
+    keep_upstream: Annotated[
+        bool,
+        typer.Option(
+            "--keep-upstream",
+            help="Conductor mode: the Agent's connection outlives its Client; the next Client "
+            "takes it over and its initialize is answered from the first answer.",
+        ),
+    ] = False,
     faults: Annotated[
         list[Path] | None,
         typer.Option(
@@ -150,6 +158,7 @@ def run(
     options = RunOptions(
         listen=listen_at,
         upstream=upstream_at,
+        keep_upstream=keep_upstream,
         agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,
         strict=strict,

@@ -23,6 +23,7 @@ __all__ = [
     "FaultInjected",
     "Handling",
     "IdReused",
+    "InitializeCached",
     "InvalidSeen",
     "Observation",
     "Orphaned",
@@ -238,6 +239,13 @@ class RulesReloaded(Observation):
 
     result: str
     rules: int
+
+
+@dataclass(frozen=True, slots=True)
+class InitializeCached(Observation):
+    """Conductor mode: a Client's ``initialize`` was answered from the first Client's answer."""
+
+    id: bytes
 
 
 @dataclass(frozen=True, slots=True)

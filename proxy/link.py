@@ -52,6 +52,8 @@ log = get_logger("proxy.link")
 
 AgentFactory = Callable[[], Awaitable[Endpoint]]
 """Connects (spawns) a new Agent for this link."""
+RelayFactory = Callable[[bytes | None], Relay]
+"""A fresh relay; its argument is the cached ``initialize`` answer (conductor mode) or None."""
 
 
 class Link:
@@ -59,25 +61,29 @@ class Link:
 
     def __init__(
         self,
-        new_relay: Callable[[], Relay],
+        new_relay: RelayFactory,
         endpoints: Mapping[Side, Endpoint],
         observer: Observer,
         *,
         connect_agent: AgentFactory | None = None,
         on_restart: Callable[[float], None] | None = None,
+        on_client_gone: Callable[[Link], None] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         """``connect_agent`` starts a new Agent (``kill_agent`` with ``respawn``, restarts).
 
         ``on_restart``: who carries out ``restart_proxy`` when it is more than this link (a
         listener with many links); without it the link restarts its own Agent side.
+        ``on_client_gone`` (conductor mode): the Client left and the Agent stays; the link
+        waits for :meth:`attach_client`.
         """
         self._new_relay = new_relay
-        self.relay = new_relay()
+        self.relay = new_relay(None)
         self.endpoints = dict(endpoints)
         self._observer = observer
         self._connect_agent = connect_agent
         self._on_restart = on_restart
+        self._on_client_gone = on_client_gone
         self._loop = asyncio.get_running_loop()
         self._clock = clock or self._loop.time
         self._tasks: asyncio.TaskGroup | None = None
@@ -104,6 +110,17 @@ class Link:
     def close(self, side: Side) -> None:
         """Close the connection to ``side`` from outside the relay (a signal, an operator)."""
         self._execute([Close(side)])
+
+    def attach_client(self, client: Endpoint) -> None:
+        """Conductor mode: a new Client takes over this link's Agent.
+
+        The new Client gets a fresh relay (its own id maps; the id counters carry on) whose
+        ``initialize`` is answered from the Agent's first answer.
+        """
+        self.relay = self._new_relay(self.relay.initialize_answer)
+        self.endpoints[Side.CLIENT] = client
+        self.closed_first = None
+        self._spawn(self._pump(Side.CLIENT, client, self._generation))
 
     def sever_all(self) -> None:
         """Cut both connections now (a restart of the whole proxy); a spawned Agent is stopped."""
@@ -138,6 +155,9 @@ class Link:
             for destination in written:
                 await self.endpoints[destination].drain()
             if received is None:
+                gone = self._on_client_gone
+                if side is Side.CLIENT and gone and not self.relay.has_ended(Side.AGENT):
+                    gone(self)
                 return
 
     def _feed(self, event: Event) -> set[Side]:
@@ -220,7 +240,7 @@ class Link:
         self._generation += 1
         self._agent_up.clear()
         abandoned = sum(self.relay.pending(direction) for direction in Direction)
-        self.relay = self._new_relay()
+        self.relay = self._new_relay(None)
         old.sever(flush=False)
         if stop and isinstance(old, Signalable):
             old.signal(signal.SIGTERM)

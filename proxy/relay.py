@@ -47,6 +47,7 @@ from proxy.commands import (
     FaultInjected,
     Handling,
     IdReused,
+    InitializeCached,
     InvalidSeen,
     Orphaned,
     PeerGone,
@@ -99,6 +100,7 @@ from proxy.splice import Span, splice
 __all__ = ["CANCEL_METHOD", "SUCCESSOR_METHODS", "Relay", "corrupt"]
 
 CANCEL_METHOD = "$/cancel_request"
+INITIALIZE_METHOD = "initialize"
 ELICITATION_METHOD = "elicitation/create"
 SUCCESSOR_METHODS = frozenset({"proxy/successor", "_proxy/successor"})
 _REQUEST_ID_PATH = ("params", "requestId")
@@ -125,15 +127,18 @@ class Relay:
     """The state of one link: pending requests both ways, held messages, which peers are gone."""
 
     __slots__ = (
+        "_cached_initialize",
         "_closing",
         "_downstream",
         "_ended",
         "_engine",
+        "_keep_upstream",
         "_maps",
         "_origin",
         "_strict",
         "_timers",
         "_tokens",
+        "initialize_answer",
     )
 
     def __init__(
@@ -144,14 +149,23 @@ class Relay:
         origin: float = 0.0,
         ids: Mapping[Direction, Iterator[int]] | None = None,
         downstream: str = "stdio",
+        keep_upstream: bool = False,
+        cached_initialize: bytes | None = None,
     ) -> None:
         """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
 
         ``ids``: the counters that mint ids per direction; give the relay that replaces this one
         after a restart the same counters, so that ids are never reused. ``downstream``: the
         Client's transport (``stdio``, ``http``, ``ws``), which decides the HTTP-only faults.
+        ``keep_upstream`` (conductor mode): when the Client leaves, the Agent's connection is
+        kept for the next Client. ``cached_initialize``: the Agent's answer to the first Client's
+        ``initialize``; this relay's Client gets it instead of reaching the Agent again.
         """
         self._downstream = downstream
+        self._keep_upstream = keep_upstream
+        self._cached_initialize = cached_initialize
+        self.initialize_answer: bytes | None = cached_initialize
+        """The Agent's answer to ``initialize`` (handed to the next Client in conductor mode)."""
         self._strict = strict
         self._engine = engine
         self._origin = origin
@@ -391,10 +405,25 @@ class Relay:
     ) -> list[bytes]:
         """The bytes to forward for ``message`` (ids rewritten); empty to drop it."""
         if message.kind is Kind.REQUEST:
+            if message.method == INITIALIZE_METHOD and self._cached_initialize is not None:
+                self._answer_initialize(direction, message, out)
+                return []
             return [self._request(direction, message, at, out)]
         if message.kind is Kind.NOTIFICATION:
             return self._notification(direction, message, out)
         return self._response(direction, message, at, out)
+
+    def _answer_initialize(
+        self, direction: Direction, message: Message, out: list[Command]
+    ) -> None:
+        """Conductor mode: a new Client's initialize is answered with the Agent's first answer."""
+        assert self._cached_initialize is not None
+        assert message.id_token is not None
+        cached = parse(self._cached_initialize)
+        assert isinstance(cached, Message)
+        answer = splice(cached.raw, [(span, message.id_token) for span in cached.id_spans])
+        out.append(Send(direction.source, answer))
+        out.append(InitializeCached(message.id_token))
 
     def _request(
         self, direction: Direction, message: Message, at: float, out: list[Command]
@@ -477,6 +506,8 @@ class Relay:
         if pending is None:
             out.append(Orphaned(direction, message.id_token, message.kind))
             return []
+        if pending.method == INITIALIZE_METHOD and message.kind is Kind.RESPONSE:
+            self.initialize_answer = self.initialize_answer or message.raw
         if pending.group is not None:
             if pending.group.answered:
                 out.append(
@@ -554,7 +585,9 @@ class Relay:
         self._ended.add(side)
         abandoned = self._maps[side.other.outbound].clear()
         out: list[Command] = [PeerGone(side, len(abandoned))]
-        if side.other not in self._closing:
+        if side is Side.CLIENT and self._keep_upstream:
+            self._closing.add(Side.CLIENT)  # the Agent stays for the next Client
+        elif side.other not in self._closing:
             self._closing.add(side.other)
             out.append(Close(side.other))
         return out

@@ -5,14 +5,20 @@
 upstream connection (a stdio upstream spawns one Agent per link). ``restart_proxy`` on a listener
 closes every connection and link, takes the listener down for the downtime and brings it back on
 the same port; the experiment (rules, counters, random stream, id counters) carries over.
+
+Conductor mode (``--keep-upstream``): when a Client leaves, its link keeps the Agent's connection
+and the next Client takes it over; that Client's ``initialize`` is answered from the Agent's first
+answer, so a session held in the Agent's memory can be resumed after the Client reconnects.
+The Client's ``Authorization``, ``Cookie`` and ``X-*`` headers go on to an HTTP or WebSocket Agent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -30,11 +36,31 @@ from proxy.transports.http_upstream import connect_http
 from proxy.transports.stdio import spawn_agent
 from proxy.transports.websocket import connect_ws
 
-__all__ = ["Address", "NetworkProxy", "UpstreamFactory", "parse_address", "upstream_factory"]
+__all__ = [
+    "Address",
+    "NetworkProxy",
+    "UpstreamFactory",
+    "parse_address",
+    "passed_headers",
+    "upstream_factory",
+]
 
 log = get_logger("proxy.server")
 
-UpstreamFactory = Callable[[], Awaitable[Endpoint]]
+UpstreamFactory = Callable[[Mapping[str, str]], Awaitable[Endpoint]]
+"""Connects one link's Agent; its argument: the Client's headers to pass on (auth, cookies)."""
+
+PASSED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+"""Request headers of a Client that go on to an HTTP or WebSocket Agent (also every ``X-*``)."""
+
+
+def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a Client's request that the proxy passes on to the Agent."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if name.lower() in PASSED_HEADERS or name.lower().startswith("x-")
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +104,12 @@ def upstream_factory(
 ) -> UpstreamFactory:
     """How each link connects to the Agent."""
 
-    async def connect() -> Endpoint:
+    async def connect(headers: Mapping[str, str]) -> Endpoint:
         if address.scheme == "stdio":
             return await spawn_agent(agent_argv, limit=limit, grace=grace)
         if address.scheme == "ws":
-            return await connect_ws(address.url, limit=limit)
-        return await connect_http(address.url, limit=limit)
+            return await connect_ws(address.url, limit=limit, headers=headers)
+        return await connect_http(address.url, limit=limit, headers=headers)
 
     return connect
 
@@ -101,8 +127,12 @@ class NetworkProxy:
         strict: bool,
         limit: int,
         origin: float,
+        keep_upstream: bool = False,
     ) -> None:
         self._connect_upstream = connect_upstream
+        self._keep_upstream = keep_upstream
+        self._parked: Link | None = None
+        """Conductor mode: the link whose Client left and whose Agent waits for the next one."""
         self._engine = engine
         self._observer = observer
         self._strict = strict
@@ -128,9 +158,15 @@ class NetworkProxy:
                 link.close(Side.CLIENT)
                 link.close(Side.AGENT)
 
-    async def _on_connection(self, downstream: Endpoint) -> bool:
+    async def _on_connection(self, downstream: Endpoint, headers: Mapping[str, str]) -> bool:
+        parked, self._parked = self._parked, None
+        if parked is not None and parked in self._links:
+            log.info("a new client takes over the kept agent connection")
+            parked.attach_client(downstream)
+            return True
+        passed = passed_headers(headers)
         try:
-            upstream = await self._connect_upstream()
+            upstream = await self._connect_upstream(passed)
         except (OSError, ConnectionError, TimeoutError) as exc:
             log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
             return False
@@ -138,43 +174,61 @@ class NetworkProxy:
             log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
             return False
         transport = downstream.transport
-        link = Link(
-            lambda: Relay(
+
+        def new_relay(cached_initialize: bytes | None) -> Relay:
+            return Relay(
                 strict=self._strict,
                 engine=self._engine,
                 origin=self._origin,
                 ids=self._ids,
                 downstream=transport,
-            ),
+                keep_upstream=self._keep_upstream,
+                cached_initialize=cached_initialize,
+            )
+
+        link = Link(
+            new_relay,
             {Side.CLIENT: downstream, Side.AGENT: upstream},
             self._observer,
-            connect_agent=self._connect_upstream,
+            connect_agent=functools.partial(self._connect_upstream, passed),
             on_restart=self.restart,
+            on_client_gone=self._park if self._keep_upstream else None,
         )
         assert self._tasks is not None
         self._links.add(link)
         self._tasks.create_task(self._run(link))
         return True
 
+    def _park(self, link: Link) -> None:
+        log.info("client gone; keeping the agent connection for the next client")
+        self._parked = link
+
     async def _run(self, link: Link) -> None:
         try:
             await link.run()
         finally:
             self._links.discard(link)
+            if self._parked is link:
+                self._parked = None
 
     def restart(self, downtime: float) -> None:
-        """``restart_proxy``: every connection closed, listener down for ``downtime``, then back."""
+        """``restart_proxy``: every connection closed, listener down for ``downtime``, then back.
+
+        The links are cut at once (the message that triggered it was forwarded, its answer is
+        lost); stopping and starting the listener follows.
+        """
         if self._restarting or self._tasks is None:
             return
         self._restarting = True
+        log.warning("restarting", what="proxy", downtime_ms=downtime * 1000)
+        for link in list(self._links):
+            link.sever_all()
+        self._parked = None
         self._tasks.create_task(self._restart(downtime))
 
     async def _restart(self, downtime: float) -> None:
         try:
-            log.warning("restarting", what="proxy", downtime_ms=downtime * 1000)
             await self.listener.stop()
-            for link in list(self._links):
-                link.sever_all()
             if downtime:
                 await asyncio.sleep(downtime)
             with contextlib.suppress(OSError):

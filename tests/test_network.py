@@ -12,9 +12,10 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
-from acp import PROTOCOL_VERSION, spawn_agent_process
+from acp import PROTOCOL_VERSION, Client, spawn_agent_process
 from acp.client.connection import ClientSideConnection
 from acp.schema import TextContentBlock
 from harness import TIMEOUT, ProxyProcess
@@ -53,7 +54,7 @@ async def sdk_client(
 async def stdio_client(upstream: str, client: SimpleClient) -> AsyncIterator[ClientSideConnection]:
     """The SDK Client launching ``acp-proxy run --upstream URL`` as its agent."""
     async with spawn_agent_process(
-        client,
+        cast(Client, client),
         sys.executable,
         "-m",
         "proxy",

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -62,8 +62,9 @@ KEEPALIVE_SECONDS = 15.0
 STREAM_HIGH_WATER = 8 * 1024 * 1024
 """Bytes a stream may hold for a receiver before the reader on the Agent's side waits."""
 
-OnConnection = Callable[[Endpoint], Awaitable[bool]]
-"""Starts a link for a new Client connection; False when no upstream could be reached."""
+OnConnection = Callable[[Endpoint, Mapping[str, str]], Awaitable[bool]]
+"""Starts a link for a new Client connection (given its request headers); False when no
+upstream could be reached."""
 
 
 class Mailbox:
@@ -395,7 +396,7 @@ class Listener:
         assert message.id_key is not None
         connection = HttpConnection(secrets.token_hex(16))
         answer = connection.expect_initialize(message.id_key)
-        if not await self._on_connection(connection):
+        if not await self._on_connection(connection, request.headers):
             return _error(502, "the agent could not be reached", ErrorCode.INTERNAL_ERROR)
         self.connections[connection.connection_id] = connection
         status = await connection.submit(message)
@@ -458,7 +459,7 @@ class Listener:
         ws.headers[CONNECTION_ID] = connection_id
         await ws.prepare(request)
         endpoint = WsServerEndpoint(ws, connection_id)
-        if not await self._on_connection(endpoint):
+        if not await self._on_connection(endpoint, request.headers):
             await ws.close(code=1011, message=b"the agent could not be reached")
             return ws
         with contextlib.suppress(asyncio.CancelledError):

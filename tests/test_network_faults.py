@@ -1,0 +1,367 @@
+"""The faults only remote transports have, and conductor mode, asserting what each side saw."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import websockets
+import yaml
+from acp import PROTOCOL_VERSION
+from acp.client.connection import ClientSideConnection
+from acp.http.client import AcpHttpStatusError
+from acp.schema import TextContentBlock
+from aiohttp import web
+from harness import TIMEOUT, log_events
+from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws
+from test_network import SDK_AGENT, listening_proxy
+
+JSON = {"Content-Type": "application/json"}
+
+
+def fault_file(tmp_path: Path, *rules: dict[str, Any]) -> str:
+    path = tmp_path / "faults.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "seed": 1, "rules": list(rules)}))
+    return str(path)
+
+
+async def prompt(conn: ClientSideConnection, session: str, text: str) -> str:
+    answer = await asyncio.wait_for(
+        conn.prompt(session_id=session, prompt=[TextContentBlock(type="text", text=text)]), TIMEOUT
+    )
+    return str(answer.stop_reason)
+
+
+async def state(conn: ClientSideConnection) -> dict[str, Any]:
+    return await asyncio.wait_for(conn.ext_method("sdk_agent/state", {}), TIMEOUT)
+
+
+async def open_session(conn: ClientSideConnection) -> str:
+    await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), TIMEOUT)
+    return (
+        await asyncio.wait_for(conn.new_session(cwd="/tmp", mcp_servers=[]), TIMEOUT)
+    ).session_id
+
+
+@pytest.mark.parametrize("forward", [False, True])
+async def test_http_status_fails_the_post_with_or_without_the_agent_acting(
+    tmp_path: Path, forward: bool
+) -> None:
+    """http_status: the Client's POST fails; with forward the Agent still ran the prompt."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "post-fails",
+            "when": {"method": "session/prompt", "params": {"prompt": [{"text": "echo lost"}]}},
+            "do": {"action": "http_status", "status": 502, "forward": forward},
+        },
+    )
+    async with listening_proxy("http://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+        proxy,
+        url,
+    ):
+        client = SimpleClient()
+        async with connect_http(url, client) as conn:
+            session = await open_session(conn)
+            with pytest.raises(AcpHttpStatusError) as failed:
+                await prompt(conn, session, "echo lost")
+            assert "502" in str(failed.value)
+            texts = [p["text"] for p in (await state(conn))["prompts"]]
+            assert ("echo lost" in texts) is forward  # "POST failed but the agent acted"
+            assert await prompt(conn, session, "echo next") == "end_turn"
+        [fault] = log_events(proxy.stderr, "fault injected")
+        assert (fault["rule"], fault["action"]) == ("post-fails", "http_status")
+
+
+async def read_events(response: aiohttp.ClientResponse, queue: asyncio.Queue[Any]) -> None:
+    """Put each SSE event's JSON on ``queue``; ``None`` at the end of the stream."""
+    buffer = b""
+    try:
+        async for chunk in response.content.iter_any():
+            buffer += chunk
+            while b"\n\n" in buffer:
+                event, buffer = buffer.split(b"\n\n", 1)
+                data = [line[6:] for line in event.split(b"\n") if line.startswith(b"data: ")]
+                if data:
+                    await queue.put(json.loads(b"\n".join(data)))
+    except aiohttp.ClientPayloadError:
+        pass
+    await queue.put(None)
+
+
+@contextlib.asynccontextmanager
+async def sse(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> AsyncIterator[asyncio.Queue[Any]]:
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    async with http.get(url, headers={"Accept": "text/event-stream", **headers}) as response:
+        assert response.status == 200
+        reader = asyncio.get_running_loop().create_task(read_events(response, queue))
+        try:
+            yield queue
+        finally:
+            reader.cancel()
+
+
+async def next_event(queue: asyncio.Queue[Any]) -> Any:
+    return await asyncio.wait_for(queue.get(), TIMEOUT)
+
+
+async def test_close_stream_loses_the_message_and_a_new_get_gets_the_rest(tmp_path: Path) -> None:
+    """close_stream: the stream carrying the answer dies without it; a new GET gets later ones."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "kill-stream",
+            "when": {"direction": "to_client", "kind": "response", "method": "session/prompt"},
+            "schedule": {"nth": [1]},
+            "do": {"action": "close_stream"},
+        },
+    )
+    async with (
+        listening_proxy("http://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+            proxy,
+            url,
+        ),
+        aiohttp.ClientSession() as http,
+    ):
+        init = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {"protocolVersion": PROTOCOL_VERSION},
+        }
+        async with http.post(url, json=init) as response:
+            assert response.status == 200
+            connection = {"Acp-Connection-Id": response.headers["Acp-Connection-Id"]}
+        async with sse(http, url, connection) as events:
+            new = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "session/new",
+                "params": {"cwd": "/tmp", "mcpServers": []},
+            }
+            async with http.post(url, json=new, headers=connection) as response:
+                assert response.status == 202
+            session = (await next_event(events))["result"]["sessionId"]
+            scoped = {**connection, "Acp-Session-Id": session}
+
+            def prompt_message(request_id: int, text: str) -> dict[str, Any]:
+                return {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "method": "session/prompt",
+                    "params": {"sessionId": session, "prompt": [{"type": "text", "text": text}]},
+                }
+
+            async with sse(http, url, scoped) as first:
+                async with http.post(
+                    url, json=prompt_message(2, "echo one"), headers=scoped
+                ) as response:
+                    assert response.status == 202
+                seen = []
+                while (event := await next_event(first)) is not None:
+                    seen.append(event)
+                assert [e.get("id") for e in seen] == [None]  # the update came; the answer died
+                assert seen[0]["params"]["update"]["content"]["text"] == "one"
+            async with sse(http, url, scoped) as second:
+                async with http.post(
+                    url, json=prompt_message(3, "echo two"), headers=scoped
+                ) as response:
+                    assert response.status == 202
+                events_seen = [await next_event(second), await next_event(second)]
+                assert events_seen[-1]["id"] == 3
+                assert events_seen[-1]["result"]["stopReason"] == "end_turn"
+        assert [f["action"] for f in log_events(proxy.stderr, "fault injected")] == ["close_stream"]
+
+
+async def test_sever_closes_a_websocket_with_the_configured_code(tmp_path: Path) -> None:
+    """sever on a WebSocket Client: the socket closes with close_code; the prompt never arrives."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "cut",
+            "when": {"method": "session/prompt"},
+            "do": {"action": "sever", "side": "client", "when": "before", "close_code": 4001},
+        },
+    )
+    async with (
+        listening_proxy("ws://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+            _proxy,
+            url,
+        ),
+        websockets.connect(url, proxy=None) as ws,
+    ):
+        await ws.send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {"protocolVersion": PROTOCOL_VERSION},
+                }
+            )
+        )
+        assert json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))["id"] == 0
+        await ws.send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "session/prompt",
+                    "params": {"sessionId": "S", "prompt": []},
+                }
+            )
+        )
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+        assert ws.close_code == 4001
+
+
+async def test_restart_proxy_takes_the_listener_down_and_brings_it_back(tmp_path: Path) -> None:
+    """restart_proxy: connections closed, a fresh Agent after the downtime, the same port."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "restart",
+            "when": {"method": "session/prompt"},
+            "schedule": {"nth": [1]},
+            "do": {"action": "restart_proxy", "downtime_ms": 200},
+        },
+    )
+    async with listening_proxy("ws://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+        proxy,
+        url,
+    ):
+        client = SimpleClient()
+        async with connect_ws(url, client) as conn:
+            session = await open_session(conn)
+            first_pid = (await state(conn))["pid"]
+            with pytest.raises(ConnectionError):
+                await prompt(conn, session, "echo lost")
+        await proxy.logged("listening", count=2)  # back on the same port
+        async with connect_ws(url, SimpleClient()) as conn:
+            await open_session(conn)
+            assert (await state(conn))["pid"] != first_pid
+        assert log_events(proxy.stderr, "listening")[1]["url"] == url
+
+
+async def test_conductor_mode_keeps_the_agent_for_the_next_client() -> None:
+    """--keep-upstream: a reconnecting Client resumes its session in the same Agent process."""
+    async with listening_proxy("ws://127.0.0.1:0/acp", "--keep-upstream", agent=SDK_AGENT) as (
+        proxy,
+        url,
+    ):
+        first = SimpleClient()
+        async with connect_ws(url, first) as conn:
+            session = await open_session(conn)
+            assert await prompt(conn, session, "echo before") == "end_turn"
+            before = await state(conn)
+        await proxy.logged("client gone; keeping the agent connection for the next client")
+        second = SimpleClient()
+        async with connect_ws(url, second) as conn:
+            init = await asyncio.wait_for(
+                conn.initialize(protocol_version=PROTOCOL_VERSION), TIMEOUT
+            )
+            assert init.protocol_version == PROTOCOL_VERSION  # answered from the first answer
+            assert await prompt(conn, session, "echo after") == "end_turn"
+            after = await state(conn)
+        assert after["pid"] == before["pid"]
+        assert [method for _, method in after["requests"]].count("initialize") == 1
+        assert (session, "after") in second.chunks
+        assert len(log_events(proxy.stderr, "agent started")) == 1
+
+
+async def test_conductor_mode_after_a_sever() -> None:
+    """A Client cut off by sever reconnects, is answered initialize, and prompts its session."""
+    # The sever here is the Client's own disconnect without a close handshake.
+    async with listening_proxy("http://127.0.0.1:0/acp", "--keep-upstream", agent=SDK_AGENT) as (
+        proxy,
+        url,
+    ):
+        ws = await websockets.connect(url.replace("http://", "ws://"), proxy=None)
+        await ws.send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {"protocolVersion": PROTOCOL_VERSION},
+                }
+            )
+        )
+        await asyncio.wait_for(ws.recv(), TIMEOUT)
+        await ws.send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "session/new",
+                    "params": {"cwd": "/tmp", "mcpServers": []},
+                }
+            )
+        )
+        session = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))["result"]["sessionId"]
+        ws.transport.abort()
+        await proxy.logged("client gone; keeping the agent connection for the next client")
+        client = SimpleClient()
+        async with connect_http(url, client) as conn:
+            await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), TIMEOUT)
+            assert await prompt(conn, session, "echo resumed") == "end_turn"
+        assert (session, "resumed") in client.chunks
+
+
+async def test_client_auth_headers_reach_a_network_agent() -> None:
+    """Authorization and X-* headers of the Client go on to the Agent's connection."""
+    seen: list[dict[str, str]] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(dict(request.headers))
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            data = json.loads(message.data)
+            await ws.send_str(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": data["id"],
+                        "result": {"protocolVersion": PROTOCOL_VERSION},
+                    }
+                )
+            )
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/acp", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with listening_proxy(
+            "ws://127.0.0.1:0/acp", "--upstream", f"ws://127.0.0.1:{port}/acp"
+        ) as (_proxy, url):
+            headers = {
+                "Authorization": "Bearer secret-token",
+                "X-Tenant": "t1",
+                "Cookie": "route=a",
+            }
+            async with websockets.connect(url, proxy=None, additional_headers=headers) as ws:
+                await ws.send(
+                    json.dumps({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {}})
+                )
+                assert json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))["id"] == 7
+    finally:
+        await runner.cleanup()
+    [upstream] = seen
+    assert upstream["Authorization"] == "Bearer secret-token"
+    assert upstream["X-Tenant"] == "t1"
+    assert upstream["Cookie"] == "route=a"
