@@ -38,6 +38,8 @@ GONE = frozenset({401, 403, 404, 410})
 """POST statuses after which the connection is considered lost (as the TS Client does)."""
 INBOX_DEPTH = 256
 """Messages read from the streams and not yet taken by the relay (then reading pauses)."""
+OUTBOX_HIGH_WATER = 8 * 1024 * 1024
+"""Bytes waiting to be POSTed before the Client's reader waits (backpressure)."""
 
 
 class HttpUpstream:
@@ -62,6 +64,9 @@ class HttpUpstream:
         self.connection_id: str | None = None
         self._inbox: asyncio.Queue[Received | None] = asyncio.Queue(INBOX_DEPTH)
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._queued = 0
+        self._room = asyncio.Event()
+        self._room.set()
         self._streams: dict[str | None, asyncio.Task[None]] = {}
         self._agent_request_sessions: dict[IdKey, str] = {}
         self._ended = False
@@ -87,9 +92,13 @@ class HttpUpstream:
         """Queue a message to POST (in order)."""
         if not self._closing:
             self._outbox.put_nowait(data)
+            self._queued += len(data)
+            if self._queued > OUTBOX_HIGH_WATER:
+                self._room.clear()
 
     async def drain(self) -> None:
-        """POSTs are written one at a time; nothing to wait for beyond that."""
+        """Wait while too much waits to be POSTed (an Agent slow to accept slows the Client)."""
+        await self._room.wait()
 
     def processed(self, status: int | None) -> None:
         """Nothing to settle."""
@@ -121,6 +130,7 @@ class HttpUpstream:
     # -- inside ----------------------------------------------------------------------------------
 
     def _end(self) -> None:
+        self._room.set()
         if not self._ended:
             self._ended = True
             with contextlib.suppress(asyncio.QueueFull):
@@ -145,6 +155,9 @@ class HttpUpstream:
         try:
             while (data := await self._outbox.get()) is not None:
                 await self._post(data)
+                self._queued -= len(data)
+                if self._queued <= OUTBOX_HIGH_WATER:
+                    self._room.set()
             if self.connection_id is not None and not self._ended:
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                     await self._http.delete(
