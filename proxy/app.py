@@ -13,16 +13,20 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from proxy.admin import AdminServer, Runtime
+from proxy.commands import Restart
 from proxy.endpoint import Signalable
 from proxy.events import Direction, Side
 from proxy.faultfile import load_fault_files
 from proxy.faults import FaultEngine
 from proxy.link import Link
 from proxy.log import get_logger
+from proxy.metrics import Metrics
 from proxy.observers import Fanout, LogObserver, Observer, Tally
 from proxy.relay import Relay
 from proxy.server import Address, NetworkProxy, UpstreamFactory, upstream_factory
 from proxy.state import StateFile, StateSaver
+from proxy.trace import EventFeed, TraceWriter
 from proxy.transports.stdio import AgentProcess, open_client_stdio
 from proxy.watch import watch_fault_files
 
@@ -64,6 +68,12 @@ class RunOptions:
     upstream: Address = STDIO
     keep_upstream: bool = False
     """Conductor mode: an Agent connection outlives its Client and serves the next one."""
+    admin: tuple[str, int] | None = None
+    """Host and port of the control API and /metrics."""
+    admin_token: str | None = None
+    admin_allow_remote: bool = False
+    trace: Path | None = None
+    """The JSONL trace file (appended to)."""
 
 
 def build_engine(options: RunOptions) -> FaultEngine:
@@ -77,20 +87,54 @@ def build_engine(options: RunOptions) -> FaultEngine:
     return FaultEngine(rules, random.Random(seed))
 
 
+class _Links:
+    """The running links, as the control API and the pending-requests gauge see them."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+
+    def pending(self, direction: Direction) -> int:
+        links = self.runtime.links() if self.runtime is not None else []
+        return sum(link.relay.pending(direction) for link in links)
+
+
+class _OneLink:
+    """The runtime of a stdio Client: one link, restarted by the link itself."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    def links(self) -> list[Link]:
+        return [self._link]
+
+    def restart(self, downtime: float) -> None:
+        self._link.inject([Restart(downtime)])
+
+
 @dataclass(slots=True)
 class _Experiment:
-    """What every run shares: the engine, the observers, the tally, the watcher."""
+    """What every run shares: the engine, the observers, metrics, trace, the control API."""
 
     engine: FaultEngine
     observer: Fanout
     tally: Tally
     connect_upstream: UpstreamFactory
+    metrics: Metrics
+    feed: EventFeed
+    links: _Links
+    trace: TraceWriter | None
 
 
 def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     engine = build_engine(options)
     tally = Tally()
-    observers: list[Observer] = [tally, LogObserver()]
+    links = _Links()
+    metrics = Metrics(pending=links.pending)
+    feed = EventFeed()
+    trace = TraceWriter(options.trace) if options.trace is not None else None
+    observers: list[Observer] = [tally, LogObserver(), metrics, feed]
+    if trace is not None:
+        observers.append(trace)
     if options.state is not None:
         saver = StateSaver(engine, StateFile(options.state))
         saver.restore()
@@ -103,23 +147,43 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         limit=options.max_message_bytes,
         grace=options.agent_grace,
     )
-    return _Experiment(engine, Fanout(observers), tally, connect)
+    return _Experiment(engine, Fanout(observers), tally, connect, metrics, feed, links, trace)
 
 
 @contextlib.asynccontextmanager
-async def _watching(options: RunOptions, experiment: _Experiment) -> AsyncIterator[None]:
+async def _serving(
+    options: RunOptions, experiment: _Experiment, runtime: Runtime
+) -> AsyncIterator[None]:
+    """The watcher and the control API around a run; the trace closed after it."""
+    experiment.links.runtime = runtime
     watcher = None
     if options.watch and options.faults:
         watcher = asyncio.get_running_loop().create_task(
             watch_fault_files(options.faults, experiment.engine, experiment.observer)
         )
+    admin = None
+    if options.admin is not None:
+        initial, _seed = load_fault_files(options.faults) if options.faults else ([], None)
+        admin = AdminServer(
+            runtime,
+            experiment.engine,
+            experiment.metrics,
+            experiment.feed,
+            initial_rules=initial,
+            token=options.admin_token,
+        )
+        await admin.start(*options.admin)
     try:
         yield
     finally:
+        if admin is not None:
+            await admin.stop()
         if watcher is not None:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+        if experiment.trace is not None:
+            experiment.trace.close()
 
 
 async def run(options: RunOptions, observer: Observer | None = None) -> int:
@@ -152,7 +216,7 @@ async def run_network(options: RunOptions, observer: Observer | None = None) -> 
         keep_upstream=options.keep_upstream,
     )
     try:
-        async with _watching(options, experiment):
+        async with _serving(options, experiment, proxy):
             await proxy.serve(stop)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -203,7 +267,7 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        async with _watching(options, experiment):
+        async with _serving(options, experiment, _OneLink(link)):
             await link.run()
         final = link.endpoints[Side.AGENT]
         if isinstance(final, AgentProcess):

@@ -13,6 +13,7 @@ import typer
 
 from proxy import __version__
 from proxy import app as application
+from proxy.admin import check_admin_host
 from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
@@ -116,6 +117,33 @@ def run(
             help="Keep rule counters in this file across restarts of the proxy.", dir_okay=False
         ),
     ] = None,
+    admin: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT of the control API and /metrics (port 0 picks one, logged).",
+        ),
+    ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ACP_PROXY_ADMIN_TOKEN",
+            help="Bearer token every control route but /healthz requires.",
+            show_default=False,
+        ),
+    ] = None,
+    admin_allow_remote: Annotated[
+        bool,
+        typer.Option(
+            "--admin-allow-remote", help="Let --admin bind to an address that is not loopback."
+        ),
+    ] = False,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            help="Append a JSON line per message, fault and connection event to this file.",
+            dir_okay=False,
+        ),
+    ] = None,
     max_message_bytes: Annotated[
         int,
         typer.Option(min=1, help="Largest message accepted from a peer, in bytes."),
@@ -149,6 +177,21 @@ def run(
         upstream_at = parse_address(upstream, option="--upstream")
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
+    admin_at = None
+    if admin is not None:
+        host, _, port = admin.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise typer.BadParameter(f"expected HOST:PORT, got {admin!r}", param_hint="--admin")
+        try:
+            check_admin_host(host, allow_remote=admin_allow_remote)
+        except ConfigError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--admin") from None
+        admin_at = (host.strip("[]"), int(port))
+    if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
+        raise typer.BadParameter(
+            "in stdio mode stdout is the protocol channel; give the trace a file",
+            param_hint="--trace",
+        )
     if upstream_at.scheme == "stdio" and not agent_cmd:
         raise typer.BadParameter("give the Agent command after --", param_hint="AGENT_CMD")
     if upstream_at.scheme != "stdio" and agent_cmd:
@@ -159,6 +202,10 @@ def run(
         listen=listen_at,
         upstream=upstream_at,
         keep_upstream=keep_upstream,
+        admin=admin_at,
+        admin_token=admin_token,
+        admin_allow_remote=admin_allow_remote,
+        trace=trace if trace is None or str(trace) != "-" else Path("/dev/stdout"),
         agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,
         strict=strict,

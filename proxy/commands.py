@@ -17,6 +17,8 @@ __all__ = [
     "CancelDropped",
     "Close",
     "Command",
+    "Connected",
+    "Disconnected",
     "DropStream",
     "DuplicateSwallowed",
     "FailPost",
@@ -246,6 +248,22 @@ class InitializeCached(Observation):
     """Conductor mode: a Client's ``initialize`` was answered from the first Client's answer."""
 
     id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Connected(Observation):
+    """A connection to ``side`` over ``transport`` joined a link (recorded by the shell)."""
+
+    side: Side
+    transport: str
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnected(Observation):
+    """A connection to ``side`` over ``transport`` left its link (recorded by the shell)."""
+
+    side: Side
+    transport: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,9 +48,11 @@ __all__ = [
     "Schedule",
     "Sever",
     "When",
+    "dump_rules",
     "fault_file_schema",
     "load_fault_files",
     "parse_fault_file",
+    "validate_rules",
 ]
 
 
@@ -250,12 +252,16 @@ class FaultFile(_Model):
 
     @model_validator(mode="after")
     def _unique_names(self) -> FaultFile:
+        self._unique(self.rules)
+        return self
+
+    @staticmethod
+    def _unique(rules: Sequence[Rule]) -> None:
         seen: set[str] = set()
-        for rule in self.rules:
+        for rule in rules:
             if rule.name in seen:
                 raise ValueError(f"rule name {rule.name!r} is used twice")
             seen.add(rule.name)
-        return self
 
 
 def fault_file_schema() -> dict[str, Any]:
@@ -373,27 +379,50 @@ def parse_fault_file(text: str, name: str) -> FaultFile:
     try:
         return FaultFile.model_validate(data)
     except ValidationError as exc:
-        tree = _yaml_lines(text)
-        errors = []
-        for error in exc.errors():
-            loc = _clean_loc(error["loc"], data)
-            rule, field_loc = _rule_name(data, loc)
-            message = error["msg"].removeprefix("Value error, ")
-            if error["type"] == "union_tag_invalid":
-                message = (
-                    f"unknown action {error['input'].get('action')!r}; expected one of "
-                    + (error["ctx"]["expected_tags"])
-                )
-            errors.append(
-                Location(
-                    file=name,
-                    line=_line_of(tree, loc),
-                    rule=rule,
-                    field=_field_path(field_loc),
-                    message=message,
-                )
+        raise _located(exc, data, name, _yaml_lines(text)) from None
+
+
+def _located(
+    exc: ValidationError, data: Any, name: str, tree: yaml.Node | None = None
+) -> FaultFileError:
+    """Every error of a validation, with its file (line, when known), rule and field."""
+    errors = []
+    for error in exc.errors():
+        loc = _clean_loc(error["loc"], data)
+        rule, field_loc = _rule_name(data, loc)
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "union_tag_invalid":
+            message = (
+                f"unknown action {error['input'].get('action')!r}; expected one of "
+                + (error["ctx"]["expected_tags"])
             )
-        raise FaultFileError(errors) from None
+        errors.append(
+            Location(
+                file=name,
+                line=_line_of(tree, loc) if tree is not None else None,
+                rule=rule,
+                field=_field_path(field_loc),
+                message=message,
+            )
+        )
+    return FaultFileError(errors)
+
+
+class _RuleList(_Model):
+    rules: list[Rule]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> _RuleList:
+        FaultFile._unique(self.rules)
+        return self
+
+
+def validate_rules(data: Any, source: str = "request") -> list[Rule]:
+    """Rules given as plain data (the control API): validated as in a fault file, errors located."""
+    try:
+        return _RuleList.model_validate({"rules": data}).rules
+    except ValidationError as exc:
+        raise _located(exc, {"rules": data}, source) from None
 
 
 def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | None]:

@@ -15,6 +15,7 @@ message of the old generation is discarded. The Client's messages wait while the
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from typing import assert_never
@@ -22,6 +23,8 @@ from typing import assert_never
 from proxy.commands import (
     Close,
     Command,
+    Connected,
+    Disconnected,
     DropStream,
     FailPost,
     Observation,
@@ -50,6 +53,8 @@ __all__ = ["Link"]
 
 log = get_logger("proxy.link")
 
+_link_ids = itertools.count(1)
+
 AgentFactory = Callable[[], Awaitable[Endpoint]]
 """Connects (spawns) a new Agent for this link."""
 RelayFactory = Callable[[bytes | None], Relay]
@@ -77,6 +82,8 @@ class Link:
         ``on_client_gone`` (conductor mode): the Client left and the Agent stays; the link
         waits for :meth:`attach_client`.
         """
+        self.id = next(_link_ids)
+        """This link's number in the process (logs, trace, control API)."""
         self._new_relay = new_relay
         self.relay = new_relay(None)
         self.endpoints = dict(endpoints)
@@ -100,8 +107,9 @@ class Link:
         try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
-                tasks.create_task(self._pump(Side.CLIENT, self.endpoints[Side.CLIENT], 0))
-                tasks.create_task(self._pump(Side.AGENT, self.endpoints[Side.AGENT], 0))
+                for side in Side:
+                    self._connected(side)
+                    tasks.create_task(self._pump(side, self.endpoints[side], 0))
         finally:
             for timer in self._timers:
                 timer.cancel()
@@ -109,7 +117,11 @@ class Link:
 
     def close(self, side: Side) -> None:
         """Close the connection to ``side`` from outside the relay (a signal, an operator)."""
-        self._execute([Close(side)])
+        self.inject([Close(side)])
+
+    def inject(self, commands: list[Command]) -> None:
+        """Carry out commands that come from outside the relay (the control API's actions)."""
+        self._execute(commands)
 
     def attach_client(self, client: Endpoint) -> None:
         """Conductor mode: a new Client takes over this link's Agent.
@@ -120,16 +132,20 @@ class Link:
         self.relay = self._new_relay(self.relay.initialize_answer)
         self.endpoints[Side.CLIENT] = client
         self.closed_first = None
+        self._connected(Side.CLIENT)
         self._spawn(self._pump(Side.CLIENT, client, self._generation))
 
     def sever_all(self) -> None:
         """Cut both connections now (a restart of the whole proxy); a spawned Agent is stopped."""
         abandoned = sum(self.relay.pending(direction) for direction in Direction)
-        self._observer.observe(Restarted("proxy", abandoned))
+        self._observer.observe(Restarted("proxy", abandoned), self.id)
         self._execute([Sever(Side.CLIENT, flush=False), Sever(Side.AGENT, flush=False)])
         agent = self.endpoints[Side.AGENT]
         if isinstance(agent, Signalable):
             agent.signal(signal.SIGTERM)
+
+    def _connected(self, side: Side) -> None:
+        self._observer.observe(Connected(side, self.endpoints[side].transport), self.id)
 
     async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
         while True:
@@ -142,6 +158,7 @@ class Link:
             event: Event
             if received is None:
                 event = PeerClosed(side, at)
+                self._observer.observe(Disconnected(side, endpoint.transport), self.id)
                 if self.closed_first is None:
                     self.closed_first = side
             elif isinstance(received, bytes):
@@ -201,7 +218,7 @@ class Link:
                     if isinstance(endpoint, StreamOwner):
                         endpoint.drop_stream(data)
                 case Observation():
-                    self._observer.observe(command)
+                    self._observer.observe(command, self.id)
                 case _:
                     assert_never(command)
         return written
@@ -244,7 +261,8 @@ class Link:
         old.sever(flush=False)
         if stop and isinstance(old, Signalable):
             old.signal(signal.SIGTERM)
-        self._observer.observe(Restarted(what, abandoned))
+        self._observer.observe(Disconnected(Side.AGENT, old.transport), self.id)
+        self._observer.observe(Restarted(what, abandoned), self.id)
         log.warning("restarting", what=what, downtime_ms=downtime * 1000, abandoned=abandoned)
         self._spawn(self._connect_new_agent(old, downtime, self._generation))
 
@@ -265,6 +283,7 @@ class Link:
             self._spawn(agent.wait_closed())
             return
         self.endpoints[Side.AGENT] = agent
+        self._connected(Side.AGENT)
         self._spawn(self._pump(Side.AGENT, agent, generation))
         self._agent_up.set()
 

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 from proxy.commands import (
     CancelDropped,
+    Connected,
+    Disconnected,
     DuplicateSwallowed,
     FaultInjected,
     IdReused,
@@ -35,8 +37,8 @@ __all__ = ["Fanout", "LogObserver", "Observer", "Tally"]
 class Observer(Protocol):
     """Something that wants to know what the relay saw."""
 
-    def observe(self, observation: Observation) -> None:
-        """Take one observation; must not raise and must not block."""
+    def observe(self, observation: Observation, link: int | None = None) -> None:
+        """Take one observation (of link ``link``, if any); must not raise nor block."""
         ...
 
 
@@ -46,10 +48,10 @@ class Fanout:
     def __init__(self, observers: Iterable[Observer]) -> None:
         self._observers = tuple(observers)
 
-    def observe(self, observation: Observation) -> None:
+    def observe(self, observation: Observation, link: int | None = None) -> None:
         """Pass ``observation`` on to every observer."""
         for observer in self._observers:
-            observer.observe(observation)
+            observer.observe(observation, link)
 
 
 class Tally:
@@ -58,7 +60,7 @@ class Tally:
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, ...]] = Counter()
 
-    def observe(self, observation: Observation) -> None:
+    def observe(self, observation: Observation, link: int | None = None) -> None:
         """Count ``observation`` under its kind and bounded labels."""
         match observation:
             case Relayed(direction=direction, kind=kind):
@@ -87,7 +89,9 @@ class Tally:
                 self.counts["abandoned_requests", "restart"] += abandoned
             case RulesReloaded(result=result):
                 self.counts["reloads", result] += 1
-            case RulesCounted():
+            case Connected(side=side, transport=transport):
+                self.counts["connections", side, transport] += 1
+            case RulesCounted() | Disconnected():
                 pass
             case _:
                 self.counts["other", type(observation).__name__] += 1
@@ -110,9 +114,9 @@ class LogObserver:
     def __init__(self, logger: Any = None) -> None:
         self._log = logger or get_logger("proxy.relay")
 
-    def observe(self, observation: Observation) -> None:
+    def observe(self, observation: Observation, link: int | None = None) -> None:
         """Log ``observation`` at the level it deserves."""
-        log = self._log
+        log = self._log if link is None else self._log.bind(link=link)
         match observation:
             case Relayed():
                 log.debug(
@@ -188,7 +192,9 @@ class LogObserver:
                     copy_id=_text(observation.forwarded_id),
                     answer=shorten(observation.data),
                 )
-            case Restarted() | RulesReloaded() | RulesCounted():
+            case Connected():
+                log.info("connected", side=observation.side, transport=observation.transport)
+            case Restarted() | RulesReloaded() | RulesCounted() | Disconnected():
                 pass  # logged where they happen, with their context
             case _:
                 log.debug("observation", observation=repr(observation))

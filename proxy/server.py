@@ -199,6 +199,10 @@ class NetworkProxy:
         self._tasks.create_task(self._run(link))
         return True
 
+    def links(self) -> list[Link]:
+        """The links running now (the control API's view)."""
+        return list(self._links)
+
     def _park(self, link: Link) -> None:
         log.info("client gone; keeping the agent connection for the next client")
         self._parked = link

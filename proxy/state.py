@@ -78,7 +78,7 @@ class StateSaver:
         except OSError as exc:
             log.error("could not save the state file", path=str(self._file.path), error=str(exc))
 
-    def observe(self, observation: Observation) -> None:
+    def observe(self, observation: Observation, link: int | None = None) -> None:
         """Save when a rule's counters moved."""
         if isinstance(observation, RulesCounted | FaultInjected):
             self.save()

@@ -1,0 +1,347 @@
+"""The control API and ``/metrics`` on ``--admin HOST:PORT`` (DESIGN 9), on aiohttp.
+
+Routes: ``GET /healthz``, ``GET /metrics``, ``GET|PUT|POST /api/rules``,
+``DELETE /api/rules/{name}``, ``POST /api/reset``,
+``POST /api/actions/{sever|kill_agent|restart_proxy}``, ``GET /api/links``, ``GET /api/ledger``,
+``GET /api/findings`` and ``GET /api/events`` (SSE of trace records). Rules are validated exactly
+as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (validation errors add
+``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
+told otherwise, and with a token set every route but ``/healthz`` needs
+``Authorization: Bearer TOKEN``. Request bodies are bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from proxy.commands import Sever, SignalAgent
+from proxy.errors import ConfigError
+from proxy.events import Direction, Side
+from proxy.faultfile import FaultFileError, Rule, dump_rules, validate_rules
+from proxy.faults import FaultEngine
+from proxy.link import Link
+from proxy.log import get_logger
+from proxy.metrics import Metrics
+from proxy.sse import KEEPALIVE, encode_event
+from proxy.trace import EventFeed
+
+__all__ = ["AdminServer", "Runtime", "check_admin_host"]
+
+log = get_logger("proxy.admin")
+
+MAX_BODY = 1024 * 1024
+"""The largest request body the control API reads."""
+KEEPALIVE_SECONDS = 15.0
+
+
+class Runtime(Protocol):
+    """What the control API acts on: the running links and a restart of the data plane."""
+
+    def links(self) -> list[Link]:
+        """The links running now."""
+        ...
+
+    def restart(self, downtime: float) -> None:
+        """``restart_proxy`` now."""
+        ...
+
+
+def check_admin_host(host: str, *, allow_remote: bool) -> None:
+    """Refuse a non-loopback admin address unless the operator explicitly allows it."""
+    if allow_remote:
+        return
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigError(
+            f"--admin {host}: the control API can kill agents and drop traffic; it binds to "
+            "loopback only, unless --admin-allow-remote is given"
+        )
+
+
+class ApiError(Exception):
+    """An error answered as JSON ``{"error", "status"}``."""
+
+    def __init__(self, status: int, message: str, errors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.errors = errors
+
+
+def _signal(value: Any) -> int:
+    if value is None:
+        return int(signal.SIGKILL)
+    rule = {"name": "x", "do": {"action": "kill_agent", "signal": value}}
+    try:
+        parsed = validate_rules([rule])[0].do
+    except FaultFileError as exc:
+        raise ApiError(400, "invalid signal", [str(error) for error in exc.errors]) from None
+    return int(getattr(parsed, "signal", signal.SIGKILL))
+
+
+class AdminServer:
+    """The aiohttp server of ``--admin``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        engine: FaultEngine,
+        metrics: Metrics,
+        feed: EventFeed,
+        *,
+        initial_rules: list[Rule],
+        token: str | None = None,
+        ledger: Callable[[], Any] = lambda: [],
+        findings: Callable[[], Any] = lambda: [],
+    ) -> None:
+        self._runtime = runtime
+        self._engine = engine
+        self._metrics = metrics
+        self._feed = feed
+        self._initial_rules = list(initial_rules)
+        self._token = token
+        self._ledger = ledger
+        self._findings = findings
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    def app(self) -> web.Application:
+        """The aiohttp application (also usable with aiohttp's test client)."""
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._auth])
+        routes = app.router
+        routes.add_get("/healthz", self._healthz)
+        routes.add_get("/metrics", self._metrics_route)
+        routes.add_get("/api/rules", self._get_rules)
+        routes.add_put("/api/rules", self._put_rules)
+        routes.add_post("/api/rules", self._post_rule)
+        routes.add_delete("/api/rules/{name}", self._delete_rule)
+        routes.add_post("/api/reset", self._reset)
+        routes.add_post("/api/actions/{action}", self._action)
+        routes.add_get("/api/links", self._links)
+        routes.add_get("/api/ledger", self._get_ledger)
+        routes.add_get("/api/findings", self._get_findings)
+        routes.add_get("/api/events", self._events)
+        return app
+
+    async def start(self, host: str, port: int) -> None:
+        """Bind (port 0 picks one, in :attr:`port`) and serve."""
+        self._runner = web.AppRunner(self.app(), handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        log.info("control API listening", url=f"http://{host}:{self.port}")
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- middlewares ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _json_error(exc.status, str(exc), exc.errors)
+        except web.HTTPRequestEntityTooLarge:
+            return _json_error(413, f"request body over {MAX_BODY} bytes")
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                return _json_error(exc.status, exc.reason)
+            raise
+
+    @web.middleware
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if self._token is not None and request.path != "/healthz":
+            given = request.headers.get("Authorization", "")
+            expected = f"Bearer {self._token}"
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                raise ApiError(401, "a bearer token is required")
+        return await handler(request)
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "links": len(self._runtime.links())})
+
+    async def _metrics_route(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self._metrics.exposition(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    def _rules_body(self) -> dict[str, Any]:
+        states = self._engine.states
+        return {
+            "rules": dump_rules(self._engine.rules),
+            "counters": {
+                name: {"matched": state.matched, "fired": state.fired}
+                for name, state in states.items()
+            },
+        }
+
+    async def _get_rules(self, request: web.Request) -> web.Response:
+        return web.json_response(self._rules_body())
+
+    async def _put_rules(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        data = body.get("rules") if isinstance(body, dict) else body
+        self._engine.replace(_rules(data))
+        return web.json_response(self._rules_body())
+
+    async def _post_rule(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        [rule] = _rules([body])
+        if any(existing.name == rule.name for existing in self._engine.rules):
+            raise ApiError(409, f"a rule named {rule.name!r} already exists")
+        self._engine.replace([*self._engine.rules, rule])
+        return web.json_response(self._rules_body(), status=201)
+
+    async def _delete_rule(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        rules = self._engine.rules
+        if not any(rule.name == name for rule in rules):
+            raise ApiError(404, f"no rule named {name!r}")
+        self._engine.replace([rule for rule in rules if rule.name != name])
+        return web.json_response(self._rules_body())
+
+    async def _reset(self, request: web.Request) -> web.Response:
+        """The rules of the fault files again, every counter at zero."""
+        self._engine.replace(self._initial_rules)
+        self._engine.reset()
+        return web.json_response(self._rules_body())
+
+    async def _action(self, request: web.Request) -> web.Response:
+        action = request.match_info["action"]
+        body = await _body(request, allow_empty=True)
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body is a JSON object")
+        if action == "restart_proxy":
+            downtime = _number(body, "downtime_ms", 0.0)
+            self._runtime.restart(downtime / 1000)
+            log.warning("restart requested over the control API", downtime_ms=downtime)
+            return web.json_response({"action": action, "downtime_ms": downtime})
+        links = self._selected(body)
+        if action == "sever":
+            side = body.get("side", "both")
+            if side not in ("client", "agent", "both"):
+                raise ApiError(400, "side is client, agent or both")
+            code = int(_number(body, "close_code", 1001))
+            sides = [Side.CLIENT, Side.AGENT] if side == "both" else [Side(side)]
+            for link in links:
+                link.inject([Sever(s, flush=False, close_code=code) for s in sides])
+        elif action == "kill_agent":
+            number = _signal(body.get("signal"))
+            respawn = bool(body.get("respawn", False))
+            for link in links:
+                link.inject([SignalAgent(number, respawn)])
+        else:
+            raise ApiError(404, f"unknown action {action!r}: sever, kill_agent or restart_proxy")
+        log.warning("action over the control API", action=action, links=[link.id for link in links])
+        return web.json_response({"action": action, "links": [link.id for link in links]})
+
+    def _selected(self, body: dict[str, Any]) -> list[Link]:
+        links = self._runtime.links()
+        wanted = body.get("link")
+        if wanted is None:
+            return links
+        chosen = [link for link in links if link.id == wanted]
+        if not chosen:
+            raise ApiError(404, f"no link {wanted!r}")
+        return chosen
+
+    async def _links(self, request: web.Request) -> web.Response:
+        return web.json_response({"links": [_describe(link) for link in self._runtime.links()]})
+
+    async def _get_ledger(self, request: web.Request) -> web.Response:
+        return web.json_response({"ledger": self._ledger()})
+
+    async def _get_findings(self, request: web.Request) -> web.Response:
+        return web.json_response({"findings": self._findings()})
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        queue = self._feed.subscribe()
+        try:
+            while True:
+                try:
+                    record = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    await response.write(KEEPALIVE)
+                    continue
+                await response.write(encode_event(json.dumps(record).encode()))
+        except (ConnectionError, asyncio.CancelledError):
+            return response
+        finally:
+            self._feed.unsubscribe(queue)
+
+
+def _json_error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": message, "status": status}
+    if errors:
+        body["errors"] = errors
+    return web.json_response(body, status=status)
+
+
+async def _body(request: web.Request, *, allow_empty: bool = False) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        if allow_empty:
+            return {}
+        raise ApiError(400, "a JSON body is required")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"the body is not JSON: {exc}") from None
+
+
+def _rules(data: Any) -> list[Rule]:
+    if not isinstance(data, list):
+        raise ApiError(400, "rules are a JSON list (or an object with a 'rules' list)")
+    try:
+        return validate_rules(data)
+    except FaultFileError as exc:
+        raise ApiError(400, "invalid rules", [str(error) for error in exc.errors]) from None
+
+
+def _number(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ApiError(400, f"{key} is a number of at least 0")
+    return float(value)
+
+
+def _describe(link: Link) -> dict[str, Any]:
+    sides = {}
+    for side in Side:
+        endpoint = link.endpoints[side]
+        info: dict[str, Any] = {"transport": endpoint.transport}
+        pid = getattr(endpoint, "pid", None)
+        if isinstance(pid, int):
+            info["pid"] = pid
+        sides[side.value] = info
+    return {
+        "id": link.id,
+        **sides,
+        "pending": {direction.value: link.relay.pending(direction) for direction in Direction},
+    }

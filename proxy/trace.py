@@ -1,0 +1,216 @@
+"""The JSONL trace (``--trace FILE``) and the live event feed (``/api/events``).
+
+One JSON object per line for every message (both hops: the sender's id and the id the proxy wrote
+on the next hop), every fault, connection event, restart and finding. Each line is written with a
+single ``write`` and flushed, so a crash loses at most the line being written. The schema is in
+the README ("Trace events"); ``report`` reads it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from proxy.commands import (
+    CancelDropped,
+    Connected,
+    Disconnected,
+    DuplicateSwallowed,
+    FaultInjected,
+    InitializeCached,
+    InvalidSeen,
+    Observation,
+    Orphaned,
+    Relayed,
+    Restarted,
+    RulesReloaded,
+    Undeliverable,
+    Unroutable,
+)
+
+__all__ = ["EventFeed", "TraceWriter", "trace_record"]
+
+TRACE_VERSION = 1
+
+
+def _id(token: bytes | None) -> Any:
+    """An id as JSON: its value when it parses, else its text."""
+    if token is None:
+        return None
+    try:
+        return orjson.loads(token)
+    except orjson.JSONDecodeError:
+        return token.decode("utf-8", "replace")
+
+
+def trace_record(observation: Observation, link: int | None, now: float) -> dict[str, Any] | None:
+    """The trace line of one observation, or ``None`` for those the trace does not keep."""
+    base: dict[str, Any] = {"time": now, "link": link}
+    match observation:
+        case Relayed():
+            record = {
+                "event": "message",
+                "disposition": "relayed",
+                "direction": observation.direction.value,
+                "kind": observation.kind.value,
+                "method": observation.method,
+                "session": observation.session,
+                "id": _id(observation.original_id),
+                "forwarded_id": _id(observation.forwarded_id),
+                "size": observation.size,
+            }
+            if observation.duration is not None:
+                record["duration_ms"] = round(observation.duration * 1000, 3)
+        case InvalidSeen():
+            record = {
+                "event": "message",
+                "disposition": "invalid",
+                "direction": observation.direction.value,
+                "kind": "invalid",
+                "reason": observation.reason.value,
+                "handling": observation.handling.value,
+                "size": observation.size,
+            }
+        case Orphaned():
+            record = {
+                "event": "message",
+                "disposition": "orphaned",
+                "direction": observation.direction.value,
+                "kind": observation.kind.value,
+                "forwarded_id": _id(observation.id),
+            }
+        case Undeliverable():
+            record = {
+                "event": "message",
+                "disposition": "undeliverable",
+                "direction": observation.direction.value,
+                "kind": observation.kind.value,
+                "size": observation.size,
+            }
+        case Unroutable():
+            record = {
+                "event": "message",
+                "disposition": "unroutable",
+                "direction": observation.direction.value,
+                "kind": "error",
+                "size": observation.size,
+            }
+        case CancelDropped():
+            record = {
+                "event": "message",
+                "disposition": "cancel_dropped",
+                "direction": observation.direction.value,
+                "kind": "notification",
+                "method": "$/cancel_request",
+                "id": _id(observation.request_id),
+            }
+        case DuplicateSwallowed():
+            record = {
+                "event": "message",
+                "disposition": "swallowed",
+                "direction": observation.direction.value,
+                "kind": "response",
+                "method": observation.method,
+                "session": observation.session,
+                "id": _id(observation.original_id),
+                "forwarded_id": _id(observation.forwarded_id),
+                "size": len(observation.data),
+            }
+        case InitializeCached():
+            record = {
+                "event": "message",
+                "disposition": "answered_from_cache",
+                "direction": "to_agent",
+                "kind": "request",
+                "method": "initialize",
+                "id": _id(observation.id),
+            }
+        case FaultInjected():
+            record = {
+                "event": "fault",
+                "rule": observation.rule,
+                "action": observation.action,
+                "direction": observation.direction.value,
+                "kind": observation.kind.value,
+                "method": observation.method,
+                "session": observation.session,
+                "id": _id(observation.id),
+            }
+        case Connected() | Disconnected():
+            record = {
+                "event": "connection",
+                "state": "open" if isinstance(observation, Connected) else "closed",
+                "side": observation.side.value,
+                "transport": observation.transport,
+            }
+        case Restarted():
+            record = {
+                "event": "restart",
+                "what": observation.what,
+                "abandoned": observation.abandoned,
+            }
+        case RulesReloaded():
+            record = {"event": "reload", "result": observation.result, "rules": observation.rules}
+        case _:
+            return None
+    base.update(record)
+    return base
+
+
+class TraceWriter:
+    """An observer appending each trace record as one line to a file."""
+
+    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
+        self._file: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
+        self._clock = clock
+        self._file.write(
+            orjson.dumps({"time": clock(), "event": "trace", "version": TRACE_VERSION}) + b"\n"
+        )
+
+    def observe(self, observation: Observation, link: int | None = None) -> None:
+        """Append the observation's record (one write, unbuffered)."""
+        record = trace_record(observation, link, self._clock())
+        if record is not None:
+            self._file.write(orjson.dumps(record) + b"\n")
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+class EventFeed:
+    """Trace records for live subscribers (``/api/events``); a slow one loses records, counted."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, depth: int = 1024) -> None:
+        self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._clock = clock
+        self._depth = depth
+        self.lost = 0
+
+    def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
+        """A new queue of records; pass it to :meth:`unsubscribe` when done."""
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(self._depth)
+        self._subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        """Stop feeding ``queue``."""
+        self._subscribers.discard(queue)
+
+    def observe(self, observation: Observation, link: int | None = None) -> None:
+        """Hand the observation's record to every subscriber (never blocks)."""
+        if not self._subscribers:
+            return
+        record = trace_record(observation, link, self._clock())
+        if record is None:
+            return
+        for queue in self._subscribers:
+            try:
+                queue.put_nowait(record)
+            except asyncio.QueueFull:
+                self.lost += 1
