@@ -67,6 +67,10 @@ OnConnection = Callable[[Endpoint, Mapping[str, str]], Awaitable[bool]]
 upstream could be reached."""
 
 
+_KILL = b""
+"""In a mailbox's queue: the receiver that reaches this point is cut (``close_stream``)."""
+
+
 class Mailbox:
     """One SSE stream: buffered messages and at most one receiver (a GET) at a time."""
 
@@ -78,7 +82,6 @@ class Mailbox:
         self._wake = asyncio.Event()
         self.receiver: web.StreamResponse | None = None
         self._ended = False
-        self._kill = False
 
     def put(self, event: bytes) -> None:
         self._queue.append(event)
@@ -91,9 +94,15 @@ class Mailbox:
         self._wake.set()
 
     def kill(self) -> None:
-        """Cut the current receiver's connection (``close_stream``); later messages wait."""
-        self._kill = True
+        """``close_stream``: the receiver dies after what is queued; later messages wait."""
+        self._queue.append(_KILL)
         self._wake.set()
+
+    def cut(self) -> None:
+        """``sever``: drop what is queued and cut the receiver now."""
+        self._queue.clear()
+        self.size = 0
+        self.kill()
 
     async def serve(self, request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
         """Stream to one receiver until it leaves, the stream is killed or ended."""
@@ -103,19 +112,18 @@ class Mailbox:
         )
         await response.prepare(request)
         self.receiver = response
-        self._kill = False
         try:
             while True:
-                while self._queue and not self._kill:
+                while self._queue:
                     event = self._queue.popleft()
+                    if event is _KILL:
+                        transport = request.transport
+                        if transport is not None:
+                            transport.abort()
+                        return response
                     self.size -= len(event)
                     self._drained.set()
                     await response.write(event)  # lost if the receiver is gone: no replay
-                if self._kill:
-                    transport = request.transport
-                    if transport is not None:
-                        transport.abort()
-                    return response
                 if self._ended:
                     await response.write_eof()
                     return response
@@ -244,7 +252,7 @@ class HttpConnection:
         """Cut every stream now; the connection id is forgotten (404 afterwards)."""
         if not flush:
             for mailbox in self._streams.values():
-                mailbox.kill()
+                mailbox.cut()
         self.terminate()
 
     async def wait_closed(self) -> None:
