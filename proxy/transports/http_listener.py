@@ -80,7 +80,7 @@ class Mailbox:
         self._drained = drained
         """Set whenever this mailbox shrinks (wakes a waiting :meth:`HttpConnection.drain`)."""
         self._wake = asyncio.Event()
-        self.receiver: web.StreamResponse | None = None
+        self.receiver: web.Request | None = None
         self._ended = False
 
     def put(self, event: bytes) -> None:
@@ -98,6 +98,17 @@ class Mailbox:
         self._queue.append(_KILL)
         self._wake.set()
 
+    def has_receiver(self) -> bool:
+        """Whether a GET is attached and its connection still open."""
+        receiver = self.receiver
+        if receiver is None:
+            return False
+        transport = receiver.transport
+        if transport is None or transport.is_closing():
+            self._wake.set()  # let the dead receiver's loop notice and leave
+            return False
+        return True
+
     def cut(self) -> None:
         """``sever``: drop what is queued and cut the receiver now."""
         self._queue.clear()
@@ -111,10 +122,13 @@ class Mailbox:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers},
         )
         await response.prepare(request)
-        self.receiver = response
+        self.receiver = request
         try:
             while True:
                 while self._queue:
+                    transport = request.transport
+                    if transport is None or transport.is_closing():
+                        return response  # the receiver left: the message waits for the next
                     event = self._queue.popleft()
                     if event is _KILL:
                         transport = request.transport
@@ -135,7 +149,8 @@ class Mailbox:
         except (ConnectionError, RuntimeError):
             return response
         finally:
-            self.receiver = None
+            if self.receiver is request:
+                self.receiver = None
 
 
 @dataclass
@@ -439,7 +454,7 @@ class Listener:
         mailbox = connection.stream(session)
         if mailbox is None:
             return _error(404, f"unknown {SESSION_ID}")
-        if mailbox.receiver is not None:
+        if mailbox.has_receiver():
             return _error(409, "this stream already has an active receiver")
         echo = {CONNECTION_ID: connection_id}
         if session is not None:
