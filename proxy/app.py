@@ -9,7 +9,7 @@ import itertools
 import random
 import secrets
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from proxy.watch import watch_fault_files
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "Ready",
     "RunOptions",
     "build_engine",
     "run",
@@ -153,7 +154,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
 @contextlib.asynccontextmanager
 async def _serving(
     options: RunOptions, experiment: _Experiment, runtime: Runtime
-) -> AsyncIterator[None]:
+) -> AsyncIterator[AdminServer | None]:
     """The watcher and the control API around a run; the trace closed after it."""
     experiment.links.runtime = runtime
     watcher = None
@@ -174,7 +175,7 @@ async def _serving(
         )
         await admin.start(*options.admin)
     try:
-        yield
+        yield admin
     finally:
         if admin is not None:
             await admin.stop()
@@ -193,18 +194,37 @@ async def run(options: RunOptions, observer: Observer | None = None) -> int:
     return await run_network(options, observer)
 
 
-async def run_network(options: RunOptions, observer: Observer | None = None) -> int:
-    """Serve Clients on a listener until SIGINT or SIGTERM; every connection gets a link."""
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Where a started proxy serves (port 0 resolved)."""
+
+    listen_url: str
+    admin_url: str | None
+
+
+async def run_network(
+    options: RunOptions,
+    observer: Observer | None = None,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[Ready], None] | None = None,
+) -> int:
+    """Serve Clients on a listener until ``stop`` is set (default: SIGINT or SIGTERM).
+
+    Every connection gets a link. ``on_ready`` hears the bound addresses once serving.
+    """
     loop = asyncio.get_running_loop()
     experiment = _experiment(options, observer)
-    stop = asyncio.Event()
+    signals = stop is None
+    stop = stop or asyncio.Event()
 
     def on_signal(signum: int) -> None:
         log.info("signal received; shutting down", signal=signal.Signals(signum).name)
         stop.set()
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
+    if signals:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
     proxy = NetworkProxy(
         options.listen,
         experiment.connect_upstream,
@@ -216,11 +236,20 @@ async def run_network(options: RunOptions, observer: Observer | None = None) -> 
         keep_upstream=options.keep_upstream,
     )
     try:
-        async with _serving(options, experiment, proxy):
-            await proxy.serve(stop)
+        async with _serving(options, experiment, proxy) as admin:
+
+            def ready(listen_url: str) -> None:
+                admin_url = None
+                if admin is not None and options.admin is not None:
+                    admin_url = f"http://{options.admin[0]}:{admin.port}"
+                if on_ready is not None:
+                    on_ready(Ready(listen_url, admin_url))
+
+            await proxy.serve(stop, ready)
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
+        if signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
     log.info("proxy finished", **experiment.tally.summary())
     return 0
 

@@ -147,11 +147,15 @@ class NetworkProxy:
         )
         self._restarting = False
 
-    async def serve(self, stop: asyncio.Event) -> None:
+    async def serve(
+        self, stop: asyncio.Event, on_listening: Callable[[str], None] | None = None
+    ) -> None:
         """Listen until ``stop`` is set, then close every link."""
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             await self.listener.start()
+            if on_listening is not None:
+                on_listening(self.listener.url)
             await stop.wait()
             await self.listener.stop()
             for link in list(self._links):

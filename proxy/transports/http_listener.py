@@ -351,8 +351,13 @@ class Listener:
         site = web.TCPSite(self._runner, self.config.host, self.port, reuse_address=True)
         await site.start()
         self.port = self._runner.addresses[0][1]
+        log.info("listening", url=self.url)
+
+    @property
+    def url(self) -> str:
+        """The address served (with the bound port)."""
         scheme = "ws" if self.config.websocket_only else "http"
-        log.info("listening", url=f"{scheme}://{self.config.host}:{self.port}{self.config.path}")
+        return f"{scheme}://{self.config.host}:{self.port}{self.config.path}"
 
     async def stop(self) -> None:
         """Stop accepting and close every connection."""
