@@ -9,6 +9,7 @@ import itertools
 import random
 import secrets
 import signal
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from proxy.endpoint import Signalable
 from proxy.events import Direction, Side
 from proxy.faultfile import load_fault_files
 from proxy.faults import FaultEngine
+from proxy.ledger import Ledger
 from proxy.link import Link
 from proxy.log import get_logger
 from proxy.metrics import Metrics
@@ -124,6 +126,7 @@ class _Experiment:
     feed: EventFeed
     links: _Links
     trace: TraceWriter | None
+    ledger: Ledger
 
 
 def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
@@ -133,11 +136,13 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     metrics = Metrics(pending=links.pending)
     feed = EventFeed()
     trace = TraceWriter(options.trace) if options.trace is not None else None
-    observers: list[Observer] = [tally, LogObserver(), metrics, feed]
+    fanout = Fanout([])
+    ledger = Ledger(time.time, emit=fanout.observe)
+    observers: list[Observer] = [tally, LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
     if options.state is not None:
-        saver = StateSaver(engine, StateFile(options.state))
+        saver = StateSaver(engine, ledger, StateFile(options.state))
         saver.restore()
         observers.append(saver)
     if observer is not None:
@@ -148,7 +153,8 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         limit=options.max_message_bytes,
         grace=options.agent_grace,
     )
-    return _Experiment(engine, Fanout(observers), tally, connect, metrics, feed, links, trace)
+    fanout.extend(observers)
+    return _Experiment(engine, fanout, tally, connect, metrics, feed, links, trace, ledger)
 
 
 @contextlib.asynccontextmanager
@@ -172,6 +178,8 @@ async def _serving(
             experiment.feed,
             initial_rules=initial,
             token=options.admin_token,
+            ledger=experiment.ledger.summary,
+            findings=lambda: experiment.ledger.findings,
         )
         await admin.start(*options.admin)
     try:

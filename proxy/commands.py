@@ -8,10 +8,10 @@ The one interpreter of these is :mod:`proxy.link`.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.events import Direction, Side
-from proxy.jsonrpc import InvalidReason, Kind
+from proxy.jsonrpc import InvalidReason, Kind, Message
 
 __all__ = [
     "CancelDropped",
@@ -23,10 +23,12 @@ __all__ = [
     "DuplicateSwallowed",
     "FailPost",
     "FaultInjected",
+    "Finding",
     "Handling",
     "IdReused",
     "InitializeCached",
     "InvalidSeen",
+    "KeyedAttempt",
     "Observation",
     "Orphaned",
     "PeerGone",
@@ -127,6 +129,10 @@ class Relayed(Observation):
     forwarded_id: bytes | None = None
     duration: float | None = None
     """For a response: seconds since its request was forwarded."""
+    message: Message | None = field(default=None, compare=False, repr=False)
+    """The message as it arrived (its body parsed), for observers that judge content."""
+    copy: bool = False
+    """An extra copy the proxy injected (``duplicate``), not a message of the sender's."""
 
 
 class Handling(enum.StrEnum):
@@ -264,6 +270,24 @@ class Disconnected(Observation):
 
     side: Side
     transport: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedAttempt(Observation):
+    """The ledger saw a keyed ``session/prompt``: the first attempt of its key, or a retry."""
+
+    session: str
+    retry: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Finding(Observation):
+    """The ledger saw a rule of the idempotency RFD broken (DESIGN 7)."""
+
+    check: str
+    session: str | None
+    key: str | None
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,9 @@ from proxy.commands import (
     Disconnected,
     DuplicateSwallowed,
     FaultInjected,
+    Finding,
     InvalidSeen,
+    KeyedAttempt,
     Observation,
     Orphaned,
     Relayed,
@@ -33,6 +35,7 @@ from proxy.commands import (
     Undeliverable,
 )
 from proxy.events import Direction
+from proxy.ledger import CHECKS
 
 __all__ = ["ACP_METHODS", "Metrics", "method_label"]
 
@@ -179,6 +182,10 @@ class Metrics:
             ["check"],
             registry=registry,
         )
+        for check in CHECKS:
+            self.findings.labels(check)  # every check is scraped, at 0 until seen broken
+        for attempt in ("first", "retry"):
+            self.attempts.labels(attempt)
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Count one observation."""
@@ -209,6 +216,10 @@ class Metrics:
                 self.restarts.labels(what).inc()
             case RulesReloaded(result=result):
                 self.reloads.labels(result).inc()
+            case KeyedAttempt(retry=retry):
+                self.attempts.labels("retry" if retry else "first").inc()
+            case Finding(check=check):
+                self.findings.labels(check).inc()
             case _:
                 pass
 

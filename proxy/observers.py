@@ -17,8 +17,10 @@ from proxy.commands import (
     Disconnected,
     DuplicateSwallowed,
     FaultInjected,
+    Finding,
     IdReused,
     InvalidSeen,
+    KeyedAttempt,
     Observation,
     Orphaned,
     PeerGone,
@@ -46,7 +48,11 @@ class Fanout:
     """Hand each observation to several observers, in order."""
 
     def __init__(self, observers: Iterable[Observer]) -> None:
-        self._observers = tuple(observers)
+        self._observers = list(observers)
+
+    def extend(self, observers: Iterable[Observer]) -> None:
+        """Add observers (after those given at construction)."""
+        self._observers.extend(observers)
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Pass ``observation`` on to every observer."""
@@ -91,6 +97,10 @@ class Tally:
                 self.counts["reloads", result] += 1
             case Connected(side=side, transport=transport):
                 self.counts["connections", side, transport] += 1
+            case Finding(check=check):
+                self.counts["findings", check] += 1
+            case KeyedAttempt(retry=retry):
+                self.counts["keyed_attempts", "retry" if retry else "first"] += 1
             case RulesCounted() | Disconnected():
                 pass
             case _:
@@ -194,6 +204,13 @@ class LogObserver:
                 )
             case Connected():
                 log.info("connected", side=observation.side, transport=observation.transport)
+            case Finding():
+                log.warning(
+                    "finding",
+                    check=observation.check,
+                    session=observation.session,
+                    detail=observation.detail,
+                )
             case Restarted() | RulesReloaded() | RulesCounted() | Disconnected():
                 pass  # logged where they happen, with their context
             case _:

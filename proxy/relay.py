@@ -307,7 +307,7 @@ class Relay:
         if stream_dropped:
             out.extend(DropStream(direction.destination, data) for data in forwards)
             return [], after
-        extra = self._copies(direction, message, forwards, copies, at) if copies else []
+        extra = self._copies(direction, message, forwards, copies, at, out=out) if copies else []
         if mode is not None:
             draw = iter(lambda: engine.rng.randrange(0x21, 0x7F), None)
             forwards = [corrupt(data, mode, draw) for data in forwards]
@@ -357,7 +357,14 @@ class Relay:
         )
 
     def _copies(
-        self, direction: Direction, message: Message, forwards: list[bytes], count: int, at: float
+        self,
+        direction: Direction,
+        message: Message,
+        forwards: list[bytes],
+        count: int,
+        at: float,
+        *,
+        out: list[Command],
     ) -> list[bytes]:
         """``count`` extra copies; a request's copies are new requests of one duplicate group."""
         if message.kind is not Kind.REQUEST:
@@ -380,6 +387,19 @@ class Relay:
                 group=group,
             )
             copies.append(splice(message.raw, [(s, copy.forwarded_id) for s in message.id_spans]))
+            out.append(
+                Relayed(
+                    direction,
+                    Kind.REQUEST,
+                    message.method,
+                    primary.session,
+                    len(message.raw),
+                    message.id_token,
+                    copy.forwarded_id,
+                    message=message,
+                    copy=True,
+                )
+            )
         return copies
 
     def _hold(self, delay: float, commands: list[Command]) -> StartTimer:
@@ -459,6 +479,7 @@ class Relay:
                 len(message.raw),
                 message.id_token,
                 pending.forwarded_id,
+                message=message,
             )
         )
         return splice(message.raw, edits)
@@ -474,7 +495,16 @@ class Relay:
             forwards = self._cancel(direction, message, out)
             if not forwards:
                 return forwards
-        out.append(Relayed(direction, Kind.NOTIFICATION, method, message.session, len(message.raw)))
+        out.append(
+            Relayed(
+                direction,
+                Kind.NOTIFICATION,
+                method,
+                message.session,
+                len(message.raw),
+                message=message,
+            )
+        )
         return forwards
 
     def _cancel(self, direction: Direction, message: Message, out: list[Command]) -> list[bytes]:
@@ -532,6 +562,7 @@ class Relay:
                 pending.original_id,
                 message.id_token,
                 at - pending.at,
+                message=message,
             )
         )
         return [splice(message.raw, [(span, pending.original_id) for span in message.id_spans])]

@@ -13,9 +13,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from proxy.commands import FaultInjected, Observation, RulesCounted
+from proxy.commands import FaultInjected, Finding, KeyedAttempt, Observation, RulesCounted
 from proxy.errors import ConfigError
 from proxy.faults import FaultEngine
+from proxy.ledger import Ledger
 from proxy.log import get_logger
 
 __all__ = ["StateFile", "StateSaver"]
@@ -58,27 +59,29 @@ class StateFile:
 
 
 class StateSaver:
-    """An observer that saves the engine's counters whenever they change."""
+    """An observer that saves the engine's counters and the ledger whenever they change."""
 
-    def __init__(self, engine: FaultEngine, file: StateFile) -> None:
+    def __init__(self, engine: FaultEngine, ledger: Ledger, file: StateFile) -> None:
         self._engine = engine
+        self._ledger = ledger
         self._file = file
 
     def restore(self) -> None:
-        """Take the saved counters and random stream, if any."""
+        """Take the saved counters, random stream and ledger, if any."""
         data = self._file.load()
         if data is not None:
             self._engine.restore(data.get("engine", {}))
+            self._ledger.restore(data.get("ledger", {}))
             log.info("state restored", path=str(self._file.path))
 
     def save(self) -> None:
         """Write the current state now."""
         try:
-            self._file.save({"engine": self._engine.snapshot()})
+            self._file.save({"engine": self._engine.snapshot(), "ledger": self._ledger.snapshot()})
         except OSError as exc:
             log.error("could not save the state file", path=str(self._file.path), error=str(exc))
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
-        """Save when a rule's counters moved."""
-        if isinstance(observation, RulesCounted | FaultInjected):
+        """Save when a rule's counters moved or the ledger learnt something."""
+        if isinstance(observation, RulesCounted | FaultInjected | KeyedAttempt | Finding):
             self.save()

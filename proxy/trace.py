@@ -22,6 +22,7 @@ from proxy.commands import (
     Disconnected,
     DuplicateSwallowed,
     FaultInjected,
+    Finding,
     InitializeCached,
     InvalidSeen,
     Observation,
@@ -153,6 +154,14 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "event": "restart",
                 "what": observation.what,
                 "abandoned": observation.abandoned,
+            }
+        case Finding():
+            record = {
+                "event": "finding",
+                "check": observation.check,
+                "session": observation.session,
+                "key": observation.key,
+                "detail": observation.detail,
             }
         case RulesReloaded():
             record = {"event": "reload", "result": observation.result, "rules": observation.rules}

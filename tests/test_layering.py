@@ -18,6 +18,7 @@ CORE = {
     "framing",
     "idmap",
     "jsonrpc",
+    "ledger",
     "relay",
     "splice",
 }
