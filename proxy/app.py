@@ -26,7 +26,7 @@ from proxy.log import get_logger
 from proxy.metrics import Metrics
 from proxy.observers import Fanout, LogObserver, Observer, Tally
 from proxy.relay import Relay
-from proxy.server import Address, NetworkProxy, UpstreamFactory, upstream_factory
+from proxy.server import STDIO, Address, NetworkProxy, UpstreamFactory, upstream_factory
 from proxy.state import StateFile, StateSaver
 from proxy.trace import EventFeed, TraceWriter
 from proxy.transports.stdio import AgentProcess, open_client_stdio
@@ -50,7 +50,6 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 EXIT_UNREACHABLE = 1
-STDIO = Address("stdio")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
 from proxy.log import configure_logging
+from proxy.reference_agent import AgentOptions, serve_agent
 from proxy.server import parse_address
 
 __all__ = ["app", "main"]
@@ -226,6 +228,48 @@ def run(
 def _print_errors(exc: FaultFileError) -> None:
     for error in exc.errors:
         typer.echo(f"error: {error}", err=True)
+
+
+@app.command()
+def agent(
+    listen: Annotated[
+        str, typer.Option(help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH.")
+    ] = "stdio",
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep sessions (messages with their keys) in this directory.", file_okay=False
+        ),
+    ] = None,
+    no_dedupe: Annotated[
+        bool, typer.Option("--no-dedupe", help="Ignore idempotency keys: a known-bad Agent.")
+    ] = False,
+    turn_ms: Annotated[float, typer.Option(min=0, help="How long a turn runs.")] = 50.0,
+    log_format: Annotated[LogFormatChoice, typer.Option(help="Log rendering (stderr).")] = (
+        LogFormatChoice.console
+    ),
+    log_level: Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")] = (
+        LogLevelChoice.warning
+    ),
+) -> None:
+    """The reference ACP v2 Agent: implements the idempotency RFD fully (or not, --no-dedupe)."""
+    configure_logging(log_format.value, log_level.value)
+    try:
+        address = parse_address(listen, option="--listen")
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    options = AgentOptions(listen=address, store=store, dedupe=not no_dedupe, turn_ms=turn_ms)
+    raise typer.Exit(asyncio.run(_agent(options)))
+
+
+async def _agent(options: AgentOptions) -> int:
+    if options.listen.scheme == "stdio":
+        return await serve_agent(options)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    return await serve_agent(options, stop)
 
 
 @app.command()

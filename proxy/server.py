@@ -37,6 +37,7 @@ from proxy.transports.stdio import spawn_agent
 from proxy.transports.websocket import connect_ws
 
 __all__ = [
+    "STDIO",
     "Address",
     "NetworkProxy",
     "UpstreamFactory",
@@ -78,6 +79,9 @@ class Address:
         if self.scheme == "stdio":
             return "stdio"
         return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+
+
+STDIO = Address("stdio")
 
 
 def parse_address(text: str, *, option: str) -> Address:

@@ -60,7 +60,8 @@ def test_agent_arguments_after_the_separator_are_not_proxy_options() -> None:
 def test_regular_files_as_stdin_and_stdout(tmp_path: Path) -> None:
     """Files (which the event loop cannot poll) are bridged: the relay runs as with pipes."""
     source, sink = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    source.write_bytes(b'{"jsonrpc":"2.0","id":"a","method":"m"}\n')
+    lines = [b'{"jsonrpc":"2.0","id":"a%d","method":"m"}' % n for n in range(2000)]
+    source.write_bytes(b"\n".join(lines) + b"\n")
     with source.open("rb") as stdin, sink.open("wb") as stdout:
         done = subprocess.run(
             [sys.executable, "-m", "proxy", "run", "--", "cat"],
@@ -71,7 +72,10 @@ def test_regular_files_as_stdin_and_stdout(tmp_path: Path) -> None:
             check=False,
         )
     assert done.returncode == 0, done.stderr
-    assert sink.read_bytes() == b'{"jsonrpc":"2.0","id":0,"method":"m"}\n'
+    # cat echoes each request back: the Client gets them as requests under the proxy's ids,
+    # every one of them, even though the proxy exits right after its stdin ends.
+    expected = [b'{"jsonrpc":"2.0","id":%d,"method":"m"}' % n for n in range(2000)]
+    assert sink.read_bytes().splitlines() == expected
 
 
 def test_dev_null_as_stdin() -> None:

@@ -62,6 +62,8 @@ class LineStream:
         self._eof = False
         self._closing = False
         self._severed = False
+        self.flushed_by: threading.Thread | None = None
+        """A thread copying what is written on to a file; closing waits for it to finish."""
 
     async def receive(self) -> Received | None:
         """The next line (or oversize marker), or ``None`` at EOF or once severed."""
@@ -126,9 +128,11 @@ class LineStream:
         """Nothing to settle: a line has no answer of its own."""
 
     async def wait_closed(self) -> None:
-        """Wait for the writing end to be closed."""
+        """Wait for the writing end to be closed (and what was written to reach a file)."""
         with contextlib.suppress(ConnectionError, OSError):
             await self._writer.wait_closed()
+        if self.flushed_by is not None:
+            await asyncio.to_thread(self.flushed_by.join, 10.0)
 
 
 def _is_stream_fd(fd: int) -> bool:
@@ -137,7 +141,7 @@ def _is_stream_fd(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
-def _bridge(source: int, target: int) -> None:
+def _bridge(source: int, target: int) -> threading.Thread:
     """Copy ``source`` to ``target`` until EOF in a daemon thread (regular files, /dev/null)."""
 
     def copy() -> None:
@@ -149,7 +153,9 @@ def _bridge(source: int, target: int) -> None:
         with contextlib.suppress(OSError):
             os.close(target)
 
-    threading.Thread(target=copy, name=f"stdio-bridge-{source}", daemon=True).start()
+    thread = threading.Thread(target=copy, name=f"stdio-bridge-{source}", daemon=True)
+    thread.start()
+    return thread
 
 
 class _WritePipeProtocol(asyncio.streams.FlowControlMixin):
@@ -181,9 +187,10 @@ async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> L
         _bridge(in_fd, write_end)
         in_fd = read_end
     out_fd = os.dup(stdout)
+    out_bridge = None
     if not _is_stream_fd(out_fd):
         read_end, write_end = os.pipe()
-        _bridge(read_end, out_fd)
+        out_bridge = _bridge(read_end, out_fd)
         out_fd = write_end
     reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
     read_transport, _ = await loop.connect_read_pipe(
@@ -193,7 +200,9 @@ async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> L
         lambda: _WritePipeProtocol(loop), os.fdopen(out_fd, "wb", 0)
     )
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return LineStream(reader, writer, read_transport, limit=limit, half_close=False)
+    stream = LineStream(reader, writer, read_transport, limit=limit, half_close=False)
+    stream.flushed_by = out_bridge
+    return stream
 
 
 class AgentProcess(LineStream):
