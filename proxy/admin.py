@@ -25,7 +25,7 @@ from aiohttp import web
 from proxy.commands import Sever, SignalAgent
 from proxy.errors import ConfigError
 from proxy.events import Direction, Side
-from proxy.faultfile import FaultFileError, Rule, dump_rules, validate_rules
+from proxy.faultfile import FaultFileError, Rule, dump_rules, signal_number, validate_rules
 from proxy.faults import FaultEngine
 from proxy.link import Link
 from proxy.log import get_logger
@@ -81,12 +81,10 @@ class ApiError(Exception):
 def _signal(value: Any) -> int:
     if value is None:
         return int(signal.SIGKILL)
-    rule = {"name": "x", "do": {"action": "kill_agent", "signal": value}}
     try:
-        parsed = validate_rules([rule])[0].do
-    except FaultFileError as exc:
-        raise ApiError(400, "invalid signal", [str(error) for error in exc.errors]) from None
-    return int(getattr(parsed, "signal", signal.SIGKILL))
+        return signal_number(value)
+    except ValueError as exc:
+        raise ApiError(400, f"signal: {exc}") from None
 
 
 class AdminServer:
@@ -244,6 +242,8 @@ class AdminServer:
             if side not in ("client", "agent", "both"):
                 raise ApiError(400, "side is client, agent or both")
             code = int(_number(body, "close_code", 1001))
+            if not 1000 <= code <= 4999:
+                raise ApiError(400, "close_code is a WebSocket close code from 1000 to 4999")
             sides = [Side.CLIENT, Side.AGENT] if side == "both" else [Side(side)]
             for link in links:
                 link.inject([Sever(s, flush=False, close_code=code) for s in sides])
@@ -280,9 +280,9 @@ class AdminServer:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
-        await response.prepare(request)
-        queue = self._feed.subscribe()
+        queue = self._feed.subscribe()  # before the headers: a Client that has them is subscribed
         try:
+            await response.prepare(request)
             while True:
                 try:
                     record = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)

@@ -284,13 +284,13 @@ class ControlClient:
         """The running links: ``id``, ``client`` and ``agent`` (transport, pid), ``pending``."""
         return cast(list[dict[str, Any]], self.request("GET", "/api/links")["links"])
 
-    def ledger(self) -> list[Any]:
-        """The ledger of what the proxy judged (DESIGN 7)."""
-        return cast(list[Any], self.request("GET", "/api/ledger")["ledger"])
+    def ledger(self) -> list[dict[str, Any]]:
+        """The ledger of keyed prompts the proxy judged (DESIGN 7), one entry each."""
+        return cast(list[dict[str, Any]], self.request("GET", "/api/ledger")["ledger"])
 
-    def findings(self) -> list[Any]:
-        """The broken rules of the idempotency RFD the proxy has seen."""
-        return cast(list[Any], self.request("GET", "/api/findings")["findings"])
+    def findings(self) -> list[dict[str, Any]]:
+        """The rules of the idempotency RFD the proxy has seen broken, one finding each."""
+        return cast(list[dict[str, Any]], self.request("GET", "/api/findings")["findings"])
 
     def metrics(self) -> str:
         """``GET /metrics``: the Prometheus text exposition."""

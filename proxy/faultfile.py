@@ -52,6 +52,7 @@ __all__ = [
     "fault_file_schema",
     "load_fault_files",
     "parse_fault_file",
+    "signal_number",
     "validate_rules",
 ]
 
@@ -157,7 +158,8 @@ class Sever(_Model):
     close_code: int = Field(1001, ge=1000, le=4999, description="WebSocket close code")
 
 
-def _signal_number(value: Any) -> int:
+def signal_number(value: Any) -> int:
+    """A signal given by name (KILL, SIGTERM, term) or number, as its number."""
     if isinstance(value, bool):
         raise ValueError("a signal is a name such as KILL or TERM, or a number")
     if isinstance(value, int):
@@ -185,7 +187,7 @@ class KillAgent(_Model):
     after_ms: NonNegativeFloat = 0.0
     respawn: bool = False
 
-    _signal = field_validator("signal", mode="before")(_signal_number)
+    _signal = field_validator("signal", mode="before")(signal_number)
 
 
 class RestartProxy(_Model):

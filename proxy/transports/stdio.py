@@ -114,11 +114,13 @@ class LineStream:
             self._read_transport.close()
 
     def sever(self, *, flush: bool, close_code: int = 1001) -> None:
-        """Cut both pipes now (after writing what is queued, with ``flush``)."""
+        """Cut both pipes now (after writing what is queued, with ``flush``). Idempotent."""
+        if self._severed:
+            return
         self._severed = True
         self._closing = True
         self._ready.clear()
-        if flush:
+        if flush or self._writer.transport.is_closing():
             self._writer.close()
         else:
             self._writer.transport.abort()

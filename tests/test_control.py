@@ -1,0 +1,608 @@
+"""The control API (``--admin``) route by route, through ``proxy.control.ControlClient``.
+
+Each test runs a real proxy process (``python -m proxy run --admin 127.0.0.1:0``; the bound URL is
+read from its ``control API listening`` log line) in front of the scripted raw Agent, with the test
+as its Client (stdio) or as a WebSocket Client. The control client is synchronous: the async tests
+call it in a thread, so the proxy's output keeps being read meanwhile. Status codes are read with a
+bare ``urllib`` request where the client would hide them. Effects are checked on real traffic:
+a rule added over the API drops what it names, ``kill_agent`` ends a stdio proxy with 137,
+``sever`` closes a WebSocket with the code asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import re
+import signal
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from email.message import Message
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import pytest
+import websockets
+import yaml
+from harness import RAW_AGENT, TIMEOUT, ProxyProcess, captured, log_events, raw_agent
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+
+from proxy.control import ControlClient, ControlError, RuleCounters
+
+P = ParamSpec("P")
+T = TypeVar("T")
+MAX_BODY = 1024 * 1024
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+
+async def off(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run a blocking control call in a thread (the event loop keeps reading the proxy)."""
+    return await asyncio.wait_for(asyncio.to_thread(call, *args, **kwargs), TIMEOUT)
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """A message as one compact JSON line (without the newline)."""
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def request(request_id: object, method: str, params: Any = None) -> bytes:
+    """A JSON-RPC request line."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+def notification(method: str, params: Any = None) -> bytes:
+    """A JSON-RPC notification line."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+def say(*lines: bytes) -> bytes:
+    """A notification that makes the raw Agent write ``lines`` to its stdout, in order."""
+    return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})
+
+
+async def barrier(proxy: ProxyProcess, token: str) -> list[bytes]:
+    """A request the Agent answers; the lines the Client read before that answer."""
+    await proxy.send(request(token, "_test/barrier"))
+    before: list[bytes] = []
+    while True:
+        line = await proxy.recv()
+        message = json.loads(line) if line.startswith(b"{") else None
+        if isinstance(message, dict) and message.get("id") == token and "method" not in message:
+            return before
+        before.append(line)
+
+
+@dataclass
+class Answer:
+    """An HTTP answer as it came."""
+
+    status: int
+    headers: Message
+    body: bytes
+
+    def json(self) -> Any:
+        """The body, parsed."""
+        return json.loads(self.body)
+
+
+def call(
+    base: str, method: str, path: str, body: bytes | None = None, token: str | None = None
+) -> Answer:
+    """One bare HTTP request to the control API (any status is returned, not raised)."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    http_request = urllib.request.Request(base + path, data=body, method=method, headers=headers)
+    try:
+        with OPENER.open(http_request, timeout=TIMEOUT) as response:
+            return Answer(response.status, response.headers, response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return Answer(exc.code, exc.headers, exc.read())
+
+
+def assert_error(answer: Answer, status: int, message: str) -> dict[str, Any]:
+    """``answer`` is the JSON error ``{"error", "status"}`` with ``status`` and ``message`` in it."""
+    assert answer.status == status, answer
+    assert answer.headers.get_content_type() == "application/json"
+    body: dict[str, Any] = answer.json()
+    assert body["status"] == status
+    assert message in body["error"], body
+    return body
+
+
+def fault_file(directory: Path, *rules: dict[str, Any]) -> Path:
+    """A fault file of ``rules``; its path."""
+    path = directory / "faults.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "rules": list(rules)}, sort_keys=False))
+    return path
+
+
+Start = Callable[..., Awaitable[tuple[ProxyProcess, ControlClient]]]
+
+
+@pytest.fixture
+async def start() -> AsyncIterator[Start]:
+    """Start proxies with a control API (JSON logs); kill whatever is left at the end."""
+    started: list[ProxyProcess] = []
+
+    async def _start(
+        agent: list[str], *options: str, token: str | None = None
+    ) -> tuple[ProxyProcess, ControlClient]:
+        proxy = await ProxyProcess.start(
+            agent, "--log-format", "json", "--admin", "127.0.0.1:0", *options
+        )
+        started.append(proxy)
+        event = await proxy.logged("control API listening")
+        return proxy, ControlClient(event["url"], token=token)
+
+    try:
+        yield _start
+    finally:
+        for proxy in started:
+            await proxy.stop()
+
+
+@pytest.fixture
+def capture(tmp_path: Path) -> Path:
+    """The file the scripted raw Agent records every line it reads into."""
+    return tmp_path / "agent-saw.jsonl"
+
+
+@contextlib.asynccontextmanager
+async def websocket(url: str) -> AsyncIterator[ClientConnection]:
+    """A raw WebSocket Client of the proxy."""
+    async with asyncio.timeout(TIMEOUT):
+        connection = await ws_connect(url)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+async def ask(connection: ClientConnection, request_id: object, method: str) -> Any:
+    """Send a request over ``connection``; its answer (the Agent answers every request)."""
+    await connection.send(request(request_id, method).decode())
+    async with asyncio.timeout(TIMEOUT):
+        answer = json.loads(await connection.recv())
+    assert answer["id"] == request_id, answer
+    return answer
+
+
+async def closed_with(connection: ClientConnection) -> int | None:
+    """Wait for the proxy to close ``connection``; the close code it sent."""
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        async with asyncio.timeout(TIMEOUT):
+            await connection.recv()
+    return closed.value.rcvd.code if closed.value.rcvd is not None else None
+
+
+A, B, C = notification("_x/a"), notification("_x/b"), notification("_x/c")
+
+
+def drop(name: str, method: str) -> dict[str, Any]:
+    """A rule dropping the Agent's ``method`` notifications."""
+    return {
+        "name": name,
+        "when": {"direction": "to_client", "method": method},
+        "do": {"action": "drop"},
+    }
+
+
+# -- rules -------------------------------------------------------------------------------------------
+
+
+async def test_rules_are_validated_added_replaced_deleted_and_reset(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """/api/rules: located errors, 201, 409, 404, PUT replaces, reset restores the file's rules."""
+    faults = fault_file(tmp_path, drop("file-drop-a", "_x/a"))
+    proxy, control = await start(raw_agent(capture), "--faults", str(faults))
+    file_rules = [drop("file-drop-a", "_x/a")]
+    assert await off(control.rules) == file_rules
+    assert await off(control.counters) == {"file-drop-a": RuleCounters(0, 0)}
+    await proxy.send(say(A, B))
+    assert await barrier(proxy, "1") == [B]
+    assert await off(control.counters) == {"file-drop-a": RuleCounters(1, 1)}
+
+    bad = {"name": "bad", "when": {"kind": "reqest"}, "do": {"action": "delay", "ms": -5}}
+    with pytest.raises(ControlError) as invalid:
+        await off(control.add_rule, bad)
+    assert (invalid.value.status, invalid.value.message) == (400, "invalid rules")
+    assert len(invalid.value.errors) == 2
+    assert invalid.value.errors[0].startswith("request: rule 'bad': when.kind: ")
+    assert invalid.value.errors[1].startswith("request: rule 'bad': do.ms: ")
+    with pytest.raises(ControlError) as unknown:
+        await off(control.add_rule, {"name": "boom", "do": {"action": "explode"}})
+    assert "unknown action 'explode'" in unknown.value.errors[0]
+
+    added = await off(
+        call, control.base_url, "POST", "/api/rules", encode(drop("api-drop-b", "_x/b"))
+    )
+    assert added.status == 201
+    assert added.json()["rules"] == [*file_rules, drop("api-drop-b", "_x/b")]
+    with pytest.raises(ControlError) as duplicate:
+        await off(control.add_rule, drop("api-drop-b", "_x/c"))
+    assert (duplicate.value.status, duplicate.value.message) == (
+        409,
+        "a rule named 'api-drop-b' already exists",
+    )
+    await proxy.send(say(A, B, C))
+    assert await barrier(proxy, "2") == [C]
+
+    with pytest.raises(ControlError) as missing:
+        await off(control.remove_rule, "missing")
+    assert (missing.value.status, missing.value.message) == (404, "no rule named 'missing'")
+    assert await off(control.remove_rule, "file-drop-a") == [drop("api-drop-b", "_x/b")]
+    await proxy.send(say(A, B, C))
+    assert await barrier(proxy, "3") == [A, C]
+
+    with pytest.raises(ControlError) as twice:
+        await off(control.set_rules, [drop("x", "_x/a"), drop("x", "_x/b")])
+    assert twice.value.status == 400
+    assert "rule name 'x' is used twice" in twice.value.errors[0]
+    not_a_list = await off(call, control.base_url, "PUT", "/api/rules", b'{"rules": "none"}')
+    assert_error(not_a_list, 400, "rules are a JSON list")
+    replaced = await off(
+        call, control.base_url, "PUT", "/api/rules", encode({"rules": [drop("drop-c", "_x/c")]})
+    )
+    assert replaced.status == 200
+    assert replaced.json()["rules"] == [drop("drop-c", "_x/c")]
+    await proxy.send(say(A, B, C))
+    assert await barrier(proxy, "4") == [A, B]
+    assert await off(control.counters) == {"drop-c": RuleCounters(1, 1)}
+
+    assert await off(control.reset) == file_rules
+    assert await off(control.counters) == {"file-drop-a": RuleCounters(0, 0)}
+    await proxy.send(say(A, B, C))
+    assert await barrier(proxy, "5") == [B, C]
+    assert await off(control.counters) == {"file-drop-a": RuleCounters(1, 1)}
+
+
+async def test_every_error_is_json_with_its_status(start: Start, capture: Path) -> None:
+    """Unknown routes and methods, bad bodies, a body over the limit, bad actions: JSON errors."""
+    proxy, control = await start(raw_agent(capture))
+    base = control.base_url
+    kept = [drop("kept", "_x/a")]
+    assert await off(control.set_rules, kept) == kept
+    assert_error(await off(call, base, "GET", "/nope"), 404, "Not Found")
+    assert_error(await off(call, base, "DELETE", "/api/reset"), 405, "Method Not Allowed")
+    assert_error(
+        await off(call, base, "POST", "/api/rules", b"{not json"), 400, "the body is not JSON"
+    )
+    assert_error(await off(call, base, "POST", "/api/rules", b""), 400, "a JSON body is required")
+    too_big = b"[" + b" " * MAX_BODY + b"]"
+    assert_error(await off(call, base, "PUT", "/api/rules", too_big), 413, f"over {MAX_BODY} bytes")
+    actions = "/api/actions/"
+    assert_error(await off(call, base, "POST", actions + "sever", b"[]"), 400, "a JSON object")
+    assert_error(
+        await off(call, base, "POST", actions + "sever", b'{"side": "middle"}'),
+        400,
+        "side is client, agent or both",
+    )
+    assert_error(
+        await off(call, base, "POST", actions + "sever", b'{"link": 999}'), 404, "no link 999"
+    )
+    assert_error(
+        await off(call, base, "POST", actions + "kill_agent", b'{"signal": "BOGUS"}'),
+        400,
+        "signal: 'BOGUS' is not a signal name",
+    )
+    assert_error(
+        await off(call, base, "POST", actions + "sever", b'{"close_code": 70000}'),
+        400,
+        "close_code is a WebSocket close code from 1000 to 4999",
+    )
+    assert_error(
+        await off(call, base, "POST", actions + "restart_proxy", b'{"downtime_ms": -1}'),
+        400,
+        "downtime_ms is a number of at least 0",
+    )
+    assert_error(await off(call, base, "POST", actions + "explode", b"{}"), 404, "unknown action")
+    # Nothing was changed by a refused call: the rule is kept, the link relays, the Agent lives.
+    assert await off(control.rules) == kept
+    await proxy.send(say(A, B))
+    assert await barrier(proxy, "alive") == [B]
+    assert proxy.process.returncode is None
+
+
+# -- the token and the bind address -----------------------------------------------------------------
+
+GUARDED = [
+    ("GET", "/metrics", None),
+    ("GET", "/api/rules", None),
+    ("PUT", "/api/rules", b"[]"),
+    ("POST", "/api/rules", encode(drop("x", "_x/a"))),
+    ("DELETE", "/api/rules/x", None),
+    ("POST", "/api/reset", b""),
+    ("POST", "/api/actions/sever", b"{}"),
+    ("POST", "/api/actions/kill_agent", b"{}"),
+    ("POST", "/api/actions/restart_proxy", b"{}"),
+    ("GET", "/api/links", None),
+    ("GET", "/api/ledger", None),
+    ("GET", "/api/findings", None),
+    ("GET", "/api/events", None),
+]
+"""Every route but /healthz, each with a body it would accept."""
+
+
+async def test_token_from_the_environment_guards_every_route_but_healthz(
+    start: Start, capture: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ACP_PROXY_ADMIN_TOKEN: 401 without (or with a wrong) bearer token; /healthz stays open."""
+    monkeypatch.setenv("ACP_PROXY_ADMIN_TOKEN", "s3cret")
+    proxy, control = await start(raw_agent(capture), token="s3cret")
+    base = control.base_url
+    for method, path, body in GUARDED:
+        for token in (None, "wrong", "s3cre", "S3CRET"):
+            answer = await off(call, base, method, path, body, token)
+            assert_error(answer, 401, "a bearer token is required")
+    assert (await off(call, base, "GET", "/healthz")).json() == {"status": "ok", "links": 1}
+    with pytest.raises(ControlError) as refused:
+        await off(ControlClient(base).rules)
+    assert refused.value.status == 401
+    # With the token every route answers (the actions are tried on a link only at the end).
+    assert await off(control.add_rule, drop("x", "_x/a")) == [drop("x", "_x/a")]
+    assert await off(control.remove_rule, "x") == []
+    assert await off(control.links) != []
+    assert await off(control.ledger) == []
+    assert await off(control.findings) == []
+    assert "acp_proxy_messages_total" in await off(control.metrics)
+    assert await barrier(proxy, "untouched") == []
+    await off(control.kill_agent)
+    assert await proxy.wait() == 128 + signal.SIGKILL
+
+
+def unboxed(text: str) -> str:
+    """A usage error's text without the frame typer draws around it, on one line."""
+    return " ".join(re.sub("[\u2500-\u257f]", " ", text).split())
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:0", "192.0.2.1:0"])
+async def test_a_non_loopback_admin_address_is_refused_unless_allowed(
+    tmp_path: Path, address: str
+) -> None:
+    """--admin on a non-loopback address: exit 2 before the Agent starts; allowed: it runs on."""
+    marker = tmp_path / "agent-ran"
+    agent = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    refused = await ProxyProcess.start(agent, "--admin", address)
+    try:
+        assert await refused.wait() == 2
+        assert "binds to loopback only, unless --admin-allow-remote is given" in unboxed(
+            refused.stderr
+        )
+        assert not marker.exists()
+    finally:
+        await refused.stop()
+    # Allowed: the address is accepted. The Agent command does not exist, so the run ends (127)
+    # before anything is bound.
+    missing = str(tmp_path / "no-such-agent")
+    allowed = await ProxyProcess.start([missing], "--admin", address, "--admin-allow-remote")
+    try:
+        assert await allowed.wait() == 127
+        assert "loopback only" not in allowed.stderr
+    finally:
+        await allowed.stop()
+
+
+# -- actions on real links ------------------------------------------------------------------------
+
+
+async def test_kill_agent_action_ends_a_stdio_proxy_with_137(start: Start, capture: Path) -> None:
+    """POST /api/actions/kill_agent: SIGKILL to the Agent; the stdio proxy exits 137, stdout ends."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "up") == []
+    [link] = await off(control.links)
+    assert await off(control.kill_agent) == [link["id"]]
+    assert await proxy.at_eof()
+    assert await proxy.wait() == 128 + signal.SIGKILL
+    (action,) = log_events(proxy.stderr, "action over the control API")
+    assert (action["action"], action["links"]) == ("kill_agent", [link["id"]])
+
+
+async def test_kill_agent_action_with_respawn_starts_a_new_agent(
+    start: Start, tmp_path: Path
+) -> None:
+    """kill_agent with respawn: the link stays, a new Agent (new pid) answers the next request."""
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    per_process = ["sh", "-c", 'exec "$0" "$1" "$2/$$.jsonl"', sys.executable, str(RAW_AGENT)]
+    proxy, control = await start([*per_process, str(agents)])
+    assert await barrier(proxy, "first") == []
+    [before] = await off(control.links)
+    assert await off(control.kill_agent, signal="TERM", respawn=True) == [before["id"]]
+    assert await barrier(proxy, "second") == []  # waits while the Agent is down
+    [after] = await off(control.links)
+    assert after["id"] == before["id"]
+    assert after["agent"]["pid"] != before["agent"]["pid"]
+    assert captured(agents / f"{before['agent']['pid']}.jsonl") == [request(0, "_test/barrier")]
+    assert captured(agents / f"{after['agent']['pid']}.jsonl") == [request(1, "_test/barrier")]
+    assert proxy.process.returncode is None
+
+
+async def test_sever_action_closes_the_chosen_websocket_with_the_code(
+    start: Start, capture: Path
+) -> None:
+    """POST /api/actions/sever: one link's Client gets the close code asked for, the other lives."""
+    proxy, control = await start(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
+    url = (await proxy.logged("listening"))["url"]
+    async with websocket(url) as first:
+        await ask(first, 1, "_x/one")  # answered: its link exists
+        [first_link] = await off(control.links)
+        async with websocket(url) as second:
+            await ask(second, 1, "_x/two")
+            links = await off(control.links)
+            assert [link["client"] for link in links] == [{"transport": "ws"}] * 2
+            [second_id] = [link["id"] for link in links if link["id"] != first_link["id"]]
+            cut = await off(control.sever, side="client", close_code=4001, link=first_link["id"])
+            assert cut == [first_link["id"]]
+            assert await closed_with(first) == 4001
+            await ask(second, 2, "_x/still-here")
+            assert await off(control.sever, link=second_id) == [second_id]  # both sides, 1001
+            assert await closed_with(second) == 1001
+
+
+async def test_restart_proxy_action_cuts_every_link_and_listens_again(
+    start: Start, capture: Path
+) -> None:
+    """POST /api/actions/restart_proxy: the Client is cut, the listener comes back on its port."""
+    proxy, control = await start(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
+    url = (await proxy.logged("listening"))["url"]
+    async with websocket(url) as before:
+        await ask(before, 1, "_x/before")
+        [old] = await off(control.links)
+        await off(control.restart_proxy, downtime_ms=0)
+        assert await closed_with(before) is not None
+    assert (await proxy.logged("listening", 2))["url"] == url
+    async with websocket(url) as after:
+        await ask(after, 1, "_x/after")
+        [new] = await off(control.links)
+    assert new["id"] != old["id"]
+    (restart,) = log_events(proxy.stderr, "restart requested over the control API")
+    assert restart["downtime_ms"] == 0
+
+
+async def test_the_api_answers_while_messages_stream_through(start: Start, capture: Path) -> None:
+    """/healthz and /metrics answer while the relay carries a steady stream of requests."""
+    proxy, control = await start(raw_agent(capture))
+    stop, flowing = asyncio.Event(), asyncio.Event()
+    answered = 0
+
+    async def stream() -> None:
+        nonlocal answered
+        padding = {"pad": "x" * 2000}
+        while not stop.is_set():
+            await proxy.send(*(request(answered + n, "_x/load", padding) for n in range(100)))
+            for n in range(100):
+                assert json.loads(await proxy.recv())["id"] == answered + n
+            answered += 100
+            flowing.set()
+
+    load = asyncio.create_task(stream())
+    try:
+        await asyncio.wait_for(flowing.wait(), TIMEOUT)
+        for _ in range(5):
+            assert (await off(control.health))["status"] == "ok"
+            scraped = await off(
+                control.metric, "acp_proxy_messages_total", direction="to_agent", method="other"
+            )
+            assert scraped >= 100
+            assert not load.done()  # answered while the stream still flowed
+    finally:
+        stop.set()
+        await asyncio.wait_for(load, TIMEOUT)
+    assert await off(control.metric, "acp_proxy_messages_total", direction="to_client") == answered
+
+
+# -- what the proxy knows ----------------------------------------------------------------------------
+
+
+async def test_links_show_transports_pids_and_pending_requests(start: Start, capture: Path) -> None:
+    """/api/links: each side's transport, the Agent's pid, requests pending per direction."""
+    proxy, control = await start(raw_agent(capture))
+    pid = (await proxy.logged("agent started"))["pid"]
+    assert await off(control.health) == {"status": "ok", "links": 1}
+    [link] = await off(control.links)
+    assert link == {
+        "id": link["id"],
+        "client": {"transport": "stdio"},
+        "agent": {"transport": "stdio", "pid": pid},
+        "pending": {"to_agent": 0, "to_client": 0},
+    }
+    # The Agent asks the Client something: pending toward the Client until the Client answers.
+    await proxy.send(say(request("agent-asks", "_x/question")))
+    [asked] = await barrier(proxy, "1")
+    forwarded_id = json.loads(asked)["id"]
+    [link] = await off(control.links)
+    assert link["pending"] == {"to_agent": 0, "to_client": 1}
+    await proxy.send(encode({"jsonrpc": "2.0", "id": forwarded_id, "result": {}}))
+    assert await barrier(proxy, "2") == []
+    [link] = await off(control.links)
+    assert link["pending"] == {"to_agent": 0, "to_client": 0}
+    assert captured(capture)[-2] == encode({"jsonrpc": "2.0", "id": "agent-asks", "result": {}})
+
+
+async def test_ledger_and_findings_are_empty_lists_without_keyed_prompts(
+    start: Start, capture: Path
+) -> None:
+    """/api/ledger and /api/findings: ``{"ledger": []}`` and ``{"findings": []}`` on a quiet run."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "1") == []
+    ledger = await off(call, control.base_url, "GET", "/api/ledger")
+    assert (ledger.status, ledger.json()) == (200, {"ledger": []})
+    findings = await off(call, control.base_url, "GET", "/api/findings")
+    assert (findings.status, findings.json()) == (200, {"findings": []})
+
+
+def raw_events(response: Any, count: int) -> list[bytes]:
+    """The next ``count`` events of a bare /api/events response, as bytes (keep-alives skipped)."""
+    events: list[bytes] = []
+    event = b""
+    while len(events) < count:
+        line = response.readline()
+        assert line, "the event stream ended"
+        event += line
+        if line == b"\n":
+            if event.strip() not in (b"", b":"):
+                events.append(event)
+            event = b""
+    return events
+
+
+async def test_events_stream_trace_records_live_to_every_subscriber(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """/api/events: SSE, one ``data:`` line per trace record, live, to each subscriber."""
+    faults = fault_file(tmp_path, drop("lose-a", "_x/a"))
+    proxy, control = await start(raw_agent(capture), "--faults", str(faults))
+    assert await barrier(proxy, "before") == []  # not streamed: nobody listened yet
+    bare = await off(OPENER.open, control.base_url + "/api/events", timeout=TIMEOUT)
+    with bare, await off(control.events) as events:
+        assert bare.headers.get_content_type() == "text/event-stream"
+        await proxy.send(request(7, "_x/ping"))
+        assert (await proxy.recv_json())["id"] == 7
+        first = await off(events.next)  # live: before anything else happens
+        await proxy.send(say(A, B))
+        assert await barrier(proxy, "after") == [B]
+        records = [first, *[await off(events.next) for _ in range(6)]]
+        raw = await off(raw_events, bare, 7)
+
+    def summary(direction: str) -> list[tuple[str, str, str | None, str | None]]:
+        return [
+            (r["event"], r["kind"], r["method"], r.get("rule"))
+            for r in records
+            if r["direction"] == direction
+        ]
+
+    # Per direction the order is the relay's; between directions it depends on the peers' timing.
+    assert summary("to_agent") == [
+        ("message", "request", "_x/ping", None),
+        ("message", "notification", "_test/say", None),
+        ("message", "request", "_test/barrier", None),
+    ]
+    assert summary("to_client") == [
+        ("message", "response", "_x/ping", None),
+        ("fault", "notification", "_x/a", "lose-a"),
+        ("message", "notification", "_x/b", None),
+        ("message", "response", "_test/barrier", None),
+    ]
+    assert (records[0]["id"], records[0]["forwarded_id"]) == (7, 1)  # the proxy minted 0 before
+    assert (records[1]["id"], records[1]["forwarded_id"]) == (7, 1)
+    assert [json.loads(event.removeprefix(b"data: ")) for event in raw] == records
+    for event in raw:
+        assert event.startswith(b"data: {"), event
+        assert event.endswith(b"}\n\n"), event
+        assert event.count(b"\n") == 2  # one line of compact JSON per event

@@ -1,0 +1,226 @@
+"""The JSONL trace (``--trace FILE``) of a scripted run, read back and checked record by record.
+
+A real proxy process relays a conversation between the test (a raw stdio Client, whose ids are
+strings so that they differ from the ones the proxy mints) and the scripted raw Agent, with a rule
+that drops a message and one that restarts the data plane. The trace is read while the proxy still
+runs (each line is written and flushed as it happens) and again after it exited.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import ProxyProcess, raw_agent
+
+SESSION = "sess-trace"
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """A message as one compact JSON line (without the newline)."""
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def request(request_id: object, method: str, params: Any = None) -> bytes:
+    """A JSON-RPC request line."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+def notification(method: str, params: Any = None) -> bytes:
+    """A JSON-RPC notification line."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+def say(*lines: bytes) -> bytes:
+    """A notification that makes the raw Agent write ``lines`` to its stdout, in order."""
+    return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})
+
+
+def agent_answer(agent_id: int, method: str, size: int) -> bytes:
+    """The raw Agent's answer line to a request it read under ``agent_id`` (its own format)."""
+    reply = {"jsonrpc": "2.0", "id": agent_id, "result": {"method": method, "size": size}}
+    return json.dumps(reply).encode()
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """Every line of the trace, each parsed (each must be one complete JSON object)."""
+    text = path.read_bytes()
+    assert text.endswith(b"\n")
+    records = [json.loads(line) for line in text.split(b"\n")[:-1]]
+    assert all(isinstance(record, dict) for record in records)
+    return records
+
+
+def brief(record: dict[str, Any]) -> tuple[Any, ...]:
+    """The fields that identify a record, in a fixed order."""
+    if record["event"] == "message":
+        return (
+            "message",
+            record["kind"],
+            record["method"],
+            record["id"],
+            record["forwarded_id"],
+            record["session"],
+            record["size"],
+        )
+    if record["event"] == "fault":
+        return ("fault", record["rule"], record["action"], record["kind"], record["method"])
+    if record["event"] == "connection":
+        return ("connection", record["state"], record["side"], record["transport"])
+    if record["event"] == "restart":
+        return ("restart", record["what"], record["abandoned"])
+    return (record["event"],)
+
+
+@pytest.fixture
+async def proxies() -> AsyncIterator[list[ProxyProcess]]:
+    """Proxies started by a test; killed at the end if still running."""
+    started: list[ProxyProcess] = []
+    yield started
+    for proxy in started:
+        await proxy.stop()
+
+
+async def test_trace_of_a_run_record_by_record(proxies: list[ProxyProcess], tmp_path: Path) -> None:
+    """Header, connections, each message with both ids, faults, a restart, closes; flushed live."""
+    faults = tmp_path / "faults.json"
+    faults.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "rules": [
+                    {"name": "lose-b", "when": {"method": "_x/b"}, "do": {"action": "drop"}},
+                    {
+                        "name": "restart-now",
+                        "when": {"method": "_x/restart"},
+                        "do": {"action": "restart_proxy"},
+                    },
+                ],
+            }
+        )
+    )
+    trace = tmp_path / "trace.jsonl"
+    agent = raw_agent(tmp_path / "agent.jsonl")
+    proxy = await ProxyProcess.start(agent, "--faults", str(faults), "--trace", str(trace))
+    proxies.append(proxy)
+
+    init = request("init", "initialize", {"protocolVersion": 1})
+    await proxy.send(init)
+    init_answer = await proxy.recv()
+    assert json.loads(init_answer)["id"] == "init"
+    question = request("agent-q", "session/request_permission", {"sessionId": SESSION})
+    asking = say(question)
+    await proxy.send(asking)
+    forwarded = json.loads(await proxy.recv())  # the Agent's request, under the proxy's id
+    reply = encode({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"outcome": "ok"}})
+    a, b = notification("_x/a", {"sessionId": SESSION}), notification("_x/b")
+    dropping = say(b, a)
+    restart = notification("_x/restart")
+    barrier = request("barrier", "_test/barrier")
+    await proxy.send(reply, dropping)
+    assert await proxy.recv() == a
+    await proxy.send(restart, barrier)
+    assert json.loads(await proxy.recv())["id"] == "barrier"
+
+    # The proxy still runs: everything up to the barrier's answer is in the file already.
+    live = read_trace(trace)
+    assert live[0]["event"] == "trace"
+    assert live[0]["version"] == 1
+    assert all(isinstance(record["time"], float) for record in live)
+    assert [record["time"] for record in live] == sorted(record["time"] for record in live)
+    assert {record["link"] for record in live[1:]} == {live[1]["link"]}
+    assert [brief(r) for r in live[1:3]] == [
+        ("connection", "open", "client", "stdio"),
+        ("connection", "open", "agent", "stdio"),
+    ]
+    to_agent = [brief(r) for r in live if r.get("direction") == "to_agent"]
+    assert to_agent == [
+        ("message", "request", "initialize", "init", 0, None, len(init)),
+        ("message", "notification", "_test/say", None, None, None, len(asking)),
+        # The Client's answer: the Agent's id, and the id the Client answered under.
+        (
+            "message",
+            "response",
+            "session/request_permission",
+            "agent-q",
+            forwarded["id"],
+            SESSION,
+            len(reply),
+        ),
+        ("message", "notification", "_test/say", None, None, None, len(dropping)),
+        ("fault", "restart-now", "restart_proxy", "notification", "_x/restart"),
+        ("message", "notification", "_x/restart", None, None, None, len(restart)),
+        ("message", "request", "_test/barrier", "barrier", 1, None, len(barrier)),
+    ]
+    init_size = len(agent_answer(0, "initialize", len(init)))
+    barrier_size = len(agent_answer(1, "_test/barrier", len(barrier) - len('"barrier"') + 1))
+    to_client = [brief(r) for r in live if r.get("direction") == "to_client"]
+    assert to_client == [
+        ("message", "response", "initialize", "init", 0, None, init_size),
+        (
+            "message",
+            "request",
+            "session/request_permission",
+            "agent-q",
+            forwarded["id"],
+            SESSION,
+            len(question),
+        ),
+        ("fault", "lose-b", "drop", "notification", "_x/b"),
+        ("message", "notification", "_x/a", None, None, SESSION, len(a)),
+        ("message", "response", "_test/barrier", "barrier", 1, None, barrier_size),
+    ]
+    durations = [r for r in live if r.get("kind") == "response"]
+    assert all(r["duration_ms"] >= 0 for r in durations)
+    # The restart: the old Agent's connection closed, the restart, the new one opened, in order.
+    events = [brief(r) for r in live if r["event"] in ("restart", "connection")][2:]
+    assert events == [
+        ("connection", "closed", "agent", "stdio"),
+        ("restart", "proxy", 0),
+        ("connection", "open", "agent", "stdio"),
+    ]
+
+    await proxy.close_stdin()
+    assert await proxy.wait() == 0
+    final = read_trace(trace)
+    assert final[: len(live)] == live
+    assert sorted(brief(r) for r in final[len(live) :]) == [
+        ("connection", "closed", "agent", "stdio"),
+        ("connection", "closed", "client", "stdio"),
+    ]
+
+
+async def test_trace_to_stdout_is_refused_in_stdio_mode(
+    proxies: list[ProxyProcess], tmp_path: Path
+) -> None:
+    """--trace - with a stdio Client: exit 2 (stdout is the protocol), the Agent never started."""
+    marker = tmp_path / "agent-ran"
+    proxy = await ProxyProcess.start(
+        [sys.executable, "-c", f"open({str(marker)!r}, 'w')"], "--trace", "-"
+    )
+    proxies.append(proxy)
+    assert await proxy.at_eof()
+    assert await proxy.wait() == 2
+    assert "stdout is the protocol channel" in " ".join(proxy.stderr.split())
+    assert not marker.exists()
+
+
+async def test_trace_to_stdout_with_a_network_listener(proxies: list[ProxyProcess]) -> None:
+    """--trace - with a listener: the records go to stdout, the header first."""
+    proxy = await ProxyProcess.start(
+        ["true"], "--log-format", "json", "--listen", "ws://127.0.0.1:0/acp", "--trace", "-"
+    )
+    proxies.append(proxy)
+    header = await proxy.recv_json()
+    assert (header["event"], header["version"]) == ("trace", 1)
