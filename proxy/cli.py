@@ -16,6 +16,14 @@ from proxy import __version__
 from proxy import app as application
 from proxy.admin import check_admin_host
 from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
+from proxy.check_agent import (
+    TRACES,
+    CheckOptions,
+    check_agent,
+    render,
+    to_json,
+    to_junit,
+)
 from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
 from proxy.log import configure_logging
@@ -270,6 +278,55 @@ async def _agent(options: AgentOptions) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     return await serve_agent(options, stop)
+
+
+class TransportChoice(enum.StrEnum):
+    """How the checker reaches the proxy in front of the Agent."""
+
+    stdio = "stdio"
+    ws = "ws"
+    http = "http"
+
+
+@app.command("check-agent")
+def check_agent_command(
+    agent_cmd: Annotated[
+        list[str], typer.Argument(metavar="-- AGENT_CMD ...", help="The Agent to check.")
+    ],
+    transport: Annotated[
+        TransportChoice, typer.Option(help="Between the checker and the proxy.")
+    ] = TransportChoice.stdio,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    junit: Annotated[
+        Path | None, typer.Option(help="Also write JUnit XML to this file.", dir_okay=False)
+    ] = None,
+    trace: Annotated[
+        list[str] | None, typer.Option("--trace", help="Only these traces (T0 ... T7).")
+    ] = None,
+    answer_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds to wait for an expected answer.")
+    ] = 5.0,
+    log_level: Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")] = (
+        LogLevelChoice.warning
+    ),
+) -> None:
+    """Run the idempotency RFD's conformance traces T0-T7 against an Agent; exit 1 on a FAIL."""
+    configure_logging("console", log_level.value)
+    names = tuple(trace or TRACES)
+    unknown = [name for name in names if name not in TRACES]
+    if unknown:
+        raise typer.BadParameter(f"unknown traces {unknown}; known: {list(TRACES)}")
+    options = CheckOptions(
+        agent_argv=tuple(agent_cmd),
+        transport=transport.value,
+        answer_timeout=answer_timeout,
+        traces=names,
+    )
+    results = asyncio.run(check_agent(options))
+    sys.stdout.write((to_json(results) if as_json else render(results, options)) + "\n")
+    if junit is not None:
+        junit.write_bytes(to_junit(results, options))
+    raise typer.Exit(1 if any(result.status == "FAIL" for result in results) else 0)
 
 
 @app.command()

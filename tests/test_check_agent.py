@@ -1,0 +1,85 @@
+"""``acp-proxy check-agent``: the conformance traces T0-T7 against real Agents, on every transport."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+from harness import TIMEOUT
+
+REFERENCE = [sys.executable, "-m", "proxy", "agent", "--turn-ms", "300"]
+SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
+
+
+def check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", "check-agent", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT * 4,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("transport", ["stdio", "ws", "http"])
+def test_the_reference_agent_passes_every_trace(transport: str, tmp_path: Path) -> None:
+    """T0-T7 all PASS against the reference Agent with a store, on each transport."""
+    done = check(
+        "--transport",
+        transport,
+        "--json",
+        "--junit",
+        str(tmp_path / "junit.xml"),
+        "--",
+        *REFERENCE,
+        "--store",
+        str(tmp_path / "store"),
+    )
+    results = json.loads(done.stdout)
+    assert [(r["trace"], r["status"]) for r in results] == [(f"T{n}", "PASS") for n in range(8)], (
+        done.stdout
+    )
+    assert done.returncode == 0
+    suite = ElementTree.parse(tmp_path / "junit.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("8", "0", "0")
+
+
+def test_an_agent_that_ignores_keys_fails_t1(tmp_path: Path) -> None:
+    """--no-dedupe: T1 fails with the reason; the exit status is 1."""
+    done = check("--trace", "T1", "--trace", "T6", "--", *REFERENCE, "--no-dedupe")
+    assert done.returncode == 1
+    assert "T1  FAIL" in done.stdout
+    assert "2 user messages for one submission" in done.stdout
+    assert "T6  PASS" in done.stdout
+    assert "1 passed, 1 failed, 0 skipped" in done.stdout
+
+
+def test_without_a_store_a_restarted_agent_is_skipped_or_failed_never_crashed(
+    tmp_path: Path,
+) -> None:
+    """T3 needs stored sessions: an in-memory Agent gets a SKIP naming what is missing."""
+    done = check("--trace", "T3", "--", *REFERENCE)
+    assert done.returncode == 0
+    assert "T3  SKIP" in done.stdout
+    assert "does not keep the session" in done.stdout
+
+
+def test_an_agent_that_does_not_speak_v2_is_judged_not_crashed() -> None:
+    """The official SDK's v1 Agent: every trace has a verdict, none crashes the checker."""
+    done = check("--json", "--", *SDK_AGENT)
+    results = json.loads(done.stdout)
+    assert len(results) == 8
+    assert {r["status"] for r in results} <= {"SKIP", "FAIL"}
+    assert all(r["reason"] for r in results)
+    assert "Traceback" not in done.stderr
+
+
+def test_unknown_traces_are_a_usage_error() -> None:
+    """Only T0-T7 exist."""
+    done = check("--trace", "T9", "--", *REFERENCE)
+    assert done.returncode == 2
+    assert "unknown traces" in done.stderr
