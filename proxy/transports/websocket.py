@@ -75,37 +75,16 @@ class _Outbox:
         self._ready.set()
 
 
-class WsServerEndpoint:
-    """A Client connected to the proxy's listener over WebSocket (aiohttp)."""
+class _WsEndpoint:
+    """What both ends share: an outbox written in order by one task, closing with a code."""
 
     transport = "ws"
 
-    def __init__(self, ws: web.WebSocketResponse, connection_id: str) -> None:
-        self.ws = ws
-        self.connection_id = connection_id
+    def __init__(self) -> None:
         self._outbox = _Outbox()
         self._close_code = 1000
+        self._severed = False
         self._writer = asyncio.get_running_loop().create_task(self._write())
-        self._ended = False
-
-    async def receive(self) -> Received | None:
-        """The next text frame, as bytes; ``None`` once the socket is closed."""
-        while not self._ended:
-            message = await self.ws.receive()
-            if message.type is WSMsgType.TEXT:
-                data = message.data
-                return data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
-            if message.type is WSMsgType.BINARY:
-                log.warning(
-                    "binary WebSocket frame from the client ignored", size=len(message.data)
-                )
-                continue
-            if message.type is WSMsgType.ERROR:
-                log.warning("WebSocket error from the client", error=str(self.ws.exception()))
-            break  # CLOSE, CLOSING, CLOSED, ERROR
-        self._ended = True
-        self._outbox.finish(discard=True)  # nobody reads any more: the writer closes the socket
-        return None
 
     def send(self, data: bytes) -> None:
         """Queue one text frame."""
@@ -113,7 +92,7 @@ class WsServerEndpoint:
             self._outbox.put(data)
 
     async def drain(self) -> None:
-        """Wait while too much is queued toward the client."""
+        """Wait while too much is queued toward the peer."""
         await self._outbox.room()
 
     def close(self) -> None:
@@ -122,6 +101,7 @@ class WsServerEndpoint:
 
     def sever(self, *, flush: bool, close_code: int = 1001) -> None:
         """Close the socket with ``close_code`` (after what is queued, with ``flush``)."""
+        self._severed = True
         self._close_code = close_code
         self._outbox.finish(discard=not flush)
 
@@ -132,28 +112,65 @@ class WsServerEndpoint:
         """Wait for the close handshake to finish."""
         await asyncio.shield(self._writer)
 
+    def _ended(self) -> None:
+        """Nobody reads any more: what is queued is dropped and the writer closes the socket."""
+        self._outbox.finish(discard=True)
+
     async def _write(self) -> None:
         try:
             while (data := await self._outbox.get()) is not None:
-                await self.ws.send_frame(data, WSMsgType.TEXT)
-        except (ConnectionError, RuntimeError) as exc:
-            log.info("client WebSocket went away while writing", error=str(exc))
+                await self._send_frame(data)
+        except (ConnectionError, RuntimeError, websockets.ConnectionClosed) as exc:
+            log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
         finally:
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await self.ws.close(code=self._close_code)
+            with contextlib.suppress(ConnectionError, RuntimeError, websockets.ConnectionClosed):
+                await self._close_socket(self._close_code)
+
+    async def _send_frame(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _close_socket(self, code: int) -> None:
+        raise NotImplementedError
 
 
-class WsClientEndpoint:
+class WsServerEndpoint(_WsEndpoint):
+    """A Client connected to the proxy's listener over WebSocket (aiohttp)."""
+
+    def __init__(self, ws: web.WebSocketResponse, connection_id: str) -> None:
+        self.ws = ws
+        self.connection_id = connection_id
+        super().__init__()
+
+    async def receive(self) -> Received | None:
+        """The next text frame, as bytes; ``None`` once the socket is closed."""
+        while not self._severed:
+            message = await self.ws.receive()
+            if message.type is WSMsgType.TEXT:
+                data = message.data
+                return data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+            if message.type is WSMsgType.BINARY:
+                size = len(message.data)
+                log.warning("binary WebSocket frame from the client ignored", size=size)
+                continue
+            if message.type is WSMsgType.ERROR:
+                log.warning("WebSocket error from the client", error=str(self.ws.exception()))
+            break  # CLOSE, CLOSING, CLOSED, ERROR
+        self._ended()
+        return None
+
+    async def _send_frame(self, data: bytes) -> None:
+        await self.ws.send_frame(data, WSMsgType.TEXT)
+
+    async def _close_socket(self, code: int) -> None:
+        await self.ws.close(code=code)
+
+
+class WsClientEndpoint(_WsEndpoint):
     """The proxy connected to an Agent over WebSocket (the ``websockets`` client)."""
-
-    transport = "ws"
 
     def __init__(self, connection: ClientConnection) -> None:
         self.connection = connection
-        self._outbox = _Outbox()
-        self._close_code = 1000
-        self._writer = asyncio.get_running_loop().create_task(self._write())
-        self._severed = False
+        super().__init__()
 
     async def receive(self) -> Received | None:
         """The next text frame as bytes; ``None`` once the socket is closed."""
@@ -168,43 +185,14 @@ class WsClientEndpoint:
                 log.warning("binary WebSocket frame from the agent ignored", size=len(data))
                 continue
             return data.encode("utf-8", "surrogatepass")
-        self._outbox.finish(discard=True)
+        self._ended()
         return None
 
-    def send(self, data: bytes) -> None:
-        """Queue one text frame."""
-        if not self._outbox.closing:
-            self._outbox.put(data)
+    async def _send_frame(self, data: bytes) -> None:
+        await self.connection.send(data, text=True)
 
-    async def drain(self) -> None:
-        """Wait while too much is queued toward the agent."""
-        await self._outbox.room()
-
-    def close(self) -> None:
-        """Flush, then close the socket normally (1000)."""
-        self._outbox.finish(discard=False)
-
-    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
-        """Close the socket with ``close_code`` (after what is queued, with ``flush``)."""
-        self._severed = True
-        self._close_code = close_code
-        self._outbox.finish(discard=not flush)
-
-    def processed(self, status: int | None) -> None:
-        """Nothing to settle."""
-
-    async def wait_closed(self) -> None:
-        """Wait for the close handshake to finish."""
-        await asyncio.shield(self._writer)
-
-    async def _write(self) -> None:
-        try:
-            while (data := await self._outbox.get()) is not None:
-                await self.connection.send(data, text=True)
-        except websockets.ConnectionClosed:
-            pass
-        finally:
-            await self.connection.close(code=self._close_code)
+    async def _close_socket(self, code: int) -> None:
+        await self.connection.close(code=code)
 
 
 CONNECT_TIMEOUT = 10.0
