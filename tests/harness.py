@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -130,3 +131,29 @@ def log_events(text: str, event: str) -> list[dict[str, Any]]:
             if isinstance(record, dict) and record.get("event") == event:
                 found.append(record)
     return found
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """A message as one compact JSON line (without the newline)."""
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def request(request_id: object, method: str, params: Any = None) -> bytes:
+    """A JSON-RPC request line."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+def notification(method: str, params: Any = None) -> bytes:
+    """A JSON-RPC notification line."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+def say(*lines: bytes) -> bytes:
+    """A notification that makes the scripted Agent write ``lines`` to its stdout, in order."""
+    return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})

@@ -20,7 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import TIMEOUT, ProxyProcess, captured, log_events, raw_agent
+from harness import (
+    TIMEOUT,
+    ProxyProcess,
+    captured,
+    log_events,
+    notification,
+    raw_agent,
+    request,
+    say,
+)
 from test_faults_e2e import (
     SDK_AGENT,
     SWALLOWED,
@@ -35,12 +44,9 @@ from test_faults_e2e import (
     initialize,
     is_answer,
     new_session,
-    notification,
     open_session,
     prompt_request,
     proxies,
-    request,
-    say,
     sdk_client_session,
     sdk_prompt,
     sdk_state,

@@ -12,7 +12,6 @@ a rule added over the API drops what it names, ``kill_agent`` ends a stdio proxy
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import re
@@ -29,7 +28,18 @@ from typing import Any, ParamSpec, TypeVar
 import pytest
 import websockets
 import yaml
-from harness import RAW_AGENT, TIMEOUT, ProxyProcess, captured, log_events, raw_agent
+from harness import (
+    RAW_AGENT,
+    TIMEOUT,
+    ProxyProcess,
+    captured,
+    encode,
+    log_events,
+    notification,
+    raw_agent,
+    request,
+    say,
+)
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
@@ -47,32 +57,6 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 async def off(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a blocking control call in a thread (the event loop keeps reading the proxy)."""
     return await asyncio.wait_for(asyncio.to_thread(call, *args, **kwargs), TIMEOUT)
-
-
-def encode(message: dict[str, Any]) -> bytes:
-    """A message as one compact JSON line (without the newline)."""
-    return json.dumps(message, separators=(",", ":")).encode()
-
-
-def request(request_id: object, method: str, params: Any = None) -> bytes:
-    """A JSON-RPC request line."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = params
-    return encode(message)
-
-
-def notification(method: str, params: Any = None) -> bytes:
-    """A JSON-RPC notification line."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        message["params"] = params
-    return encode(message)
-
-
-def say(*lines: bytes) -> bytes:
-    """A notification that makes the raw Agent write ``lines`` to its stdout, in order."""
-    return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})
 
 
 async def barrier(proxy: ProxyProcess, token: str) -> list[bytes]:

@@ -15,7 +15,6 @@ only as lower bounds or with a wide margin.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -32,7 +31,17 @@ from acp import PROTOCOL_VERSION, Client, RequestError, spawn_agent_process
 from acp.connection import StreamDirection, StreamEvent
 from acp.core import ClientSideConnection
 from acp.schema import AgentMessageChunk, Implementation, TextContentBlock
-from harness import RAW_AGENT, TIMEOUT, ProxyProcess, captured, log_events, raw_agent
+from harness import (
+    RAW_AGENT,
+    TIMEOUT,
+    ProxyProcess,
+    captured,
+    log_events,
+    notification,
+    raw_agent,
+    request,
+    say,
+)
 
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
 """argv of the Agent built on the official SDK (see ``tests/peers/sdk_agent.py``)."""
@@ -122,37 +131,11 @@ def raw_agent_per_process(directory: Path) -> list[str]:
     ]
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    """A message as one compact JSON line (without the newline)."""
-    return json.dumps(message, separators=(",", ":")).encode()
-
-
-def request(request_id: object, method: str, params: Any = None) -> bytes:
-    """A JSON-RPC request line."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = params
-    return encode(message)
-
-
-def notification(method: str, params: Any = None) -> bytes:
-    """A JSON-RPC notification line."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        message["params"] = params
-    return encode(message)
-
-
 def with_id(line: bytes, old: object, new: object) -> bytes:
     """``line`` (as :func:`encode` writes it) with its ``id`` member replaced."""
     before = b'"id":' + json.dumps(old).encode()
     assert line.count(before) == 1, line
     return line.replace(before, b'"id":' + json.dumps(new).encode())
-
-
-def say(*lines: bytes) -> bytes:
-    """A notification that makes the raw Agent write ``lines`` to its stdout, in order."""
-    return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})
 
 
 def is_answer(message: Any, request_id: object) -> bool:

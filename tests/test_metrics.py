@@ -11,7 +11,6 @@ restarts and reloads, and that no label carries an id or a session.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import urllib.request
@@ -21,7 +20,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import pytest
 import yaml
-from harness import TIMEOUT, ProxyProcess, raw_agent
+from harness import TIMEOUT, ProxyProcess, encode, notification, raw_agent, request, say
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect as ws_connect
 
@@ -38,32 +37,6 @@ SESSION = "sess-7f3a"
 async def off(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a blocking call in a thread (the event loop keeps reading the proxy)."""
     return await asyncio.wait_for(asyncio.to_thread(call, *args, **kwargs), TIMEOUT)
-
-
-def encode(message: dict[str, Any]) -> bytes:
-    """A message as one compact JSON line (without the newline)."""
-    return json.dumps(message, separators=(",", ":")).encode()
-
-
-def request(request_id: object, method: str, params: Any = None) -> bytes:
-    """A JSON-RPC request line."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = params
-    return encode(message)
-
-
-def notification(method: str, params: Any = None) -> bytes:
-    """A JSON-RPC notification line."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        message["params"] = params
-    return encode(message)
-
-
-def say(*lines: bytes) -> bytes:
-    """A notification that makes the raw Agent write ``lines`` to its stdout, in order."""
-    return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})
 
 
 def rules_file(path: Path, *extra: dict[str, Any]) -> None:

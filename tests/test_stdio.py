@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -11,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from harness import ProxyProcess, captured, raw_agent
+from harness import ProxyProcess, captured, raw_agent, say
 
 Start = Callable[..., Awaitable[ProxyProcess]]
 
@@ -35,14 +34,6 @@ async def start() -> AsyncIterator[Start]:
 def capture(tmp_path: Path) -> Path:
     """The file the scripted Agent records every line it reads into."""
     return tmp_path / "agent-saw.jsonl"
-
-
-def say(*lines: bytes) -> bytes:
-    """A notification that makes the scripted Agent write ``lines`` to its stdout."""
-    encoded = [base64.b64encode(line).decode() for line in lines]
-    return json.dumps(
-        {"jsonrpc": "2.0", "method": "_test/say", "params": {"b64": encoded}}
-    ).encode()
 
 
 async def barrier(proxy: ProxyProcess, token: str) -> None:

@@ -8,7 +8,6 @@ runs (each line is written and flushed as it happens) and again after it exited.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -16,35 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import ProxyProcess, raw_agent
+from harness import ProxyProcess, encode, notification, raw_agent, request, say
 
 SESSION = "sess-trace"
-
-
-def encode(message: dict[str, Any]) -> bytes:
-    """A message as one compact JSON line (without the newline)."""
-    return json.dumps(message, separators=(",", ":")).encode()
-
-
-def request(request_id: object, method: str, params: Any = None) -> bytes:
-    """A JSON-RPC request line."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = params
-    return encode(message)
-
-
-def notification(method: str, params: Any = None) -> bytes:
-    """A JSON-RPC notification line."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        message["params"] = params
-    return encode(message)
-
-
-def say(*lines: bytes) -> bytes:
-    """A notification that makes the raw Agent write ``lines`` to its stdout, in order."""
-    return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})
 
 
 def agent_answer(agent_id: int, method: str, size: int) -> bytes:
