@@ -28,6 +28,7 @@ from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
 from proxy.log import configure_logging
 from proxy.reference_agent import AgentOptions, serve_agent
+from proxy.report import report_main
 from proxy.server import parse_address
 
 __all__ = ["app", "main"]
@@ -327,6 +328,25 @@ def check_agent_command(
     if junit is not None:
         junit.write_bytes(to_junit(results, options))
     raise typer.Exit(1 if any(result.status == "FAIL" for result in results) else 0)
+
+
+@app.command()
+def report(
+    traces: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="TRACE ...", help="JSONL traces (--trace), e.g. one per proxy; merged by time."
+        ),
+    ],
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Summarize traces: faults, messages, prompts, retries, findings.
+
+    Exit 1 when there is a finding other than unkeyed_resend (a warning); 2 for an unreadable file.
+    """
+    text, status = report_main(traces, as_json=json_output)
+    typer.echo(text.rstrip("\n"), err=status == 2)
+    raise typer.Exit(status)
 
 
 @app.command()

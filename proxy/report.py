@@ -1,0 +1,1119 @@
+"""``acp-proxy report``: what a run showed, read back from one or more JSONL traces.
+
+Several proxies (one per node, DESIGN 14) each write their own trace; :func:`load_traces` reads
+them all, tags every record with the file it came from (``node``, the path as given) and its line
+number (``line``), and merges them by ``time``. The merge keeps each file's own order (a clock that
+steps back never reorders one proxy's records) and, at equal times, the order of the files as
+given. A line that is not a JSON object with a numeric ``time`` and a string ``event`` is skipped
+and counted, never fatal: a proxy that crashed may have left a partial last line. A file that
+cannot be read, or whose complete lines hold no record at all (not a trace), is an error.
+
+:func:`summarize` turns the records into one JSON-ready summary; :func:`render_text` prints it for
+people; :func:`report_main` is the command (text and exit status).
+
+What the trace contains, and so what the summary can say
+--------------------------------------------------------
+The trace has no payloads: a ``message`` record carries direction, kind, method, session, the
+sender's ``id``, the ``forwarded_id`` the proxy wrote on the next hop, its size and disposition,
+but never ``params``. So the report counts messages (by direction, kind and method; every
+disposition other than ``relayed`` apart), faults (by rule and action), connections, restarts and
+reloads exactly, and it reconstructs **prompts** (``session/prompt`` requests) from their records:
+
+* an *attempt* is a ``session/prompt`` request the Client sent: a relayed request, or a fault on
+  a request that never got relayed (``drop``, ``error``, ``sever`` before it). The records the
+  proxy writes for one message follow each other in its file (faults first, then the message,
+  then the copies of a ``duplicate``; a ``finding`` may come between), which is how a fault and
+  the request it hit are joined (``drop`` and ``error`` never forward, so a relayed request after
+  one of them is the Client's resend, a new attempt);
+* its answer is the ``to_client`` response or error with the same node, link and
+  ``forwarded_id`` (a fault on the answer carries that ``forwarded_id`` as its ``id``); answers
+  to injected copies that the proxy swallowed are counted with it;
+* its *outcome*: ``answered``, ``error`` (the Agent's), ``injected_error`` (a rule's ``error``),
+  ``lost`` (no answer reached the Client, and the trace shows why: a fault that loses messages on
+  the request or its answer, a restart, a connection closed or the proxy process starting again
+  while it was pending) or ``unanswered`` (no answer and no known cause: the trace ended first).
+
+The idempotency key and the ``messageId`` s are **not** in the trace, so the report cannot tell a
+keyed prompt from an unkeyed one, nor a retry from a new prompt: a *retry* here is the first
+``session/prompt`` on a session after a prompt of that session was lost (a session is the
+Agent's, so a retry that lands on another node counts, ``across_nodes``). It is measured from the
+loss (``delay_ms``) and marked ``same_size`` when its size, less its id, equals the lost one's (an
+identical resend, key included, is the same size). Per-key judgement is the ledger's: each proxy
+writes its findings (``finding`` records: check, session, key, detail) to its trace, and the
+report lists them all, by check. A proxy judges only what crossed it; the report adds no finding
+of its own across nodes.
+
+Exit status of :func:`report_main`: 0, or 1 when there is a finding other than ``unkeyed_resend``
+(a warning: an unsafe retry of the Client), so that CI can fail on it; 2 when a file is missing,
+unreadable or not a trace.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.ledger import LOSING_ACTIONS
+
+__all__ = [
+    "WARNING_CHECKS",
+    "TraceReadError",
+    "TraceRecords",
+    "load_traces",
+    "render_text",
+    "report_main",
+    "summarize",
+]
+
+REPORT_VERSION = 1
+TRACE_VERSION = 1
+"""The trace version this report is written for (``proxy.trace``)."""
+PROMPT = "session/prompt"
+WARNING_CHECKS = frozenset({"unkeyed_resend"})
+"""Findings that are warnings: they do not make ``report`` exit 1."""
+STOPPING_ACTIONS = frozenset({"drop", "error"})
+"""Faults after which a request is never forwarded (so a relayed request after one is another)."""
+ANSWER_LOSING_ACTIONS = frozenset({"close_stream", "corrupt"})
+"""Faults after which an answer recorded as relayed still never reached the Client intact."""
+_KEEP_LINES = 20
+"""How many unreadable line numbers are kept per file (all are counted)."""
+
+
+class TraceReadError(Exception):
+    """A trace file is missing, unreadable or not a trace; the message names the file."""
+
+
+@dataclass
+class _FileInfo:
+    node: str
+    records: int = 0
+    skipped: int = 0
+    unreadable: list[int] = field(default_factory=list)
+    partial_last_line: bool = False
+    runs: int = 0
+    versions: list[Any] = field(default_factory=list)
+    first: float | None = None
+    last: float | None = None
+
+
+class TraceRecords(list[dict[str, Any]]):
+    """The merged records of :func:`load_traces` (a list), with what was learnt of each file."""
+
+    def __init__(self, records: Iterable[dict[str, Any]] = ()) -> None:
+        super().__init__(records)
+        self.files: list[_FileInfo] = []
+        self.notes: list[str] = []
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    """A trace record parsed from one line, or ``None`` when the line is not one."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("event"), str):
+        return None
+    at = value.get("time")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        return None
+    return value
+
+
+def _read_file(path: Path) -> tuple[list[dict[str, Any]], _FileInfo]:
+    name = str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceReadError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise TraceReadError(f"{name}: is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceReadError(f"{name}: cannot read it: {exc.strerror or exc}") from None
+    info = _FileInfo(name)
+    records: list[dict[str, Any]] = []
+    lines = data.split(b"\n")
+    complete = len(lines) - 1  # the text after the last newline is a partial line (or empty)
+    complete_unreadable = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        record = _record(line)
+        if record is None:
+            info.skipped += 1
+            if len(info.unreadable) < _KEEP_LINES:
+                info.unreadable.append(number)
+            if number > complete:
+                info.partial_last_line = True
+            else:
+                complete_unreadable += 1
+            continue
+        record["node"] = name
+        record["line"] = number
+        records.append(record)
+        if record["event"] == "trace":
+            info.runs += 1
+            info.versions.append(record.get("version"))
+    if not records and complete_unreadable:
+        raise TraceReadError(
+            f"{name}: no trace records (line {info.unreadable[0]} is not a JSON object with "
+            "time and event); is it a trace file?"
+        )
+    info.records = len(records)
+    if records:
+        info.first = min(float(r["time"]) for r in records)
+        info.last = max(float(r["time"]) for r in records)
+    return records, info
+
+
+def load_traces(paths: Sequence[Path]) -> TraceRecords:
+    """Every record of every file, tagged with ``node`` and ``line``, merged by ``time``.
+
+    Unreadable lines are skipped and counted (see :attr:`TraceRecords.files`); a file given twice
+    is read once. Raises :class:`TraceReadError` for a missing or unreadable file, or one whose
+    complete lines hold no record.
+    """
+    streams: list[list[dict[str, Any]]] = []
+    infos: list[_FileInfo] = []
+    notes: list[str] = []
+    seen: set[Path] = set()
+    for given in paths:
+        path = Path(given)
+        resolved = path.resolve()
+        if resolved in seen:
+            notes.append(f"{path} was given more than once; read once")
+            continue
+        seen.add(resolved)
+        records, info = _read_file(path)
+        streams.append(records)
+        infos.append(info)
+    merged = TraceRecords(heapq.merge(*streams, key=lambda record: float(record["time"])))
+    merged.files = infos
+    merged.notes = notes
+    return merged
+
+
+# -- prompts -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Attempt:
+    """One ``session/prompt`` the Client sent, as the trace shows it."""
+
+    node: str
+    run: int
+    link: Any
+    session: str | None
+    id: Any
+    time: float
+    forwarded_id: Any = None
+    relayed: bool = False
+    size: int | None = None
+    copies: int = 0
+    swallowed: int = 0
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    answer: str | None = None
+    answered_at: float | None = None
+    duration_ms: float | None = None
+    cut_at: float | None = None
+    cut_by: str | None = None
+    retry_of: _Attempt | None = None
+
+    def loss(self) -> tuple[float, str] | None:
+        """When and how this attempt's answer was lost to the Client, if it was."""
+        for fault in self.faults:
+            if fault["action"] in ANSWER_LOSING_ACTIONS and fault["on"] == "answer":
+                return fault["time"], _fault_name(fault)
+        if self.answer is not None:
+            return None
+        for fault in self.faults:
+            if fault["action"] in LOSING_ACTIONS:
+                return fault["time"], _fault_name(fault)
+        if self.cut_at is not None and self.cut_by is not None:
+            return self.cut_at, self.cut_by
+        return None
+
+    def outcome(self) -> str:
+        """``answered``, ``error``, ``injected_error``, ``lost`` or ``unanswered``."""
+        if self.loss() is not None:
+            return "lost"
+        if self.answer is not None:
+            return self.answer
+        return "unanswered"
+
+    def body_size(self) -> int | None:
+        """The request's size less its id's, to compare a retry with the prompt it resends."""
+        if self.size is None:
+            return None
+        return self.size - len(_token(self.id))
+
+    def view(self, start: float | None) -> dict[str, Any]:
+        loss = self.loss()
+        return {
+            "node": self.node,
+            "link": self.link,
+            "session": self.session,
+            "id": self.id,
+            "forwarded_id": self.forwarded_id,
+            "time": self.time,
+            "at_s": _since(self.time, start),
+            "size": self.size,
+            "relayed": self.relayed,
+            "copies": self.copies,
+            "swallowed_answers": self.swallowed,
+            "faults": [{k: v for k, v in f.items() if k != "time"} for f in self.faults],
+            "outcome": self.outcome(),
+            "duration_ms": self.duration_ms,
+            "lost_by": None if loss is None else loss[1],
+            "retry": self.retry_of is not None,
+        }
+
+
+def _token(value: Any) -> str:
+    """A JSON value as compact text (an id as it would appear on the wire)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def _fault_name(fault: dict[str, Any]) -> str:
+    return f"{fault['action']} (rule {fault['rule']})"
+
+
+def _since(at: float | None, start: float | None) -> float | None:
+    if at is None or start is None:
+        return None
+    return round(at - start, 6)
+
+
+class _Prompts:
+    """Joins the records of ``session/prompt`` requests, their faults and their answers."""
+
+    def __init__(self) -> None:
+        self.attempts: list[_Attempt] = []
+        self._pending: dict[tuple[str, int, Any, str], _Attempt] = {}
+        self._last: dict[str, tuple[int, _Attempt]] = {}
+        """Per node: the attempt the node's previous record (findings aside) belonged to."""
+        self._position: Counter[str] = Counter()
+        self._run: Counter[str] = Counter()
+
+    def step(self, record: dict[str, Any]) -> None:
+        """Take the next record (findings never separate a message from its faults)."""
+        node = str(record.get("node") or "-")
+        event = record["event"]
+        if event == "finding":
+            return
+        self._position[node] += 1
+        if event == "trace":
+            if self._run[node] or self._position[node] > 1:
+                self._cut_all(node, float(record["time"]), "the proxy process started again")
+            self._run[node] += 1
+        elif event == "message" and record.get("method") == PROMPT:
+            self._message(node, record)
+        elif event == "fault" and record.get("method") == PROMPT:
+            self._fault(node, record)
+        elif event == "restart":
+            what = record.get("what") or "proxy"
+            self._cut_link(node, record, f"restart ({what})", forget=True, overrides=True)
+        elif event == "connection" and record.get("state") == "closed":
+            self._cut_link(node, record, f"{record.get('side')} connection closed", forget=False)
+
+    def _previous(self, node: str, record: dict[str, Any]) -> _Attempt | None:
+        """The attempt of this node's previous record, if it is the same request."""
+        last = self._last.get(node)
+        if last is None or last[0] != self._position[node] - 1:
+            return None
+        attempt = last[1]
+        if attempt.link == record.get("link") and attempt.id == record.get("id"):
+            return attempt
+        return None
+
+    def _new(self, node: str, record: dict[str, Any]) -> _Attempt:
+        session = record.get("session")
+        attempt = _Attempt(
+            node,
+            self._run[node],
+            record.get("link"),
+            session if isinstance(session, str) else None,
+            record.get("id"),
+            float(record["time"]),
+        )
+        self.attempts.append(attempt)
+        return attempt
+
+    def _key(
+        self, node: str, record: dict[str, Any], forwarded_id: Any
+    ) -> tuple[str, int, Any, str]:
+        return (node, self._run[node], record.get("link"), _token(forwarded_id))
+
+    def _message(self, node: str, record: dict[str, Any]) -> None:
+        direction, kind = record.get("direction"), record.get("kind")
+        disposition = record.get("disposition", "relayed")
+        if direction == "to_agent" and kind == "request" and disposition == "relayed":
+            attempt = self._previous(node, record)
+            forwarded = record.get("forwarded_id")
+            if attempt is not None and any(f["action"] in STOPPING_ACTIONS for f in attempt.faults):
+                attempt = None  # that request was never forwarded: this is another one
+            if attempt is not None and attempt.relayed:
+                if not any(f["action"] == "duplicate" for f in attempt.faults):
+                    attempt = None
+                else:
+                    attempt.copies += 1  # an injected copy of the request
+            if attempt is None:
+                attempt = self._new(node, record)
+            if not attempt.relayed:
+                attempt.relayed = True
+                attempt.forwarded_id = forwarded
+                size = record.get("size")
+                attempt.size = size if isinstance(size, int) else None
+            self._pending[self._key(node, record, forwarded)] = attempt
+            self._last[node] = (self._position[node], attempt)
+        elif direction == "to_client" and kind in ("response", "error"):
+            found = self._pending.pop(self._key(node, record, record.get("forwarded_id")), None)
+            if found is None:
+                return
+            if disposition == "swallowed":
+                found.swallowed += 1
+            elif disposition == "relayed" and found.answer is None:
+                found.answer = "answered" if kind == "response" else "error"
+                found.answered_at = float(record["time"])
+                duration = record.get("duration_ms")
+                found.duration_ms = duration if isinstance(duration, int | float) else None
+
+    def _fault(self, node: str, record: dict[str, Any]) -> None:
+        fault = {
+            "rule": record.get("rule"),
+            "action": record.get("action"),
+            "node": node,
+            "time": float(record["time"]),
+        }
+        direction, kind = record.get("direction"), record.get("kind")
+        if direction == "to_agent" and kind == "request":
+            attempt = self._previous(node, record)
+            if attempt is None or attempt.relayed:
+                attempt = self._new(node, record)
+            attempt.faults.append({**fault, "on": "request"})
+            if fault["action"] == "error":
+                attempt.answer = "injected_error"
+            self._last[node] = (self._position[node], attempt)
+        elif direction == "to_client" and kind in ("response", "error"):
+            found = self._pending.get(self._key(node, record, record.get("id")))
+            if found is not None:
+                found.faults.append({**fault, "on": "answer"})
+
+    def _cut_link(
+        self, node: str, record: dict[str, Any], why: str, *, forget: bool, overrides: bool = False
+    ) -> None:
+        """Requests pending on the link will not be answered now.
+
+        A restart names the cause even when the Agent's closed connection was recorded first.
+        """
+        run, link, at = self._run[node], record.get("link"), float(record["time"])
+        for key, attempt in list(self._pending.items()):
+            if key[:3] == (node, run, link):
+                if attempt.cut_at is None:
+                    attempt.cut_at = at
+                if attempt.cut_by is None or overrides:
+                    attempt.cut_by = why
+                if forget:
+                    del self._pending[key]
+
+    def _cut_all(self, node: str, at: float, why: str) -> None:
+        for key, attempt in list(self._pending.items()):
+            if key[0] == node:
+                if attempt.cut_at is None:
+                    attempt.cut_at, attempt.cut_by = at, why
+                del self._pending[key]
+
+    def retries(self, start: float | None) -> list[dict[str, Any]]:
+        """Mark and list the retries: the first prompt on a session after one of its losses."""
+        losses: dict[str | None, list[tuple[float, _Attempt, str]]] = defaultdict(list)
+        for attempt in self.attempts:
+            loss = attempt.loss()
+            if loss is not None:
+                losses[attempt.session].append((loss[0], attempt, loss[1]))
+        found = []
+        previous: dict[str | None, float] = {}
+        for attempt in sorted(self.attempts, key=lambda a: a.time):
+            before = previous.get(attempt.session)
+            previous[attempt.session] = attempt.time
+            if before is None or attempt.session is None:
+                continue
+            candidates = [
+                loss
+                for loss in losses.get(attempt.session, ())
+                if loss[1] is not attempt and before <= loss[0] <= attempt.time
+            ]
+            if not candidates:
+                continue
+            at, lost, how = max(candidates, key=lambda loss: loss[0])
+            attempt.retry_of = lost
+            mine, theirs = attempt.body_size(), lost.body_size()
+            found.append(
+                {
+                    "session": attempt.session,
+                    "node": attempt.node,
+                    "link": attempt.link,
+                    "id": attempt.id,
+                    "time": attempt.time,
+                    "at_s": _since(attempt.time, start),
+                    "outcome": attempt.outcome(),
+                    "after": how,
+                    "lost_node": lost.node,
+                    "lost_link": lost.link,
+                    "lost_id": lost.id,
+                    "delay_ms": round((attempt.time - at) * 1000, 3),
+                    "across_nodes": lost.node != attempt.node,
+                    "same_size": None if mine is None or theirs is None else mine == theirs,
+                }
+            )
+        return found
+
+
+# -- the summary ---------------------------------------------------------------------------------
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {
+        "min": round(min(values), 3),
+        "median": round(statistics.median(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def _file_view(info: _FileInfo) -> dict[str, Any]:
+    return {
+        "node": info.node,
+        "records": info.records,
+        "skipped_lines": info.skipped,
+        "unreadable_lines": list(info.unreadable),
+        "partial_last_line": info.partial_last_line,
+        "runs": info.runs,
+        "trace_versions": list(info.versions),
+        "first": info.first,
+        "last": info.last,
+    }
+
+
+def _files_of(records: Sequence[dict[str, Any]]) -> list[_FileInfo]:
+    """What can be said of each node from the records alone (no :class:`TraceRecords`)."""
+    infos: dict[str, _FileInfo] = {}
+    for record in records:
+        node = str(record.get("node") or "-")
+        info = infos.setdefault(node, _FileInfo(node))
+        info.records += 1
+        at = float(record["time"])
+        info.first = at if info.first is None else min(info.first, at)
+        info.last = at if info.last is None else max(info.last, at)
+        if record["event"] == "trace":
+            info.runs += 1
+            info.versions.append(record.get("version"))
+    return list(infos.values())
+
+
+class _Counts:
+    """Counts of every record but the prompts' reconstruction."""
+
+    def __init__(self, start: float | None) -> None:
+        self.start = start
+        self.relayed: Counter[tuple[str, str, str]] = Counter()
+        self.bytes: Counter[tuple[str, str, str]] = Counter()
+        self.durations: defaultdict[tuple[str, str, str], list[float]] = defaultdict(list)
+        self.dispositions: Counter[str] = Counter()
+        self.not_relayed: Counter[tuple[str, str, str, str, str]] = Counter()
+        self.faults: Counter[tuple[str, str]] = Counter()
+        self.fault_nodes: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
+        self.actions: Counter[str] = Counter()
+        self.opened: Counter[tuple[str, str]] = Counter()
+        self.closed: Counter[tuple[str, str]] = Counter()
+        self.restarts: Counter[str] = Counter()
+        self.abandoned = 0
+        self.reloads: Counter[str] = Counter()
+        self.ignored: Counter[str] = Counter()
+        self.findings: list[dict[str, Any]] = []
+
+    def step(self, record: dict[str, Any]) -> None:
+        event = record["event"]
+        if event == "message":
+            self._message(record)
+        elif event == "fault":
+            key = (str(record.get("rule")), str(record.get("action")))
+            self.faults[key] += 1
+            self.fault_nodes[key].add(str(record.get("node") or "-"))
+            self.actions[key[1]] += 1
+        elif event == "connection":
+            pair = (str(record.get("side")), str(record.get("transport")))
+            (self.opened if record.get("state") == "open" else self.closed)[pair] += 1
+        elif event == "restart":
+            self.restarts[str(record.get("what"))] += 1
+            count = record.get("abandoned")
+            self.abandoned += count if isinstance(count, int) else 0
+        elif event == "reload":
+            self.reloads[str(record.get("result"))] += 1
+        elif event == "finding":
+            self._finding(record)
+        elif event != "trace":
+            self.ignored[event] += 1
+
+    def _message(self, record: dict[str, Any]) -> None:
+        disposition = str(record.get("disposition", "relayed"))
+        self.dispositions[disposition] += 1
+        direction = str(record.get("direction") or "-")
+        kind = str(record.get("kind") or "-")
+        method = str(record.get("method") or "-")
+        if disposition != "relayed":
+            reason = str(record.get("reason") or "")
+            self.not_relayed[disposition, direction, kind, method, reason] += 1
+            return
+        row = (direction, kind, method)
+        self.relayed[row] += 1
+        size = record.get("size")
+        self.bytes[row] += size if isinstance(size, int) else 0
+        duration = record.get("duration_ms")
+        if isinstance(duration, int | float) and not isinstance(duration, bool):
+            self.durations[row].append(float(duration))
+
+    def _finding(self, record: dict[str, Any]) -> None:
+        check = str(record.get("check"))
+        at = float(record["time"])
+        self.findings.append(
+            {
+                "check": check,
+                "warning": check in WARNING_CHECKS,
+                "session": record.get("session"),
+                "key": record.get("key"),
+                "detail": record.get("detail"),
+                "node": str(record.get("node") or "-"),
+                "link": record.get("link"),
+                "time": at,
+                "at_s": _since(at, self.start),
+            }
+        )
+
+    def messages(self) -> dict[str, Any]:
+        return {
+            "relayed": [
+                {
+                    "direction": direction,
+                    "kind": kind,
+                    "method": method,
+                    "count": count,
+                    "bytes": self.bytes[direction, kind, method],
+                    "duration_ms": _spread(self.durations.get((direction, kind, method), [])),
+                }
+                for (direction, kind, method), count in sorted(self.relayed.items())
+            ],
+            "by_disposition": dict(sorted(self.dispositions.items())),
+            "not_relayed": [
+                {
+                    "disposition": disposition,
+                    "direction": direction,
+                    "kind": kind,
+                    "method": None if method == "-" else method,
+                    "reason": reason or None,
+                    "count": count,
+                }
+                for (disposition, direction, kind, method, reason), count in sorted(
+                    self.not_relayed.items()
+                )
+            ],
+        }
+
+    def faults_view(self) -> dict[str, Any]:
+        return {
+            "by_rule": [
+                {
+                    "rule": rule,
+                    "action": action,
+                    "count": count,
+                    "nodes": sorted(self.fault_nodes[rule, action]),
+                }
+                for (rule, action), count in sorted(self.faults.items())
+            ],
+            "by_action": dict(sorted(self.actions.items())),
+        }
+
+    def connections(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "side": side,
+                "transport": transport,
+                "opened": self.opened[side, transport],
+                "closed": self.closed[side, transport],
+            }
+            for side, transport in sorted(set(self.opened) | set(self.closed))
+        ]
+
+    def findings_view(self) -> dict[str, Any]:
+        return {
+            "count": len(self.findings),
+            "failing": sum(1 for finding in self.findings if not finding["warning"]),
+            "by_check": dict(sorted(Counter(f["check"] for f in self.findings).items())),
+            "list": self.findings,
+        }
+
+
+def _sessions(attempts: list[_Attempt], findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per session: attempts by outcome, retries, nodes, and the keys its findings name."""
+    rows: dict[str | None, dict[str, Any]] = {}
+    nodes: defaultdict[str | None, set[str]] = defaultdict(set)
+    for attempt in attempts:
+        row = rows.setdefault(
+            attempt.session,
+            {
+                "session": attempt.session,
+                "attempts": 0,
+                "answered": 0,
+                "errors": 0,
+                "lost": 0,
+                "unanswered": 0,
+                "retries": 0,
+                "nodes": [],
+                "keys_in_findings": [],
+            },
+        )
+        row["attempts"] += 1
+        outcome = attempt.outcome()
+        row["errors" if outcome in ("error", "injected_error") else outcome] += 1
+        row["retries"] += int(attempt.retry_of is not None)
+        nodes[attempt.session].add(attempt.node)
+    for session, row in rows.items():
+        row["nodes"] = sorted(nodes[session])
+    for finding in findings:
+        found = rows.get(finding["session"])
+        key = finding["key"]
+        if found is not None and key is not None and key not in found["keys_in_findings"]:
+            found["keys_in_findings"].append(key)
+    return list(rows.values())
+
+
+def _notes(files: list[_FileInfo]) -> list[str]:
+    notes = []
+    for info in files:
+        for version in info.versions:
+            if version != TRACE_VERSION:
+                notes.append(
+                    f"{info.node}: trace version {version!r}, this report reads version "
+                    f"{TRACE_VERSION}; read as far as it goes"
+                )
+        if info.partial_last_line:
+            notes.append(f"{info.node}: the last line is incomplete (the proxy stopped mid-write?)")
+    return notes
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of merged trace records (from :func:`load_traces`), JSON-ready."""
+    files = records.files if isinstance(records, TraceRecords) else _files_of(records)
+    notes = list(records.notes) if isinstance(records, TraceRecords) else []
+    notes += _notes(files)
+    times = [float(r["time"]) for r in records]
+    start, end = (min(times), max(times)) if times else (None, None)
+    counts = _Counts(start)
+    prompts = _Prompts()
+    for record in records:
+        prompts.step(record)
+        counts.step(record)
+    retries = prompts.retries(start)
+    attempts = prompts.attempts
+    outcomes = Counter(attempt.outcome() for attempt in attempts)
+    findings = counts.findings_view()
+    verdict = "failing" if findings["failing"] else "warnings" if findings["count"] else "clean"
+    return {
+        "report_version": REPORT_VERSION,
+        "files": [_file_view(info) for info in files],
+        "notes": notes,
+        "span": {
+            "start": start,
+            "end": end,
+            "seconds": 0.0 if start is None or end is None else round(end - start, 6),
+        },
+        "verdict": verdict,
+        "totals": {
+            "files": len(files),
+            "records": len(records),
+            "skipped_lines": sum(info.skipped for info in files),
+            "ignored_records": sum(counts.ignored.values()),
+            "messages_relayed": sum(counts.relayed.values()),
+            "bytes_relayed": sum(counts.bytes.values()),
+            "messages_not_relayed": sum(counts.not_relayed.values()),
+            "faults": sum(counts.faults.values()),
+            "connections_opened": sum(counts.opened.values()),
+            "connections_closed": sum(counts.closed.values()),
+            "restarts": sum(counts.restarts.values()),
+            "prompts": len(attempts),
+            "prompts_lost": outcomes["lost"],
+            "retries": len(retries),
+            "findings": findings["count"],
+            "failing_findings": findings["failing"],
+        },
+        "faults": counts.faults_view(),
+        "messages": counts.messages(),
+        "connections": counts.connections(),
+        "restarts": {
+            "by_what": dict(sorted(counts.restarts.items())),
+            "abandoned_requests": counts.abandoned,
+            "proxy_runs": sum(info.runs for info in files),
+        },
+        "reloads": dict(sorted(counts.reloads.items())),
+        "prompts": {
+            "attempts": len(attempts),
+            "copies": sum(attempt.copies for attempt in attempts),
+            "swallowed_answers": sum(attempt.swallowed for attempt in attempts),
+            "by_outcome": dict(sorted(outcomes.items())),
+            "sessions": _sessions(attempts, counts.findings),
+            "list": [attempt.view(start) for attempt in attempts],
+        },
+        "retries": {
+            "count": len(retries),
+            "across_nodes": sum(1 for retry in retries if retry["across_nodes"]),
+            "delay_ms": _spread([retry["delay_ms"] for retry in retries]),
+            "list": retries,
+        },
+        "findings": findings,
+        "ignored": dict(sorted(counts.ignored.items())),
+    }
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+
+def _plural(count: int, word: str, many: str | None = None) -> str:
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Rows aligned under ``header``: numbers to the right, text to the left."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    numeric = [True] * len(header)
+    for row in rows:
+        for index, value in enumerate(row):
+            if not (value is None or isinstance(value, int | float)) or isinstance(value, bool):
+                numeric[index] = False
+    widths = [len(title) for title in header]
+    for row_cells in cells:
+        widths = [max(width, len(cell)) for width, cell in zip(widths, row_cells, strict=True)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            value.rjust(width) if numeric[index] else value.ljust(width)
+            for index, (value, width) in enumerate(zip(values, widths, strict=True))
+        ]
+        return ("  " + "  ".join(parts)).rstrip()
+
+    return [line(header), *(line(row_cells) for row_cells in cells)]
+
+
+def _at(seconds: float | None) -> str:
+    return "-" if seconds is None else f"+{seconds:.3f}s"
+
+
+def _findings_phrase(summary: dict[str, Any]) -> str:
+    found = summary["findings"]
+    count, failing = found["count"], found["failing"]
+    if count == 0:
+        return "0 findings"
+    checks = ", ".join(f"{check} x{n}" for check, n in found["by_check"].items())
+    if failing == 0:
+        return f"{_plural(count, 'finding')}, warnings only ({checks})"
+    return f"{_plural(count, 'finding')}, {failing} failing ({checks})"
+
+
+def _short_names(nodes: Iterable[str]) -> dict[str, str]:
+    """Each node's shortest path suffix that no other node shares (``a.jsonl``, ``x/t.jsonl``)."""
+    parts = {node: Path(node).parts or (node,) for node in nodes}
+    deepest = max((len(p) for p in parts.values()), default=1)
+    for depth in range(1, deepest + 1):
+        names = {node: "/".join(p[-depth:]) for node, p in parts.items()}
+        if len(set(names.values())) == len(names):
+            return names
+    return {node: node for node in parts}
+
+
+class _Text:
+    """The lines of :func:`render_text`, section by section."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        self.summary = summary
+        self.totals: dict[str, Any] = summary["totals"]
+        self.names = _short_names(f["node"] for f in summary["files"])
+        self.out: list[str] = []
+
+    def node(self, node: str) -> str:
+        return self.names.get(node, node)
+
+    def nodes(self, nodes: Iterable[str]) -> str:
+        return ", ".join(self.node(node) for node in nodes)
+
+    def section(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self.out += ["", title, *_table(header, rows)]
+
+    def head(self) -> None:
+        totals, span, files = self.totals, self.summary["span"], self.summary["files"]
+        when = ""
+        if span["start"] is not None:
+            stamp = datetime.fromtimestamp(span["start"], UTC).strftime("%Y-%m-%d %H:%M:%S")
+            when = f", {span['seconds']:.3f}s from {stamp} UTC"
+        self.out.append(
+            f"acp-proxy report: {_plural(totals['files'], 'trace file')}, "
+            f"{_plural(totals['records'], 'record')}{when}"
+        )
+        if len(files) > 1 or totals["skipped_lines"]:
+            self.out += _table(
+                ["node", "records", "skipped lines", "runs", "file"],
+                [
+                    [self.node(f["node"]), f["records"], f["skipped_lines"], f["runs"], f["node"]]
+                    for f in files
+                ],
+            )
+        if totals["skipped_lines"]:
+            where = [f"{f['node']}:{line}" for f in files for line in f["unreadable_lines"][:3]]
+            more = ", ..." if totals["skipped_lines"] > len(where) else ""
+            self.out.append(
+                f"  skipped {_plural(totals['skipped_lines'], 'unreadable line')} "
+                f"({', '.join(where)}{more})"
+            )
+        self.out.extend(f"  note: {note}" for note in self.summary["notes"])
+        if totals["ignored_records"]:
+            kinds = ", ".join(f"{event} x{n}" for event, n in self.summary["ignored"].items())
+            self.out.append(
+                f"  ignored {_plural(totals['ignored_records'], 'record')} of unknown events "
+                f"({kinds})"
+            )
+
+    def totals_section(self) -> None:
+        totals, prompts = self.totals, self.summary["prompts"]
+        retries, restarts = self.summary["retries"], self.summary["restarts"]
+        outcomes = ", ".join(f"{n} {outcome}" for outcome, n in prompts["by_outcome"].items())
+        retry_text = _plural(retries["count"], "retry", "retries")
+        if retries["across_nodes"]:
+            retry_text += f" ({retries['across_nodes']} across nodes)"
+        restart_text = str(totals["restarts"])
+        if restarts["by_what"]:
+            kinds = ", ".join(f"{what} x{n}" for what, n in restarts["by_what"].items())
+            abandoned = _plural(restarts["abandoned_requests"], "request")
+            restart_text += f" ({kinds}; {abandoned} abandoned)"
+        rows = [
+            (
+                "messages",
+                f"{totals['messages_relayed']} relayed ({totals['bytes_relayed']} bytes), "
+                f"{totals['messages_not_relayed']} not relayed",
+            ),
+            ("faults", f"{totals['faults']} injected"),
+            (
+                "connections",
+                f"{totals['connections_opened']} opened, {totals['connections_closed']} closed",
+            ),
+            ("restarts", restart_text),
+            (
+                "prompts",
+                _plural(totals["prompts"], "attempt")
+                + (f" ({outcomes})" if outcomes else "")
+                + f", {retry_text}",
+            ),
+            ("findings", _findings_phrase(self.summary)),
+        ]
+        self.out += ["", "Totals", *(f"  {name:<12} {text}" for name, text in rows)]
+
+    def faults(self) -> None:
+        self.section(
+            "Faults injected",
+            ["rule", "action", "count", "nodes"],
+            [
+                [f["rule"], f["action"], f["count"], self.nodes(f["nodes"])]
+                for f in self.summary["faults"]["by_rule"]
+            ],
+        )
+
+    def messages(self) -> None:
+        messages = self.summary["messages"]
+        self.section(
+            "Messages relayed",
+            ["direction", "kind", "method", "count", "bytes", "p50 ms", "max ms"],
+            [
+                [
+                    m["direction"],
+                    m["kind"],
+                    m["method"],
+                    m["count"],
+                    m["bytes"],
+                    None if m["duration_ms"] is None else m["duration_ms"]["median"],
+                    None if m["duration_ms"] is None else m["duration_ms"]["max"],
+                ]
+                for m in messages["relayed"]
+            ],
+        )
+        self.section(
+            "Messages not relayed",
+            ["disposition", "direction", "kind", "method or reason", "count"],
+            [
+                [
+                    m["disposition"],
+                    m["direction"],
+                    m["kind"],
+                    m["method"] or m["reason"],
+                    m["count"],
+                ]
+                for m in messages["not_relayed"]
+            ],
+        )
+
+    def connections(self) -> None:
+        self.section(
+            "Connections",
+            ["side", "transport", "opened", "closed"],
+            [
+                [c["side"], c["transport"], c["opened"], c["closed"]]
+                for c in self.summary["connections"]
+            ],
+        )
+
+    def prompts(self) -> None:
+        prompts = self.summary["prompts"]
+        self.section(
+            "Prompts (session/prompt requests; the trace has no keys or messageIds: see findings)",
+            [
+                "session",
+                "attempts",
+                "answered",
+                "errors",
+                "lost",
+                "unanswered",
+                "retries",
+                "nodes",
+                "keys in findings",
+            ],
+            [
+                [
+                    s["session"],
+                    s["attempts"],
+                    s["answered"],
+                    s["errors"],
+                    s["lost"],
+                    s["unanswered"],
+                    s["retries"],
+                    self.nodes(s["nodes"]),
+                    ", ".join(s["keys_in_findings"]) or None,
+                ]
+                for s in prompts["sessions"]
+            ],
+        )
+        extra = []
+        if prompts["copies"]:
+            extra.append(_plural(prompts["copies"], "injected copy", "injected copies"))
+        if prompts["swallowed_answers"]:
+            extra.append(f"{_plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
+        if extra:
+            self.out.append("  " + ", ".join(extra))
+
+    def retries(self) -> None:
+        retries = self.summary["retries"]
+        if not retries["list"]:
+            return
+        self.section(
+            f"Retries (the next prompt on a session after a loss there): {retries['count']}, "
+            f"median {retries['delay_ms']['median']:.1f} ms after the loss",
+            [
+                "at",
+                "session",
+                "node",
+                "link",
+                "id",
+                "after",
+                "lost on",
+                "delay ms",
+                "same size",
+                "outcome",
+            ],
+            [
+                [
+                    _at(r["at_s"]),
+                    r["session"],
+                    self.node(r["node"]),
+                    r["link"],
+                    json.dumps(r["id"]),
+                    r["after"],
+                    self.node(r["lost_node"]) + (" (other node)" if r["across_nodes"] else ""),
+                    r["delay_ms"],
+                    {True: "yes", False: "no", None: "-"}[r["same_size"]],
+                    r["outcome"],
+                ]
+                for r in retries["list"]
+            ],
+        )
+
+    def findings(self) -> None:
+        self.out += ["", f"Findings: {_findings_phrase(self.summary)}"]
+        self.out += (
+            _table(
+                ["at", "check", "session", "key", "node", "detail"],
+                [
+                    [
+                        _at(f["at_s"]),
+                        f["check"] + (" (warning)" if f["warning"] else ""),
+                        f["session"],
+                        f["key"],
+                        self.node(f["node"]),
+                        f["detail"],
+                    ]
+                    for f in self.summary["findings"]["list"]
+                ],
+            )
+            if self.summary["findings"]["list"]
+            else []
+        )
+
+
+def render_text(summary: dict[str, Any]) -> str:
+    """The summary for people: totals first, then faults, messages, prompts, retries, findings.
+
+    Nodes are named by the shortest suffix of their path that tells them apart; the file table
+    at the top (shown for several files) gives each one's full path.
+    """
+    text = _Text(summary)
+    text.head()
+    text.totals_section()
+    text.faults()
+    text.messages()
+    text.connections()
+    text.prompts()
+    text.retries()
+    text.findings()
+    return "\n".join(text.out) + "\n"
+
+
+def report_main(paths: Sequence[Path], as_json: bool) -> tuple[str, int]:
+    """The ``report`` command: the text to print and the exit status.
+
+    Status 0; 1 when a finding other than a warning (``unkeyed_resend``) was recorded; 2 when a
+    file is missing, unreadable or not a trace (the text is then an ``error: ...`` line, for
+    stderr).
+    """
+    if not paths:
+        return "error: give at least one trace file", 2
+    try:
+        records = load_traces(paths)
+    except TraceReadError as exc:
+        return f"error: {exc}", 2
+    summary = summarize(records)
+    status = 1 if summary["findings"]["failing"] else 0
+    if as_json:
+        return json.dumps(summary, indent=2) + "\n", status
+    return render_text(summary), status
