@@ -126,6 +126,7 @@ class _Experiment:
     links: _Links
     trace: TraceWriter | None
     ledger: Ledger
+    saver: StateSaver | None
 
 
 def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
@@ -140,6 +141,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     observers: list[Observer] = [tally, LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
+    saver = None
     if options.state is not None:
         saver = StateSaver(engine, ledger, StateFile(options.state))
         saver.restore()
@@ -153,7 +155,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         grace=options.agent_grace,
     )
     fanout.extend(observers)
-    return _Experiment(engine, fanout, tally, connect, metrics, feed, links, trace, ledger)
+    return _Experiment(engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver)
 
 
 @contextlib.asynccontextmanager
@@ -192,6 +194,8 @@ async def _serving(
                 await watcher
         if experiment.trace is not None:
             experiment.trace.close()
+        if experiment.saver is not None:
+            experiment.saver.save()  # what was learnt since the last change of counters
 
 
 async def run(options: RunOptions, observer: Observer | None = None) -> int:

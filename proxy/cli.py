@@ -24,10 +24,13 @@ from proxy.check_agent import (
     to_json,
     to_junit,
 )
+from proxy.demo import run_demo
 from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
 from proxy.log import configure_logging
 from proxy.reference_agent import AgentOptions, serve_agent
+from proxy.reference_client import ClientOptions, run_client
+from proxy.reference_client import render as render_client
 from proxy.report import report_main
 from proxy.server import parse_address
 
@@ -328,6 +331,77 @@ def check_agent_command(
     if junit is not None:
         junit.write_bytes(to_junit(results, options))
     raise typer.Exit(1 if any(result.status == "FAIL" for result in results) else 0)
+
+
+@app.command(context_settings={"allow_interspersed_args": False}, no_args_is_help=False)
+def client(
+    agent_cmd: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- AGENT_CMD ...]",
+            help="The Agent to spawn over stdio (typically acp-proxy run ... -- AGENT); "
+            "started again when it exits.",
+        ),
+    ] = None,
+    connect: Annotated[
+        str | None,
+        typer.Option(help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead."),
+    ] = None,
+    prompt: Annotated[
+        list[str] | None,
+        typer.Option("--prompt", "-p", help="A prompt to submit (its own key); repeatable."),
+    ] = None,
+    answer_timeout: Annotated[
+        float,
+        typer.Option(min=0.001, help="Seconds to wait for an answer before resending."),
+    ] = 10.0,
+    max_attempts: Annotated[
+        int, typer.Option(min=1, help="Requests per prompt (and tries per reconnection).")
+    ] = 5,
+    cwd: Annotated[
+        str | None, typer.Option(help="The session's working directory (default: this one).")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    log_format: Annotated[LogFormatChoice, typer.Option(help="Log rendering (stderr).")] = (
+        LogFormatChoice.console
+    ),
+    log_level: Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")] = (
+        LogLevelChoice.warning
+    ),
+) -> None:
+    """The reference ACP v2 Client: one idempotency key per prompt, resent after failures."""
+    configure_logging(log_format.value, log_level.value)
+    try:
+        options = ClientOptions(
+            agent_argv=tuple(agent_cmd or ()),
+            connect=connect,
+            prompts=tuple(prompt or ("hello",)),
+            answer_timeout=answer_timeout,
+            max_attempts=max_attempts,
+            cwd=cwd or str(Path.cwd()),
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    result = asyncio.run(run_client(options))
+    text = json.dumps(result.to_json(), indent=2) if json_output else render_client(result)
+    sys.stdout.write(text + "\n")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def demo(
+    bad_agent: Annotated[
+        bool, typer.Option("--bad-agent", help="Use an Agent that ignores idempotency keys.")
+    ] = False,
+    keep: Annotated[
+        Path | None,
+        typer.Option(help="Keep the run's files (trace, store, fault file) in this directory."),
+    ] = None,
+) -> None:
+    """The embedded default: the reference Client, the proxy with faults, the reference Agent."""
+    configure_logging("console", "error")
+    result = asyncio.run(run_demo(bad_agent=bad_agent, directory=keep))
+    sys.stdout.write(result.text + "\n")
 
 
 @app.command()

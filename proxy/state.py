@@ -13,9 +13,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from proxy.commands import FaultInjected, Finding, KeyedAttempt, Observation, RulesCounted
+from proxy.commands import (
+    FaultInjected,
+    Finding,
+    KeyedAttempt,
+    Observation,
+    Relayed,
+    RulesCounted,
+)
 from proxy.errors import ConfigError
 from proxy.faults import FaultEngine
+from proxy.jsonrpc import Kind
 from proxy.ledger import Ledger
 from proxy.log import get_logger
 
@@ -83,5 +91,9 @@ class StateSaver:
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Save when a rule's counters moved or the ledger learnt something."""
-        if isinstance(observation, RulesCounted | FaultInjected | KeyedAttempt | Finding):
+        if isinstance(observation, RulesCounted | FaultInjected | KeyedAttempt | Finding) or (
+            isinstance(observation, Relayed)
+            and observation.method == "session/prompt"
+            and observation.kind in (Kind.RESPONSE, Kind.ERROR)
+        ):
             self.save()
