@@ -15,6 +15,7 @@ message of the old generation is discarded. The Client's messages wait while the
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import signal
 from collections.abc import Awaitable, Callable, Mapping
@@ -94,7 +95,11 @@ class Link:
         self._loop = asyncio.get_running_loop()
         self._clock = clock or self._loop.time
         self._tasks: asyncio.TaskGroup | None = None
-        self._timers: set[asyncio.TimerHandle] = set()
+        self._timers: list[tuple[float, int, int, int]] = []
+        """Pending timers as a heap of (deadline, sequence, token, generation): equal deadlines
+        fire in the order they were set, so equal delays keep a direction's order."""
+        self._timer_sequence = itertools.count()
+        self._timer_handle: asyncio.TimerHandle | None = None
         self._generation = 0
         self._agent_up = asyncio.Event()
         self._agent_up.set()
@@ -111,8 +116,8 @@ class Link:
                     self._connected(side)
                     tasks.create_task(self._pump(side, self.endpoints[side], 0))
         finally:
-            for timer in self._timers:
-                timer.cancel()
+            if self._timer_handle is not None:
+                self._timer_handle.cancel()
             self._timers.clear()
 
     def close(self, side: Side) -> None:
@@ -228,15 +233,27 @@ class Link:
         self._tasks.create_task(_run(work))
 
     def _start_timer(self, delay: float, token: int) -> None:
-        generation = self._generation
+        deadline = self._loop.time() + delay
+        entry = (deadline, next(self._timer_sequence), token, self._generation)
+        heapq.heappush(self._timers, entry)
+        if self._timers[0] is entry:
+            self._arm()
 
-        def fire() -> None:
-            self._timers.discard(handle)
+    def _arm(self) -> None:
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+            self._timer_handle = None
+        if self._timers:
+            self._timer_handle = self._loop.call_at(self._timers[0][0], self._fire_timers)
+
+    def _fire_timers(self) -> None:
+        self._timer_handle = None
+        now = self._loop.time()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, token, generation = heapq.heappop(self._timers)
             if generation == self._generation:
                 self._feed(TimerFired(token, self._clock()))
-
-        handle = self._loop.call_later(delay, fire)
-        self._timers.add(handle)
+        self._arm()
 
     def _signal_agent(self, signum: int, respawn: bool) -> None:
         agent = self.endpoints[Side.AGENT]
