@@ -171,12 +171,12 @@ class Ledger:
             elif seen.kind is Kind.NOTIFICATION and message.method == "$/cancel_request":
                 self._cancel(message, link)
             return
-        self._echo(message)
+        self._echo(message, link)
         if seen.kind in (Kind.RESPONSE, Kind.ERROR) and seen.method == PROMPT:
             assert seen.forwarded_id is not None
             self._answer(message, seen.forwarded_id, link)
         elif seen.kind is Kind.NOTIFICATION and message.method == "session/update":
-            self._update(message)
+            self._update(message, link)
 
     # -- attempts --------------------------------------------------------------------------------
 
@@ -300,7 +300,7 @@ class Ledger:
         if isinstance(message_id, str):
             self._message_id(pending.entry, message_id, link)
 
-    def _update(self, message: Message) -> None:
+    def _update(self, message: Message, link: int | None) -> None:
         params = message.params if isinstance(message.params, dict) else {}
         update = params.get("update")
         session = params.get("sessionId")
@@ -316,7 +316,7 @@ class Ledger:
             entry = self.entries[(session, key)]
             if entry.prompt == digest and message_id not in entry.inserts:
                 entry.inserts.append(message_id)
-                self._check_duplicates(entry, None)
+                self._check_duplicates(entry, link)
 
     # -- cancel, faults, echoes ------------------------------------------------------------------
 
@@ -372,7 +372,7 @@ class Ledger:
         elif not pending.keyed_invalid:
             self._lost_unkeyed.add((pending.session, pending.prompt))
 
-    def _echo(self, message: Message) -> None:
+    def _echo(self, message: Message, link: int | None) -> None:
         """Keys are private: none may appear in what the Agent sends (its session's keys)."""
         raw = message.raw
         session = message.session
@@ -381,7 +381,7 @@ class Ledger:
             for key in self._keys.get(name, ()):
                 if orjson.dumps(key)[1:-1] in raw:
                     detail = "the key appeared in an Agent-to-Client message"
-                    self._find("key_echoed", name, key, detail, None)
+                    self._find("key_echoed", name, key, detail, link)
 
     def _find(
         self, check: str, session: str | None, key: str | None, detail: str, link: int | None
