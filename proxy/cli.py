@@ -61,6 +61,12 @@ class LogLevelChoice(enum.StrEnum):
     error = "error"
 
 
+LogFormatOption = Annotated[
+    LogFormatChoice, typer.Option(help="Log rendering (logs always go to stderr).")
+]
+LogLevelOption = Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")]
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"acp-proxy {__version__}")
@@ -173,12 +179,8 @@ def run(
         float,
         typer.Option(min=0, help="Seconds the Agent gets to exit before SIGTERM, then SIGKILL."),
     ] = 5.0,
-    log_format: Annotated[
-        LogFormatChoice, typer.Option(help="Log rendering (logs always go to stderr).")
-    ] = LogFormatChoice.console,
-    log_level: Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")] = (
-        LogLevelChoice.info
-    ),
+    log_format: LogFormatOption = LogFormatChoice.console,
+    log_level: LogLevelOption = LogLevelChoice.info,
 ) -> None:
     """Relay Clients to an Agent, injecting the faults of the fault files.
 
@@ -257,12 +259,8 @@ def agent(
         bool, typer.Option("--no-dedupe", help="Ignore idempotency keys: a known-bad Agent.")
     ] = False,
     turn_ms: Annotated[float, typer.Option(min=0, help="How long a turn runs.")] = 50.0,
-    log_format: Annotated[LogFormatChoice, typer.Option(help="Log rendering (stderr).")] = (
-        LogFormatChoice.console
-    ),
-    log_level: Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")] = (
-        LogLevelChoice.warning
-    ),
+    log_format: LogFormatOption = LogFormatChoice.console,
+    log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> None:
     """The reference ACP v2 Agent: implements the idempotency RFD fully (or not, --no-dedupe)."""
     configure_logging(log_format.value, log_level.value)
@@ -310,9 +308,7 @@ def check_agent_command(
     answer_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds to wait for an expected answer.")
     ] = 5.0,
-    log_level: Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")] = (
-        LogLevelChoice.warning
-    ),
+    log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> None:
     """Run the idempotency RFD's conformance traces T0-T7 against an Agent; exit 1 on a FAIL."""
     configure_logging("console", log_level.value)
@@ -362,12 +358,8 @@ def client(
         str | None, typer.Option(help="The session's working directory (default: this one).")
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    log_format: Annotated[LogFormatChoice, typer.Option(help="Log rendering (stderr).")] = (
-        LogFormatChoice.console
-    ),
-    log_level: Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")] = (
-        LogLevelChoice.warning
-    ),
+    log_format: LogFormatOption = LogFormatChoice.console,
+    log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> None:
     """The reference ACP v2 Client: one idempotency key per prompt, resent after failures."""
     configure_logging(log_format.value, log_level.value)
