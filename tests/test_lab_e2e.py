@@ -233,3 +233,35 @@ async def test_the_reference_client_recovers_from_every_fault_action(
     assert report.duplicates == 0
     assert report.history is not None
     assert len(report.history) == 3
+
+
+async def test_a_cancel_answered_unevenly_is_found_out(tmp_path: Path) -> None:
+    """cancel_incomplete: after $/cancel_request, one request of the key got -32800, one a success."""
+    hold = {
+        "name": "hold",
+        "when": {"kind": "request", "method": "session/prompt"},
+        "do": {"action": "delay", "ms": 60000},
+    }
+    proxy = await judged(tmp_path, hold)
+    try:
+        await proxy.send(prompt(10, "D", "K4"), prompt(11, "D", "K4"))
+        await proxy.logged("fault injected", count=2)  # both held by the proxy: pending, unanswered
+        await proxy.send(request(99, "_test/barrier"))
+        assert (await proxy.recv_json())["id"] == 99
+        await proxy.send(notification_cancel(10))
+        cancelled = (
+            b'{"jsonrpc":"2.0","id":0,"error":{"code":-32800,"message":"Request cancelled"}}'
+        )
+        answered = b'{"jsonrpc":"2.0","id":1,"result":{"messageId":"M4"}}'
+        await proxy.send(say(cancelled, answered))  # the bad Agent answers the two unalike
+        assert (await proxy.recv_json())["id"] in (10, 11)
+        assert (await proxy.recv_json())["id"] in (10, 11)
+        assert await findings_of(proxy) == ["cancel_incomplete"]
+    finally:
+        await proxy.stop()
+
+
+def notification_cancel(request_id: object) -> bytes:
+    return json.dumps(
+        {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request_id}}
+    ).encode()
