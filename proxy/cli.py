@@ -16,6 +16,7 @@ from proxy import __version__
 from proxy import app as application
 from proxy.admin import check_admin_host
 from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
+from proxy.bench import bench_main, make_options
 from proxy.check_agent import (
     TRACES,
     CheckOptions,
@@ -413,6 +414,48 @@ def report(
     text, status = report_main(traces, as_json=json_output)
     typer.echo(text.rstrip("\n"), err=status == 2)
     raise typer.Exit(status)
+
+
+@app.command()
+def bench(
+    json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    short: Annotated[
+        bool, typer.Option("--short", help="Tiny counts, for CI: checks it runs, not speed.")
+    ] = False,
+    requests: Annotated[
+        int | None, typer.Option(min=1, help="Ping-pong requests per round.")
+    ] = None,
+    notifications: Annotated[
+        int | None, typer.Option(min=1, help="session/update notifications per round.")
+    ] = None,
+    prompts: Annotated[int | None, typer.Option(min=1, help="64 KiB prompts per round.")] = None,
+    rounds: Annotated[
+        int | None, typer.Option(min=1, help="Rounds, each in fresh processes.")
+    ] = None,
+    memory_check: Annotated[
+        int,
+        typer.Option(
+            min=0, metavar="N", help="Also send N messages through the proxy, watching its RSS."
+        ),
+    ] = 0,
+    no_socat: Annotated[
+        bool, typer.Option("--no-socat", help="Leave out the byte-relay (socat) column.")
+    ] = False,
+) -> None:
+    """Measure the proxy against a direct connection and a byte relay (DESIGN 11).
+
+    Timings are reported, PASS/MISS per target, never turned into the exit status.
+    """
+    options = make_options(
+        short=short,
+        requests=requests,
+        notifications=notifications,
+        prompts=prompts,
+        rounds=rounds,
+        memory_check=memory_check,
+        socat=not no_socat,
+    )
+    raise typer.Exit(bench_main(options, as_json=json_output))
 
 
 @app.command()
