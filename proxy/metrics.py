@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -182,6 +183,7 @@ class Metrics:
             ["check"],
             registry=registry,
         )
+        self._relayed: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         for check in CHECKS:
             self.findings.labels(check)  # every check is scraped, at 0 until seen broken
         for attempt in ("first", "retry"):
@@ -191,8 +193,18 @@ class Metrics:
         """Count one observation."""
         match observation:
             case Relayed(direction=direction, kind=kind, method=method, size=size):
-                self.messages.labels(direction.value, kind.value, method_label(method)).inc()
-                self.bytes.labels(direction.value).inc(size)
+                # The hot path: the labelled children are looked up once and kept.
+                key = (direction, kind, method)
+                children = self._relayed.get(key)
+                if children is None:
+                    label = method_label(method)
+                    children = self._relayed[key] = (
+                        self.messages.labels(direction.value, kind.value, label),
+                        self.bytes.labels(direction.value),
+                    )
+                messages, size_counter = children
+                messages.inc()
+                size_counter.inc(size)
                 if observation.duration is not None:
                     self.durations.labels(method_label(method)).observe(observation.duration)
             case FaultInjected(rule=rule, action=action):

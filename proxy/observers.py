@@ -123,10 +123,15 @@ class LogObserver:
 
     def __init__(self, logger: Any = None) -> None:
         self._log = logger or get_logger("proxy.relay")
+        self._per_link: dict[int, Any] = {}
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Log ``observation`` at the level it deserves."""
-        log = self._log if link is None else self._log.bind(link=link)
+        log = self._log
+        if link is not None:
+            log = self._per_link.get(link)
+            if log is None:
+                log = self._per_link[link] = self._log.bind(link=link)
         match observation:
             case Relayed():
                 log.debug(
