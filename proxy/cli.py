@@ -33,6 +33,7 @@ from proxy.reference_agent import AgentOptions, serve_agent
 from proxy.reference_client import ClientOptions, run_client
 from proxy.reference_client import render as render_client
 from proxy.report import report_main
+from proxy.report_html import write_html
 from proxy.server import parse_address
 
 __all__ = ["app", "main"]
@@ -406,11 +407,22 @@ def report(
         ),
     ],
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", metavar="FILE", help="Write the report as a self-contained HTML page."
+        ),
+    ] = None,
 ) -> None:
     """Summarize traces: faults, messages, prompts, retries, findings.
 
     Exit 1 when there is a finding other than unkeyed_resend (a warning); 2 for an unreadable file.
     """
+    if html is not None:
+        status = write_html(traces, html)
+        if status != 2:
+            typer.echo(f"wrote {html}", err=True)
+        raise typer.Exit(status)
     text, status = report_main(traces, as_json=json_output)
     typer.echo(text.rstrip("\n"), err=status == 2)
     raise typer.Exit(status)

@@ -1,0 +1,856 @@
+"""``acp-proxy report --html FILE``: the report as one self-contained HTML page.
+
+:func:`render_html` turns the merged records of :func:`proxy.report.load_traces` and their summary
+(:func:`proxy.report.summarize`) into one HTML document: a header (the files, the time span, the
+verdict), the summary tables (totals, faults by rule, messages, connections, prompts, retries,
+findings) and a sequence timeline of the trace, drawn as inline SVG with three lanes (Client,
+proxy, Agent):
+
+* every ``message`` record is an arrow in time order (``to_agent``: Client -> proxy -> Agent;
+  ``to_client``: Agent -> proxy -> Client); one that was not relayed (any other disposition) stops
+  at the proxy lane;
+* every ``fault`` record is an arrow from the sender that ends at the proxy lane with a cross,
+  labelled with its rule and action (a ``drop`` leaves no ``message`` record: this is all the trace
+  shows of the lost message);
+* connections (on the Client or Agent lane), restarts, proxy runs, reloads and findings are
+  markers on the lanes;
+* each retry of the summary (the next ``session/prompt`` of a session after one was lost there) is
+  linked to the attempt it retries by a curve in the left margin and a "retry of #N" note.
+
+Each timeline row is an SVG group with the classes ``ev`` and its kind (``msg``, ``fault``,
+``conn``, ``restart``, ``run``, ``reload``, ``finding``) and the id ``row-N``; retry links have the
+class ``retry-link``. The page has inline CSS only: no script, no URL to fetch, no font or image.
+Every string from the trace is escaped. The timeline is bounded: past ``limit`` message records it
+stops, and says so.
+
+:func:`write_html` is the command: load, summarise, write the page, and return the exit status of
+:func:`proxy.report.report_main` (0; 1 for a finding other than ``unkeyed_resend``; 2 when a trace
+cannot be read, or the page cannot be written).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from proxy.report import TraceReadError, load_traces, summarize
+
+__all__ = ["MAX_MESSAGES", "render_html", "write_html"]
+
+MAX_MESSAGES = 2000
+"""How many message records the timeline shows at most (the tables always count them all)."""
+PROMPT = "session/prompt"
+
+# Timeline geometry (SVG user units).
+_ROW = 22
+_TOP = 44
+_X_CLIENT, _X_PROXY, _X_AGENT = 190, 400, 610
+_X_LABEL = 640
+_WIDTH = 1700
+_LABEL_CHARS = 150
+
+_LANES = {"client": _X_CLIENT, "proxy": _X_PROXY, "agent": _X_AGENT}
+
+_CSS = """
+:root { --fg: #1d232b; --muted: #5d6875; --line: #d5dbe2; --bg: #ffffff; --alt: #f5f7fa;
+  --client: #2f6fb3; --agent: #2e8b57; --proxy: #6b4fa3; --fault: #c62828; --warn: #b26a00; }
+* { box-sizing: border-box; }
+body { margin: 0; padding: 1.5rem 2rem 3rem; color: var(--fg); background: var(--bg);
+  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
+h1 { font-size: 1.5rem; margin: 0 0 .3rem; }
+h2 { font-size: 1.15rem; margin: 2rem 0 .5rem; border-bottom: 1px solid var(--line);
+  padding-bottom: .2rem; }
+p.meta, p.note { color: var(--muted); margin: .2rem 0; }
+nav a { margin-right: 1rem; color: var(--client); }
+table { border-collapse: collapse; margin: .4rem 0 1rem; }
+th, td { border: 1px solid var(--line); padding: .2rem .55rem; text-align: left;
+  vertical-align: top; }
+th { background: var(--alt); font-weight: 600; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.none { color: var(--muted); font-style: italic; }
+.verdict { display: inline-block; padding: .1rem .6rem; border-radius: .8rem; color: #fff;
+  font-weight: 600; font-size: .9rem; vertical-align: middle; }
+.verdict.clean { background: var(--agent); }
+.verdict.warnings { background: var(--warn); }
+.verdict.failing { background: var(--fault); }
+tr.failing td:first-child { color: var(--fault); font-weight: 600; }
+tr.warning td:first-child { color: var(--warn); font-weight: 600; }
+.timeline { overflow-x: auto; border: 1px solid var(--line); background: var(--bg); }
+svg { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+svg .lane { stroke: var(--line); stroke-width: 2; }
+svg .lane-label { font: 600 14px system-ui, sans-serif; text-anchor: middle; }
+svg .lane-label.client { fill: var(--client); }
+svg .lane-label.proxy { fill: var(--proxy); }
+svg .lane-label.agent { fill: var(--agent); }
+svg .gutter { fill: var(--muted); }
+svg .ev:hover .bg { fill: var(--alt); }
+svg .bg { fill: transparent; }
+svg .arrow { stroke-width: 1.6; fill: none; }
+svg .to_agent .arrow { stroke: var(--client); }
+svg .to_client .arrow { stroke: var(--agent); }
+svg .msg.stopped .arrow { stroke-dasharray: 5 3; }
+svg .to_agent .head { fill: var(--client); }
+svg .to_client .head { fill: var(--agent); }
+svg .fault .arrow { stroke: var(--fault); stroke-dasharray: 5 3; }
+svg .cross { stroke: var(--fault); stroke-width: 2.4; }
+svg .stop { stroke: var(--muted); stroke-width: 2.4; }
+svg .fault text.label { fill: var(--fault); font-weight: 600; }
+svg .finding text.label { fill: var(--fault); }
+svg .finding.warning text.label { fill: var(--warn); }
+svg .dot { stroke-width: 1.6; }
+svg .conn .dot { fill: var(--agent); stroke: var(--agent); }
+svg .conn.closed .dot { fill: var(--bg); stroke: var(--muted); }
+svg .restart .dot, svg .run .dot, svg .reload .dot { fill: var(--proxy); stroke: var(--proxy); }
+svg .finding .dot { fill: var(--fault); stroke: var(--fault); }
+svg .finding.warning .dot { fill: var(--warn); stroke: var(--warn); }
+svg .restart text.label, svg .run text.label { fill: var(--proxy); font-weight: 600; }
+svg .conn text.label, svg .reload text.label { fill: var(--muted); }
+svg .retry-link { stroke: var(--warn); stroke-width: 1.6; fill: none; stroke-dasharray: 2 3; }
+svg .retry-note { fill: var(--warn); font-weight: 600; }
+.legend span { margin-right: 1.2rem; }
+.legend .k-client { color: var(--client); } .legend .k-agent { color: var(--agent); }
+.legend .k-fault { color: var(--fault); } .legend .k-retry { color: var(--warn); }
+.legend .k-proxy { color: var(--proxy); }
+"""
+
+
+def _e(value: Any) -> str:
+    """Any value as escaped text (``-`` for ``None``)."""
+    if value is None:
+        return "-"
+    return escape(str(value), quote=True)
+
+
+def _json(value: Any) -> str:
+    """A JSON value (an id) as compact text, like it would appear on the wire."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return '<td class="none">-</td>'
+    if isinstance(value, float):
+        return f'<td class="num">{value:.1f}</td>'
+    if _number(value):
+        return f'<td class="num">{value}</td>'
+    return f"<td>{_e(value)}</td>"
+
+
+def _table(
+    header: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    classes: Sequence[str] | None = None,
+    table_class: str = "",
+    empty: str = "none",
+) -> str:
+    rows = list(rows)
+    head = "".join(f"<th>{_e(title)}</th>" for title in header)
+    if not rows:
+        body = f'<tr><td class="none" colspan="{len(header)}">{_e(empty)}</td></tr>'
+    else:
+        body = "".join(
+            (f'<tr class="{_e(classes[i])}">' if classes and classes[i] else "<tr>")
+            + "".join(_cell(value) for value in row)
+            + "</tr>"
+            for i, row in enumerate(rows)
+        )
+    cls = f' class="{_e(table_class)}"' if table_class else ""
+    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _plural(count: int, word: str, many: str | None = None) -> str:
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
+def _short_names(nodes: Iterable[str]) -> dict[str, str]:
+    """Each node's shortest path suffix that no other node shares."""
+    parts = {node: Path(node).parts or (node,) for node in nodes}
+    deepest = max((len(p) for p in parts.values()), default=1)
+    for depth in range(1, deepest + 1):
+        names = {node: "/".join(p[-depth:]) for node, p in parts.items()}
+        if len(set(names.values())) == len(names):
+            return names
+    return {node: node for node in parts}
+
+
+def _stamp(at: float | None) -> str:
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+# -- the summary tables --------------------------------------------------------------------------
+
+
+def _findings_phrase(summary: dict[str, Any]) -> str:
+    found = summary["findings"]
+    count, failing = found["count"], found["failing"]
+    if count == 0:
+        return "0 findings"
+    checks = ", ".join(f"{check} x{n}" for check, n in found["by_check"].items())
+    if failing == 0:
+        return f"{_plural(count, 'finding')}, warnings only ({checks})"
+    return f"{_plural(count, 'finding')}, {failing} failing ({checks})"
+
+
+def _header(summary: dict[str, Any], names: dict[str, str]) -> str:
+    totals, span, files = summary["totals"], summary["span"], summary["files"]
+    verdict = str(summary["verdict"])
+    out = [
+        f'<h1>acp-proxy report <span class="verdict {_e(verdict)}">{_e(verdict)}</span></h1>',
+        f'<p class="meta">{_e(_plural(totals["files"], "trace file"))}, '
+        f"{_e(_plural(totals['records'], 'record'))}; from {_e(_stamp(span['start']))} to "
+        f"{_e(_stamp(span['end']))} ({span['seconds']:.3f} s)</p>",
+        _table(
+            ["node", "file", "records", "skipped lines", "runs", "first", "last"],
+            [
+                [
+                    names.get(f["node"], f["node"]),
+                    f["node"],
+                    f["records"],
+                    f["skipped_lines"],
+                    f["runs"],
+                    _stamp(f["first"]),
+                    _stamp(f["last"]),
+                ]
+                for f in files
+            ],
+            table_class="files",
+        ),
+    ]
+    out += [f'<p class="note">note: {_e(note)}</p>' for note in summary["notes"]]
+    if totals["skipped_lines"]:
+        where = [f"{f['node']}:{line}" for f in files for line in f["unreadable_lines"][:3]]
+        out.append(
+            f'<p class="note">skipped {_e(_plural(totals["skipped_lines"], "unreadable line"))}'
+            f" ({_e(', '.join(where))})</p>"
+        )
+    if totals["ignored_records"]:
+        kinds = ", ".join(f"{event} x{n}" for event, n in summary["ignored"].items())
+        out.append(
+            f'<p class="note">ignored {_e(_plural(totals["ignored_records"], "record"))} '
+            f"of unknown events ({_e(kinds)})</p>"
+        )
+    out.append(
+        '<nav><a href="#totals">Totals</a><a href="#faults">Faults</a>'
+        '<a href="#messages">Messages</a><a href="#prompts">Prompts</a>'
+        '<a href="#retries">Retries</a><a href="#findings">Findings</a>'
+        '<a href="#timeline">Timeline</a></nav>'
+    )
+    return "\n".join(out)
+
+
+def _totals(summary: dict[str, Any]) -> str:
+    totals, prompts = summary["totals"], summary["prompts"]
+    retries, restarts = summary["retries"], summary["restarts"]
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in prompts["by_outcome"].items())
+    retry_text = _plural(retries["count"], "retry", "retries")
+    if retries["across_nodes"]:
+        retry_text += f" ({retries['across_nodes']} across nodes)"
+    restart_text = str(totals["restarts"])
+    if restarts["by_what"]:
+        kinds = ", ".join(f"{what} x{n}" for what, n in restarts["by_what"].items())
+        abandoned = _plural(restarts["abandoned_requests"], "request")
+        restart_text += f" ({kinds}; {abandoned} abandoned)"
+    reloads = ", ".join(f"{result} x{n}" for result, n in summary["reloads"].items())
+    rows = [
+        [
+            "messages",
+            f"{totals['messages_relayed']} relayed ({totals['bytes_relayed']} bytes), "
+            f"{totals['messages_not_relayed']} not relayed",
+        ],
+        ["faults", f"{totals['faults']} injected"],
+        [
+            "connections",
+            f"{totals['connections_opened']} opened, {totals['connections_closed']} closed",
+        ],
+        ["restarts", restart_text],
+        ["proxy runs", str(restarts["proxy_runs"])],
+        [
+            "prompts",
+            _plural(totals["prompts"], "attempt")
+            + (f" ({outcomes})" if outcomes else "")
+            + f", {retry_text}",
+        ],
+        ["findings", _findings_phrase(summary)],
+    ]
+    if reloads:
+        rows.insert(5, ["reloads", reloads])
+    return '<h2 id="totals">Totals</h2>' + _table(["", ""], rows, table_class="totals")
+
+
+def _faults(summary: dict[str, Any], names: dict[str, str]) -> str:
+    return '<h2 id="faults">Faults injected</h2>' + _table(
+        ["rule", "action", "count", "nodes"],
+        [
+            [f["rule"], f["action"], f["count"], ", ".join(names.get(n, n) for n in f["nodes"])]
+            for f in summary["faults"]["by_rule"]
+        ],
+        table_class="faults",
+        empty="no fault injected",
+    )
+
+
+def _messages(summary: dict[str, Any]) -> str:
+    messages = summary["messages"]
+    relayed = _table(
+        ["direction", "kind", "method", "count", "bytes", "p50 ms", "max ms"],
+        [
+            [
+                m["direction"],
+                m["kind"],
+                m["method"],
+                m["count"],
+                m["bytes"],
+                None if m["duration_ms"] is None else m["duration_ms"]["median"],
+                None if m["duration_ms"] is None else m["duration_ms"]["max"],
+            ]
+            for m in messages["relayed"]
+        ],
+        table_class="messages-relayed",
+        empty="no message relayed",
+    )
+    not_relayed = _table(
+        ["disposition", "direction", "kind", "method or reason", "count"],
+        [
+            [m["disposition"], m["direction"], m["kind"], m["method"] or m["reason"], m["count"]]
+            for m in messages["not_relayed"]
+        ],
+        table_class="messages-not-relayed",
+        empty="every message was relayed",
+    )
+    connections = _table(
+        ["side", "transport", "opened", "closed"],
+        [[c["side"], c["transport"], c["opened"], c["closed"]] for c in summary["connections"]],
+        table_class="connections",
+        empty="no connection recorded",
+    )
+    return (
+        '<h2 id="messages">Messages relayed</h2>'
+        + relayed
+        + "<h2>Messages not relayed</h2>"
+        + not_relayed
+        + "<h2>Connections</h2>"
+        + connections
+    )
+
+
+def _prompts(summary: dict[str, Any], names: dict[str, str]) -> str:
+    prompts = summary["prompts"]
+    extra = []
+    if prompts["copies"]:
+        extra.append(_plural(prompts["copies"], "injected copy", "injected copies"))
+    if prompts["swallowed_answers"]:
+        extra.append(f"{_plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
+    return (
+        '<h2 id="prompts">Prompts</h2><p class="note">session/prompt requests, rebuilt from the '
+        "trace (it has no idempotency keys or messageIds: see the findings)</p>"
+        + _table(
+            [
+                "session",
+                "attempts",
+                "answered",
+                "errors",
+                "lost",
+                "unanswered",
+                "retries",
+                "nodes",
+                "keys in findings",
+            ],
+            [
+                [
+                    s["session"],
+                    s["attempts"],
+                    s["answered"],
+                    s["errors"],
+                    s["lost"],
+                    s["unanswered"],
+                    s["retries"],
+                    ", ".join(names.get(n, n) for n in s["nodes"]),
+                    ", ".join(s["keys_in_findings"]) or None,
+                ]
+                for s in prompts["sessions"]
+            ],
+            table_class="prompts",
+            empty="no session/prompt request",
+        )
+        + (f'<p class="note">{_e(", ".join(extra))}</p>' if extra else "")
+    )
+
+
+def _retries(summary: dict[str, Any], names: dict[str, str], rows: dict[int, int]) -> str:
+    retries = summary["retries"]
+    table_rows = []
+    for index, r in enumerate(retries["list"]):
+        row = rows.get(index)
+        lost_on = names.get(r["lost_node"], r["lost_node"])
+        table_rows.append(
+            [
+                "-" if r["at_s"] is None else f"+{r['at_s']:.3f}s",
+                "-" if row is None else f"#{row}",
+                r["session"],
+                names.get(r["node"], r["node"]),
+                r["link"],
+                _json(r["id"]),
+                _json(r["lost_id"]),
+                r["after"],
+                lost_on + (" (other node)" if r["across_nodes"] else ""),
+                r["delay_ms"],
+                {True: "yes", False: "no", None: "-"}[r["same_size"]],
+                r["outcome"],
+            ]
+        )
+    note = ""
+    if retries["delay_ms"] is not None:
+        note = (
+            f'<p class="note">{retries["count"]} retries, median '
+            f"{retries['delay_ms']['median']:.1f} ms after the loss</p>"
+        )
+    return (
+        '<h2 id="retries">Retries</h2><p class="note">the next prompt on a session after a loss '
+        "there; each is linked to the attempt it retries in the timeline</p>"
+        + note
+        + _table(
+            [
+                "at",
+                "row",
+                "session",
+                "node",
+                "link",
+                "id",
+                "retries id",
+                "after",
+                "lost on",
+                "delay ms",
+                "same size",
+                "outcome",
+            ],
+            table_rows,
+            table_class="retries",
+            empty="no retry",
+        )
+    )
+
+
+def _findings(summary: dict[str, Any], names: dict[str, str]) -> str:
+    found = summary["findings"]["list"]
+    return (
+        f'<h2 id="findings">Findings</h2><p class="meta">{_e(_findings_phrase(summary))}</p>'
+        + _table(
+            ["check", "at", "session", "key", "node", "detail"],
+            [
+                [
+                    f["check"] + (" (warning)" if f["warning"] else ""),
+                    "-" if f["at_s"] is None else f"+{f['at_s']:.3f}s",
+                    f["session"],
+                    f["key"],
+                    names.get(f["node"], f["node"]),
+                    f["detail"],
+                ]
+                for f in found
+            ],
+            classes=["warning" if f["warning"] else "failing" for f in found],
+            table_class="findings",
+            empty="no finding",
+        )
+    )
+
+
+# -- the timeline --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Row:
+    """One row of the timeline: an SVG group."""
+
+    number: int
+    kind: str
+    classes: list[str]
+    time: float
+    node: str
+    shapes: list[str] = field(default_factory=list)
+    label: str = ""
+    title: str = ""
+
+
+def _sender_receiver(direction: Any) -> tuple[int, int]:
+    if direction == "to_client":
+        return _X_AGENT, _X_CLIENT
+    return _X_CLIENT, _X_AGENT
+
+
+def _arrow(x1: int, x2: int, y: int, *, head: bool = True) -> list[str]:
+    """A horizontal line from x1 to x2 at y, with an arrow head at x2."""
+    shapes = [f'<line class="arrow" x1="{x1}" y1="{y}" x2="{x2}" y2="{y}"/>']
+    if head:
+        step = -7 if x2 > x1 else 7
+        shapes.append(
+            f'<polygon class="head" points="{x2},{y} {x2 + step},{y - 4} {x2 + step},{y + 4}"/>'
+        )
+    return shapes
+
+
+def _cross(x: int, y: int, cls: str = "cross") -> str:
+    return (
+        f'<path class="{cls}" d="M {x - 5} {y - 5} L {x + 5} {y + 5} M {x - 5} {y + 5} '
+        f'L {x + 5} {y - 5}"/>'
+    )
+
+
+def _dot(x: int, y: int) -> str:
+    return f'<circle class="dot" cx="{x}" cy="{y}" r="5"/>'
+
+
+def _ids(record: dict[str, Any]) -> str:
+    sent, forwarded = record.get("id"), record.get("forwarded_id")
+    if sent is None and forwarded is None:
+        return ""
+    if forwarded is None:
+        return f" id {_json(sent)}"
+    return f" id {_json(sent)}\u2192{_json(forwarded)}"
+
+
+def _css_word(value: Any) -> str:
+    """A value usable as one CSS class (anything else becomes ``other``)."""
+    text = str(value)
+    if text and all(c.isalnum() or c in "_-" for c in text):
+        return text
+    return "other"
+
+
+class _Timeline:
+    """Builds the rows of the timeline from the records."""
+
+    def __init__(self, summary: dict[str, Any], names: dict[str, str], limit: int) -> None:
+        self.summary = summary
+        self.names = names
+        self.several = len(summary["files"]) > 1
+        self.start: float = summary["span"]["start"] or 0.0
+        self.limit = limit
+        self.rows: list[_Row] = []
+        self.messages_seen = 0
+        self.messages_total = 0
+        self.truncated = False
+        self.prompt_rows: dict[tuple[str, Any, str, float], int] = {}
+        self.retry_rows: dict[int, int] = {}
+        """Index in the summary's retries list -> the row of the retry."""
+        self.links: list[tuple[int, int, str]] = []
+        """(row of the lost attempt, row of its retry, title) for each retry link drawn."""
+
+    def add(self, records: Sequence[dict[str, Any]]) -> None:
+        self.messages_total = sum(1 for r in records if r.get("event") == "message")
+        for record in records:
+            event = record.get("event")
+            if event == "message":
+                if self.messages_seen >= self.limit:
+                    self.truncated = True
+                    break
+                self.messages_seen += 1
+                self._message(record)
+            elif event == "fault":
+                self._fault(record)
+            elif event == "connection":
+                self._connection(record)
+            elif event == "restart":
+                self._restart(record)
+            elif event == "trace":
+                self._marker(record, "run", "proxy", f"proxy run (trace v{record.get('version')})")
+            elif event == "reload":
+                self._marker(
+                    record,
+                    "reload",
+                    "proxy",
+                    f"rules reloaded: {record.get('result')} ({record.get('rules')} rules)",
+                )
+            elif event == "finding":
+                self._finding(record)
+        self._link_retries()
+
+    def _row(self, record: dict[str, Any], kind: str, *classes: str) -> _Row:
+        node = str(record.get("node") or "-")
+        row = _Row(len(self.rows) + 1, kind, ["ev", kind, *classes], float(record["time"]), node)
+        self.rows.append(row)
+        return row
+
+    def _y(self, row: _Row) -> int:
+        return _TOP + (row.number - 1) * _ROW + _ROW // 2
+
+    def _prefix(self, record: dict[str, Any]) -> str:
+        node = str(record.get("node") or "-")
+        link = record.get("link")
+        where = f"link {link}" if link is not None else ""
+        if self.several:
+            where = f"{self.names.get(node, node)} {where}".strip()
+        return f"[{where}] " if where else ""
+
+    def _remember_prompt(self, record: dict[str, Any], row: _Row) -> None:
+        if record.get("method") == PROMPT and record.get("direction") == "to_agent":
+            key = (row.node, record.get("link"), _json(record.get("id")), row.time)
+            self.prompt_rows.setdefault(key, row.number)
+
+    def _message(self, record: dict[str, Any]) -> None:
+        direction = _css_word(record.get("direction") or "-")
+        disposition = str(record.get("disposition") or "relayed")
+        relayed = disposition == "relayed"
+        kind = record.get("kind")
+        classes = [direction, _css_word(kind), _css_word(disposition)]
+        if not relayed:
+            classes.append("stopped")
+        row = self._row(record, "msg", *classes)
+        y = self._y(row)
+        start, end = _sender_receiver(record.get("direction"))
+        if relayed:
+            row.shapes += _arrow(start, end, y)
+        else:
+            row.shapes += _arrow(start, _X_PROXY, y, head=False)
+            row.shapes.append(_cross(_X_PROXY, y, "stop"))
+        what = record.get("method") or kind or "message"
+        text = f"{what} {kind}" if record.get("method") else str(what)
+        text += _ids(record)
+        if record.get("session"):
+            text += f" {record['session']}"
+        size = record.get("size")
+        if _number(size):
+            text += f" {size} B"
+        if _number(record.get("duration_ms")):
+            text += f" {record['duration_ms']:.1f} ms"
+        if not relayed:
+            text += f" \u2014 {disposition}, not relayed"
+            if record.get("reason"):
+                text += f" ({record['reason']})"
+        row.label = self._prefix(record) + text
+        row.title = _json({k: v for k, v in record.items() if k not in ("node", "line")})
+        self._remember_prompt(record, row)
+
+    def _fault(self, record: dict[str, Any]) -> None:
+        action = record.get("action")
+        row = self._row(record, "fault", _css_word(record.get("direction") or "-"))
+        row.classes.append(f"action-{_css_word(action)}")
+        y = self._y(row)
+        start, _ = _sender_receiver(record.get("direction"))
+        row.shapes += _arrow(start, _X_PROXY, y, head=False)
+        row.shapes.append(_cross(_X_PROXY, y))
+        what = record.get("method") or record.get("kind") or "message"
+        text = f"\u26a1 {action} (rule {record.get('rule')}) on {what} {record.get('kind')}"
+        if record.get("id") is not None:
+            text += f" id {_json(record.get('id'))}"
+        if action == "drop":
+            text += ": lost at the proxy"
+        row.label = self._prefix(record) + text
+        row.title = _json({k: v for k, v in record.items() if k not in ("node", "line")})
+        self._remember_prompt(record, row)
+
+    def _connection(self, record: dict[str, Any]) -> None:
+        state = str(record.get("state"))
+        side = str(record.get("side"))
+        row = self._row(record, "conn", _css_word(state), _css_word(side))
+        row.shapes.append(_dot(_LANES.get(side, _X_PROXY), self._y(row)))
+        row.label = self._prefix(record) + f"{side} connection {state} ({record.get('transport')})"
+        row.title = row.label
+
+    def _restart(self, record: dict[str, Any]) -> None:
+        what = str(record.get("what") or "proxy")
+        row = self._row(record, "restart", _css_word(what))
+        row.shapes.append(_dot(_X_AGENT if what == "agent" else _X_PROXY, self._y(row)))
+        row.label = (
+            self._prefix(record)
+            + f"\u21bb restart ({what}), {record.get('abandoned')} requests abandoned"
+        )
+        row.title = row.label
+
+    def _marker(self, record: dict[str, Any], kind: str, lane: str, text: str) -> None:
+        row = self._row(record, kind)
+        row.shapes.append(_dot(_LANES[lane], self._y(row)))
+        row.label = self._prefix(record) + text
+        row.title = row.label
+
+    def _finding(self, record: dict[str, Any]) -> None:
+        check = str(record.get("check"))
+        warning = check == "unkeyed_resend"
+        row = self._row(record, "finding", "warning" if warning else "failing")
+        y = self._y(row)
+        row.shapes.append(
+            f'<polygon class="dot" points="{_X_PROXY},{y - 6} {_X_PROXY + 6},{y} '
+            f'{_X_PROXY},{y + 6} {_X_PROXY - 6},{y}"/>'
+        )
+        row.label = (
+            self._prefix(record)
+            + f"\u2691 finding {check}: session {record.get('session')}, key "
+            + f"{record.get('key')}: {record.get('detail')}"
+        )
+        row.title = row.label
+
+    def _lost_row(self, retry: dict[str, Any]) -> int | None:
+        """The row of the attempt a retry retries: its latest attempt before the retry."""
+        best: dict[str, Any] | None = None
+        for attempt in self.summary["prompts"]["list"]:
+            if (
+                attempt["node"] == retry["lost_node"]
+                and attempt["link"] == retry["lost_link"]
+                and attempt["id"] == retry["lost_id"]
+                and attempt["outcome"] == "lost"
+                and attempt["time"] <= retry["time"]
+                and (best is None or attempt["time"] > best["time"])
+            ):
+                best = attempt
+        if best is None:
+            return None
+        key = (best["node"], best["link"], _json(best["id"]), best["time"])
+        return self.prompt_rows.get(key)
+
+    def _link_retries(self) -> None:
+        for index, retry in enumerate(self.summary["retries"]["list"]):
+            key = (retry["node"], retry["link"], _json(retry["id"]), retry["time"])
+            at = self.prompt_rows.get(key)
+            if at is None:
+                continue
+            self.retry_rows[index] = at
+            lost = self._lost_row(retry)
+            row = self.rows[at - 1]
+            where = f"#{lost}" if lost is not None else f"id {_json(retry['lost_id'])}"
+            note = f"\u21ba retry of {where} after {retry['after']}, {retry['delay_ms']:.1f} ms"
+            if retry["across_nodes"]:
+                note += " (other node)"
+            row.classes.append("retry")
+            row.label = f"{note} \u2014 {row.label}"
+            if lost is not None:
+                self.links.append((lost, at, note))
+
+    def svg(self) -> str:
+        height = _TOP + len(self.rows) * _ROW + 16
+        bottom = height - 8
+        out = [
+            f'<svg width="{_WIDTH}" height="{height}" '
+            f'viewBox="0 0 {_WIDTH} {height}" role="img" aria-label="sequence timeline">',
+            '<text class="gutter" x="8" y="22">row</text>',
+            '<text class="gutter" x="52" y="22">time</text>',
+        ]
+        for lane, x in _LANES.items():
+            title = {"client": "Client", "proxy": "proxy", "agent": "Agent"}[lane]
+            out.append(f'<text class="lane-label {lane}" x="{x}" y="22">{title}</text>')
+            out.append(f'<line class="lane {lane}" x1="{x}" y1="30" x2="{x}" y2="{bottom}"/>')
+        for row in self.rows:
+            y = self._y(row)
+            label = row.label
+            if len(label) > _LABEL_CHARS:
+                label = label[: _LABEL_CHARS - 1] + "\u2026"
+            out.append(
+                f'<g class="{_e(" ".join(row.classes))}" id="row-{row.number}">'
+                f"<title>#{row.number} {_e(row.title)}</title>"
+                f'<rect class="bg" x="0" y="{y - _ROW // 2}" width="{_WIDTH}" height="{_ROW}"/>'
+                f'<text class="gutter" x="8" y="{y + 4}">#{row.number}</text>'
+                f'<text class="gutter" x="52" y="{y + 4}">+{row.time - self.start:.3f}s</text>'
+                + "".join(row.shapes)
+                + f'<text class="label" x="{_X_LABEL}" y="{y + 4}">{_e(label)}</text></g>'
+            )
+        for lost, at, note in self.links:
+            y1 = _TOP + (lost - 1) * _ROW + _ROW // 2
+            y2 = _TOP + (at - 1) * _ROW + _ROW // 2
+            bend = _X_CLIENT - 30 - min(50, (y2 - y1) // 20)
+            out.append(
+                f'<path class="retry-link" data-from="{lost}" data-to="{at}" '
+                f'd="M {_X_CLIENT} {y1} C {bend} {y1}, {bend} {y2}, {_X_CLIENT - 4} {y2}">'
+                f"<title>#{at}: {_e(note)}</title></path>"
+            )
+        out.append("</svg>")
+        return "\n".join(out)
+
+
+def _timeline(timeline: _Timeline) -> str:
+    shown = timeline.messages_seen
+    total = timeline.messages_total
+    bound = ""
+    if timeline.truncated:
+        bound = (
+            f'<p class="note truncated">The trace has {total} message records; the timeline '
+            f"shows the first {shown} (and the records up to them). The tables above count "
+            "them all.</p>"
+        )
+    legend = (
+        '<p class="legend"><span class="k-client">\u2192 Client to Agent</span>'
+        '<span class="k-agent">\u2190 Agent to Client</span>'
+        "<span>\u2715 (grey) not relayed</span>"
+        '<span class="k-fault">\u2715 fault at the proxy (rule, action)</span>'
+        '<span class="k-proxy">\u25cf restart, proxy run</span>'
+        '<span class="k-fault">\u25c6 finding</span>'
+        '<span class="k-retry">\u21ba retry, linked to the attempt it retries</span></p>'
+    )
+    return (
+        '<h2 id="timeline">Timeline</h2>'
+        + f'<p class="meta">{_e(_plural(len(timeline.rows), "row"))}, '
+        + f"{_e(_plural(shown, 'message'))} of {total}; hover a row for its record</p>"
+        + bound
+        + legend
+        + '<div class="timeline">'
+        + timeline.svg()
+        + "</div>"
+    )
+
+
+def render_html(
+    records: Sequence[dict[str, Any]], summary: dict[str, Any], *, limit: int = MAX_MESSAGES
+) -> str:
+    """The report as one self-contained HTML document (inline CSS and SVG, nothing fetched).
+
+    ``records`` are the merged records of :func:`proxy.report.load_traces` and ``summary`` their
+    :func:`proxy.report.summarize`. The timeline shows at most ``limit`` message records.
+    """
+    names = _short_names(f["node"] for f in summary["files"])
+    timeline = _Timeline(summary, names, max(0, limit))
+    timeline.add(records)
+    body = [
+        _header(summary, names),
+        _totals(summary),
+        _findings(summary, names),
+        _faults(summary, names),
+        _messages(summary),
+        _prompts(summary, names),
+        _retries(summary, names, timeline.retry_rows),
+        _timeline(timeline),
+    ]
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>acp-proxy report ({_e(summary['verdict'])})</title>\n"
+        f"<style>{_CSS}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+    )
+
+
+def write_html(paths: Sequence[Path], out_file: Path, *, limit: int = MAX_MESSAGES) -> int:
+    """``report --html FILE``: write the page of the traces to ``out_file``; the exit status.
+
+    0; 1 when a finding other than a warning (``unkeyed_resend``) was recorded (the page is
+    written all the same); 2 when a trace is missing, unreadable or not a trace, or the page
+    cannot be written (an ``error: ...`` line on stderr, no page).
+    """
+    if not paths:
+        sys.stderr.write("error: give at least one trace file\n")
+        return 2
+    try:
+        records = load_traces(paths)
+    except TraceReadError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    summary = summarize(records)
+    page = render_html(records, summary, limit=limit)
+    try:
+        Path(out_file).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        sys.stderr.write(f"error: {out_file}: cannot write it: {exc.strerror or exc}\n")
+        return 2
+    return 1 if summary["findings"]["failing"] else 0
