@@ -33,8 +33,6 @@ Span = tuple[int, int]
 """A half-open byte range ``[start, end)`` in a message."""
 
 _WS = re.compile(rb"[ \t\n\r]*")
-# The unrolled form of "a string": no alternation per character, so long strings are fast.
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _SCALAR = re.compile(rb"[^,\]}\s]+")
 _STRUCTURAL = re.compile(rb'["\[\]{}]')
 
@@ -46,10 +44,23 @@ def _skip_ws(raw: bytes, pos: int) -> int:
 
 
 def _string_end(raw: bytes, pos: int) -> int:
-    match = _STRING.match(raw, pos)
-    if match is None:
-        raise ValueError(f"unterminated string at byte {pos}")
-    return match.end()
+    """The offset just past the string whose opening quote is at ``pos``.
+
+    Jumps from quote to quote with ``bytes.find`` (memchr speed: a 64 KiB string costs a few
+    microseconds, where a regular expression walks it byte by byte) and counts the backslashes
+    before each quote: an odd number escapes it.
+    """
+    index = pos + 1
+    while True:
+        quote = raw.find(b'"', index)
+        if quote < 0:
+            raise ValueError(f"unterminated string at byte {pos}")
+        before = quote - 1
+        while raw[before] == 0x5C:  # backslash
+            before -= 1
+        if (quote - 1 - before) % 2 == 0:
+            return quote + 1
+        index = quote + 1
 
 
 def _skip_value(raw: bytes, pos: int) -> int:

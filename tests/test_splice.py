@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.splice import array_elements, find_member, member_spans, splice
 
@@ -108,3 +112,16 @@ class TestSplice:
         """A multi-megabyte string is skipped whole and the id after it is still found."""
         raw = b'{"params":{"text":"' + b'x\\"' * 1_000_000 + b'"},"id":9}'
         assert [text(raw, s) for s in member_spans(raw, "id")] == [b"9"]
+
+
+@given(st.text(), st.one_of(st.integers(), st.text()))
+def test_any_string_value_is_skipped_exactly(text: str, id_value: int | str) -> None:
+    """Whatever a string holds (quotes, backslashes, unicode), the id after it is found whole."""
+    encoded_id = json.dumps(id_value).encode()
+    for ensure_ascii in (True, False):
+        value = json.dumps(text, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
+        raw = b'{"params":{"text":' + value + b',"id":"inner"},"id":' + encoded_id + b"}"
+        assert [raw[s:e] for s, e in member_spans(raw, "id")] == [encoded_id]
+        assert splice(raw, [(member_spans(raw, "id")[0], b"0")]) == raw.replace(
+            b'"id":' + encoded_id + b"}", b'"id":0}'
+        )
