@@ -69,9 +69,12 @@ __all__ = [
     "WARNING_CHECKS",
     "TraceReadError",
     "TraceRecords",
+    "findings_phrase",
     "load_traces",
+    "plural",
     "render_text",
     "report_main",
+    "short_names",
     "summarize",
 ]
 
@@ -786,7 +789,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 # -- text ----------------------------------------------------------------------------------------
 
 
-def _plural(count: int, word: str, many: str | None = None) -> str:
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 word``, ``2 words`` (or ``many``)."""
     return f"{count} {word if count == 1 else many or word + 's'}"
 
 
@@ -824,18 +828,19 @@ def _at(seconds: float | None) -> str:
     return "-" if seconds is None else f"+{seconds:.3f}s"
 
 
-def _findings_phrase(summary: dict[str, Any]) -> str:
+def findings_phrase(summary: dict[str, Any]) -> str:
+    """The findings of a summary in a few words (``0 findings`` when clean)."""
     found = summary["findings"]
     count, failing = found["count"], found["failing"]
     if count == 0:
         return "0 findings"
     checks = ", ".join(f"{check} x{n}" for check, n in found["by_check"].items())
     if failing == 0:
-        return f"{_plural(count, 'finding')}, warnings only ({checks})"
-    return f"{_plural(count, 'finding')}, {failing} failing ({checks})"
+        return f"{plural(count, 'finding')}, warnings only ({checks})"
+    return f"{plural(count, 'finding')}, {failing} failing ({checks})"
 
 
-def _short_names(nodes: Iterable[str]) -> dict[str, str]:
+def short_names(nodes: Iterable[str]) -> dict[str, str]:
     """Each node's shortest path suffix that no other node shares (``a.jsonl``, ``x/t.jsonl``)."""
     parts = {node: Path(node).parts or (node,) for node in nodes}
     deepest = max((len(p) for p in parts.values()), default=1)
@@ -852,7 +857,7 @@ class _Text:
     def __init__(self, summary: dict[str, Any]) -> None:
         self.summary = summary
         self.totals: dict[str, Any] = summary["totals"]
-        self.names = _short_names(f["node"] for f in summary["files"])
+        self.names = short_names(f["node"] for f in summary["files"])
         self.out: list[str] = []
 
     def node(self, node: str) -> str:
@@ -872,8 +877,8 @@ class _Text:
             stamp = datetime.fromtimestamp(span["start"], UTC).strftime("%Y-%m-%d %H:%M:%S")
             when = f", {span['seconds']:.3f}s from {stamp} UTC"
         self.out.append(
-            f"acp-proxy report: {_plural(totals['files'], 'trace file')}, "
-            f"{_plural(totals['records'], 'record')}{when}"
+            f"acp-proxy report: {plural(totals['files'], 'trace file')}, "
+            f"{plural(totals['records'], 'record')}{when}"
         )
         if len(files) > 1 or totals["skipped_lines"]:
             self.out += _table(
@@ -887,14 +892,14 @@ class _Text:
             where = [f"{f['node']}:{line}" for f in files for line in f["unreadable_lines"][:3]]
             more = ", ..." if totals["skipped_lines"] > len(where) else ""
             self.out.append(
-                f"  skipped {_plural(totals['skipped_lines'], 'unreadable line')} "
+                f"  skipped {plural(totals['skipped_lines'], 'unreadable line')} "
                 f"({', '.join(where)}{more})"
             )
         self.out.extend(f"  note: {note}" for note in self.summary["notes"])
         if totals["ignored_records"]:
             kinds = ", ".join(f"{event} x{n}" for event, n in self.summary["ignored"].items())
             self.out.append(
-                f"  ignored {_plural(totals['ignored_records'], 'record')} of unknown events "
+                f"  ignored {plural(totals['ignored_records'], 'record')} of unknown events "
                 f"({kinds})"
             )
 
@@ -902,13 +907,13 @@ class _Text:
         totals, prompts = self.totals, self.summary["prompts"]
         retries, restarts = self.summary["retries"], self.summary["restarts"]
         outcomes = ", ".join(f"{n} {outcome}" for outcome, n in prompts["by_outcome"].items())
-        retry_text = _plural(retries["count"], "retry", "retries")
+        retry_text = plural(retries["count"], "retry", "retries")
         if retries["across_nodes"]:
             retry_text += f" ({retries['across_nodes']} across nodes)"
         restart_text = str(totals["restarts"])
         if restarts["by_what"]:
             kinds = ", ".join(f"{what} x{n}" for what, n in restarts["by_what"].items())
-            abandoned = _plural(restarts["abandoned_requests"], "request")
+            abandoned = plural(restarts["abandoned_requests"], "request")
             restart_text += f" ({kinds}; {abandoned} abandoned)"
         rows = [
             (
@@ -924,11 +929,11 @@ class _Text:
             ("restarts", restart_text),
             (
                 "prompts",
-                _plural(totals["prompts"], "attempt")
+                plural(totals["prompts"], "attempt")
                 + (f" ({outcomes})" if outcomes else "")
                 + f", {retry_text}",
             ),
-            ("findings", _findings_phrase(self.summary)),
+            ("findings", findings_phrase(self.summary)),
         ]
         self.out += ["", "Totals", *(f"  {name:<12} {text}" for name, text in rows)]
 
@@ -1017,9 +1022,9 @@ class _Text:
         )
         extra = []
         if prompts["copies"]:
-            extra.append(_plural(prompts["copies"], "injected copy", "injected copies"))
+            extra.append(plural(prompts["copies"], "injected copy", "injected copies"))
         if prompts["swallowed_answers"]:
-            extra.append(f"{_plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
+            extra.append(f"{plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
         if extra:
             self.out.append("  " + ", ".join(extra))
 
@@ -1060,7 +1065,7 @@ class _Text:
         )
 
     def findings(self) -> None:
-        self.out += ["", f"Findings: {_findings_phrase(self.summary)}"]
+        self.out += ["", f"Findings: {findings_phrase(self.summary)}"]
         self.out += (
             _table(
                 ["at", "check", "session", "key", "node", "detail"],

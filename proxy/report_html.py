@@ -39,7 +39,14 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from proxy.report import TraceReadError, load_traces, summarize
+from proxy.report import (
+    TraceReadError,
+    findings_phrase,
+    load_traces,
+    plural,
+    short_names,
+    summarize,
+)
 
 __all__ = ["MAX_MESSAGES", "render_html", "write_html"]
 
@@ -172,21 +179,6 @@ def _table(
     return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _plural(count: int, word: str, many: str | None = None) -> str:
-    return f"{count} {word if count == 1 else many or word + 's'}"
-
-
-def _short_names(nodes: Iterable[str]) -> dict[str, str]:
-    """Each node's shortest path suffix that no other node shares."""
-    parts = {node: Path(node).parts or (node,) for node in nodes}
-    deepest = max((len(p) for p in parts.values()), default=1)
-    for depth in range(1, deepest + 1):
-        names = {node: "/".join(p[-depth:]) for node, p in parts.items()}
-        if len(set(names.values())) == len(names):
-            return names
-    return {node: node for node in parts}
-
-
 def _stamp(at: float | None) -> str:
     if at is None:
         return "-"
@@ -196,24 +188,13 @@ def _stamp(at: float | None) -> str:
 # -- the summary tables --------------------------------------------------------------------------
 
 
-def _findings_phrase(summary: dict[str, Any]) -> str:
-    found = summary["findings"]
-    count, failing = found["count"], found["failing"]
-    if count == 0:
-        return "0 findings"
-    checks = ", ".join(f"{check} x{n}" for check, n in found["by_check"].items())
-    if failing == 0:
-        return f"{_plural(count, 'finding')}, warnings only ({checks})"
-    return f"{_plural(count, 'finding')}, {failing} failing ({checks})"
-
-
 def _header(summary: dict[str, Any], names: dict[str, str]) -> str:
     totals, span, files = summary["totals"], summary["span"], summary["files"]
     verdict = str(summary["verdict"])
     out = [
         f'<h1>acp-proxy report <span class="verdict {_e(verdict)}">{_e(verdict)}</span></h1>',
-        f'<p class="meta">{_e(_plural(totals["files"], "trace file"))}, '
-        f"{_e(_plural(totals['records'], 'record'))}; from {_e(_stamp(span['start']))} to "
+        f'<p class="meta">{_e(plural(totals["files"], "trace file"))}, '
+        f"{_e(plural(totals['records'], 'record'))}; from {_e(_stamp(span['start']))} to "
         f"{_e(_stamp(span['end']))} ({span['seconds']:.3f} s)</p>",
         _table(
             ["node", "file", "records", "skipped lines", "runs", "first", "last"],
@@ -236,13 +217,13 @@ def _header(summary: dict[str, Any], names: dict[str, str]) -> str:
     if totals["skipped_lines"]:
         where = [f"{f['node']}:{line}" for f in files for line in f["unreadable_lines"][:3]]
         out.append(
-            f'<p class="note">skipped {_e(_plural(totals["skipped_lines"], "unreadable line"))}'
+            f'<p class="note">skipped {_e(plural(totals["skipped_lines"], "unreadable line"))}'
             f" ({_e(', '.join(where))})</p>"
         )
     if totals["ignored_records"]:
         kinds = ", ".join(f"{event} x{n}" for event, n in summary["ignored"].items())
         out.append(
-            f'<p class="note">ignored {_e(_plural(totals["ignored_records"], "record"))} '
+            f'<p class="note">ignored {_e(plural(totals["ignored_records"], "record"))} '
             f"of unknown events ({_e(kinds)})</p>"
         )
     out.append(
@@ -258,13 +239,13 @@ def _totals(summary: dict[str, Any]) -> str:
     totals, prompts = summary["totals"], summary["prompts"]
     retries, restarts = summary["retries"], summary["restarts"]
     outcomes = ", ".join(f"{n} {outcome}" for outcome, n in prompts["by_outcome"].items())
-    retry_text = _plural(retries["count"], "retry", "retries")
+    retry_text = plural(retries["count"], "retry", "retries")
     if retries["across_nodes"]:
         retry_text += f" ({retries['across_nodes']} across nodes)"
     restart_text = str(totals["restarts"])
     if restarts["by_what"]:
         kinds = ", ".join(f"{what} x{n}" for what, n in restarts["by_what"].items())
-        abandoned = _plural(restarts["abandoned_requests"], "request")
+        abandoned = plural(restarts["abandoned_requests"], "request")
         restart_text += f" ({kinds}; {abandoned} abandoned)"
     reloads = ", ".join(f"{result} x{n}" for result, n in summary["reloads"].items())
     rows = [
@@ -282,11 +263,11 @@ def _totals(summary: dict[str, Any]) -> str:
         ["proxy runs", str(restarts["proxy_runs"])],
         [
             "prompts",
-            _plural(totals["prompts"], "attempt")
+            plural(totals["prompts"], "attempt")
             + (f" ({outcomes})" if outcomes else "")
             + f", {retry_text}",
         ],
-        ["findings", _findings_phrase(summary)],
+        ["findings", findings_phrase(summary)],
     ]
     if reloads:
         rows.insert(5, ["reloads", reloads])
@@ -353,9 +334,9 @@ def _prompts(summary: dict[str, Any], names: dict[str, str]) -> str:
     prompts = summary["prompts"]
     extra = []
     if prompts["copies"]:
-        extra.append(_plural(prompts["copies"], "injected copy", "injected copies"))
+        extra.append(plural(prompts["copies"], "injected copy", "injected copies"))
     if prompts["swallowed_answers"]:
-        extra.append(f"{_plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
+        extra.append(f"{plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
     return (
         '<h2 id="prompts">Prompts</h2><p class="note">session/prompt requests, rebuilt from the '
         "trace (it has no idempotency keys or messageIds: see the findings)</p>"
@@ -449,7 +430,7 @@ def _retries(summary: dict[str, Any], names: dict[str, str], rows: dict[int, int
 def _findings(summary: dict[str, Any], names: dict[str, str]) -> str:
     found = summary["findings"]["list"]
     return (
-        f'<h2 id="findings">Findings</h2><p class="meta">{_e(_findings_phrase(summary))}</p>'
+        f'<h2 id="findings">Findings</h2><p class="meta">{_e(findings_phrase(summary))}</p>'
         + _table(
             ["check", "at", "session", "key", "node", "detail"],
             [
@@ -791,8 +772,8 @@ def _timeline(timeline: _Timeline) -> str:
     )
     return (
         '<h2 id="timeline">Timeline</h2>'
-        + f'<p class="meta">{_e(_plural(len(timeline.rows), "row"))}, '
-        + f"{_e(_plural(shown, 'message'))} of {total}; hover a row for its record</p>"
+        + f'<p class="meta">{_e(plural(len(timeline.rows), "row"))}, '
+        + f"{_e(plural(shown, 'message'))} of {total}; hover a row for its record</p>"
         + bound
         + legend
         + '<div class="timeline">'
@@ -809,7 +790,7 @@ def render_html(
     ``records`` are the merged records of :func:`proxy.report.load_traces` and ``summary`` their
     :func:`proxy.report.summarize`. The timeline shows at most ``limit`` message records.
     """
-    names = _short_names(f["node"] for f in summary["files"])
+    names = short_names(f["node"] for f in summary["files"])
     timeline = _Timeline(summary, names, max(0, limit))
     timeline.add(records)
     body = [
