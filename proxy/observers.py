@@ -106,10 +106,6 @@ class Tally:
             case _:
                 self.counts["other", type(observation).__name__] += 1
 
-    def total(self, name: str) -> int:
-        """The sum of every count under ``name``."""
-        return sum(count for key, count in self.counts.items() if key[0] == name)
-
     def summary(self) -> dict[str, int]:
         """Totals per name, for a closing log line."""
         totals: Counter[str] = Counter()
