@@ -144,6 +144,8 @@ class Ledger:
         self._lost_unkeyed: set[tuple[str | None, str]] = set()
         self._fault_at: dict[str, float] = {}
         self._keys: dict[str, list[str]] = {}
+        self._needles: dict[str, bytes] = {}
+        """Each key as it would appear inside a JSON string (searched for in what Agents send)."""
 
     # -- the observer ----------------------------------------------------------------------------
 
@@ -208,7 +210,7 @@ class Ledger:
         retry = entry is not None
         if entry is None:
             entry = self.entries[(session, key)] = Entry(session, key, digest)
-            self._keys.setdefault(session, []).append(key)
+            self._remember(session, key)
         elif entry.prompt != digest:
             self._find(
                 "key_reused_other_prompt",
@@ -372,6 +374,10 @@ class Ledger:
         elif not pending.keyed_invalid:
             self._lost_unkeyed.add((pending.session, pending.prompt))
 
+    def _remember(self, session: str, key: str) -> None:
+        self._keys.setdefault(session, []).append(key)
+        self._needles[key] = orjson.dumps(key)[1:-1]
+
     def _echo(self, message: Message, link: int | None) -> None:
         """Keys are private: none may appear in what the Agent sends (its session's keys)."""
         raw = message.raw
@@ -379,7 +385,7 @@ class Ledger:
         sessions = [session] if session is not None else list(self._keys)
         for name in sessions:
             for key in self._keys.get(name, ()):
-                if orjson.dumps(key)[1:-1] in raw:
+                if self._needles[key] in raw:
                     detail = "the key appeared in an Agent-to-Client message"
                     self._find("key_echoed", name, key, detail, link)
 
@@ -425,7 +431,7 @@ class Ledger:
                 item["original_returned"],
             )
             self.entries[(entry.session, entry.key)] = entry
-            self._keys.setdefault(entry.session, []).append(entry.key)
+            self._remember(entry.session, entry.key)
         for finding in data.get("findings", []):
             self.findings.append(finding)
             self._found.add((finding["check"], finding["session"], finding["key"]))
