@@ -39,6 +39,54 @@ them (0, or 1 when a target could not be driven at all).
 and a 64 KiB prompt every so often, pipelined 32 at a time) through the proxy with the rules
 loaded, sampling its ``VmRSS``; memory is *flat* when, after the first 10% (warm-up), the largest
 sample of the last quarter is within 10% of the largest of the first quarter.
+
+Many WebSocket links
+--------------------
+``--ws-links N`` (default 1,000, 100 in short mode, 0 leaves it out) checks "1,000 concurrent
+WebSocket links on one process". A stdio upstream spawns one Agent process per link (DESIGN 4), so
+1,000 links would measure 1,000 Python Agents (some 20 MiB each), not the proxy. Here the proxy,
+``python -m proxy run --listen ws://127.0.0.1:0/acp --upstream ws://...``, stands in front of *one*
+bench WebSocket Agent process (:func:`ws_agent_main`: every connection served by one event loop,
+every request answered at once with its params echoed); a link is a Client WebSocket into the proxy
+and a WebSocket out of it to that Agent. The proxy runs at ``--log-level info``, its default (the
+bench reads the bound port from its ``listening`` line), so its few log lines per link are part of
+the cost. The bench opens N Client WebSockets (``websockets``, no permessage-deflate offered), at
+most :data:`CONNECT_CONCURRENCY` handshakes in flight, each timed from the connect to the answer of
+its ``initialize`` (*connect*). Once all N are open:
+
+* every link sends :data:`WS_PINGS` pings, one in flight per link, all links at once (*pings, all
+  links at once*: each round trip timed, and the aggregate rate);
+* then one link ping-pongs (as many pings as ``--requests``) while the others stay open and idle
+  (*one link of N*: what the open links cost a busy one).
+
+The links pass when all N were established, all were open at the same time (no link pings before
+the last one has opened, and a link that the proxy closed would fail its pings) and every answer
+carried its request's id and echoed its params (the link's number and the ping's), so no answer
+went to the wrong link. With them: the proxy's ``VmRSS`` before the first link and with all open,
+the difference per link, its ``VmHWM``, and its open descriptors (``/proc/PID/fd``) before and with
+all open. The bench raises its ``RLIMIT_NOFILE`` soft limit to the hard limit (the processes it
+spawns inherit it); when that is still below what N links need (two sockets per link in the proxy),
+the links are not tried and the report says why.
+
+Injected delays
+---------------
+``--delays M`` (default 200, 10 in short mode, 0 leaves it out) checks "injected delays land within
++2 ms of their setting at p99". A stdio proxy (``--log-level warning``) is loaded with one rule that
+holds every ``_bench/delayed`` request toward the Agent for :data:`DELAY_MS` (no jitter). The
+Client sends M pairs, one request in flight: a ``_bench/ping``, which the rule does not match (the
+*baseline*: the same path, the same proxy, the rule evaluated but not firing), then a
+``_bench/delayed`` request (*observed*). The *excess* of a delayed request is its round trip minus
+the setting minus the baseline's p50: how much later than asked the held message went on, plus the
+round trip's own variation, which the p99 includes (so the figure errs against the proxy: a slow
+round trip counts as a late timer). Two variants, in the same proxy process:
+
+* ``idle``: nothing else crosses the proxy;
+* ``busy``: the Client also sends :data:`BACKGROUND_RATE` notifications a second to the Agent
+  (which reads and ignores them), so the proxy's event loop is relaying when the timers fall due.
+
+Each variant passes when its excess p99 is at most 2 ms. Even an idle proxy's timers fire up to a
+millisecond late, half a millisecond on average: asyncio's epoll selector waits in whole
+milliseconds, rounded up, so the excess p50 sits near 0.5 ms by construction.
 """
 
 from __future__ import annotations
@@ -56,12 +104,21 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
+    from websockets.asyncio.server import ServerConnection
+
+# ``websockets`` is imported where it is used: the stdio bench Agent runs this module, and stays a
+# stdlib-only process so that ``direct`` measures a small Agent.
 
 __all__ = [
+    "DELAY_RULES",
     "RULES",
     "TARGETS",
     "WORKLOADS",
@@ -73,6 +130,7 @@ __all__ = [
     "make_options",
     "render",
     "run_bench",
+    "ws_agent_main",
 ]
 
 TARGETS = ("direct", "socat", "proxy", "proxy+rules")
@@ -82,6 +140,24 @@ STREAM_METHOD = "_bench/stream"
 READ_LIMIT = 1 << 20
 ANSWER_TIMEOUT = 60.0
 """Seconds any single answer may take before the bench gives up on a target."""
+START_TIMEOUT = 30.0
+"""Seconds a spawned server may take to say where it listens."""
+
+WS_LINKS = 1000
+WS_PINGS = 3
+"""Pings each WebSocket link sends while all are open."""
+CONNECT_CONCURRENCY = 50
+"""WebSocket handshakes in flight at once while the links open."""
+FDS_PER_LINK = 2
+"""Descriptors a link holds in the proxy: the Client's socket and the Agent's."""
+FD_HEADROOM = 128
+"""Descriptors a process needs besides its links (pipes, logs, the listener, Python itself)."""
+
+DELAY_METHOD = "_bench/delayed"
+DELAY_MS = 50.0
+DELAY_EXCESS_LIMIT_MS = 2.0
+BACKGROUND_RATE = 10_000
+"""Notifications a second the Client sends through the proxy in the ``busy`` delay variant."""
 
 RULES = """\
 # A realistic rule set that matches nothing the bench sends: every rule is evaluated on every
@@ -119,6 +195,17 @@ rules:
     when: {direction: to_client, kind: response, method: session/load}
     schedule: {every: 3}
     do: {action: corrupt, mode: garbage}
+"""
+
+
+DELAY_RULES = f"""\
+# Hold every {DELAY_METHOD} request toward the Agent {DELAY_MS:g} ms; nothing else is touched.
+version: 1
+seed: 1
+rules:
+  - name: hold-marked-requests
+    when: {{direction: to_agent, kind: request, method: {DELAY_METHOD}}}
+    do: {{action: delay, ms: {DELAY_MS:g}}}
 """
 
 
@@ -163,6 +250,49 @@ def _update(seq: int) -> bytes:
     return b'%s%d"}}}}\n' % (_UPDATE_HEAD, seq)
 
 
+def ws_agent_main() -> int:
+    """The WebSocket bench Agent: one process serving every connection the proxy opens to it.
+
+    Prints its URL (``ws://127.0.0.1:PORT/acp``) on stdout once listening, then answers every
+    request on any connection with ``{"ok": true, "echo": params}``; notifications are ignored.
+    Runs until it is terminated.
+    """
+    asyncio.run(_serve_ws_agent())
+    return 0
+
+
+async def _serve_ws_agent() -> None:
+    import websockets  # noqa: PLC0415 - see the note at the imports
+    from websockets.asyncio.server import serve  # noqa: PLC0415
+
+    async def answer_all(connection: ServerConnection) -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for data in connection:
+                reply = _echo(data)
+                if reply is not None:
+                    await connection.send(reply)
+
+    async with serve(
+        answer_all, "127.0.0.1", 0, compression=None, max_size=READ_LIMIT, ping_interval=None
+    ) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        sys.stdout.write(f"ws://127.0.0.1:{port}/acp\n")
+        sys.stdout.flush()
+        await server.serve_forever()
+
+
+def _echo(data: str | bytes) -> str | None:
+    """The WebSocket Agent's answer to one message (``None``: nothing to answer)."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or "id" not in message or "method" not in message:
+        return None
+    result = {"ok": True, "echo": message.get("params")}
+    return json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+
 # --- the Client side -------------------------------------------------------------------------
 
 
@@ -176,6 +306,10 @@ class BenchOptions:
     rounds: int = 3
     memory_check: int = 0
     """Messages of the long-run memory check (0: no check)."""
+    ws_links: int = WS_LINKS
+    """Concurrent WebSocket links to open through one proxy (0: none)."""
+    delays: int = 200
+    """Delayed requests per variant of the injected-delay check (0: no check)."""
     short: bool = False
     socat: str | None = None
     """The socat executable, or ``None`` for no byte-relay column."""
@@ -189,6 +323,8 @@ class BenchOptions:
             "notifications": 300,
             "prompts": 10,
             "rounds": 1,
+            "ws_links": 100,
+            "delays": 10,
             "short": True,
             "socat": shutil.which("socat"),
         }
@@ -384,6 +520,7 @@ def _latency(values: Sequence[float]) -> dict[str, float | int]:
     ms = [value * 1000 for value in values]
     return {
         "count": len(ms),
+        "min_ms": min(ms),
         "p50_ms": _percentile(ms, 50),
         "p99_ms": _percentile(ms, 99),
         "mean_ms": statistics.fmean(ms),
@@ -453,7 +590,10 @@ def _check(
 
 
 def _design_checks(
-    comparisons: dict[str, dict[str, dict[str, dict[str, float]]]], memory: dict[str, Any] | None
+    comparisons: dict[str, dict[str, dict[str, dict[str, float]]]],
+    memory: dict[str, Any] | None,
+    ws: dict[str, Any] | None,
+    delays: dict[str, Any] | None,
 ) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = []
     socat_vs_direct = comparisons.get("socat", {}).get("direct")
@@ -517,17 +657,45 @@ def _design_checks(
                 "last quarter's max RSS over the first quarter's, after warm-up",
             )
         )
-    checks.append(
-        _check(
-            "1,000 concurrent WebSocket links", "proxy", None, None, "not measured by this bench"
-        )
-    )
-    checks.append(
-        _check(
-            "injected delays within +2 ms at p99", "proxy", None, None, "not measured by this bench"
-        )
-    )
+    checks.append(_ws_check(ws))
+    checks += _delay_checks(delays)
     return checks
+
+
+def _ws_check(ws: dict[str, Any] | None) -> dict[str, Any]:
+    name = f"{WS_LINKS:,} concurrent WebSocket links"
+    if ws is None:
+        return _check(name, "proxy", None, None, "left out (--ws-links 0), or failed: see errors")
+    if "skipped" in ws:
+        return _check(name, "proxy", None, None, ws["skipped"])
+    why = "links open at once, each answered right (ids and echoed params)"
+    if ws["links"] < WS_LINKS:
+        verdict = "all" if ws["passed"] else f"{ws['answered']} of {ws['links']}"
+        return _check(
+            name,
+            "proxy",
+            None,
+            None,
+            f"only {ws['links']} links run ({verdict} open at once and answered); "
+            f"--ws-links {WS_LINKS} for the target",
+        )
+    return _check(name, "proxy", ws["answered"], WS_LINKS, why, at_most=False)
+
+
+def _delay_checks(delays: dict[str, Any] | None) -> list[dict[str, Any]]:
+    name = "injected delays within +2 ms at p99"
+    if delays is None:
+        return [_check(name, "proxy", None, None, "left out (--delays 0), or failed: see errors")]
+    return [
+        _check(
+            name,
+            f"proxy, {variant}",
+            figures["excess"]["p99_ms"],
+            DELAY_EXCESS_LIMIT_MS,
+            "ms past the setting and the undelayed round trip's p50",
+        )
+        for variant, figures in delays["variants"].items()
+    ]
 
 
 # --- the long-run memory check ---------------------------------------------------------------
@@ -598,6 +766,349 @@ async def _memory_check(options: BenchOptions, rules: Path) -> dict[str, Any]:
     }
 
 
+# --- injected delays -------------------------------------------------------------------------
+
+
+def _noise(seq: int) -> bytes:
+    return (
+        b'{"jsonrpc":"2.0","method":"_bench/noise","params":{"sessionId":"bench-1","seq":%d,'
+        b'"text":"background traffic the Agent ignores"}}\n' % seq
+    )
+
+
+async def _background(peer: _Peer, stop: asyncio.Event) -> tuple[int, float]:
+    """Notifications at :data:`BACKGROUND_RATE` until ``stop``; how many, over how long."""
+    start = time.perf_counter()
+    sent = 0
+    while not stop.is_set():
+        due = int((time.perf_counter() - start) * BACKGROUND_RATE)
+        if due > sent:
+            peer.writer.write(b"".join(_noise(seq) for seq in range(sent, due)))
+            sent = due
+            await peer.writer.drain()
+        await asyncio.sleep(0.001)  # pacing, not waiting for an event
+    return sent, time.perf_counter() - start
+
+
+async def _delay_samples(peer: _Peer, count: int) -> dict[str, Any]:
+    """``count`` pairs of a ping (baseline) and a delayed request, one in flight; the figures."""
+    baseline: list[float] = []
+    observed: list[float] = []
+    for seq in range(count):
+        baseline.append(await peer.call("_bench/ping", {"seq": seq}))
+        observed.append(await peer.call(DELAY_METHOD, {"seq": seq}))
+    base = _latency(baseline)
+    excess = [value * 1000 - DELAY_MS - base["p50_ms"] for value in observed]
+    return {
+        "baseline": base,
+        "observed": _latency(observed),
+        "excess": {
+            "count": len(excess),
+            "p50_ms": _percentile(excess, 50),
+            "p99_ms": _percentile(excess, 99),
+            "max_ms": max(excess),
+            "mean_ms": statistics.fmean(excess),
+        },
+    }
+
+
+async def _delays(options: BenchOptions, rules: Path) -> dict[str, Any]:
+    """The injected-delay check: its two variants through one proxy (see the module docstring)."""
+    argv = _delay_argv(options, rules)
+    peer = await _Peer.spawn(argv)
+    try:
+        await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        for _ in range(5):
+            await peer.call("_bench/ping", {"seq": -1})
+        await peer.call(DELAY_METHOD, {"seq": -1})  # warm-up
+        idle = await _delay_samples(peer, options.delays)
+        stop = asyncio.Event()
+        background = asyncio.get_running_loop().create_task(_background(peer, stop))
+        try:
+            busy = await _delay_samples(peer, options.delays)
+        finally:
+            stop.set()
+            sent, seconds = await background
+        busy["background_per_second"] = sent / seconds
+    finally:
+        await peer.close()
+    return {
+        "setting_ms": DELAY_MS,
+        "requests": options.delays,
+        "command": _delay_argv(options, Path("DELAY_RULES.yaml")),
+        "variants": {"idle": idle, "busy": busy},
+    }
+
+
+def _delay_argv(options: BenchOptions, rules: Path) -> list[str]:
+    proxy = [options.python, "-m", "proxy", "run", "--log-level", "warning"]
+    return [*proxy, "--faults", str(rules), "--", *_agent_argv(options.python)]
+
+
+# --- many WebSocket links --------------------------------------------------------------------
+
+
+def _raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard one (children inherit it); both, after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def _open_fds(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def _listening_url(line: bytes) -> str | None:
+    """The URL a spawned server announces: the WebSocket Agent's line, or the proxy's log record."""
+    text = line.decode(errors="replace").strip()
+    if text.startswith("ws://"):
+        return text
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(record, dict) and record.get("event") == "listening":
+        return str(record["url"])
+    return None
+
+
+class _Server:
+    """A spawned process serving on loopback: where, and the last lines of its output."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.url = ""
+        self.tail: deque[str] = deque(maxlen=20)
+        self._reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, argv: Sequence[str]) -> _Server:
+        """Spawn, wait for its URL; its output (stdout and stderr) is then read until it ends."""
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            limit=READ_LIMIT,
+        )
+        assert process.stdout is not None
+        server = cls(process)
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                while not server.url:
+                    line = await process.stdout.readline()
+                    if not line:
+                        raise BenchError(f"{argv[2:4]} ended before listening{server.said()}")
+                    server.tail.append(line.decode(errors="replace").rstrip())
+                    server.url = _listening_url(line) or ""
+        except BaseException:
+            await server.stop()
+            raise
+        server._reader = asyncio.get_running_loop().create_task(server._drain())
+        return server
+
+    async def _drain(self) -> None:
+        assert self.process.stdout is not None
+        while line := await self.process.stdout.readline():
+            self.tail.append(line.decode(errors="replace").rstrip())
+
+    def said(self) -> str:
+        return f"; its output ends: {' | '.join(self.tail)}" if self.tail else ""
+
+    async def stop(self) -> None:
+        """Terminate it (kill after 10 s); its output is read to the end."""
+        if self.process.returncode is None:
+            self.process.terminate()
+        try:
+            await asyncio.wait_for(self.process.wait(), 10)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+        if self._reader is not None:
+            await self._reader
+
+
+@dataclass(slots=True)
+class _WsLink:
+    """One Client WebSocket into the proxy."""
+
+    connection: ClientConnection
+    number: int
+    sent: int = 0
+
+    async def call(self, method: str, params: dict[str, Any]) -> float:
+        """One round trip, in seconds; the answer must carry its id and echo its params."""
+        self.sent += 1
+        request_id = self.sent
+        data = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        start = time.perf_counter()
+        await self.connection.send(data)
+        try:
+            reply = await asyncio.wait_for(self.connection.recv(), ANSWER_TIMEOUT)
+        except TimeoutError:
+            raise BenchError(f"link {self.number}: no answer in {ANSWER_TIMEOUT} s") from None
+        elapsed = time.perf_counter() - start
+        message = json.loads(reply)
+        expected = {"ok": True, "echo": params}
+        if not isinstance(message, dict) or message.get("id") != request_id:
+            raise BenchError(f"link {self.number}: expected the answer to {request_id}: {reply!r}")
+        if message.get("result") != expected:
+            raise BenchError(f"link {self.number}: a wrong answer to {method}: {reply!r}")
+        return elapsed
+
+    async def ping(self, count: int) -> list[float]:
+        return [
+            await self.call("_bench/ping", {"link": self.number, "seq": n}) for n in range(count)
+        ]
+
+
+async def _open_ws_link(url: str, number: int, gate: asyncio.Semaphore) -> tuple[_WsLink, float]:
+    """Connect and initialize; the link and the seconds from the connect to the answer."""
+    from websockets.asyncio.client import connect  # noqa: PLC0415 - see the note at the imports
+
+    async with gate:
+        start = time.perf_counter()
+        connection = await connect(
+            url,
+            compression=None,
+            max_size=READ_LIMIT,
+            open_timeout=ANSWER_TIMEOUT,
+            ping_interval=None,
+            proxy=None,
+        )
+        link = _WsLink(connection, number)
+        try:
+            await link.call("initialize", {"protocolVersion": 1, "link": number})
+        except Exception:
+            await connection.close()
+            raise
+        return link, time.perf_counter() - start
+
+
+def _ws_argv(options: BenchOptions, upstream: str) -> list[str]:
+    return [
+        *(options.python, "-m", "proxy", "run", "--log-format", "json", "--log-level", "info"),
+        *("--listen", "ws://127.0.0.1:0/acp", "--upstream", upstream),
+    ]
+
+
+def _concurrent(values: list[float], wall: float) -> dict[str, float | int] | None:
+    """Round trips of many links at once: each one's, and how many a second in all."""
+    if not values:
+        return None
+    return {**_latency(values), "wall_seconds": wall, "aggregate_per_second": len(values) / wall}
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def _ws_links(options: BenchOptions) -> dict[str, Any]:
+    """The many-links check (see the module docstring)."""
+    count = options.ws_links
+    soft, hard = _raise_fd_limit()
+    needed = FDS_PER_LINK * count + FD_HEADROOM
+    report: dict[str, Any] = {
+        "links": count,
+        "pings_per_link": WS_PINGS,
+        "command": _ws_argv(options, "ws://AGENT"),
+        "fd_limit": {"soft": soft, "hard": hard, "needed": needed},
+    }
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        report["skipped"] = (
+            f"RLIMIT_NOFILE is {soft} (hard {hard}), below the {needed} descriptors that "
+            f"{count} links need in the proxy; raise it (ulimit -n) or lower --ws-links"
+        )
+        return report
+    failures: list[str] = []
+    agent = await _Server.start([options.python, "-m", "proxy.bench", "--ws-agent"])
+    try:
+        proxy = await _Server.start(_ws_argv(options, agent.url))
+        try:
+            await _drive_ws_links(options, proxy, report, failures)
+        finally:
+            report["proxy"]["peak_rss_kib"] = _proc_kib(proxy.process.pid, "VmHWM")
+            await proxy.stop()
+        if failures:
+            report["proxy_output_tail"] = list(proxy.tail)
+    finally:
+        await agent.stop()
+    report["failures"] = failures[:10]
+    report["failure_count"] = len(failures)
+    return report
+
+
+async def _drive_ws_links(
+    options: BenchOptions, proxy: _Server, report: dict[str, Any], failures: list[str]
+) -> None:
+    """Open the links, ping on all at once, then on one; fill ``report`` as it goes."""
+    pid = proxy.process.pid
+    figures: dict[str, Any] = {
+        "rss_before_kib": _proc_kib(pid, "VmRSS"),
+        "fds_before": _open_fds(pid),
+    }
+    report["proxy"] = figures
+    gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+    start = time.perf_counter()
+    opened = await asyncio.gather(
+        *(_open_ws_link(proxy.url, n, gate) for n in range(options.ws_links)),
+        return_exceptions=True,
+    )
+    links: list[_WsLink] = []
+    connect_times: list[float] = []
+    for outcome in opened:
+        if isinstance(outcome, BaseException):
+            failures.append(f"connect: {_failure(outcome)}")
+        else:
+            links.append(outcome[0])
+            connect_times.append(outcome[1])
+    report["established"] = len(links)
+    report["connect"] = _concurrent(connect_times, time.perf_counter() - start)
+    try:
+        # Every link is open now: none has pinged before the last one was established.
+        start = time.perf_counter()
+        pinged = await asyncio.gather(
+            *(link.ping(WS_PINGS) for link in links), return_exceptions=True
+        )
+        wall = time.perf_counter() - start
+        answered: list[_WsLink] = []
+        ping_times: list[float] = []
+        for link, result in zip(links, pinged, strict=True):
+            if isinstance(result, BaseException):
+                failures.append(f"ping: {_failure(result)}")
+            else:
+                answered.append(link)
+                ping_times.extend(result)
+        one_link: list[float] = []
+        if answered:
+            try:
+                one_link = await answered[0].ping(options.requests)
+            except Exception as exc:
+                failures.append(f"one link of N: {_failure(exc)}")
+                answered.pop(0)
+        figures["rss_all_open_kib"] = _proc_kib(pid, "VmRSS")
+        figures["fds_all_open"] = _open_fds(pid)
+    finally:
+        await asyncio.gather(*(link.connection.close() for link in links), return_exceptions=True)
+    report["answered"] = len(answered)
+    report["passed"] = len(answered) == options.ws_links
+    report["pings_all_links"] = _concurrent(ping_times, wall)
+    report["one_link_of_n"] = _latency(one_link) if one_link else None
+    before, after = figures["rss_before_kib"], figures["rss_all_open_kib"]
+    figures["rss_per_link_kib"] = (
+        (after - before) / len(links)
+        if links and before is not None and after is not None
+        else None
+    )
+
+
 # --- the run ---------------------------------------------------------------------------------
 
 
@@ -623,6 +1134,20 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
                 memory = await _memory_check(options, rules)
             except (BenchError, OSError, ValueError) as exc:
                 errors["memory_check"] = f"{type(exc).__name__}: {exc}"
+        delays = None
+        if options.delays > 0:
+            delay_rules = Path(directory) / "delay.yaml"
+            delay_rules.write_text(DELAY_RULES)
+            try:
+                delays = await _delays(options, delay_rules)
+            except (BenchError, OSError, ValueError) as exc:
+                errors["delays"] = f"{type(exc).__name__}: {exc}"
+        ws = None
+        if options.ws_links > 0:
+            try:
+                ws = await _ws_links(options)
+            except (BenchError, OSError, ValueError) as exc:
+                errors["ws_links"] = f"{type(exc).__name__}: {exc}"
     report_targets: dict[str, Any] = {}
     figures: dict[str, dict[str, dict[str, float | int]]] = {}
     for target in TARGETS:
@@ -660,6 +1185,9 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
             "prompts": options.prompts,
             "prompt_bytes": PROMPT_BYTES,
             "rounds": options.rounds,
+            "ws_links": options.ws_links,
+            "delays": options.delays,
+            "delay_ms": DELAY_MS,
             "python": platform.python_version(),
             "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
             "socat": options.socat,
@@ -667,8 +1195,10 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
         },
         "targets": report_targets,
         "comparisons": comparisons,
-        "design_targets": _design_checks(comparisons, memory),
+        "design_targets": _design_checks(comparisons, memory, ws, delays),
         "memory_check": memory,
+        "ws_links": ws,
+        "delays": delays,
         "errors": errors,
     }
 
@@ -746,12 +1276,16 @@ def render(report: dict[str, Any]) -> str:
                 f"last quarter max {memory['last_quarter_max_kib'] / 1024:.1f} MiB, "
                 f"x{memory['growth_ratio']:.3f}: {'flat' if memory['flat'] else 'GROWING'}"
             )
+    if report["delays"] is not None:
+        lines += _render_delays(report["delays"])
+    if report["ws_links"] is not None:
+        lines += _render_ws(report["ws_links"])
     lines += ["", "DESIGN 11 targets (information only; the exit status ignores them)"]
     for check in report["design_targets"]:
         figure = (
             ""
             if check["value"] is None
-            else (f"{check['value']:.3f} (limit {check['limit']:.3f}) ")
+            else f"{_figure(check['value'])} (limit {_figure(check['limit'])}) "
         )
         lines.append(
             f"  {check['status']:<4} {check['name']} [{check['target']}]: {figure}{check['note']}"
@@ -759,6 +1293,80 @@ def render(report: dict[str, Any]) -> str:
     for where, error in report["errors"].items():
         lines.append(f"error: {where}: {error}")
     return "\n".join(lines)
+
+
+def _figure(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.3f}"
+
+
+def _render_delays(delays: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"injected delays: {delays['setting_ms']:g} ms on {DELAY_METHOD} toward the Agent, "
+        f"{delays['requests']} per variant, one in flight (ms)",
+        f"{'variant':<8} {'base p50':>9} {'base p99':>9} {'obs p50':>9} {'obs p99':>9} "
+        f"{'excess p50':>11} {'p99':>7} {'max':>7}",
+    ]
+    for variant, fig in delays["variants"].items():
+        base, observed, excess = fig["baseline"], fig["observed"], fig["excess"]
+        lines.append(
+            f"{variant:<8} {base['p50_ms']:>9.3f} {base['p99_ms']:>9.3f} "
+            f"{observed['p50_ms']:>9.3f} {observed['p99_ms']:>9.3f} "
+            f"{excess['p50_ms']:>11.3f} {excess['p99_ms']:>7.3f} {excess['max_ms']:>7.3f}"
+        )
+        if "background_per_second" in fig:
+            lines.append(f"{'':<8} with {fig['background_per_second']:.0f} notifications/s beside")
+    lines.append("excess: observed - setting - baseline p50 (baseline: the same proxy, no delay)")
+    return lines
+
+
+def _kib(value: float | None, unit: str = "MiB") -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1024:.1f} MiB" if unit == "MiB" else f"{value:.1f} KiB"
+
+
+def _render_ws(ws: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"{ws['links']} WebSocket links through one proxy, in front of one WebSocket Agent",
+    ]
+    if "skipped" in ws:
+        return [*lines, f"  not run: {ws['skipped']}"]
+    everyone = "yes" if ws["established"] == ws["links"] else "no"
+    lines.append(
+        f"  established {ws['established']}, all open at once: {everyone}, answered right "
+        f"{ws['answered']}: {'PASS' if ws['passed'] else 'FAIL'}"
+    )
+    rows = (
+        ("connect + initialize", ws["connect"]),
+        (f"{ws['pings_per_link']} pings each, all at once", ws["pings_all_links"]),
+        ("one link of N, others idle", ws["one_link_of_n"]),
+    )
+    for title, fig in rows:
+        if fig is None:
+            continue
+        rate = fig.get("aggregate_per_second", fig["per_second"])
+        lines.append(
+            f"  {title:<28} p50 {fig['p50_ms']:>8.3f} ms  p99 {fig['p99_ms']:>8.3f} ms  "
+            f"{rate:>7.0f}/s"
+        )
+    proxy = ws["proxy"]
+    lines.append(
+        f"  proxy RSS {_kib(proxy['rss_before_kib'])} before, {_kib(proxy['rss_all_open_kib'])} "
+        f"with all open ({_kib(proxy['rss_per_link_kib'], 'KiB')} a link), peak "
+        f"{_kib(proxy['peak_rss_kib'])}; open fds {proxy['fds_before']} before, "
+        f"{proxy['fds_all_open']} with all open"
+    )
+    limit = ws["fd_limit"]
+    lines.append(
+        f"  RLIMIT_NOFILE {limit['soft']} (hard {limit['hard']}), needed ~{limit['needed']}"
+    )
+    for failure in ws["failures"]:
+        lines.append(f"  failure: {failure}")
+    if ws["failure_count"] > len(ws["failures"]):
+        lines.append(f"  ... {ws['failure_count']} failures in all")
+    return lines
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -772,6 +1380,8 @@ def make_options(
     prompts: int | None = None,
     rounds: int | None = None,
     memory_check: int = 0,
+    ws_links: int | None = None,
+    delays: int | None = None,
     socat: bool = True,
 ) -> BenchOptions:
     """The options of a run: the defaults (or ``short``'s tiny counts) with what was given.
@@ -787,10 +1397,16 @@ def make_options(
     for name, value in given.items():
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be at least 1")
-    if memory_check < 0:
-        raise ValueError("--memory-check must be 0 or more")
+    optional = {"memory-check": memory_check, "ws-links": ws_links, "delays": delays}
+    for name, value in optional.items():
+        if value is not None and value < 0:
+            raise ValueError(f"--{name} must be 0 or more")
     changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     changes["memory_check"] = memory_check
+    if ws_links is not None:
+        changes["ws_links"] = ws_links
+    if delays is not None:
+        changes["delays"] = delays
     changes["socat"] = shutil.which("socat") if socat else None
     return BenchOptions.short_run(**changes) if short else BenchOptions(**changes)
 
@@ -807,6 +1423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m proxy.bench [--json] [--short] ...``, or ``--agent`` for the bench Agent."""
     parser = argparse.ArgumentParser(prog="acp-proxy bench", description=__doc__.split("\n")[0])
     parser.add_argument("--agent", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ws-agent", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
     parser.add_argument("--short", action="store_true", help="Tiny counts, for CI.")
     parser.add_argument("--requests", type=int, help="Ping-pong requests per round.")
@@ -819,10 +1436,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="Also send N messages through the proxy, watching its memory.",
     )
+    parser.add_argument(
+        "--ws-links",
+        type=int,
+        metavar="N",
+        help=f"Concurrent WebSocket links through one proxy (default {WS_LINKS}; 0: none).",
+    )
+    parser.add_argument(
+        "--delays",
+        type=int,
+        metavar="M",
+        help="Delayed requests per variant of the injected-delay check (0: none).",
+    )
     parser.add_argument("--no-socat", action="store_true", help="Leave out the socat column.")
     args = parser.parse_args(argv)
     if args.agent:
         return agent_main()
+    if args.ws_agent:
+        return ws_agent_main()
     try:
         options = make_options(
             short=args.short,
@@ -831,6 +1462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             prompts=args.prompts,
             rounds=args.rounds,
             memory_check=args.memory_check or 0,
+            ws_links=args.ws_links,
+            delays=args.delays,
             socat=not args.no_socat,
         )
     except ValueError as exc:

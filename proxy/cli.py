@@ -450,6 +450,20 @@ def bench(
             min=0, metavar="N", help="Also send N messages through the proxy, watching its RSS."
         ),
     ] = 0,
+    ws_links: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            metavar="N",
+            help="Concurrent WebSocket links through one proxy (default 1000; 0: none).",
+        ),
+    ] = None,
+    delays: Annotated[
+        int | None,
+        typer.Option(
+            min=0, metavar="M", help="Delayed requests per variant of the injected-delay check."
+        ),
+    ] = None,
     no_socat: Annotated[
         bool, typer.Option("--no-socat", help="Leave out the byte-relay (socat) column.")
     ] = False,
@@ -465,6 +479,8 @@ def bench(
         prompts=prompts,
         rounds=rounds,
         memory_check=memory_check,
+        ws_links=ws_links,
+        delays=delays,
         socat=not no_socat,
     )
     raise typer.Exit(bench_main(options, as_json=json_output))
