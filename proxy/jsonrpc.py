@@ -189,7 +189,7 @@ def _classify(raw: bytes, value: Any) -> Message | Invalid:
         kind = Kind.ERROR if "error" in value else Kind.RESPONSE
     else:
         return Invalid(raw, InvalidReason.INVALID_SHAPE, "neither a request nor a response")
-    spans = tuple(member_spans(raw, "id"))
+    spans = tuple(member_spans(raw, "id", present=True))
     start, end = spans[-1]
     token = raw[start:end]
     key = id_key(token, value["id"])

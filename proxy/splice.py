@@ -120,16 +120,55 @@ def _members(raw: bytes, pos: int) -> Iterator[tuple[str, Span]]:
         index = _skip_ws(raw, index + 1)
 
 
-def member_spans(raw: bytes, key: str, start: int = 0) -> list[Span]:
+def member_spans(raw: bytes, key: str, start: int = 0, *, present: bool = False) -> list[Span]:
     """Spans of every value of ``key`` in the object at ``start`` (duplicates included).
 
     JSON parsers disagree on which duplicate wins, so the relay rewrites all of them.
     Returns an empty list when the value at ``start`` is not an object.
+
+    ``present``: the caller has parsed ``raw`` (the whole of it, ``start`` 0) and knows the
+    object has ``key``. Then, when ``"key"`` occurs only once in the bytes and no ``\\u``
+    escape could spell it another way, that occurrence is the member: its value is found
+    without walking the members before and after it (see :func:`_sole_member`).
     """
+    if present and start == 0:
+        span = _sole_member(raw, key)
+        if span is not None:
+            return [span]
     pos = _skip_ws(raw, start)
     if raw[pos : pos + 1] != b"{":
         return []
     return [span for name, span in _members(raw, pos) if name == key]
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+\Z")
+
+
+def _sole_member(raw: bytes, key: str) -> Span | None:
+    """The value span of ``key`` in the top-level object that is known to have it, or ``None``.
+
+    A key of letters, digits and ``_`` can be written only literally or with ``\\uXXXX``
+    escapes of its characters. Without such escapes in ``raw``, the member that is known to
+    exist accounts for one occurrence of ``"key"``; when there is no other, that occurrence is
+    the member (whatever else holds the same bytes, inside a string or a nested object, would
+    be a second occurrence). ``None`` when the fast path cannot decide: the caller walks.
+    """
+    if not _PLAIN_KEY.match(key):
+        return None
+    needle = b'"' + key.encode() + b'"'
+    at = raw.find(needle)
+    if at < 0 or raw.find(needle, at + 1) >= 0:
+        return None
+    if b"\\u" in raw:
+        for char in key:
+            for form in (b"\\u%04x" % ord(char), b"\\u%04X" % ord(char)):
+                if form in raw:
+                    return None
+    index = _skip_ws(raw, at + len(needle))
+    if raw[index : index + 1] != b":":
+        return None
+    value_start = _skip_ws(raw, index + 1)
+    return value_start, _skip_value(raw, value_start)
 
 
 def find_member(raw: bytes, path: Sequence[str], start: int = 0) -> Span | None:

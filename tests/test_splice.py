@@ -125,3 +125,57 @@ def test_any_string_value_is_skipped_exactly(text: str, id_value: int | str) -> 
         assert splice(raw, [(member_spans(raw, "id")[0], b"0")]) == raw.replace(
             b'"id":' + encoded_id + b"}", b'"id":0}'
         )
+
+
+class TestKnownPresentFastPath:
+    """``present=True``: the caller parsed the object and knows it has the key."""
+
+    @pytest.mark.parametrize(
+        ("raw", "expected"),
+        [
+            (b'{"jsonrpc":"2.0","id":42,"method":"x"}', [b"42"]),
+            (b'{"result":{"big":"' + b"y" * 10_000 + b'"},"id" : "s"}', [b'"s"']),
+            # a second "id" (nested, or inside a string) sends the caller to the walk
+            (b'{"params":{"id":1},"id":"top"}', [b'"top"']),
+            (b'{"text":"say \\"id","id":5}', [b"5"]),
+            (b'{"id":1, "method":"m", "id" : 2}', [b"1", b"2"]),
+            # the key spelled with escapes, a literal "id" elsewhere: the walk, not the literal
+            (b'{"\\u0069d":7,"p":{"id":8}}', [b"7"]),
+            (b'{"i\\u0064":7,"p":{"id":8}}', [b"7"]),
+            (b'{"\\u0069\\u0064":7,"p":{"id":8}}', [b"7"]),
+        ],
+    )
+    def test_agrees_with_the_walk(self, raw: bytes, expected: list[bytes]) -> None:
+        """The fast path finds what walking every member finds, or leaves it to the walk."""
+        assert [text(raw, s) for s in member_spans(raw, "id", present=True)] == expected
+        assert member_spans(raw, "id", present=True) == member_spans(raw, "id")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.sampled_from(["id", "x", "\u0069d", "params"]) | st.text(), children)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    st.dictionaries(st.text(max_size=5), _JSON, max_size=4),
+    st.one_of(st.integers(), st.text()),
+    st.integers(min_value=0, max_value=4),
+    st.booleans(),
+)
+def test_fast_path_agrees_with_the_walk(
+    members: dict[str, object], id_value: int | str, position: int, ascii_only: bool
+) -> None:
+    """Any object holding ``id``, however written: the fast path and the walk agree."""
+    items = [(k, v) for k, v in members.items() if k != "id"]
+    items.insert(min(position, len(items)), ("id", id_value))
+    body = ",".join(
+        json.dumps(k, ensure_ascii=ascii_only) + ":" + json.dumps(v, ensure_ascii=ascii_only)
+        for k, v in items
+    )
+    raw = ("{" + body + "}").encode("utf-8", "surrogatepass")
+    assert member_spans(raw, "id", present=True) == member_spans(raw, "id")
