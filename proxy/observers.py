@@ -7,6 +7,7 @@ Every :class:`~proxy.commands.Observation` the relay returns is handed to one :c
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -128,8 +129,8 @@ class LogObserver:
             log = self._per_link.get(link)
             if log is None:
                 log = self._per_link[link] = self._log.bind(link=link)
-        match observation:
-            case Relayed():
+        if isinstance(observation, Relayed):  # one per message: skip building the line
+            if log.is_enabled_for(logging.DEBUG):
                 log.debug(
                     "relayed",
                     direction=observation.direction,
@@ -139,6 +140,8 @@ class LogObserver:
                     forwarded_id=_text(observation.forwarded_id),
                     size=observation.size,
                 )
+            return
+        match observation:
             case InvalidSeen():
                 log.warning(
                     "invalid message",
