@@ -7,7 +7,7 @@ or a session. Rule names are the operator's own (bounded by the fault files).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -18,6 +18,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from proxy.commands import (
     CancelDropped,
@@ -36,6 +38,7 @@ from proxy.commands import (
     Undeliverable,
 )
 from proxy.events import Direction
+from proxy.jsonrpc import Kind
 from proxy.ledger import CHECKS
 
 __all__ = ["ACP_METHODS", "Metrics", "method_label"]
@@ -96,15 +99,8 @@ class Metrics:
         disable_created_metrics()  # type: ignore[no-untyped-call] # *_created series: noise
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
-        self.messages = Counter(
-            "acp_proxy_messages",
-            "Messages relayed, by direction, kind and method.",
-            ["direction", "kind", "method"],
-            registry=registry,
-        )
-        self.bytes = Counter(
-            "acp_proxy_bytes", "Bytes of messages relayed.", ["direction"], registry=registry
-        )
+        self._relayed = _RelayedCounts()
+        registry.register(self._relayed)
         self.faults = Counter(
             "acp_proxy_faults_injected",
             "Faults injected, by rule and action.",
@@ -183,7 +179,7 @@ class Metrics:
             ["check"],
             registry=registry,
         )
-        self._relayed: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+        self._durations: dict[str | None, Any] = {}
         for check in CHECKS:
             self.findings.labels(check)  # every check is scraped, at 0 until seen broken
         for attempt in ("first", "retry"):
@@ -193,20 +189,13 @@ class Metrics:
         """Count one observation."""
         match observation:
             case Relayed(direction=direction, kind=kind, method=method, size=size):
-                # The hot path: the labelled children are looked up once and kept.
-                key = (direction, kind, method)
-                children = self._relayed.get(key)
-                if children is None:
-                    label = method_label(method)
-                    children = self._relayed[key] = (
-                        self.messages.labels(direction.value, kind.value, label),
-                        self.bytes.labels(direction.value),
-                    )
-                messages, size_counter = children
-                messages.inc()
-                size_counter.inc(size)
+                self._relayed.count(direction, kind, method, size)
                 if observation.duration is not None:
-                    self.durations.labels(method_label(method)).observe(observation.duration)
+                    histogram = self._durations.get(method)
+                    if histogram is None:
+                        histogram = self.durations.labels(method_label(method))
+                        self._durations[method] = histogram
+                    histogram.observe(observation.duration)
             case FaultInjected(rule=rule, action=action):
                 self.faults.labels(rule, action).inc()
             case InvalidSeen(direction=direction, reason=reason):
@@ -238,3 +227,42 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text format a Prometheus scraper reads."""
         return generate_latest(self.registry)
+
+
+class _RelayedCounts(Collector):
+    """``acp_proxy_messages_total`` and ``acp_proxy_bytes_total``, counted as plain integers.
+
+    They move once per message, the proxy's hot path: a dictionary increment here, where a
+    ``prometheus_client`` child takes a lock and two calls. Scrapes read the integers.
+    """
+
+    def __init__(self) -> None:
+        self._messages: dict[tuple[Direction, Kind, str | None], int] = {}
+        self._bytes: dict[Direction, int] = {}
+
+    def count(self, direction: Direction, kind: Kind, method: str | None, size: int) -> None:
+        """One message of ``size`` bytes relayed."""
+        key = (direction, kind, method)
+        self._messages[key] = self._messages.get(key, 0) + 1
+        self._bytes[direction] = self._bytes.get(direction, 0) + size
+
+    def collect(self) -> Iterator[Metric]:
+        """The two counters as they stand (methods folded into their bounded labels)."""
+        messages = CounterMetricFamily(
+            "acp_proxy_messages",
+            "Messages relayed, by direction, kind and method.",
+            labels=["direction", "kind", "method"],
+        )
+        folded: dict[tuple[str, str, str], int] = {}
+        for (direction, kind, method), count in list(self._messages.items()):
+            labels = (direction.value, kind.value, method_label(method))
+            folded[labels] = folded.get(labels, 0) + count
+        for labels, count in folded.items():
+            messages.add_metric(list(labels), count)
+        yield messages
+        sizes = CounterMetricFamily(
+            "acp_proxy_bytes", "Bytes of messages relayed.", labels=["direction"]
+        )
+        for direction, size in list(self._bytes.items()):
+            sizes.add_metric([direction.value], size)
+        yield sizes
