@@ -28,6 +28,9 @@ log = get_logger("proxy.stdio")
 READ_CHUNK = 256 * 1024
 """Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
 
+COALESCE_LIMIT = 256 * 1024
+"""Bytes of messages gathered for one write before :meth:`LineStream.drain` writes them now."""
+
 
 def exit_status(returncode: int) -> int:
     """A process return code as a shell reports it (killed by signal N: 128 + N)."""
@@ -59,6 +62,10 @@ class LineStream:
         self._half_close = half_close
         self._framer = LineFramer(limit)
         self._ready: deque[Received] = deque()
+        self._loop = asyncio.get_running_loop()
+        self._gathered: list[bytes] = []
+        """Messages sent since the last write: one ``write`` (one system call) takes them all."""
+        self._gathered_size = 0
         self._eof = False
         self._closing = False
         self._severed = False
@@ -89,15 +96,28 @@ class LineStream:
 
         A message from another transport may hold raw newlines (pretty-printed JSON, where they
         can only be whitespace); each becomes a space, so that the message stays one line.
+        Messages sent in one turn of the event loop (a chunk read from the other peer holds
+        many) are gathered and written together once that turn is over.
         """
         if self._closing or self._writer.transport.is_closing():
             return
         if b"\n" in data:
             data = data.replace(b"\n", b" ")
-        self._writer.writelines((data, b"\n"))
+        if not self._gathered:
+            self._loop.call_soon(self._write_gathered)
+        self._gathered += (data, b"\n")
+        self._gathered_size += len(data) + 1
+
+    def _write_gathered(self) -> None:
+        if self._gathered and not self._writer.transport.is_closing():
+            self._writer.write(b"".join(self._gathered))
+        self._gathered.clear()
+        self._gathered_size = 0
 
     async def drain(self) -> None:
         """Wait for the peer to read enough of what is queued."""
+        if self._gathered_size >= COALESCE_LIMIT:
+            self._write_gathered()
         if self._writer.transport.is_closing():
             return
         # A peer that went away is noticed by its reader (EOF), and the relay hears of it there.
@@ -109,6 +129,7 @@ class LineStream:
         if self._closing:
             return
         self._closing = True
+        self._write_gathered()
         self._writer.close()
         if not self._half_close:
             self._read_transport.close()
@@ -121,8 +142,11 @@ class LineStream:
         self._closing = True
         self._ready.clear()
         if flush or self._writer.transport.is_closing():
+            self._write_gathered()
             self._writer.close()
         else:
+            self._gathered.clear()
+            self._gathered_size = 0
             self._writer.transport.abort()
         self._read_transport.close()
 
