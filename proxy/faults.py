@@ -85,6 +85,47 @@ def _glob(pattern: str) -> re.Pattern[str] | None:
     return None if pattern == "*" else re.compile(fnmatch.translate(pattern))
 
 
+_CANDIDATES_KEPT = 4096
+"""Distinct (direction, kind, downstream, method) combinations whose candidates are kept; a
+peer that invents methods endlessly only makes the engine forget and start over."""
+
+
+def _shape_matches(compiled: _Compiled, subject: Subject) -> bool:
+    """The part of ``when`` that depends only on the message's direction, kind, downstream
+    transport and method (the same for every message of that shape)."""
+    rule = compiled.rule
+    when: When = rule.when
+    if when.direction not in ("any", subject.direction):
+        return False
+    if when.kind not in ("any", subject.kind):
+        return False
+    if isinstance(rule.do, ErrorReply) and subject.kind is not Kind.REQUEST:
+        return False  # only a request can be answered with an error
+    if isinstance(rule.do, HttpStatus) and (
+        subject.downstream != "http" or subject.direction is not Direction.TO_AGENT
+    ):
+        return False  # only a POST from an HTTP client can fail
+    if isinstance(rule.do, CloseStream) and (
+        subject.downstream != "http" or subject.direction is not Direction.TO_CLIENT
+    ):
+        return False  # only a message to an HTTP client travels on an SSE stream
+    return compiled.method is None or (
+        subject.method is not None and compiled.method.match(subject.method) is not None
+    )
+
+
+def _details_match(compiled: _Compiled, subject: Subject) -> bool:
+    """The rest of ``when``: session, idempotency key and params, checked per message."""
+    when: When = compiled.rule.when
+    if compiled.session is not None and (
+        subject.session is None or not compiled.session.match(subject.session)
+    ):
+        return False
+    if when.idempotency_key != "any" and (when.idempotency_key == "present") != subject.keyed:
+        return False
+    return when.params is None or matches_params(when.params, subject.params)
+
+
 class FaultEngine:
     """Rules, their counters and the random stream of one experiment."""
 
@@ -96,6 +137,9 @@ class FaultEngine:
         self.rng = rng or random.Random(0)
         self.states: dict[str, RuleState] = {}
         self._rules: tuple[_Compiled, ...] = ()
+        self._candidates: dict[tuple[Direction, Kind, str, str | None], tuple[_Compiled, ...]] = {}
+        """Per message shape, the rules whose direction, kind, action and method let them match
+        it, in file order; only their session, key and params are left to check per message."""
         self.replace(rules)
 
     @property
@@ -116,6 +160,7 @@ class FaultEngine:
         )
         self.states = {c.rule.name: self.states.get(c.rule.name, RuleState()) for c in compiled}
         self._rules = compiled
+        self._candidates = {}
 
     def reset(self) -> None:
         """Forget every counter (the rules stay)."""
@@ -123,11 +168,18 @@ class FaultEngine:
 
     def decide(self, subject: Subject, elapsed_ms: float) -> Decision:
         """The rules that fire for ``subject``, in order; counts every rule that matched."""
+        shape = (subject.direction, subject.kind, subject.downstream, subject.method)
+        candidates = self._candidates.get(shape)
+        if candidates is None:
+            candidates = tuple(c for c in self._rules if _shape_matches(c, subject))
+            if len(self._candidates) >= _CANDIDATES_KEPT:
+                self._candidates.clear()
+            self._candidates[shape] = candidates
         fired: list[Rule] = []
         counted = False
-        for compiled in self._rules:
+        for compiled in candidates:
             rule = compiled.rule
-            if not self._when(compiled, subject):
+            if not _details_match(compiled, subject):
                 continue
             counted = True
             state = self.states[rule.name]
@@ -139,35 +191,6 @@ class FaultEngine:
             if not rule.continue_:
                 break
         return Decision(tuple(fired), counted) if counted else NOTHING
-
-    def _when(self, compiled: _Compiled, subject: Subject) -> bool:
-        rule = compiled.rule
-        when: When = rule.when
-        if when.direction not in ("any", subject.direction):
-            return False
-        if when.kind not in ("any", subject.kind):
-            return False
-        if isinstance(rule.do, ErrorReply) and subject.kind is not Kind.REQUEST:
-            return False  # only a request can be answered with an error
-        if isinstance(rule.do, HttpStatus) and (
-            subject.downstream != "http" or subject.direction is not Direction.TO_AGENT
-        ):
-            return False  # only a POST from an HTTP client can fail
-        if isinstance(rule.do, CloseStream) and (
-            subject.downstream != "http" or subject.direction is not Direction.TO_CLIENT
-        ):
-            return False  # only a message to an HTTP client travels on an SSE stream
-        if compiled.method is not None and (
-            subject.method is None or not compiled.method.match(subject.method)
-        ):
-            return False
-        if compiled.session is not None and (
-            subject.session is None or not compiled.session.match(subject.session)
-        ):
-            return False
-        if when.idempotency_key != "any" and (when.idempotency_key == "present") != subject.keyed:
-            return False
-        return when.params is None or matches_params(when.params, subject.params)
 
     def _due(
         self, compiled: _Compiled, schedule: Schedule, n: int, fired: int, elapsed_ms: float

@@ -225,6 +225,24 @@ class TestReplaceAndState:
         engine.replace([rule("b")])
         assert set(engine.states) == {"b"}
 
+    def test_replace_applies_to_messages_already_seen(self) -> None:
+        """What a message shape matched before a reload does not outlive the reload."""
+        engine = FaultEngine([rule("old", when={"method": "session/prompt"})])
+        assert fires(engine, PROMPT) == ["old"]
+        assert fires(engine, UPDATE) == []
+        engine.replace([rule("new", when={"method": "session/update"})])
+        assert fires(engine, PROMPT) == []
+        assert fires(engine, UPDATE) == ["new"]
+
+    def test_endless_new_methods_keep_the_engine_bounded(self) -> None:
+        """A peer inventing methods cannot grow what the engine remembers without bound."""
+        engine = FaultEngine([rule("x", when={"method": "x/*"})])
+        for n in range(10_000):
+            method = f"x/{n}" if n % 2 else f"y/{n}"
+            subject = dataclasses.replace(PROMPT, method=method)
+            assert fires(engine, subject) == (["x"] if n % 2 else [])
+        assert len(engine._candidates) <= 4096
+
     def test_reset_forgets_counters(self) -> None:
         """reset starts every rule from zero."""
         engine = FaultEngine([rule(schedule={"nth": [1]})])
