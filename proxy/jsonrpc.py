@@ -115,21 +115,22 @@ class Message:
     id_key: IdKey | None = None
     id_spans: tuple[Span, ...] = ()
     """Where every top-level ``id`` member's value sits in :attr:`raw` (duplicates included)."""
+    session: str | None = None
+    """``params.sessionId`` when it is a string."""
 
     @property
     def params(self) -> Any:
         """``params``, or ``None`` when absent."""
         return self.body.get("params")
 
-    @property
-    def session(self) -> str | None:
-        """``params.sessionId`` when it is a string."""
-        params = self.body.get("params")
-        if isinstance(params, dict):
-            session = params.get("sessionId")
-            if isinstance(session, str):
-                return session
-        return None
+
+def _session(value: dict[str, Any]) -> str | None:
+    params = value.get("params")
+    if isinstance(params, dict):
+        session = params.get("sessionId")
+        if isinstance(session, str):
+            return session
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +183,7 @@ def _classify(raw: bytes, value: Any) -> Message | Invalid:
         if not isinstance(method, str):
             return Invalid(raw, InvalidReason.INVALID_SHAPE, "method is not a string")
         if not has_id:
-            return Message(raw, Kind.NOTIFICATION, value, method)
+            return Message(raw, Kind.NOTIFICATION, value, method, session=_session(value))
         kind = Kind.REQUEST
     elif has_id and (("result" in value) != ("error" in value)):
         method = None
@@ -196,7 +197,7 @@ def _classify(raw: bytes, value: Any) -> Message | Invalid:
     if key is None:
         detail = f"id {token[:40].decode('utf-8', 'replace')} is not a string or an integer"
         return Invalid(raw, InvalidReason.INVALID_ID, detail, response=method is None)
-    return Message(raw, kind, value, method, token, key, spans)
+    return Message(raw, kind, value, method, token, key, spans, _session(value))
 
 
 def parse(raw: bytes) -> Message | Batch | Invalid:
