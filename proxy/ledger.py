@@ -303,6 +303,8 @@ class Ledger:
             self._message_id(pending.entry, message_id, link)
 
     def _update(self, message: Message, link: int | None) -> None:
+        if message.session not in self._keys:
+            return  # no keyed prompt in this session: no insert of one to record
         params = message.params if isinstance(message.params, dict) else {}
         update = params.get("update")
         session = params.get("sessionId")
