@@ -79,13 +79,15 @@ async def exercise(conn: ClientSideConnection, client: SimpleClient) -> None:
             session_id=session, prompt=[TextContentBlock(type="text", text="echo hello")]
         )
         assert answer.stop_reason == "end_turn"
-        assert (session, "hello") in client.chunks
+        # Over HTTP the update travels on another stream than the answer: wait for it.
+        await client.until(lambda: (session, "hello") in client.chunks)
 
         answer = await conn.prompt(
             session_id=other, prompt=[TextContentBlock(type="text", text="permission")]
         )
         assert answer.stop_reason == "end_turn"
-        assert (other, "permission: selected allow") in client.chunks  # the agent saw our answer
+        # the agent saw our answer
+        await client.until(lambda: (other, "permission: selected allow") in client.chunks)
 
         waiting = asyncio.get_running_loop().create_task(
             conn.prompt(session_id=session, prompt=[TextContentBlock(type="text", text="wait")])
