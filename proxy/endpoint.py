@@ -27,6 +27,13 @@ class Endpoint(Protocol):
         """The next message from the peer, or ``None`` once the connection has ended."""
         ...
 
+    def buffered(self) -> bool:
+        """Whether :meth:`receive` holds a message that it returns without waiting.
+
+        The link drains (and so writes) once a burst that arrived together is relayed.
+        """
+        ...
+
     def send(self, data: bytes) -> None:
         """Queue one message for the peer; order is kept. Dropped once closing."""
         ...

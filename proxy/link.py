@@ -153,6 +153,7 @@ class Link:
         self._observer.observe(Connected(side, self.endpoints[side].transport), self.id)
 
     async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
+        unflushed: set[Side] = set()
         while True:
             received = await endpoint.receive()
             if side is Side.AGENT and generation != self._generation:
@@ -171,11 +172,14 @@ class Link:
             else:
                 event = OversizedReceived(side, received.size, received.limit, at)
             self._post_status = None
-            written = self._feed(event)
+            unflushed |= self._feed(event)
             if received is not None:
                 endpoint.processed(self._post_status)
-            for destination in written:
-                await self.endpoints[destination].drain()
+            if received is None or not endpoint.buffered():
+                # A burst read together is relayed whole, then written and drained at once.
+                for destination in unflushed:
+                    await self.endpoints[destination].drain()
+                unflushed.clear()
             if received is None:
                 gone = self._on_client_gone
                 if side is Side.CLIENT and gone and not self.relay.has_ended(Side.AGENT):

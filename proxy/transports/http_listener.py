@@ -230,6 +230,10 @@ class HttpConnection:
         self._unsettled.append(post.settled)
         return post.data
 
+    def buffered(self) -> bool:
+        """Each message is written on its own: the link drains after every one."""
+        return False
+
     def processed(self, status: int | None) -> None:
         """Answer the POST of the message the relay just took (202, or the fault's status)."""
         if self._unsettled:

@@ -28,9 +28,6 @@ log = get_logger("proxy.stdio")
 READ_CHUNK = 256 * 1024
 """Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
 
-COALESCE_LIMIT = 256 * 1024
-"""Bytes of messages gathered for one write before :meth:`LineStream.drain` writes them now."""
-
 
 def exit_status(returncode: int) -> int:
     """A process return code as a shell reports it (killed by signal N: 128 + N)."""
@@ -91,13 +88,18 @@ class LineStream:
                 self._ready.extend(self._framer.eof())
         return self._ready.popleft()
 
+    def buffered(self) -> bool:
+        """Whether lines of the last chunk read are still to be returned."""
+        return bool(self._ready)
+
     def send(self, data: bytes) -> None:
         """Queue ``data`` and its newline; silently dropped once the stream is closing.
 
         A message from another transport may hold raw newlines (pretty-printed JSON, where they
         can only be whitespace); each becomes a space, so that the message stays one line.
-        Messages sent in one turn of the event loop (a chunk read from the other peer holds
-        many) are gathered and written together once that turn is over.
+        Messages are gathered and written together by :meth:`drain`, which the link calls once
+        the burst of messages read from the other peer is relayed, or else once this turn of
+        the event loop is over (a timer's message).
         """
         if self._closing or self._writer.transport.is_closing():
             return
@@ -115,9 +117,8 @@ class LineStream:
         self._gathered_size = 0
 
     async def drain(self) -> None:
-        """Wait for the peer to read enough of what is queued."""
-        if self._gathered_size >= COALESCE_LIMIT:
-            self._write_gathered()
+        """Write what is gathered; wait for the peer to read enough of what is queued."""
+        self._write_gathered()
         if self._writer.transport.is_closing():
             return
         # A peer that went away is noticed by its reader (EOF), and the relay hears of it there.

@@ -105,6 +105,10 @@ class _WsEndpoint:
         self._close_code = close_code
         self._outbox.finish(discard=not flush)
 
+    def buffered(self) -> bool:
+        """Each message is written on its own: the link drains after every one."""
+        return False
+
     def processed(self, status: int | None) -> None:
         """Nothing to settle: a WebSocket frame has no answer of its own."""
 
