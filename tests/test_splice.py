@@ -143,6 +143,10 @@ class TestKnownPresentFastPath:
             (b'{"\\u0069d":7,"p":{"id":8}}', [b"7"]),
             (b'{"i\\u0064":7,"p":{"id":8}}', [b"7"]),
             (b'{"\\u0069\\u0064":7,"p":{"id":8}}', [b"7"]),
+            (b'{"\\u0069D":7,"p":{"id":8}}', []),  # the key iD, not id
+            # past the quotes hopped one by one, the rest is searched as a whole
+            (b'{"id":1,"a":[' + b'"q",' * 100 + b'"q"],"p":{"id":2}}', [b"1"]),
+            (b'{"id":1,"a":[' + b'"q",' * 100 + b'"q"],"b":"\\n"}', [b"1"]),
         ],
     )
     def test_agrees_with_the_walk(self, raw: bytes, expected: list[bytes]) -> None:
