@@ -31,6 +31,7 @@ retry got the original ``messageId``.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -48,7 +49,7 @@ from proxy.commands import (
     Restarted,
 )
 from proxy.events import Direction, Side
-from proxy.jsonrpc import ErrorCode, Kind, Message
+from proxy.jsonrpc import ErrorCode, Kind, Message, token_at
 
 __all__ = ["CHECKS", "Ledger"]
 
@@ -325,11 +326,10 @@ class Ledger:
     # -- cancel, faults, echoes ------------------------------------------------------------------
 
     def _cancel(self, message: Message, link: int | None) -> None:
-        params = message.params if isinstance(message.params, dict) else {}
-        if "requestId" not in params:
+        found = token_at(message.raw, ("params", "requestId"))
+        if found is None:
             return
-        token = orjson.dumps(params["requestId"])
-        pending = self._by_client_id.get((link, token))
+        pending = self._by_client_id.get((link, found[1]))  # the id as the Client wrote it
         if pending is None or pending.entry is None:
             return
         entry = pending.entry
@@ -378,7 +378,7 @@ class Ledger:
 
     def _remember(self, session: str, key: str) -> None:
         self._keys.setdefault(session, []).append(key)
-        self._needles[key] = orjson.dumps(key)[1:-1]
+        self._needles[key] = _needle(key)
 
     def _echo(self, message: Message, link: int | None) -> None:
         """Keys are private: none may appear in what the Agent sends (its session's keys)."""
@@ -437,6 +437,14 @@ class Ledger:
         for finding in data.get("findings", []):
             self.findings.append(finding)
             self._found.add((finding["check"], finding["session"], finding["key"]))
+
+
+def _needle(key: str) -> bytes:
+    """``key`` as it appears inside a JSON string."""
+    try:
+        return orjson.dumps(key)[1:-1]
+    except TypeError:  # a lone surrogate, which JSON can only carry as an escape (\ud800)
+        return json.dumps(key, ensure_ascii=False)[1:-1].encode("utf-8", "backslashreplace")
 
 
 def _id_value(token: bytes | None) -> Any:

@@ -221,6 +221,21 @@ def test_a_complete_cancel_is_no_finding() -> None:
     assert lab.checks() == []
 
 
+def test_keys_and_ids_json_cannot_write_are_still_tracked() -> None:
+    """A key with a lone surrogate, a cancel naming a 400-digit id: recorded, never a crash."""
+    lab = Lab()
+    held = lab.prompt(10**400, key="\ud800", text="D")
+    retry = lab.prompt(11, key="\ud800", text="D")
+    lab.feed(
+        CLIENT, {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 10**400}}
+    )
+    lab.error(held, -32800)
+    lab.answer(retry, "M4")
+    lab.feed(AGENT, {"jsonrpc": "2.0", "method": "_x/echo", "params": {"text": "\ud800"}})
+    assert lab.checks() == ["cancel_incomplete", "key_echoed"]
+    assert len(lab.ledger.entries[("S", "\ud800")].attempts) == 2
+
+
 def test_an_unkeyed_resend_after_a_lost_answer_is_flagged() -> None:
     """The Client retried without a key after a fault: an unsafe retry."""
     lab = Lab(
