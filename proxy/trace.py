@@ -171,6 +171,22 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
     return base
 
 
+def _dumps(record: dict[str, Any]) -> bytes:
+    """One trace line. A peer's method or session may hold a lone surrogate (valid JSON, not
+    UTF-8): it is written as the text ``\\ud800``, as in log lines, so every reader can read it."""
+    try:
+        return orjson.dumps(record)
+    except TypeError:  # orjson.JSONEncodeError
+        return orjson.dumps(
+            {
+                key: value.encode("utf-8", "backslashreplace").decode()
+                if isinstance(value, str)
+                else value
+                for key, value in record.items()
+            }
+        )
+
+
 class TraceWriter:
     """An observer appending each trace record as one line to a file."""
 
@@ -185,7 +201,7 @@ class TraceWriter:
         """Append the observation's record (one write, unbuffered)."""
         record = trace_record(observation, link, self._clock())
         if record is not None:
-            self._file.write(orjson.dumps(record) + b"\n")
+            self._file.write(_dumps(record) + b"\n")
 
     def close(self) -> None:
         """Close the file."""

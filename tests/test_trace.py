@@ -14,8 +14,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from harness import ProxyProcess, encode, notification, raw_agent, request, say
+
+from proxy.commands import Relayed
+from proxy.events import Direction
+from proxy.jsonrpc import Kind
+from proxy.trace import TraceWriter
 
 SESSION = "sess-trace"
 
@@ -197,3 +203,14 @@ async def test_trace_to_stdout_with_a_network_listener(proxies: list[ProxyProces
     proxies.append(proxy)
     header = await proxy.recv_json()
     assert (header["event"], header["version"]) == ("trace", 1)
+
+
+def test_lone_surrogates_from_a_peer_are_written_readably(tmp_path: Path) -> None:
+    """A method or session holding a lone surrogate (valid JSON) is a trace line every JSON
+    reader takes, with the surrogate spelled out, not an exception in the middle of relaying."""
+    path = tmp_path / "trace.jsonl"
+    writer = TraceWriter(path, clock=lambda: 5.0)
+    writer.observe(Relayed(Direction.TO_AGENT, Kind.REQUEST, "x/\ud800", "\udc00", 9, b"1", b"0"))
+    writer.close()
+    record = orjson.loads(path.read_bytes().splitlines()[-1])
+    assert (record["method"], record["session"], record["id"]) == ("x/\\ud800", "\\udc00", 1)
