@@ -158,6 +158,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _integer(token: str) -> int | float:
+    """An integer of any length: ``int()`` refuses more than 4300 digits, a float takes them.
+
+    Only the type of a number matters to the relay (an id is identified by its token).
+    """
+    try:
+        return int(token)
+    except ValueError:
+        return float(token)
+
+
 def _load(raw: bytes) -> tuple[Any, Invalid | None]:
     try:
         return orjson.loads(raw), None
@@ -169,7 +180,7 @@ def _load(raw: bytes) -> tuple[Any, Invalid | None]:
         except UnicodeDecodeError as exc:
             return None, Invalid(raw, InvalidReason.NOT_UTF8, f"invalid UTF-8 at byte {exc.start}")
         try:
-            return json.loads(text, parse_constant=_reject_constant), None
+            return json.loads(text, parse_constant=_reject_constant, parse_int=_integer), None
         except (ValueError, RecursionError):
             return None, Invalid(raw, InvalidReason.INVALID_JSON, str(first))
 

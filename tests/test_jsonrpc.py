@@ -119,6 +119,14 @@ def test_lone_surrogates_and_huge_numbers_parse() -> None:
     assert parsed.id_key == ("s", "\ud800")
 
 
+def test_integers_longer_than_python_reads_are_valid_json() -> None:
+    """More digits than ``int()`` converts (4300) is still an integer id, and valid params."""
+    digits = b"9" * 5000
+    parsed = message(b'{"id":' + digits + b',"method":"m","params":{"n":-' + digits + b"}}")
+    assert parsed.kind is Kind.REQUEST
+    assert parsed.id_key == ("n", digits)
+
+
 def test_duplicate_ids_are_all_spanned() -> None:
     """Every top-level id is located, so all can be rewritten."""
     parsed = message(b'{"id":1,"method":"m","id":2}')
