@@ -4,7 +4,9 @@ Each event carries one compact JSON-RPC message in ``data:`` lines, with no ``id
 field; comments (``:``) are keep-alives. The decoder follows the SSE rules the SDKs follow: lines
 end at CR, LF or CRLF, several ``data:`` lines of one event are joined with ``\\n``, a leading BOM
 is dropped, unknown fields are ignored, and an event's data is bounded by ``limit`` bytes (a
-larger one is discarded as it streams and reported by an :class:`~proxy.framing.Oversized`).
+larger one is discarded as it streams and reported by an :class:`~proxy.framing.Oversized`; a
+line too long for any event is dropped to its end, and only a data line makes its event
+oversized). The events do not depend on how the stream is cut into chunks.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from proxy.framing import Oversized
 
 __all__ = ["KEEPALIVE", "SseDecoder", "encode_event"]
+
+_BOM = b"\xef\xbb\xbf"
 
 KEEPALIVE = b":\n\n"
 """A comment line: keeps idle connections (and the proxies between) from timing out."""
@@ -28,7 +32,16 @@ def encode_event(data: bytes) -> bytes:
 class SseDecoder:
     """Turn an SSE byte stream into the data of its events."""
 
-    __slots__ = ("_buffer", "_data", "_data_size", "_discarding", "_limit", "_started")
+    __slots__ = (
+        "_buffer",
+        "_data",
+        "_data_size",
+        "_discarding",
+        "_limit",
+        "_skipping",
+        "_skipping_data",
+        "_started",
+    )
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
@@ -36,6 +49,8 @@ class SseDecoder:
         self._data: list[bytes] = []
         self._data_size = 0
         self._discarding = 0
+        self._skipping = False  # the rest of an over-long line is being dropped
+        self._skipping_data = False  # ... and it is a data line (its event is oversized)
         self._started = False
 
     def feed(self, chunk: bytes) -> list[bytes | Oversized]:
@@ -43,9 +58,11 @@ class SseDecoder:
         out: list[bytes | Oversized] = []
         buffer = self._buffer
         buffer += chunk
-        if not self._started and len(buffer) >= 3:
+        if not self._started:
+            if len(buffer) < 3 and _BOM.startswith(buffer):
+                return out  # too early to tell whether the stream starts with a BOM
             self._started = True
-            if buffer.startswith(b"\xef\xbb\xbf"):
+            if buffer.startswith(_BOM):
                 del buffer[:3]
         start = 0
         while True:
@@ -59,12 +76,21 @@ class SseDecoder:
                 end, after = cr, cr + 2 if buffer[cr + 1] == 0x0A else cr + 1
             else:
                 end, after = lf, lf + 1
-            self._line(bytes(buffer[start:end]), out)
+            if self._skipping:
+                self._skipping = False  # the end of a line too long to keep
+            else:
+                self._line(bytes(buffer[start:end]), out)
             start = after
         if start:
             del buffer[:start]
-        if len(buffer) > self._limit + 16:  # a line longer than any event may be: discard
-            self._discarding += len(buffer)
+        if len(buffer) > self._limit + 16 and not buffer.endswith(b"\r"):
+            # A line longer than any event may be: drop it as it streams, to its end. Only a
+            # data line makes its event oversized; a comment or another field is just skipped.
+            if not self._skipping:
+                self._skipping = True
+                self._skipping_data = buffer.partition(b":")[0] == b"data"
+            if self._skipping_data:
+                self._discarding += len(buffer)
             buffer.clear()
         return out
 
@@ -74,9 +100,10 @@ class SseDecoder:
         An event not yet ended by a blank line is incomplete and discarded, as SSE requires.
         """
         out: list[bytes | Oversized] = []
-        if self._buffer.endswith(b"\r"):
+        if self._buffer.endswith(b"\r") and not self._skipping:
             self._line(bytes(self._buffer[:-1]), out)
         self._buffer.clear()
+        self._skipping = False
         self._data = []
         self._data_size = 0
         self._discarding = 0

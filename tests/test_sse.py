@@ -75,3 +75,26 @@ def test_an_endless_line_does_not_grow_the_buffer() -> None:
 def test_an_unfinished_event_at_eof_is_discarded() -> None:
     """Data not closed by a blank line before the stream ends is not an event."""
     assert decode_all([b'data: {"a":1}\n\ndata: {"partial"']) == [b'{"a":1}']
+
+
+def test_a_long_comment_streamed_in_pieces_is_still_a_comment() -> None:
+    """A line too long to buffer is skipped to its end: its tail is not read as a line of its own,
+    and a comment or another field does not make the event oversized."""
+    stream = b": " + b"x" * 100 + b"data: lost\ndata: 1\n\n" + b"retry: " + b"9" * 100 + b"\n\n"
+    assert decode_all([stream], limit=10) == [b"1"]
+    assert decode_all([stream[i : i + 7] for i in range(0, len(stream), 7)], limit=10) == [b"1"]
+
+
+def test_a_long_data_line_ending_in_a_carriage_return_keeps_the_next_line() -> None:
+    """A CR that ends an over-long line at a chunk boundary is not mistaken for the line's tail."""
+    out = decode_all([b"data: " + b"y" * 40 + b"\r", b"\rdata: 2\n\n"], limit=10)
+    assert isinstance(out[0], Oversized)
+    assert out[1:] == [b"2"]
+
+
+def test_only_a_bom_at_the_start_of_the_stream_is_dropped() -> None:
+    """A BOM after the first line is part of a field name, however the stream is chunked."""
+    stream = b'\n\xef\xbb\xbfdata: {"a":1}\n\ndata: 2\n\n'
+    assert decode_all([stream]) == [b"2"]
+    assert decode_all([stream[:1], stream[1:]]) == [b"2"]
+    assert decode_all([b"\xef", b"\xbb", b"\xbfdata: 3\n\n"]) == [b"3"]
