@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from proxy.errors import ConfigError
+from proxy.jsonrpc import error_response
 
 __all__ = [
     "Action",
@@ -58,7 +59,10 @@ __all__ = [
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # allow_inf_nan: a time of .inf would dump as null, which does not load back
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 _GLOB_CLASS = re.compile(r"\[!?\]?[^\]]*\]")
@@ -71,7 +75,17 @@ def check_glob(pattern: str) -> str:
     stripped = _GLOB_CLASS.sub("", pattern)
     if "[" in stripped:
         raise ValueError(f"glob {pattern!r} has a '[' that is never closed")
-    return pattern
+    return _dumpable(pattern)
+
+
+def _dumpable(value: Any) -> Any:
+    """``value``, unless it holds a lone surrogate (a YAML or JSON escape such as ``\\ud800``):
+    such a string could never be written back as JSON (``GET /api/rules`` shows the rules)."""
+    try:
+        json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a lone surrogate (\\ud800-\\udfff) cannot be written back") from None
+    return value
 
 
 class When(_Model):
@@ -91,6 +105,7 @@ class When(_Model):
     )
 
     _globs = field_validator("method", "session")(check_glob)
+    _params = field_validator("params")(_dumpable)
 
 
 class Schedule(_Model):
@@ -139,6 +154,16 @@ class ErrorReply(_Model):
     code: int = -32603
     message: str = "Error injected by acp-fault-proxy"
     data: Any = None
+
+    @model_validator(mode="after")
+    def _writable(self) -> ErrorReply:
+        """The answer is written when the rule fires: refuse now what JSON cannot carry (a YAML
+        set or binary, a lone surrogate, an integer beyond 64 bits)."""
+        try:
+            error_response(b"0", self.code, self.message, self.data)
+        except TypeError as exc:  # orjson.JSONEncodeError
+            raise ValueError(f"the error answer cannot be written as JSON: {exc}") from None
+        return self
 
 
 class Duplicate(_Model):
@@ -319,7 +344,7 @@ def _field_path(loc: Sequence[int | str]) -> str:
 def _yaml_lines(text: str) -> yaml.Node | None:
     try:
         return yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return None
 
 
@@ -375,6 +400,10 @@ def parse_fault_file(text: str, name: str) -> FaultFile:
         problem = getattr(exc, "problem", None) or str(exc)
         located = Location(file=name, line=line, message=f"not YAML: {problem}")
         raise FaultFileError([located]) from None
+    except RecursionError:
+        raise FaultFileError([Location(file=name, message="not YAML: nested too deeply")]) from None
+    except ValueError as exc:  # a value YAML reads but Python cannot (4301 digits, month 13)
+        raise FaultFileError([Location(file=name, message=f"invalid value: {exc}")]) from None
     if not isinstance(data, dict):
         message = "a fault file is a mapping with version and rules"
         raise FaultFileError([Location(file=name, line=1, message=message)])

@@ -139,6 +139,44 @@ def test_broken_files_are_located(text: str, expected: str) -> None:
     assert any(expected in error for error in errors_of(text)), errors_of(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("version: 1\nrules: " + "[" * 1000 + "]" * 1000, "f.yaml: not YAML: nested too deeply"),
+        ("version: 1\nseed: " + "9" * 5000 + "\nrules: []\n", "f.yaml: invalid value: Exceeds"),
+        (
+            "version: 1\nrules:\n  - {name: a, do: {action: delay, ms: .inf}}\n",
+            "rule 'a': do.ms: Input should be a finite number",
+        ),
+        (
+            "version: 1\nrules:\n  - {name: a, do: {action: error, data: !!set {x}}}\n",
+            "rule 'a': do: the error answer cannot be written as JSON",
+        ),
+        (
+            "version: 1\nrules:\n  - {name: a, do: {action: error, code: " + "1" * 30 + "}}\n",
+            "rule 'a': do: the error answer cannot be written as JSON",
+        ),
+        (
+            'version: 1\nrules:\n  - {name: a, do: {action: error, message: "\\ud800"}}\n',
+            "rule 'a': do: the error answer cannot be written as JSON",
+        ),
+        (
+            'version: 1\nrules:\n  - {name: a, when: {method: "\\udc00*"}, do: {action: drop}}\n',
+            "rule 'a': when.method: a lone surrogate",
+        ),
+        (
+            'version: 1\nrules:\n  - {name: a, when: {params: {"\\ud800": 1}}, do: {action: drop}}\n',
+            "rule 'a': when.params: a lone surrogate",
+        ),
+    ],
+)
+def test_files_no_rule_could_use_are_located_errors(text: str, expected: str) -> None:
+    """Nesting or numbers beyond what Python reads, infinite times, error answers and strings that
+    cannot be written are errors of the file, never an exception, a rule that fails when it fires
+    or rules that GET /api/rules cannot show."""
+    assert any(expected in error for error in errors_of(text)), errors_of(text)
+
+
 def test_every_error_is_reported_at_once() -> None:
     """Several broken rules give several errors, not just the first."""
     text = "version: 1\nrules:\n  - name: a\n    do: {action: nope}\n  - name: b\n    do: {action: delay}\n"
