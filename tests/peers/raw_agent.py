@@ -36,7 +36,7 @@ def main() -> int:
             capture.flush()
             try:
                 message = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested deeper than it reads
                 continue
             if not isinstance(message, dict) or not isinstance(message.get("method"), str):
                 continue
