@@ -1,6 +1,7 @@
 """Every nasty input of the fuzz corpus thrown at a running proxy, from both peers, on every
 transport: the proxy stays up, logs no internal error, and a link (the same one over stdio,
-another one on a network listener) still relays a request and its answer.
+another one on a network listener) still relays a request and its answer. And every nasty fault
+file given to ``acp-proxy validate``: located errors, exit status 2.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,8 @@ from harness import TIMEOUT, ProxyProcess, raw_agent, request, say
 from test_http_listener import serving, ws_initialize, ws_probe
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
+
+from proxy.faultfile import FaultFileError, parse_fault_file
 
 NASTY = [
     line for message in invariants.nasty_messages() for line in message.split(b"\n") if line.strip()
@@ -104,3 +109,26 @@ async def test_a_network_listener_survives_every_nasty_message(tmp_path: Path, l
             await ws_initialize(fresh)
             await ws_probe(fresh, "second-link")
         assert_no_internal_error(s.proxy)
+
+
+def test_validate_locates_the_errors_of_every_nasty_fault_file(tmp_path: Path) -> None:
+    """``acp-proxy validate`` over every seed fault file: exit 2 with each bad file located,
+    never a traceback (deep nesting, 5000 digits, .inf, YAML sets, lone surrogates...)."""
+    paths = []
+    for name, data in invariants.corpus("faultfiles").items():
+        paths.append(tmp_path / name)
+        paths[-1].write_bytes(data)
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "validate", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    for path in paths:
+        try:
+            parse_fault_file(path.read_text(encoding="utf-8"), str(path))
+        except (FaultFileError, UnicodeDecodeError):
+            assert f"error: {path}" in done.stderr, path
