@@ -75,7 +75,8 @@ def check_glob(pattern: str) -> str:
     stripped = _GLOB_CLASS.sub("", pattern)
     if "[" in stripped:
         raise ValueError(f"glob {pattern!r} has a '[' that is never closed")
-    return _dumpable(pattern)
+    _dumpable(pattern)
+    return pattern
 
 
 def _dumpable(value: Any) -> Any:
