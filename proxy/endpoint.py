@@ -27,7 +27,7 @@ class Endpoint(Protocol):
         """The next message from the peer, or ``None`` once the connection has ended."""
         ...
 
-    def buffered(self) -> bool:
+    def receive_ready(self) -> bool:
         """Whether :meth:`receive` holds a message that it returns without waiting.
 
         The link drains (and so writes) once a burst that arrived together is relayed.

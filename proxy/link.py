@@ -175,7 +175,7 @@ class Link:
             unflushed |= self._feed(event)
             if received is not None:
                 endpoint.processed(self._post_status)
-            if received is None or not endpoint.buffered():
+            if received is None or not endpoint.receive_ready():
                 # A burst read together is relayed whole, then written and drained at once.
                 for destination in unflushed:
                     await self.endpoints[destination].drain()

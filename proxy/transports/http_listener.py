@@ -230,7 +230,7 @@ class HttpConnection:
         self._unsettled.append(post.settled)
         return post.data
 
-    def buffered(self) -> bool:
+    def receive_ready(self) -> bool:
         """Each message is written on its own: the link drains after every one."""
         return False
 

@@ -100,7 +100,7 @@ class HttpUpstream:
         """Wait while too much waits to be POSTed (an Agent slow to accept slows the Client)."""
         await self._room.wait()
 
-    def buffered(self) -> bool:
+    def receive_ready(self) -> bool:
         """Each message is written on its own: the link drains after every one."""
         return False
 

@@ -88,7 +88,7 @@ class LineStream:
                 self._ready.extend(self._framer.eof())
         return self._ready.popleft()
 
-    def buffered(self) -> bool:
+    def receive_ready(self) -> bool:
         """Whether lines of the last chunk read are still to be returned."""
         return bool(self._ready)
 

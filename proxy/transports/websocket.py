@@ -105,7 +105,7 @@ class _WsEndpoint:
         self._close_code = close_code
         self._outbox.finish(discard=not flush)
 
-    def buffered(self) -> bool:
+    def receive_ready(self) -> bool:
         """Each message is written on its own: the link drains after every one."""
         return False
 
