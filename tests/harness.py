@@ -20,7 +20,10 @@ PROXY_RUN = [sys.executable, "-m", "proxy", "run"]
 
 
 class ProxyProcess:
-    """``acp-proxy run`` in a subprocess, with the test process as its Client."""
+    """``acp-proxy run`` in a subprocess, with the test process as its Client.
+
+    (Any process whose stderr carries JSON log lines can be wrapped, for :meth:`logged`.)
+    """
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -30,16 +33,26 @@ class ProxyProcess:
         self._stderr_task = asyncio.get_running_loop().create_task(self._collect_stderr())
 
     @classmethod
-    async def start(cls, agent: list[str], *options: str) -> ProxyProcess:
-        """Start the proxy with ``options`` in front of ``agent`` (none: a network upstream)."""
+    async def start(
+        cls,
+        agent: list[str],
+        *options: str,
+        limit: int = 256 * 1024 * 1024,
+        stdout: int = asyncio.subprocess.PIPE,
+    ) -> ProxyProcess:
+        """Start the proxy with ``options`` in front of ``agent`` (none: a network upstream).
+
+        ``limit``: what the test buffers of the proxy's stdout before it stops reading the pipe
+        (and the longest line :meth:`recv` takes). ``stdout``: another file descriptor for it.
+        """
         process = await asyncio.create_subprocess_exec(
             *PROXY_RUN,
             *options,
             *(["--", *agent] if agent else []),
             stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+            stdout=stdout,
             stderr=asyncio.subprocess.PIPE,
-            limit=256 * 1024 * 1024,
+            limit=limit,
         )
         return cls(process)
 
@@ -105,7 +118,10 @@ class ProxyProcess:
         """Kill the proxy if it is still running (test cleanup)."""
         if self.process.returncode is None:
             self.process.kill()
-            await self.process.wait()
+            # wait() returns once every pipe has closed too; output left unread (a test that
+            # failed while it did not read) would keep stdout open, so it is read away.
+            unread = [self.process.stdout.read()] if self.process.stdout is not None else []
+            await asyncio.gather(self.process.wait(), *unread)
         self._stderr_task.cancel()
 
 
