@@ -63,10 +63,14 @@ class Close:
 
 @dataclass(frozen=True, slots=True)
 class StartTimer:
-    """Feed :class:`~proxy.events.TimerFired` with ``token`` after ``delay`` seconds."""
+    """Feed :class:`~proxy.events.TimerFired` with ``token`` after ``delay`` seconds.
+
+    ``size``: the bytes of the messages held until then (the shell bounds what timers hold).
+    """
 
     delay: float
     token: int
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,10 @@ class Endpoint(Protocol):
         """Wait until the queue toward the peer is below its high-water mark."""
         ...
 
+    def buffered(self) -> int:
+        """Bytes queued toward the peer that it has not taken yet (as far as the proxy knows)."""
+        ...
+
     def close(self) -> None:
         """Pass an end of stream on: flush what is queued, then close. Idempotent.
 

@@ -4,9 +4,15 @@ This is the only code that interprets :mod:`proxy.commands` (an exhaustive ``mat
 type that is not handled here fails mypy). One task per peer reads messages, stamps them with the
 loop's clock and hands them to :class:`~proxy.relay.Relay`; sends are queued on the destination
 endpoint in the order the core returned them, then the reading task waits for that endpoint to
-drain, so a peer that stops reading slows down its writer instead of growing memory.
+drain, so a peer that stops reading slows down its writer instead of growing memory. A drain that
+waits longer than :data:`STALL_SECONDS` is logged once (``peer stalled``), and again when the
+peer has taken everything queued for it (``peer resumed``).
 
-Timers are the core's ``StartTimer`` commands, fed back as ``TimerFired``. Replacing the Agent
+Timers are the core's ``StartTimer`` commands, fed back as ``TimerFired``. What they hold (delayed
+messages, spaced copies) is bounded too: past :data:`HELD_HIGH_WATER` bytes the reading tasks wait
+for timers to fire (but not for a peer the proxy has closed: its end must be seen), and each waits
+for its far side to drain even when its message was held, since that message reaches the far side
+later without a drain of its own. Replacing the Agent
 (``kill_agent`` with ``respawn``, ``restart_proxy``) starts a new *generation*: a fresh relay with
 empty id maps (the fault engine and the id counters carry over), a new Agent, and every timer and
 message of the old generation is discarded. The Client's messages wait while the Agent is down.
@@ -56,6 +62,11 @@ log = get_logger("proxy.link")
 
 _link_ids = itertools.count(1)
 
+STALL_SECONDS = 1.0
+"""How long a peer may leave the proxy waiting to write before it is logged as stalled."""
+HELD_HIGH_WATER = 8 * 1024 * 1024
+"""Bytes a link's timers may hold (delayed messages, spaced copies) before its readers wait."""
+
 AgentFactory = Callable[[], Awaitable[Endpoint]]
 """Connects (spawns) a new Agent for this link."""
 RelayFactory = Callable[[bytes | None], Relay]
@@ -95,11 +106,23 @@ class Link:
         self._loop = asyncio.get_running_loop()
         self._clock = clock or self._loop.time
         self._tasks: asyncio.TaskGroup | None = None
-        self._timers: list[tuple[float, int, int, int]] = []
-        """Pending timers as a heap of (deadline, sequence, token, generation): equal deadlines
-        fire in the order they were set, so equal delays keep a direction's order."""
+        self._timers: list[tuple[float, int, int, int, int]] = []
+        """Pending timers as a heap of (deadline, sequence, token, generation, size): equal
+        deadlines fire in the order they were set, so equal delays keep a direction's order."""
         self._timer_sequence = itertools.count()
         self._timer_handle: asyncio.TimerHandle | None = None
+        self._held = 0
+        """Bytes of the messages the pending timers hold."""
+        self._held_room = asyncio.Event()
+        self._held_room.set()
+        self._held_logged = False
+        self._closing: set[Side] = set()
+        """Peers the proxy has closed: reading them waits for timers no more (to see their end)."""
+        self._waits: dict[Side, tuple[Side, float]] = {}
+        """Per reading task (by the side it reads): the peer it waits to drain, and since when."""
+        self._stalled: set[Side] = set()
+        """Peers logged as stalled and not yet caught up."""
+        self._watchdog: asyncio.TimerHandle | None = None
         self._generation = 0
         self._agent_up = asyncio.Event()
         self._agent_up.set()
@@ -116,9 +139,12 @@ class Link:
                     self._connected(side)
                     tasks.create_task(self._pump(side, self.endpoints[side], 0))
         finally:
-            if self._timer_handle is not None:
-                self._timer_handle.cancel()
+            for handle in (self._timer_handle, self._watchdog):
+                if handle is not None:
+                    handle.cancel()
             self._timers.clear()
+            self._held = 0
+            self._held_room.set()
 
     def close(self, side: Side) -> None:
         """Close the connection to ``side`` from outside the relay (a signal, an operator)."""
@@ -137,6 +163,7 @@ class Link:
         self.relay = self._new_relay(self.relay.initialize_answer)
         self.endpoints[Side.CLIENT] = client
         self.closed_first = None
+        self._closing.discard(Side.CLIENT)
         self._connected(Side.CLIENT)
         self._spawn(self._pump(Side.CLIENT, client, self._generation))
 
@@ -176,15 +203,86 @@ class Link:
             if received is not None:
                 endpoint.processed(self._post_status)
             if received is None or not endpoint.receive_ready():
-                # A burst read together is relayed whole, then written and drained at once.
+                # A burst read together is relayed whole, then written and drained at once. The
+                # far side is drained too: a held message reaches it later, without a drain.
+                unflushed.add(side.other)
                 for destination in unflushed:
-                    await self.endpoints[destination].drain()
+                    await self._drain(side, destination)
                 unflushed.clear()
+                if self._held > HELD_HIGH_WATER and side not in self._closing:
+                    await self._wait_for_timers(side)
             if received is None:
                 gone = self._on_client_gone
                 if side is Side.CLIENT and gone and not self.relay.has_ended(Side.AGENT):
                     gone(self)
                 return
+
+    async def _drain(self, reader: Side, destination: Side) -> None:
+        """Wait for ``destination`` to drain; the watchdog logs a wait that lasts (a stall)."""
+        self._waits[reader] = (destination, self._loop.time())
+        if self._watchdog is None:
+            self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
+        try:
+            await self.endpoints[destination].drain()
+        finally:
+            self._waits.pop(reader, None)
+        if self._stalled:
+            self._check_resumed()
+
+    def _watch(self) -> None:
+        """Log each peer that has kept a reader waiting for :data:`STALL_SECONDS`, once."""
+        self._watchdog = None
+        now = self._loop.time()
+        due: list[float] = []
+        for destination, since in self._waits.values():
+            if destination in self._stalled:
+                continue
+            if now - since < STALL_SECONDS:
+                due.append(since + STALL_SECONDS)
+                continue
+            self._stalled.add(destination)
+            endpoint = self.endpoints[destination]
+            log.warning(
+                "peer stalled",
+                link=self.id,
+                side=destination,
+                transport=endpoint.transport,
+                buffered_bytes=endpoint.buffered(),
+                held_bytes=self._held,
+                waited_s=round(now - since, 3),
+            )
+        self._check_resumed()
+        if due:
+            self._watchdog = self._loop.call_at(min(due), self._watch)
+        elif self._stalled:
+            self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
+
+    def _check_resumed(self) -> None:
+        """A stalled peer that nobody waits for and that has taken everything has caught up."""
+        waited_for = {destination for destination, _ in self._waits.values()}
+        for destination in list(self._stalled):
+            if destination not in waited_for and self.endpoints[destination].buffered() == 0:
+                self._stalled.discard(destination)
+                log.info("peer resumed", link=self.id, side=destination)
+
+    async def _wait_for_timers(self, side: Side) -> None:
+        """Too much is held by timers: read ``side`` no more until some of it is released."""
+        if not self._held_logged:
+            self._held_logged = True
+            log.warning(
+                "delayed messages hold too much; reading waits for them",
+                link=self.id,
+                held_bytes=self._held,
+                bound=HELD_HIGH_WATER,
+            )
+        while self._held > HELD_HIGH_WATER and side not in self._closing:
+            self._held_room.clear()
+            await self._held_room.wait()
+
+    def _stop_holding(self, side: Side) -> None:
+        """The proxy closed ``side``: its reading task must go on to see the end of it."""
+        self._closing.add(side)
+        self._held_room.set()
 
     def _feed(self, event: Event) -> set[Side]:
         try:
@@ -207,12 +305,14 @@ class Link:
                     endpoint = self.endpoints[side]
                     endpoint.close()
                     self._spawn(endpoint.wait_closed())
+                    self._stop_holding(side)
                 case Sever(side=side, flush=flush, close_code=close_code):
                     endpoint = self.endpoints[side]
                     endpoint.sever(flush=flush, close_code=close_code)
                     self._spawn(endpoint.wait_closed())
-                case StartTimer(delay=delay, token=token):
-                    self._start_timer(delay, token)
+                    self._stop_holding(side)
+                case StartTimer(delay=delay, token=token, size=size):
+                    self._start_timer(delay, token, size)
                 case SignalAgent(signal=signum, respawn=respawn):
                     self._signal_agent(signum, respawn)
                 case Restart(downtime=downtime):
@@ -236,9 +336,10 @@ class Link:
         assert self._tasks is not None
         self._tasks.create_task(_run(work))
 
-    def _start_timer(self, delay: float, token: int) -> None:
+    def _start_timer(self, delay: float, token: int, size: int) -> None:
         deadline = self._loop.time() + delay
-        entry = (deadline, next(self._timer_sequence), token, self._generation)
+        entry = (deadline, next(self._timer_sequence), token, self._generation, size)
+        self._held += size
         heapq.heappush(self._timers, entry)
         if self._timers[0] is entry:
             self._arm()
@@ -254,9 +355,14 @@ class Link:
         self._timer_handle = None
         now = self._loop.time()
         while self._timers and self._timers[0][0] <= now:
-            _, _, token, generation = heapq.heappop(self._timers)
+            _, _, token, generation, size = heapq.heappop(self._timers)
+            self._held -= size
             if generation == self._generation:
                 self._feed(TimerFired(token, self._clock()))
+        if self._held <= HELD_HIGH_WATER:
+            self._held_room.set()
+            if not self._held:
+                self._held_logged = False
         self._arm()
 
     def _signal_agent(self, signum: int, respawn: bool) -> None:
@@ -304,6 +410,7 @@ class Link:
             self._spawn(agent.wait_closed())
             return
         self.endpoints[Side.AGENT] = agent
+        self._closing.discard(Side.AGENT)
         self._connected(Side.AGENT)
         self._spawn(self._pump(Side.AGENT, agent, generation))
         self._agent_up.set()

@@ -406,7 +406,8 @@ class Relay:
         """Keep ``commands`` until a timer of ``delay`` seconds fires."""
         token = next(self._tokens)
         self._timers[token] = commands
-        return StartTimer(delay, token)
+        size = sum(len(command.data) for command in commands if isinstance(command, Send))
+        return StartTimer(delay, token, size)
 
     def _release(self, token: int) -> list[Command]:
         out: list[Command] = []

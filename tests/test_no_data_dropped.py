@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,7 +34,7 @@ import aiohttp
 import pytest
 import yaml
 from harness import TIMEOUT, ProxyProcess, log_events
-from test_http_listener import Http, SseStream
+from test_http_listener import Http, SseStream, small_receive_buffer
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
@@ -119,18 +120,40 @@ class Wire(Protocol):
 
     async def receive(self) -> bytes: ...
 
+    def pause(self) -> None:
+        """Read nothing more from the proxy until :meth:`resume` (or :meth:`receive`)."""
+
+    def resume(self) -> None: ...
+
 
 @dataclass
 class StdioWire:
-    """The proxy's stdin and stdout."""
+    """The proxy's stdin and stdout (lines of any length, whatever the reader's limit)."""
 
     proxy: ProxyProcess
+    _buffer: bytearray = field(default_factory=bytearray)
 
     async def send(self, data: bytes) -> None:
         await self.proxy.send(data)
 
     async def receive(self) -> bytes:
-        return await self.proxy.recv()
+        stdout = self.proxy.process.stdout
+        assert stdout is not None
+        searched = 0
+        while (end := self._buffer.find(b"\n", searched)) < 0:
+            searched = len(self._buffer)
+            chunk = await asyncio.wait_for(stdout.read(1 << 16), TIMEOUT)
+            assert chunk, f"stdout ended; stderr: {self.proxy.stderr}"
+            self._buffer += chunk
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        return line
+
+    def pause(self) -> None:
+        """Nothing to do: the pipe is read only in :meth:`receive`."""
+
+    def resume(self) -> None:
+        """Nothing to do."""
 
 
 @dataclass
@@ -147,6 +170,12 @@ class WsWire:
         assert isinstance(frame, str)
         return frame.encode()
 
+    def pause(self) -> None:
+        """Nothing to do: past its queue of frames the client reads only in :meth:`receive`."""
+
+    def resume(self) -> None:
+        """Nothing to do."""
+
 
 @dataclass
 class HttpWire:
@@ -161,32 +190,69 @@ class HttpWire:
         assert reply.status == 202, reply
 
     async def receive(self) -> bytes:
+        self.resume()
         return await self.stream.next()
+
+    def pause(self) -> None:
+        """The stream's reading task stops reading the socket."""
+        self.stream.reading.clear()
+
+    def resume(self) -> None:
+        self.stream.reading.set()
 
 
 INITIALIZE = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {}}
 
 
 @contextlib.asynccontextmanager
-async def client_wire(transport: str, proxy: ProxyProcess, url: str) -> AsyncIterator[Wire]:
-    """The Client's connection over ``transport``, past ``initialize``."""
+async def client_wire(
+    transport: str, proxy: ProxyProcess, url: str, *, small_buffers: bool = False
+) -> AsyncIterator[Wire]:
+    """The Client's connection over ``transport``, past ``initialize``.
+
+    ``small_buffers``: a socket receive buffer of 64 KiB (no autotuning) and a WebSocket queue of
+    one frame, so that a Client that does not read soon holds the proxy back.
+    """
     if transport == "stdio":
         wire = StdioWire(proxy)
         await wire.send(compact(INITIALIZE))
         assert json.loads(await wire.receive())["id"] == "init"
         yield wire
     elif transport == "ws":
-        async with ws_connect(url, proxy=None, max_size=None, compression=None) as ws:
+        sock = await small_socket(url) if small_buffers else None
+        queue = 1 if small_buffers else 16
+        async with ws_connect(
+            url, sock=sock, proxy=None, max_size=None, max_queue=queue, compression=None
+        ) as ws:
             ws_wire = WsWire(ws)
             await ws_wire.send(compact(INITIALIZE))
             assert json.loads(await ws_wire.receive())["id"] == "init"
             yield ws_wire
     else:
-        async with aiohttp.ClientSession() as session:
+        connector = aiohttp.TCPConnector(
+            socket_factory=small_receive_buffer if small_buffers else None
+        )
+        async with aiohttp.ClientSession(connector=connector) as session:
             http = Http(session, url)
             connection = await http.initialize()
             async with http.stream(connection) as stream:
                 yield HttpWire(http, connection, stream)
+
+
+async def small_socket(url: str) -> socket.socket:
+    """A socket connected to ``url``'s host and port, with a small fixed receive buffer."""
+    host, port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.setblocking(False)
+    try:
+        await asyncio.wait_for(
+            asyncio.get_running_loop().sock_connect(sock, (host, int(port))), TIMEOUT
+        )
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 @contextlib.asynccontextmanager

@@ -263,6 +263,10 @@ class HttpConnection:
             self._drained.clear()
             await self._drained.wait()
 
+    def buffered(self) -> int:
+        """Bytes waiting in the streams for their receivers."""
+        return sum(mailbox.size for mailbox in self._streams.values())
+
     def close(self) -> None:
         """The Agent side ended: finish the streams, forget the connection."""
         self.terminate()

@@ -36,8 +36,9 @@ log = get_logger("proxy.http_upstream")
 
 GONE = frozenset({401, 403, 404, 410})
 """POST statuses after which the connection is considered lost (as the TS Client does)."""
-INBOX_DEPTH = 256
-"""Messages read from the streams and not yet taken by the relay (then reading pauses)."""
+INBOX_HIGH_WATER = 4 * 1024 * 1024
+"""Bytes read from the Agent and not yet taken by the relay before reading pauses (a count of
+messages would let large messages pile up)."""
 OUTBOX_HIGH_WATER = 8 * 1024 * 1024
 """Bytes waiting to be POSTed before the Client's reader waits (backpressure)."""
 
@@ -62,7 +63,10 @@ class HttpUpstream:
         self._headers = dict(headers or {})
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self.connection_id: str | None = None
-        self._inbox: asyncio.Queue[Received | None] = asyncio.Queue(INBOX_DEPTH)
+        self._inbox: asyncio.Queue[Received | None] = asyncio.Queue()
+        self._inbox_size = 0
+        self._inbox_room = asyncio.Event()
+        self._inbox_room.set()
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._queued = 0
         self._room = asyncio.Event()
@@ -86,7 +90,12 @@ class HttpUpstream:
         """The next message from the Agent's streams (or an initialize body)."""
         if self._ended and self._inbox.empty():
             return None
-        return await self._inbox.get()
+        received = await self._inbox.get()
+        if isinstance(received, bytes):
+            self._inbox_size -= len(received)
+            if self._inbox_size <= INBOX_HIGH_WATER:
+                self._inbox_room.set()
+        return received
 
     def send(self, data: bytes) -> None:
         """Queue a message to POST (in order)."""
@@ -103,6 +112,10 @@ class HttpUpstream:
     def receive_ready(self) -> bool:
         """Each message is written on its own: the link drains after every one."""
         return False
+
+    def buffered(self) -> int:
+        """Bytes waiting to be POSTed."""
+        return self._queued
 
     def processed(self, status: int | None) -> None:
         """Nothing to settle."""
@@ -137,8 +150,7 @@ class HttpUpstream:
         self._room.set()
         if not self._ended:
             self._ended = True
-            with contextlib.suppress(asyncio.QueueFull):
-                self._inbox.put_nowait(None)
+            self._inbox.put_nowait(None)
 
     def _post_headers(self, message: Message | None) -> dict[str, str]:
         headers = {**self._headers, "Content-Type": "application/json"}
@@ -210,12 +222,21 @@ class HttpUpstream:
             f"the agent's HTTP endpoint answered {status}",
             {"status": status, "body": text},
         )
-        await self._inbox.put(error)
+        await self._put(error)
 
     async def _incoming(self, data: Received) -> None:
         if isinstance(data, bytes):
             self._watch_sessions(data)
-        await self._inbox.put(data)
+        await self._put(data)
+
+    async def _put(self, data: Received) -> None:
+        """Queue ``data`` for the relay, once the inbox is below its high-water mark."""
+        while self._inbox_size > INBOX_HIGH_WATER:
+            self._inbox_room.clear()
+            await self._inbox_room.wait()
+        if isinstance(data, bytes):
+            self._inbox_size += len(data)
+        self._inbox.put_nowait(data)
 
     def _watch_sessions(self, data: bytes) -> None:
         """Open a session stream for each session a message names; remember Agent requests."""

@@ -62,6 +62,9 @@ class _Outbox:
             self._room.set()
         return data
 
+    def size(self) -> int:
+        return self._size
+
     async def room(self) -> None:
         await self._room.wait()
 
@@ -94,6 +97,10 @@ class _WsEndpoint:
     async def drain(self) -> None:
         """Wait while too much is queued toward the peer."""
         await self._outbox.room()
+
+    def buffered(self) -> int:
+        """Bytes of the frames waiting in the outbox."""
+        return self._outbox.size()
 
     def close(self) -> None:
         """Flush, then close the socket normally (1000)."""

@@ -1,0 +1,351 @@
+"""Stalled and slow peers: the proxy's memory stays bounded and the writer is held back.
+
+A real proxy process sits between the test (the Client, over stdio, WebSocket or Streamable HTTP
+with its SSE stream) and ``peers/flood_agent.py`` (spawned over stdio, or serving WebSocket or
+Streamable HTTP). One side stops reading while the other writes :data:`FLOOD` bytes, many times
+what the proxy may hold. The proxy must log ``peer stalled`` for the side that stopped (once), hold
+the writer back (its writes stop completing: it has not finished when the stall is logged), keep
+its resident memory within :data:`BOUND` of what it was before the flood (``VmRSS`` and the peak,
+``VmHWM``, from ``/proc``), and once the reader reads again deliver every message intact, in
+order, and log ``peer resumed``. Delayed messages held by the proxy's timers are bounded the same
+way. A Client that reads one byte at a time still gets every message intact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from harness import PEERS, TIMEOUT, ProxyProcess, log_events
+from peers.flood_agent import flood_item
+from test_no_data_dropped import Wire, client_wire, compact
+
+FLOOD_AGENT = [sys.executable, str(PEERS / "flood_agent.py")]
+SIZE = 256 * 1024
+"""Bytes of one flood message."""
+COUNT = 256
+FLOOD = COUNT * SIZE
+"""64 MiB: well above what the proxy may hold (a few MiB per connection, 8 MiB of delayed
+messages) plus the kernel's pipe and socket buffers."""
+BOUND = 32 * 1024 * 1024
+"""How much the proxy's resident memory may grow during a flood (half of it)."""
+
+
+def memory(proxy: ProxyProcess, field: str = "VmRSS") -> int:
+    """The proxy's resident memory now (``VmRSS``) or at its peak (``VmHWM``), in bytes."""
+    status = Path(f"/proc/{proxy.process.pid}/status").read_text()
+    [line] = [line for line in status.splitlines() if line.startswith(f"{field}:")]
+    return int(line.split()[1]) * 1024
+
+
+def written(agent_logs: ProxyProcess) -> int:
+    """How many flood messages the Agent's writes have returned for."""
+    return len(log_events(agent_logs.stderr, "flood written"))
+
+
+@dataclass
+class Setup:
+    """A proxy, the Client's connection, and where the Agent's log lines and pid are."""
+
+    proxy: ProxyProcess
+    wire: Wire
+    agent_logs: ProxyProcess
+    """The Agent's stderr: the proxy's own for a spawned Agent."""
+    agent_pid: int
+
+
+@contextlib.asynccontextmanager
+async def ended(process: ProxyProcess) -> AsyncIterator[ProxyProcess]:
+    """``process`` (the proxy, or a network Agent), ended on exit as a user would end it.
+
+    SIGTERM (the proxy passes it on to the Agent it spawned), then a wait until the process and
+    every process sharing its stderr are gone, so that no pipe outlives the test; a kill if
+    that fails.
+    """
+    try:
+        yield process
+    finally:
+        try:
+            if process.process.returncode is None:
+                process.process.terminate()
+            if process.process.stdout is not None:  # unread output would hold the pipe open
+                await asyncio.wait_for(process.process.stdout.read(), TIMEOUT)
+            await process.wait()
+        finally:
+            await process.stop()
+
+
+@contextlib.asynccontextmanager
+async def network_agent(scheme: str) -> AsyncIterator[tuple[ProxyProcess, str]]:
+    """The flood Agent serving ``scheme`` (ws or http) on a free port; it and its URL."""
+    process = await asyncio.create_subprocess_exec(
+        *FLOOD_AGENT,
+        "--listen",
+        f"{scheme}://127.0.0.1:0/acp",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with ended(ProxyProcess(process)) as agent:
+        yield agent, (await agent.logged("listening"))["url"]
+
+
+@contextlib.asynccontextmanager
+async def setup(downstream: str, upstream: str, *options: str) -> AsyncIterator[Setup]:
+    """The proxy between a Client on ``downstream`` and the flood Agent on ``upstream``."""
+    async with contextlib.AsyncExitStack() as stack:
+        agent: list[str] = FLOOD_AGENT
+        remote: ProxyProcess | None = None
+        if upstream != "stdio":
+            remote, url = await stack.enter_async_context(network_agent(upstream))
+            agent, options = [], ("--upstream", url, *options)
+        listen = [] if downstream == "stdio" else ["--listen", f"{downstream}://127.0.0.1:0/acp"]
+        proxy = await stack.enter_async_context(
+            ended(
+                await ProxyProcess.start(
+                    agent, "--log-format", "json", *listen, *options, limit=1 << 16
+                )
+            )
+        )
+        url = "" if downstream == "stdio" else (await proxy.logged("listening"))["url"]
+        wire = await stack.enter_async_context(
+            client_wire(downstream, proxy, url, small_buffers=True)
+        )
+        agent_logs = remote or proxy
+        started = remote.process.pid if remote else (await proxy.logged("agent started"))["pid"]
+        yield Setup(proxy, wire, agent_logs, started)
+
+
+def flood(**params: object) -> bytes:
+    """The Client's ``_flood/send``: the Agent writes the items ``params`` describe."""
+    return compact({"jsonrpc": "2.0", "method": "_flood/send", "params": params})
+
+
+def fault_file(directory: Path, delay_ms: int) -> str:
+    """A fault file delaying every flood item by ``delay_ms``."""
+    rule = {
+        "name": "hold-items",
+        "when": {"method": "_flood/item"},
+        "do": {"action": "delay", "ms": delay_ms},
+    }
+    path = directory / "faults.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "rules": [rule]}))
+    return str(path)
+
+
+async def client_stalls(s: Setup, side: str) -> None:
+    """The Agent floods; the Client reads nothing until the stall is logged, then everything."""
+    before = memory(s.proxy)
+    s.wire.pause()
+    await s.wire.send(flood(count=COUNT, size=SIZE))
+    stalled = await s.proxy.logged("peer stalled")
+    held_back = written(s.agent_logs)
+    grown = memory(s.proxy) - before
+    assert stalled["side"] == "client"
+    assert stalled["transport"] == side
+    assert held_back < COUNT - 1, "the Agent wrote everything to a Client that reads nothing"
+    assert grown < BOUND, f"{grown} bytes more held for a Client that reads nothing"
+    for n in range(COUNT):
+        assert await s.wire.receive() == flood_item(n, SIZE)
+    await s.proxy.logged("peer resumed")
+    assert memory(s.proxy, "VmHWM") - before < BOUND
+    assert len(log_events(s.proxy.stderr, "peer stalled")) == 1
+
+
+CLIENT_STALLS = [
+    ("stdio", "stdio"),
+    ("ws", "stdio"),
+    ("http", "stdio"),
+    ("stdio", "ws"),
+    ("stdio", "http"),
+]
+"""(Client's transport, Agent's transport): each way toward a Client, each way from an Agent."""
+
+
+@pytest.mark.parametrize(("downstream", "upstream"), CLIENT_STALLS)
+async def test_a_client_that_stops_reading_holds_the_agent_back(
+    downstream: str, upstream: str
+) -> None:
+    """The Agent floods a Client that reads nothing: bounded memory, the Agent held back, a log
+    line; then the Client reads everything, intact and in order."""
+    async with setup(downstream, upstream) as s:
+        await client_stalls(s, downstream)
+
+
+@pytest.mark.parametrize("downstream", ["stdio", "ws"])
+async def test_delayed_messages_toward_a_client_that_stops_reading_are_bounded(
+    downstream: str, tmp_path: Path
+) -> None:
+    """Every item delayed: what the timers hold and what they release toward a Client that
+    reads nothing is bounded, as without the delay."""
+    async with setup(downstream, "stdio", "--faults", fault_file(tmp_path, 50)) as s:
+        await client_stalls(s, downstream)
+
+
+async def test_delayed_messages_hold_the_agent_back_past_their_bound(tmp_path: Path) -> None:
+    """Every item delayed for longer than the test lasts, toward a Client ready to read: once
+    the timers hold more than their bound (logged) the proxy reads no more, so the Agent is held
+    back and the proxy's memory stays bounded."""
+    async with setup("stdio", "stdio", "--faults", fault_file(tmp_path, 600_000)) as s:
+        before = memory(s.proxy)
+        await s.wire.send(flood(count=COUNT, size=SIZE))
+        held = await s.proxy.logged("delayed messages hold too much; reading waits for them")
+        assert held["held_bytes"] > held["bound"]
+        assert written(s.agent_logs) < COUNT - 1, "the Agent wrote everything into the timers"
+        assert memory(s.proxy) - before < BOUND
+
+
+AGENT_STALLS = [
+    ("stdio", "stdio"),
+    ("ws", "stdio"),
+    ("http", "stdio"),
+    ("stdio", "ws"),
+    ("stdio", "http"),
+]
+"""Each way from a Client, each way toward an Agent."""
+
+
+@pytest.mark.parametrize(("downstream", "upstream"), AGENT_STALLS)
+async def test_an_agent_that_stops_reading_holds_the_client_back(
+    downstream: str, upstream: str
+) -> None:
+    """The Client floods an Agent that reads nothing: bounded memory, the Client's writes stop
+    completing, a log line; then the Agent reads everything, intact and in order."""
+    async with setup(downstream, upstream) as s:
+        before = memory(s.proxy)
+        await s.wire.send(compact({"jsonrpc": "2.0", "method": "_flood/stall"}))
+        await s.agent_logs.logged("agent stopped reading")
+
+        async def write_flood() -> None:
+            for n in range(COUNT):
+                await s.wire.send(flood_item(n, SIZE))
+
+        async with asyncio.TaskGroup() as tasks:
+            flooding = tasks.create_task(write_flood())
+            stalled = await s.proxy.logged("peer stalled")
+            grown = memory(s.proxy) - before
+            assert stalled["side"] == "agent"
+            assert stalled["transport"] == upstream
+            assert not flooding.done(), "the Client wrote everything to an Agent that reads nothing"
+            assert grown < BOUND, f"{grown} bytes more held for an Agent that reads nothing"
+            os.kill(s.agent_pid, signal.SIGUSR1)
+        await s.wire.send(compact({"jsonrpc": "2.0", "id": "count", "method": "_flood/count"}))
+        answer = json.loads(await s.wire.receive())
+        assert answer["result"] == {"received": COUNT, "intact": True}
+        await s.proxy.logged("peer resumed")
+        assert memory(s.proxy, "VmHWM") - before < BOUND
+
+
+# -- a Client that reads one byte at a time -------------------------------------------------------
+
+SIZES = [1, 90, 3000, 70_000, 5, 150_000, 40_000, 17]
+"""Item sizes: a few bytes, and more than a pipe or a socket buffer takes at once."""
+
+
+class ByteStdioWire:
+    """The proxy's stdout read one byte per ``read`` (in a thread); its stdin as usual."""
+
+    def __init__(self, proxy: ProxyProcess, fd: int) -> None:
+        self.proxy = proxy
+        loop = asyncio.get_running_loop()
+        self._lines: asyncio.Queue[bytes] = asyncio.Queue()
+
+        def read() -> None:
+            line = bytearray()
+            while byte := os.read(fd, 1):
+                line += byte
+                if byte == b"\n":
+                    loop.call_soon_threadsafe(self._lines.put_nowait, bytes(line[:-1]))
+                    line.clear()
+            os.close(fd)
+
+        threading.Thread(target=read, daemon=True).start()
+
+    async def send(self, data: bytes) -> None:
+        await self.proxy.send(data)
+
+    async def receive(self) -> bytes:
+        return await asyncio.wait_for(self._lines.get(), TIMEOUT)
+
+    def pause(self) -> None:
+        """Never paused."""
+
+    def resume(self) -> None:
+        """Never paused."""
+
+
+@contextlib.contextmanager
+def byte_by_byte(target: str) -> Iterator[str]:
+    """A TCP relay in front of ``target`` (a URL) that reads what the proxy sends one byte per
+    ``recv``, with a small receive buffer; yields the URL to use instead."""
+    scheme, rest = target.split("://", 1)
+    address, path = rest.split("/", 1)
+    host, port = address.rsplit(":", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    sockets = [listener]
+
+    def copy(source: socket.socket, destination: socket.socket, chunk: int) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(chunk):
+                destination.sendall(data)
+            destination.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = listener.accept()
+                upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                upstream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                upstream.connect((host, int(port)))
+                sockets.extend((client, upstream))
+                for args in ((client, upstream, 1 << 16), (upstream, client, 1)):
+                    threading.Thread(target=copy, args=args, daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"{scheme}://127.0.0.1:{listener.getsockname()[1]}/{path}"
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@pytest.mark.parametrize("downstream", ["stdio", "ws", "http"])
+async def test_a_client_that_reads_one_byte_at_a_time_gets_every_message_intact(
+    downstream: str,
+) -> None:
+    """Messages from a few bytes to more than a buffer's worth, with characters of several
+    bytes and escapes, all cut at every byte on their way: each arrives whole, in order."""
+    async with contextlib.AsyncExitStack() as stack:
+        listen = [] if downstream == "stdio" else ["--listen", f"{downstream}://127.0.0.1:0/acp"]
+        read_end, write_end = os.pipe() if downstream == "stdio" else (-1, -1)
+        proxy = await ProxyProcess.start(
+            FLOOD_AGENT,
+            "--log-format",
+            "json",
+            *listen,
+            stdout=write_end if downstream == "stdio" else asyncio.subprocess.PIPE,
+        )
+        await stack.enter_async_context(ended(proxy))
+        wire: Wire
+        if downstream == "stdio":
+            os.close(write_end)
+            wire = ByteStdioWire(proxy, read_end)
+            await wire.send(compact({"jsonrpc": "2.0", "id": 0, "method": "initialize"}))
+            assert json.loads(await wire.receive())["id"] == 0
+        else:
+            url = stack.enter_context(byte_by_byte((await proxy.logged("listening"))["url"]))
+            wire = await stack.enter_async_context(client_wire(downstream, proxy, url))
+        await wire.send(flood(sizes=SIZES))
+        for n, size in enumerate(SIZES):
+            assert await wire.receive() == flood_item(n, size)
