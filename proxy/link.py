@@ -5,8 +5,9 @@ type that is not handled here fails mypy). One task per peer reads messages, sta
 loop's clock and hands them to :class:`~proxy.relay.Relay`; sends are queued on the destination
 endpoint in the order the core returned them, then the reading task waits for that endpoint to
 drain, so a peer that stops reading slows down its writer instead of growing memory. A drain that
-waits longer than :data:`STALL_SECONDS` is logged once (``peer stalled``), and again when the
-peer has taken everything queued for it (``peer resumed``).
+lasts :data:`STALL_SECONDS` or more is logged once (``peer stalled``, noticed by a watchdog that
+looks every :data:`STALL_SECONDS` while a drain is pending), and again when the peer has taken
+everything queued for it (``peer resumed``).
 
 Timers are the core's ``StartTimer`` commands, fed back as ``TimerFired``. What they hold (delayed
 messages, spaced copies) is bounded too: past :data:`HELD_HIGH_WATER` bytes the reading tasks wait
@@ -118,8 +119,12 @@ class Link:
         self._held_logged = False
         self._closing: set[Side] = set()
         """Peers the proxy has closed: reading them waits for timers no more (to see their end)."""
-        self._waits: dict[Side, tuple[Side, float]] = {}
-        """Per reading task (by the side it reads): the peer it waits to drain, and since when."""
+        self._waiting: dict[Side, Side | None] = dict.fromkeys(Side)
+        """Per reading task (by the side it reads): the peer it waits for to drain, if any."""
+        self._drains: dict[Side, int] = dict.fromkeys(Side, 0)
+        """Per reading task: how many drains it has waited for (tells one long wait apart)."""
+        self._seen: dict[Side, int] = {}
+        """The watchdog's last look: the drain each reading task was waiting for then."""
         self._stalled: set[Side] = set()
         """Peers logged as stalled and not yet caught up."""
         self._watchdog: asyncio.TimerHandle | None = None
@@ -180,6 +185,7 @@ class Link:
         self._observer.observe(Connected(side, self.endpoints[side].transport), self.id)
 
     async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
+        other = side.other
         unflushed: set[Side] = set()
         while True:
             received = await endpoint.receive()
@@ -205,10 +211,17 @@ class Link:
             if received is None or not endpoint.receive_ready():
                 # A burst read together is relayed whole, then written and drained at once. The
                 # far side is drained too: a held message reaches it later, without a drain.
-                unflushed.add(side.other)
+                unflushed.add(other)
                 for destination in unflushed:
-                    await self._drain(side, destination)
+                    self._waiting[side] = destination
+                    self._drains[side] += 1
+                    if self._watchdog is None:
+                        self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
+                    await self.endpoints[destination].drain()
                 unflushed.clear()
+                self._waiting[side] = None
+                if self._stalled:
+                    self._check_resumed()
                 if self._held > HELD_HIGH_WATER and side not in self._closing:
                     await self._wait_for_timers(side)
             if received is None:
@@ -217,49 +230,35 @@ class Link:
                     gone(self)
                 return
 
-    async def _drain(self, reader: Side, destination: Side) -> None:
-        """Wait for ``destination`` to drain; the watchdog logs a wait that lasts (a stall)."""
-        self._waits[reader] = (destination, self._loop.time())
-        if self._watchdog is None:
-            self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
-        try:
-            await self.endpoints[destination].drain()
-        finally:
-            self._waits.pop(reader, None)
-        if self._stalled:
-            self._check_resumed()
-
     def _watch(self) -> None:
-        """Log each peer that has kept a reader waiting for :data:`STALL_SECONDS`, once."""
+        """Look every :data:`STALL_SECONDS` while a reading task waits: one still in the drain it
+        was in at the last look has waited that long at least, and its peer is stalled (logged
+        once, until it has caught up)."""
         self._watchdog = None
-        now = self._loop.time()
-        due: list[float] = []
-        for destination, since in self._waits.values():
-            if destination in self._stalled:
+        for reader, destination in self._waiting.items():
+            drains = self._drains[reader]
+            if destination is None:
+                self._seen.pop(reader, None)
                 continue
-            if now - since < STALL_SECONDS:
-                due.append(since + STALL_SECONDS)
-                continue
-            self._stalled.add(destination)
-            endpoint = self.endpoints[destination]
-            log.warning(
-                "peer stalled",
-                link=self.id,
-                side=destination,
-                transport=endpoint.transport,
-                buffered_bytes=endpoint.buffered(),
-                held_bytes=self._held,
-                waited_s=round(now - since, 3),
-            )
+            if self._seen.get(reader) == drains and destination not in self._stalled:
+                self._stalled.add(destination)
+                endpoint = self.endpoints[destination]
+                log.warning(
+                    "peer stalled",
+                    link=self.id,
+                    side=destination,
+                    transport=endpoint.transport,
+                    buffered_bytes=endpoint.buffered(),
+                    held_bytes=self._held,
+                )
+            self._seen[reader] = drains
         self._check_resumed()
-        if due:
-            self._watchdog = self._loop.call_at(min(due), self._watch)
-        elif self._stalled:
+        if self._seen or self._stalled:
             self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
 
     def _check_resumed(self) -> None:
         """A stalled peer that nobody waits for and that has taken everything has caught up."""
-        waited_for = {destination for destination, _ in self._waits.values()}
+        waited_for = set(self._waiting.values())
         for destination in list(self._stalled):
             if destination not in waited_for and self.endpoints[destination].buffered() == 0:
                 self._stalled.discard(destination)

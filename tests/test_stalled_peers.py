@@ -245,6 +245,7 @@ async def test_an_agent_that_stops_reading_holds_the_client_back(
         assert answer["result"] == {"received": COUNT, "intact": True}
         await s.proxy.logged("peer resumed")
         assert memory(s.proxy, "VmHWM") - before < BOUND
+        assert len(log_events(s.proxy.stderr, "peer stalled")) == 1
 
 
 # -- a Client that reads one byte at a time -------------------------------------------------------
