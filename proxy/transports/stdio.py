@@ -126,8 +126,8 @@ class LineStream:
             await self._writer.drain()
 
     def buffered(self) -> int:
-        """Bytes written and not yet taken by the pipe (the OS pipe's own 64 KiB not counted)."""
-        return self._writer.transport.get_write_buffer_size()
+        """Bytes gathered or written and not yet taken by the pipe (its own 64 KiB not counted)."""
+        return self._gathered_size + self._writer.transport.get_write_buffer_size()
 
     def close(self) -> None:
         """Flush what is queued and close the writing end (and reading, unless half-closing)."""
