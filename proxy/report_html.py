@@ -176,7 +176,8 @@ def _table(
             for i, row in enumerate(rows)
         )
     cls = f' class="{_e(table_class)}"' if table_class else ""
-    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f"<table{cls}>{thead}<tbody>{body}</tbody></table>"
 
 
 def _stamp(at: float | None) -> str:
