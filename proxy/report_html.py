@@ -176,7 +176,7 @@ def _table(
             for i, row in enumerate(rows)
         )
     cls = f' class="{_e(table_class)}"' if table_class else ""
-    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    thead = f"<thead><tr>{head}</tr></thead>" if any(header) else ""
     return f"<table{cls}>{thead}<tbody>{body}</tbody></table>"
 
 
