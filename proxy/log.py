@@ -59,7 +59,9 @@ def configure_logging(
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        # One write per line: the Agent shares stderr, and with unbuffered streams
+        # (PYTHONUNBUFFERED) print() writes the newline apart, so lines could interleave.
+        logger_factory=structlog.WriteLoggerFactory(stream or sys.stderr),
         cache_logger_on_first_use=False,
     )
 
