@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import stat
@@ -27,6 +28,8 @@ log = get_logger("proxy.stdio")
 
 READ_CHUNK = 256 * 1024
 """Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
+GROUP_POLL = 0.05
+"""Seconds between two checks whether an exited Agent's leftover processes are gone."""
 
 
 def exit_status(returncode: int) -> int:
@@ -236,13 +239,33 @@ async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> L
     return stream
 
 
+class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Tells when the Agent has exited, even while something else holds its pipes open (where
+    ``Process.wait`` waits for the pipes too)."""
+
+    def __init__(self, *, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
 class AgentProcess(LineStream):
-    """A spawned Agent: its stdin and stdout are the upstream connection, stderr is ours."""
+    """A spawned Agent: its stdin and stdout are the upstream connection, stderr is ours.
+
+    The Agent leads a process group of its own, and signals go to the whole group, so that what
+    the Agent started (a wrapper's child, a helper) is stopped with it. Whatever is left in the
+    group once the Agent has exited is sent SIGTERM, then SIGKILL after the grace period: an
+    orphan that holds the Agent's stdout open would otherwise keep its link open for ever.
+    """
 
     def __init__(
         self,
         process: asyncio.subprocess.Process,
         stdout_transport: asyncio.BaseTransport,
+        exited: asyncio.Event,
         *,
         limit: int,
         grace: float,
@@ -253,26 +276,42 @@ class AgentProcess(LineStream):
             process.stdout, process.stdin, stdout_transport, limit=limit, half_close=True
         )
         self.process = process
+        self._exited = exited
+        """Set once the Agent has exited (its pipes may still be open in a child of its)."""
         self._grace = grace
+        self._group_gone = False
+        self._flushed = False
         self.stopped_by_proxy = False
         """True when the proxy had to signal the Agent because it did not exit by itself."""
+        self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     @property
     def pid(self) -> int:
-        """The Agent's process id."""
+        """The Agent's process id (also the id of its process group)."""
         return self.process.pid
 
     def signal(self, signum: int) -> None:
-        """Send ``signum`` to the Agent if it is still running (``kill_agent``, signals)."""
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signum)
+        """Send ``signum`` to the Agent's process group while it has members (``kill_agent``).
+
+        ``os.killpg`` and never ``Popen.send_signal``: the latter polls, and may reap the Agent
+        behind asyncio's back (whose watcher then reports the exit status 255).
+        """
+        if self._group_gone:
+            return
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            self._group_gone = True
+        except PermissionError:  # no member this process may signal (a setuid one)
+            pass
 
     async def wait_closed(self) -> None:
-        """Close stdin, give the Agent ``grace`` seconds to exit, then SIGTERM, then SIGKILL."""
-        await super().wait_closed()
-        for signum in (None, signal.SIGTERM, signal.SIGKILL):
-            if signum is not None:
+        """Give the Agent ``grace`` seconds to read what is queued and exit after its stdin closed,
+        then SIGTERM its process group, then SIGKILL; return once the group is gone."""
+        if not await self._exited_within(self._grace, flush=True):
+            if not self._flushed:
+                self._writer.transport.abort()  # what the Agent did not read is dropped
+            for signum in (signal.SIGTERM, signal.SIGKILL):
                 log.info(
                     "agent did not exit in time; signalling it",
                     pid=self.pid,
@@ -280,10 +319,42 @@ class AgentProcess(LineStream):
                 )
                 self.stopped_by_proxy = True
                 self.signal(signum)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.process.wait(), self._grace)
-                return
+                if await self._exited_within(self._grace, flush=False):
+                    break
+        await self._exited.wait()
+        await asyncio.shield(self._reaper)  # the rest of the group is stopped: pipes close
         await self.process.wait()
+
+    async def _exited_within(self, seconds: float, *, flush: bool) -> bool:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                if flush:
+                    await super().wait_closed()
+                    self._flushed = True
+                await self._exited.wait()
+                return True
+        return False
+
+    async def _reap(self) -> None:
+        """Once the Agent has exited, stop what it left in its group (TERM, grace, KILL)."""
+        await self._exited.wait()
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            if not self._group_alive():
+                return
+            log.info(
+                "the agent exited and left processes in its group; signalling them",
+                pgid=self.pid,
+                signal=signal.Signals(signum).name,
+            )
+            self.signal(signum)
+            for _ in range(math.ceil(self._grace / GROUP_POLL)):  # no event tells of a grandchild
+                if not self._group_alive():
+                    return
+                await asyncio.sleep(GROUP_POLL)
+
+    def _group_alive(self) -> bool:
+        self.signal(0)
+        return not self._group_gone
 
     async def wait(self) -> int:
         """Wait for the Agent to exit; return its exit status as a shell reports it."""
@@ -297,21 +368,23 @@ async def spawn_agent(
     grace: float = 5.0,
     env: Mapping[str, str] | None = None,
 ) -> AgentProcess:
-    """Start ``argv`` with piped stdin/stdout and the proxy's own stderr and environment.
+    """Start ``argv`` with piped stdin/stdout and the proxy's own stderr and environment, as the
+    leader of a new process group.
 
     Raises ``FileNotFoundError`` or ``PermissionError`` when the command cannot be run.
     """
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.subprocess_exec(
-        lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=READ_CHUNK, loop=loop),
+        lambda: _AgentProtocol(limit=READ_CHUNK, loop=loop),
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=None,
         env=None if env is None else dict(env),
+        process_group=0,
     )
     process = asyncio.subprocess.Process(transport, protocol, loop)
     stdout_transport = transport.get_pipe_transport(1)
     assert stdout_transport is not None
     log.info("agent started", pid=process.pid, argv=list(argv))
-    return AgentProcess(process, stdout_transport, limit=limit, grace=grace)
+    return AgentProcess(process, stdout_transport, protocol.exited, limit=limit, grace=grace)
