@@ -27,6 +27,7 @@ __all__ = [
     "Handling",
     "IdReused",
     "InitializeCached",
+    "InitializeTimedOut",
     "InvalidSeen",
     "KeyedAttempt",
     "Observation",
@@ -258,6 +259,16 @@ class InitializeCached(Observation):
     """Conductor mode: a Client's ``initialize`` was answered from the first Client's answer."""
 
     id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InitializeTimedOut(Observation):
+    """The Agent did not answer ``initialize`` within ``timeout`` seconds; the proxy answered
+    the Client (id ``id``) with an error, and forgot the request (forwarded as ``forwarded_id``)."""
+
+    id: bytes
+    forwarded_id: bytes
+    timeout: float
 
 
 @dataclass(frozen=True, slots=True)

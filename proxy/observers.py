@@ -20,6 +20,7 @@ from proxy.commands import (
     FaultInjected,
     Finding,
     IdReused,
+    InitializeTimedOut,
     InvalidSeen,
     KeyedAttempt,
     Observation,
@@ -102,6 +103,8 @@ class Tally:
                 self.counts["findings", check] += 1
             case KeyedAttempt(retry=retry):
                 self.counts["keyed_attempts", "retry" if retry else "first"] += 1
+            case InitializeTimedOut():
+                self.counts["timeouts", "initialize"] += 1
             case RulesCounted() | Disconnected():
                 pass
             case _:
@@ -208,6 +211,13 @@ class LogObserver:
                 )
             case Connected():
                 log.info("connected", side=observation.side, transport=observation.transport)
+            case InitializeTimedOut():
+                log.warning(
+                    "the agent did not answer initialize in time; the client got an error",
+                    id=_text(observation.id),
+                    forwarded_id=_text(observation.forwarded_id),
+                    timeout_s=observation.timeout,
+                )
             case Finding():
                 log.warning(
                     "finding",

@@ -20,6 +20,8 @@ The relay rules, each pinned down by ``tests/test_relay.py``:
    as it is.
 7. Invalid input is forwarded untouched (the peer answers it as it would without a proxy), or in
    ``strict`` mode answered by the proxy; an oversized message is always answered, never forwarded.
+8. With ``initialize_timeout``, an ``initialize`` the Agent has not answered in that time is
+   answered -32603 by the proxy (a timer, like a delay's); a late answer is then an orphan.
 
 Faults (DESIGN 6): each usable message (each element of a batch) is matched against the
 :class:`~proxy.faults.FaultEngine`; the actions of the rules that fire are applied in rule order.
@@ -48,6 +50,7 @@ from proxy.commands import (
     Handling,
     IdReused,
     InitializeCached,
+    InitializeTimedOut,
     InvalidSeen,
     Orphaned,
     PeerGone,
@@ -129,9 +132,11 @@ class Relay:
     __slots__ = (
         "_cached_initialize",
         "_closing",
+        "_deadlines",
         "_downstream",
         "_ended",
         "_engine",
+        "_initialize_timeout",
         "_keep_upstream",
         "_maps",
         "_origin",
@@ -151,6 +156,7 @@ class Relay:
         downstream: str = "stdio",
         keep_upstream: bool = False,
         cached_initialize: bytes | None = None,
+        initialize_timeout: float | None = None,
     ) -> None:
         """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
 
@@ -160,6 +166,7 @@ class Relay:
         ``keep_upstream`` (conductor mode): when the Client leaves, the Agent's connection is
         kept for the next Client. ``cached_initialize``: the Agent's answer to the first Client's
         ``initialize``; this relay's Client gets it instead of reaching the Agent again.
+        ``initialize_timeout``: seconds the Agent has to answer ``initialize`` (None: no bound).
         """
         self._downstream = downstream
         self._keep_upstream = keep_upstream
@@ -177,6 +184,9 @@ class Relay:
         """Peers the proxy has closed its connection to (nothing more will be sent to them)."""
         self._timers: dict[int, list[Command]] = {}
         self._tokens = itertools.count()
+        self._initialize_timeout = initialize_timeout
+        self._deadlines: dict[int, bytes] = {}
+        """Timer token -> the forwarded id of an ``initialize`` that must be answered by then."""
 
     def pending(self, direction: Direction) -> int:
         """How many requests travelling ``direction`` await their answer."""
@@ -410,6 +420,8 @@ class Relay:
         return StartTimer(delay, token, size)
 
     def _release(self, token: int) -> list[Command]:
+        if token in self._deadlines:
+            return self._initialize_overdue(self._deadlines.pop(token))
         out: list[Command] = []
         for command in self._timers.pop(token, ()):
             if isinstance(command, Sever):
@@ -419,6 +431,22 @@ class Relay:
                 out.append(Undeliverable(direction, parse(command.data).kind, len(command.data)))
             else:
                 out.append(command)
+        return out
+
+    def _initialize_overdue(self, forwarded_id: bytes) -> list[Command]:
+        """The Agent did not answer ``initialize`` in time: the Client gets an error instead."""
+        pending = self._maps[Direction.TO_AGENT].pop(forwarded_id)
+        if pending is None:
+            return []  # answered in time, or the Agent is gone
+        if pending.group is not None:
+            pending.group.answered = True  # an injected copy's late answer is swallowed
+        timeout = self._initialize_timeout
+        assert timeout is not None
+        out: list[Command] = [InitializeTimedOut(pending.original_id, forwarded_id, timeout)]
+        if Side.CLIENT not in self._closing:
+            text = f"the agent did not answer initialize within {timeout:g} s"
+            error = error_response(pending.original_id, ErrorCode.INTERNAL_ERROR, text)
+            out.append(Send(Side.CLIENT, error))
         return out
 
     def _translate(
@@ -460,6 +488,14 @@ class Relay:
         pending = requests.add(
             message.id_token, message.id_key, message.method, message.session, at, keyed=keyed
         )
+        if (
+            message.method == INITIALIZE_METHOD
+            and direction is Direction.TO_AGENT
+            and self._initialize_timeout is not None
+        ):
+            deadline = next(self._tokens)
+            self._deadlines[deadline] = pending.forwarded_id
+            out.append(StartTimer(self._initialize_timeout, deadline))
         edits: list[tuple[Span, bytes]] = [
             (span, pending.forwarded_id) for span in message.id_spans
         ]

@@ -13,16 +13,25 @@ from proxy.commands import (
     Command,
     Handling,
     IdReused,
+    InitializeTimedOut,
     InvalidSeen,
     Observation,
     Orphaned,
     PeerGone,
     Relayed,
     Send,
+    StartTimer,
     Undeliverable,
     Unroutable,
 )
-from proxy.events import Direction, MessageReceived, OversizedReceived, PeerClosed, Side
+from proxy.events import (
+    Direction,
+    MessageReceived,
+    OversizedReceived,
+    PeerClosed,
+    Side,
+    TimerFired,
+)
 from proxy.jsonrpc import InvalidReason, Kind
 from proxy.relay import Relay
 
@@ -476,3 +485,49 @@ class TestPeerClosed:
         relay.handle(PeerClosed(CLIENT, 1.0))
         assert relay.handle(PeerClosed(CLIENT, 2.0)) == []
         assert relay.handle(PeerClosed(AGENT, 2.0)) == [PeerGone(AGENT, 0), Close(CLIENT)]
+
+
+class TestInitializeTimeout:
+    def test_an_unanswered_initialize_is_answered_an_error_when_its_timer_fires(self) -> None:
+        """The relay starts a timer with the initialize; when it fires the Client gets -32603
+        under its own id, the request is forgotten and the Agent's late answer is an orphan."""
+        relay = Relay(initialize_timeout=30.0)
+        commands = feed(relay, CLIENT, request(b'"init"', "initialize"))
+        [timer] = observed_timers(commands)
+        assert timer.delay == 30.0
+        fired = relay.handle(TimerFired(timer.token, 30.0))
+        [timed_out] = observed(fired, InitializeTimedOut)
+        assert (timed_out.id, timed_out.forwarded_id, timed_out.timeout) == (b'"init"', b"0", 30.0)
+        error = json.loads(only_send(fired, CLIENT))
+        assert error["id"] == "init"
+        assert error["error"]["code"] == -32603
+        assert error["error"]["message"] == "the agent did not answer initialize within 30 s"
+        assert relay.pending(Direction.TO_AGENT) == 0
+        late = feed(relay, AGENT, result(b"0"))
+        assert sends(late) == []
+        assert observed(late, Orphaned)
+
+    def test_an_initialize_answered_in_time_leaves_the_timer_nothing_to_do(self) -> None:
+        """The answer is relayed as usual; the timer, when it fires, changes nothing."""
+        relay = Relay(initialize_timeout=30.0)
+        [timer] = observed_timers(feed(relay, CLIENT, request(b"1", "initialize")))
+        assert only_send(feed(relay, AGENT, result(b"0")), CLIENT) == result(b"1")
+        assert relay.handle(TimerFired(timer.token, 30.0)) == []
+
+    def test_no_timer_for_other_requests_or_without_a_timeout(self) -> None:
+        """Only initialize toward the Agent is bounded, and only with a timeout set."""
+        bounded = Relay(initialize_timeout=1.0)
+        assert observed_timers(feed(bounded, CLIENT, request(b"1", "session/new"))) == []
+        assert observed_timers(feed(bounded, AGENT, request(b"1", "initialize"))) == []
+        assert observed_timers(feed(Relay(), CLIENT, request(b"1", "initialize"))) == []
+
+    def test_a_closed_client_gets_nothing(self) -> None:
+        """After the Agent left, there is nothing to answer: the request was already abandoned."""
+        relay = Relay(initialize_timeout=1.0)
+        [timer] = observed_timers(feed(relay, CLIENT, request(b"1", "initialize")))
+        relay.handle(PeerClosed(AGENT, 0.5))
+        assert relay.handle(TimerFired(timer.token, 1.0)) == []
+
+
+def observed_timers(commands: list[Command]) -> list[StartTimer]:
+    return [c for c in commands if isinstance(c, StartTimer)]
