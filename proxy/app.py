@@ -26,10 +26,20 @@ from proxy.log import get_logger
 from proxy.metrics import Metrics
 from proxy.observers import Fanout, LogObserver, Observer, Tally
 from proxy.relay import Relay
-from proxy.server import STDIO, Address, NetworkProxy, UpstreamFactory, upstream_factory
+from proxy.server import (
+    SHUTDOWN_TIMEOUT,
+    STDIO,
+    Address,
+    NetworkProxy,
+    UpstreamFactory,
+    upstream_factory,
+)
 from proxy.state import StateFile, StateSaver
 from proxy.trace import EventFeed, TraceWriter
+from proxy.transports.http_listener import INITIALIZE_TIMEOUT
+from proxy.transports.http_upstream import HTTP_TIMEOUT
 from proxy.transports.stdio import AgentProcess, open_client_stdio
+from proxy.transports.websocket import CONNECT_TIMEOUT
 from proxy.watch import watch_fault_files
 
 __all__ = [
@@ -76,6 +86,14 @@ class RunOptions:
     admin_allow_remote: bool = False
     trace: Path | None = None
     """The JSONL trace file (appended to)."""
+    connect_timeout: float = CONNECT_TIMEOUT
+    """Seconds to reach a network Agent (TCP connect, WebSocket handshake)."""
+    initialize_timeout: float = INITIALIZE_TIMEOUT
+    """Seconds the Agent has to answer ``initialize`` before the Client gets an error."""
+    http_timeout: float = HTTP_TIMEOUT
+    """Seconds one POST (or DELETE) to an HTTP Agent may take, answer included."""
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT
+    """Seconds the links get to end after SIGTERM or SIGINT before they are cut."""
 
 
 def build_engine(options: RunOptions) -> FaultEngine:
@@ -153,6 +171,8 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         options.agent_argv,
         limit=options.max_message_bytes,
         grace=options.agent_grace,
+        connect_timeout=options.connect_timeout,
+        http_timeout=options.http_timeout,
     )
     fanout.extend(observers)
     return _Experiment(engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver)
@@ -220,18 +240,26 @@ async def run_network(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[Ready], None] | None = None,
 ) -> int:
-    """Serve Clients on a listener until ``stop`` is set (default: SIGINT or SIGTERM).
+    """Serve Clients on a listener until ``stop`` is set (default: SIGINT or SIGTERM); return 0.
 
-    Every connection gets a link. ``on_ready`` hears the bound addresses once serving.
+    Every connection gets a link. ``on_ready`` hears the bound addresses once serving (and again
+    whenever ``restart_proxy`` brings the listener back). Stopping ends every link (see
+    :class:`~proxy.server.NetworkProxy`); a second signal cuts them at once.
     """
     loop = asyncio.get_running_loop()
     experiment = _experiment(options, observer)
     signals = stop is None
     stop = stop or asyncio.Event()
+    hurry = asyncio.Event()
 
     def on_signal(signum: int) -> None:
-        log.info("signal received; shutting down", signal=signal.Signals(signum).name)
-        stop.set()
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.warning("second signal received; cutting every link now", signal=name)
+            hurry.set()
+        else:
+            log.info("signal received; shutting down", signal=name)
+            stop.set()
 
     if signals:
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -245,6 +273,8 @@ async def run_network(
         limit=options.max_message_bytes,
         origin=loop.time(),
         keep_upstream=options.keep_upstream,
+        initialize_timeout=options.initialize_timeout,
+        shutdown_timeout=options.shutdown_timeout,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
@@ -256,7 +286,7 @@ async def run_network(
                 if on_ready is not None:
                     on_ready(Ready(listen_url, admin_url))
 
-            await proxy.serve(stop, ready)
+            await proxy.serve(stop, ready, hurry=hurry)
     finally:
         if signals:
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -270,7 +300,13 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
 
     With a spawned Agent the status is the Agent's, as a shell would report it; 0 when the Client
     closed stdin and the Agent had to be stopped; 127 or 126 when the Agent command cannot be
-    run. With a network upstream: 0 when the Client ended, 1 when the connection was lost.
+    run. With a network upstream: 0 when the Client ended or a signal stopped the proxy, 1 when
+    the connection was lost.
+
+    SIGINT and SIGTERM are passed on to a spawned Agent (its process group), and the link ends as
+    when the Agent leaves: its stdin is closed, what it still writes reaches the Client, then the
+    Client's stdout is closed. After ``shutdown_timeout`` seconds, or at a second signal, the link
+    is cut and the Agent killed.
     """
     loop = asyncio.get_running_loop()
     experiment = _experiment(options, observer)
@@ -290,19 +326,37 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     ids: dict[Direction, Iterator[int]] = {direction: itertools.count() for direction in Direction}
     link = Link(
         lambda cached: Relay(
-            strict=options.strict, engine=experiment.engine, origin=origin, ids=ids
+            strict=options.strict,
+            engine=experiment.engine,
+            origin=origin,
+            ids=ids,
+            initialize_timeout=options.initialize_timeout,
         ),
         {Side.CLIENT: client, Side.AGENT: agent},
         experiment.observer,
         connect_agent=functools.partial(experiment.connect_upstream, {}),
     )
 
+    deadline: asyncio.TimerHandle | None = None
+
+    def cut(event: str, **fields: str) -> None:
+        log.warning(event, **fields)
+        link.abort()
+
     def on_signal(signum: int) -> None:
-        log.info("signal received; passing it to the agent", signal=signal.Signals(signum).name)
+        nonlocal deadline
+        name = signal.Signals(signum).name
+        if deadline is not None:
+            cut("second signal received; cutting the link now", signal=name)
+            return
+        log.info("signal received; passing it to the agent", signal=name)
         current = link.endpoints[Side.AGENT]
         if isinstance(current, Signalable):
             current.signal(signum)
-        link.close(Side.AGENT)
+        link.shutdown()
+        deadline = loop.call_later(
+            options.shutdown_timeout, cut, "the link did not end in time; cutting it"
+        )
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
@@ -315,8 +369,11 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
             if final.stopped_by_proxy and link.closed_first is Side.CLIENT:
                 status = 0
         else:
-            status = 0 if link.closed_first is Side.CLIENT else EXIT_UNREACHABLE
+            stopped = link.closed_first is Side.CLIENT or deadline is not None
+            status = 0 if stopped else EXIT_UNREACHABLE
     finally:
+        if deadline is not None:
+            deadline.cancel()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
     log.info("proxy finished", exit_status=status, **experiment.tally.summary())

@@ -34,7 +34,10 @@ from proxy.reference_client import ClientOptions, run_client
 from proxy.reference_client import render as render_client
 from proxy.report import report_main
 from proxy.report_html import write_html
-from proxy.server import parse_address
+from proxy.server import SHUTDOWN_TIMEOUT, parse_address
+from proxy.transports.http_listener import INITIALIZE_TIMEOUT
+from proxy.transports.http_upstream import HTTP_TIMEOUT
+from proxy.transports.websocket import CONNECT_TIMEOUT
 
 __all__ = ["app", "main"]
 
@@ -181,6 +184,34 @@ def run(
         float,
         typer.Option(min=0, help="Seconds the Agent gets to exit before SIGTERM, then SIGKILL."),
     ] = 5.0,
+    connect_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds to reach a network Agent (TCP connect and WebSocket handshake).",
+        ),
+    ] = CONNECT_TIMEOUT,
+    initialize_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds the Agent has to answer initialize; then the Client gets an error.",
+        ),
+    ] = INITIALIZE_TIMEOUT,
+    http_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001, help="Seconds one POST or DELETE to an HTTP Agent may take, answer included."
+        ),
+    ] = HTTP_TIMEOUT,
+    shutdown_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds the links get to end after SIGTERM or SIGINT before they are cut "
+            "(a second signal cuts them at once).",
+        ),
+    ] = SHUTDOWN_TIMEOUT,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.info,
 ) -> None:
@@ -228,6 +259,10 @@ def run(
         max_message_bytes=max_message_bytes,
         strict=strict,
         agent_grace=agent_grace,
+        connect_timeout=connect_timeout,
+        initialize_timeout=initialize_timeout,
+        http_timeout=http_timeout,
+        shutdown_timeout=shutdown_timeout,
         faults=tuple(faults or ()),
         seed=seed,
         watch=watch,

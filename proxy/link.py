@@ -17,11 +17,19 @@ later without a drain of its own. Replacing the Agent
 (``kill_agent`` with ``respawn``, ``restart_proxy``) starts a new *generation*: a fresh relay with
 empty id maps (the fault engine and the id counters carry over), a new Agent, and every timer and
 message of the old generation is discarded. The Client's messages wait while the Agent is down.
+
+Every endpoint the link closes is waited for once (``wait_closed``: a spawned Agent is stopped,
+an HTTP session released), and so is an Agent connection that ended by itself. When the proxy
+shuts down (:meth:`Link.shutdown`) the Agent's connection is closed first, so that what the Agent
+still writes reaches the Client; the relay then closes the Client's connection (a WebSocket with
+1001, going away). Nothing answers the requests still pending: the Client sees its connection
+end. :meth:`Link.abort` cuts everything at once, for when that takes too long.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import signal
@@ -67,6 +75,8 @@ STALL_SECONDS = 1.0
 """How long a peer may leave the proxy waiting to write before it is logged as stalled."""
 HELD_HIGH_WATER = 8 * 1024 * 1024
 """Bytes a link's timers may hold (delayed messages, spaced copies) before its readers wait."""
+GOING_AWAY = 1001
+"""The WebSocket close code of a Client's connection closed because the proxy shuts down."""
 
 AgentFactory = Callable[[], Awaitable[Endpoint]]
 """Connects (spawns) a new Agent for this link."""
@@ -132,17 +142,27 @@ class Link:
         self._agent_up = asyncio.Event()
         self._agent_up.set()
         self._post_status: int | None = None
+        self._released: set[Endpoint] = set()
+        """Endpoints whose ``wait_closed`` runs (each is waited for once)."""
+        self._stopping = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._aborted = False
         self.closed_first: Side | None = None
         """The peer whose connection ended first (who ended the link)."""
 
     async def run(self) -> None:
-        """Relay until both peers are gone and every close has finished."""
+        """Relay until both peers are gone and every close has finished (or :meth:`abort`)."""
+        self._runner = asyncio.current_task()
         try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
                 for side in Side:
                     self._connected(side)
                     tasks.create_task(self._pump(side, self.endpoints[side], 0))
+        except asyncio.CancelledError:
+            if not self._aborted or self._runner is None:
+                raise
+            self._runner.uncancel()
         finally:
             for handle in (self._timer_handle, self._watchdog):
                 if handle is not None:
@@ -151,9 +171,29 @@ class Link:
             self._held = 0
             self._held_room.set()
 
-    def close(self, side: Side) -> None:
-        """Close the connection to ``side`` from outside the relay (a signal, an operator)."""
-        self.inject([Close(side)])
+    def shutdown(self) -> None:
+        """End the link for a shutdown of the proxy: close the Agent's connection (a spawned
+        Agent gets EOF, then SIGTERM and SIGKILL after its grace); the Client's is closed once
+        the Agent's stream has ended (1001 on a WebSocket). No new Agent is started any more."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self._agent_up.is_set():
+            self._execute([Close(Side.AGENT)])
+        # else the Agent is being replaced: _connect_new_agent sees _stopping and ends the link
+
+    def abort(self) -> None:
+        """Cut the link now: the Agent's process group is killed, both connections are cut
+        without flushing, and every task of the link is cancelled."""
+        self._stopping.set()
+        agent = self.endpoints[Side.AGENT]
+        if isinstance(agent, Signalable):
+            agent.signal(signal.SIGKILL)
+        for side in Side:
+            self.endpoints[side].sever(flush=False)
+        if self._runner is not None and not self._runner.done():
+            self._aborted = True
+            self._runner.cancel()
 
     def inject(self, commands: list[Command]) -> None:
         """Carry out commands that come from outside the relay (the control API's actions)."""
@@ -228,6 +268,9 @@ class Link:
                 gone = self._on_client_gone
                 if side is Side.CLIENT and gone and not self.relay.has_ended(Side.AGENT):
                     gone(self)
+                if side is Side.AGENT:
+                    endpoint.close()  # an Agent that closed its stdout is stopped all the same
+                    self._release(endpoint)
                 return
 
     def _watch(self) -> None:
@@ -302,13 +345,16 @@ class Link:
                     written.add(to)
                 case Close(side=side):
                     endpoint = self.endpoints[side]
-                    endpoint.close()
-                    self._spawn(endpoint.wait_closed())
+                    if self._stopping.is_set() and side is Side.CLIENT:
+                        endpoint.sever(flush=True, close_code=GOING_AWAY)
+                    else:
+                        endpoint.close()
+                    self._release(endpoint)
                     self._stop_holding(side)
                 case Sever(side=side, flush=flush, close_code=close_code):
                     endpoint = self.endpoints[side]
                     endpoint.sever(flush=flush, close_code=close_code)
-                    self._spawn(endpoint.wait_closed())
+                    self._release(endpoint)
                     self._stop_holding(side)
                 case StartTimer(delay=delay, token=token, size=size):
                     self._start_timer(delay, token, size)
@@ -334,6 +380,18 @@ class Link:
     def _spawn(self, work: Awaitable[None]) -> None:
         assert self._tasks is not None
         self._tasks.create_task(_run(work))
+
+    def _release(self, endpoint: Endpoint) -> None:
+        """Wait for ``endpoint`` to close, once, within the link (its resources are freed)."""
+        if endpoint not in self._released:
+            self._released.add(endpoint)
+            self._spawn(self._wait_closed(endpoint))
+
+    async def _wait_closed(self, endpoint: Endpoint) -> None:
+        try:
+            await endpoint.wait_closed()
+        finally:
+            self._released.discard(endpoint)
 
     def _start_timer(self, delay: float, token: int, size: int) -> None:
         deadline = self._loop.time() + delay
@@ -385,6 +443,7 @@ class Link:
         abandoned = sum(self.relay.pending(direction) for direction in Direction)
         self.relay = self._new_relay(None)
         old.sever(flush=False)
+        self._released.add(old)  # waited for below, before the new Agent starts
         if stop and isinstance(old, Signalable):
             old.signal(signal.SIGTERM)
         self._observer.observe(Disconnected(Side.AGENT, old.transport), self.id)
@@ -393,10 +452,16 @@ class Link:
         self._spawn(self._connect_new_agent(old, downtime, self._generation))
 
     async def _connect_new_agent(self, old: Endpoint, downtime: float, generation: int) -> None:
-        await old.wait_closed()
+        await self._wait_closed(old)
         if downtime:
-            await asyncio.sleep(downtime)
+            with contextlib.suppress(TimeoutError):  # a shutdown ends the downtime
+                await asyncio.wait_for(self._stopping.wait(), downtime)
         assert self._connect_agent is not None
+        if self._stopping.is_set():
+            log.info("shutting down; no new agent is started")
+            self._agent_up.set()
+            self._execute([Close(Side.CLIENT)])
+            return
         try:
             agent = await self._connect_agent()
         except Exception as exc:
@@ -404,9 +469,12 @@ class Link:
             self._agent_up.set()
             self._execute([Close(Side.CLIENT)])
             return
-        if generation != self._generation:  # replaced again meanwhile
+        if generation != self._generation or self._stopping.is_set():  # replaced, or stopping
             agent.sever(flush=False)
-            self._spawn(agent.wait_closed())
+            self._release(agent)
+            if generation == self._generation:
+                self._agent_up.set()
+                self._execute([Close(Side.CLIENT)])
             return
         self.endpoints[Side.AGENT] = agent
         self._closing.discard(Side.AGENT)

@@ -31,12 +31,13 @@ from proxy.link import Link
 from proxy.log import get_logger
 from proxy.observers import Observer
 from proxy.relay import Relay
-from proxy.transports.http_listener import Listener, ListenerConfig
-from proxy.transports.http_upstream import connect_http
+from proxy.transports.http_listener import INITIALIZE_TIMEOUT, Listener, ListenerConfig
+from proxy.transports.http_upstream import HTTP_TIMEOUT, connect_http
 from proxy.transports.stdio import spawn_agent
-from proxy.transports.websocket import connect_ws
+from proxy.transports.websocket import CONNECT_TIMEOUT, connect_ws
 
 __all__ = [
+    "SHUTDOWN_TIMEOUT",
     "STDIO",
     "Address",
     "NetworkProxy",
@@ -50,6 +51,10 @@ log = get_logger("proxy.server")
 
 UpstreamFactory = Callable[[Mapping[str, str]], Awaitable[Endpoint]]
 """Connects one link's Agent; its argument: the Client's headers to pass on (auth, cookies)."""
+
+SHUTDOWN_TIMEOUT = 15.0
+"""Seconds the links get to end after SIGTERM or SIGINT, before they are cut: enough for a
+spawned Agent's default grace (5 s after EOF, then 5 s after SIGTERM) and the last writes."""
 
 PASSED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 """Request headers of a Client that go on to an HTTP or WebSocket Agent (also every ``X-*``)."""
@@ -104,7 +109,13 @@ def parse_address(text: str, *, option: str) -> Address:
 
 
 def upstream_factory(
-    address: Address, agent_argv: tuple[str, ...], *, limit: int, grace: float
+    address: Address,
+    agent_argv: tuple[str, ...],
+    *,
+    limit: int,
+    grace: float,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    http_timeout: float = HTTP_TIMEOUT,
 ) -> UpstreamFactory:
     """How each link connects to the Agent."""
 
@@ -112,14 +123,28 @@ def upstream_factory(
         if address.scheme == "stdio":
             return await spawn_agent(agent_argv, limit=limit, grace=grace)
         if address.scheme == "ws":
-            return await connect_ws(address.url, limit=limit, headers=headers)
-        return await connect_http(address.url, limit=limit, headers=headers)
+            return await connect_ws(
+                address.url, limit=limit, headers=headers, open_timeout=connect_timeout
+            )
+        return await connect_http(
+            address.url,
+            limit=limit,
+            headers=headers,
+            connect_timeout=connect_timeout,
+            http_timeout=http_timeout,
+        )
 
     return connect
 
 
 class NetworkProxy:
-    """A listener whose every Client connection is relayed to an upstream connection of its own."""
+    """A listener whose every Client connection is relayed to an upstream connection of its own.
+
+    Shutting down (``stop`` set): the listener stops accepting (requests on open HTTP connections
+    get 503), every link closes its Agent's connection and then its Client's, as the relay does
+    when an Agent leaves, and the proxy waits for them for ``shutdown_timeout`` seconds at most,
+    or until ``hurry`` is set; the links left are then cut (:meth:`Link.abort`).
+    """
 
     def __init__(
         self,
@@ -132,8 +157,12 @@ class NetworkProxy:
         limit: int,
         origin: float,
         keep_upstream: bool = False,
+        initialize_timeout: float = INITIALIZE_TIMEOUT,
+        shutdown_timeout: float = SHUTDOWN_TIMEOUT,
     ) -> None:
         self._connect_upstream = connect_upstream
+        self._initialize_timeout = initialize_timeout
+        self._shutdown_timeout = shutdown_timeout
         self._keep_upstream = keep_upstream
         self._parked: Link | None = None
         """Conductor mode: the link whose Client left and whose Agent waits for the next one."""
@@ -143,30 +172,65 @@ class NetworkProxy:
         self._origin = origin
         self._ids: dict[Direction, Iterator[int]] = {d: itertools.count() for d in Direction}
         self._links: set[Link] = set()
+        self.idle = asyncio.Event()
+        """Set while no link runs (every Agent a link spawned has been stopped and reaped)."""
+        self.idle.set()
         self._tasks: asyncio.TaskGroup | None = None
         self.listener = Listener(
-            ListenerConfig(listen.host, listen.port, listen.path, listen.scheme == "ws", limit),
+            ListenerConfig(
+                listen.host,
+                listen.port,
+                listen.path,
+                listen.scheme == "ws",
+                limit,
+                initialize_timeout=initialize_timeout,
+            ),
             self._on_connection,
             observer,
         )
         self._restarting = False
+        self._restart_task: asyncio.Task[None] | None = None
+        self._on_listening: Callable[[str], None] | None = None
+        self._stopping = asyncio.Event()
 
     async def serve(
-        self, stop: asyncio.Event, on_listening: Callable[[str], None] | None = None
+        self,
+        stop: asyncio.Event,
+        on_listening: Callable[[str], None] | None = None,
+        *,
+        hurry: asyncio.Event | None = None,
     ) -> None:
-        """Listen until ``stop`` is set, then close every link."""
+        """Listen until ``stop`` is set, then end every link (see the class).
+
+        ``on_listening`` hears the URL served each time the listener starts (again after each
+        ``restart_proxy``).
+        """
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
+            self._on_listening = on_listening
             await self.listener.start()
             if on_listening is not None:
                 on_listening(self.listener.url)
             await stop.wait()
-            await self.listener.stop()
+            await self._shut_down(hurry or asyncio.Event())
+
+    async def _shut_down(self, hurry: asyncio.Event) -> None:
+        self._stopping.set()
+        if self._restart_task is not None:
+            await self._restart_task  # its downtime ends now, and the listener stays down
+        await self.listener.stop_accepting()
+        for link in list(self._links):
+            link.shutdown()
+        if not await _first(self.idle, hurry, seconds=self._shutdown_timeout):
+            log.warning("links did not end in time; cutting them", links=len(self._links))
+        if self._links:
             for link in list(self._links):
-                link.close(Side.CLIENT)
-                link.close(Side.AGENT)
+                link.abort()
+        await self.listener.stop()
 
     async def _on_connection(self, downstream: Endpoint, headers: Mapping[str, str]) -> bool:
+        if self._stopping.is_set():
+            return False
         parked, self._parked = self._parked, None
         if parked is not None and parked in self._links:
             log.info("a new client takes over the kept agent connection")
@@ -181,7 +245,14 @@ class NetworkProxy:
         except Exception as exc:  # the websockets and aiohttp handshake errors
             log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
             return False
+        if self._stopping.is_set():  # the proxy began to shut down while the Agent connected
+            upstream.sever(flush=False)
+            assert self._tasks is not None
+            self._tasks.create_task(_closed(upstream))
+            return False
         transport = downstream.transport
+        # Over HTTP the listener bounds the initialize POST itself (a 504 without a connection).
+        initialize_timeout = None if transport == "http" else self._initialize_timeout
 
         def new_relay(cached_initialize: bytes | None) -> Relay:
             return Relay(
@@ -192,6 +263,7 @@ class NetworkProxy:
                 downstream=transport,
                 keep_upstream=self._keep_upstream,
                 cached_initialize=cached_initialize,
+                initialize_timeout=initialize_timeout,
             )
 
         link = Link(
@@ -204,6 +276,7 @@ class NetworkProxy:
         )
         assert self._tasks is not None
         self._links.add(link)
+        self.idle.clear()
         self._tasks.create_task(self._run(link))
         return True
 
@@ -220,6 +293,9 @@ class NetworkProxy:
             await link.run()
         finally:
             self._links.discard(link)
+            log.info("link ended", link=link.id, links=len(self._links))
+            if not self._links:
+                self.idle.set()
             if self._parked is link:
                 self._parked = None
 
@@ -229,21 +305,43 @@ class NetworkProxy:
         The links are cut at once (the message that triggered it was forwarded, its answer is
         lost); stopping and starting the listener follows.
         """
-        if self._restarting or self._tasks is None:
+        if self._restarting or self._stopping.is_set() or self._tasks is None:
             return
         self._restarting = True
         log.warning("restarting", what="proxy", downtime_ms=downtime * 1000)
         for link in list(self._links):
             link.sever_all()
         self._parked = None
-        self._tasks.create_task(self._restart(downtime))
+        self._restart_task = self._tasks.create_task(self._restart(downtime))
 
     async def _restart(self, downtime: float) -> None:
         try:
             await self.listener.stop()
             if downtime:
-                await asyncio.sleep(downtime)
+                with contextlib.suppress(TimeoutError):  # a shutdown ends the downtime
+                    await asyncio.wait_for(self._stopping.wait(), downtime)
+            if self._stopping.is_set():
+                return
             with contextlib.suppress(OSError):
                 await self.listener.start()
+                if self._on_listening is not None:
+                    self._on_listening(self.listener.url)
         finally:
             self._restarting = False
+            self._restart_task = None
+
+
+async def _first(event: asyncio.Event, other: asyncio.Event, *, seconds: float) -> bool:
+    """Wait until ``event`` or ``other`` is set, ``seconds`` at most; ``event.is_set()``."""
+    loop = asyncio.get_running_loop()
+    waits = [loop.create_task(e.wait()) for e in (event, other)]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    return event.is_set()
+
+
+async def _closed(endpoint: Endpoint) -> None:
+    await endpoint.wait_closed()

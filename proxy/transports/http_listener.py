@@ -20,6 +20,10 @@ Streamable HTTP as the SDKs speak it:
   its own session's stream, when that stream exists (a ``session/new`` answer creates it);
   everything else goes to the connection stream.
 * DELETE ends the connection and its streams (202; 400; 404).
+* An ``initialize`` the Agent does not answer within ``initialize_timeout`` gets 504 with a
+  JSON-RPC error; the attempt's connection is dropped.
+* Once the proxy shuts down (:meth:`Listener.stop_accepting`), no connection is accepted and every
+  request gets 503; a pending ``initialize`` too.
 """
 
 from __future__ import annotations
@@ -59,6 +63,13 @@ SESSION_SCOPED = frozenset(
 )
 """Methods whose POST must carry ``Acp-Session-Id`` (the ones the SDK clients send it for)."""
 KEEPALIVE_SECONDS = 15.0
+INITIALIZE_TIMEOUT = 30.0
+"""Seconds the Agent has to answer ``initialize`` (``--initialize-timeout``). An Agent answers
+it in milliseconds once it runs; 30 s cover a slow start (an ``npx`` download, a cold JIT), and a
+Client is told before its own patience ends."""
+HANDLERS_GRACE = 2.0
+"""Seconds the requests still being served when the listener stops get to finish (their links
+have ended by then, so they are only writing their last bytes); then their connections close."""
 STREAM_HIGH_WATER = 8 * 1024 * 1024
 """Bytes a stream may hold for a receiver before the reader on the Agent's side waits."""
 
@@ -331,11 +342,20 @@ class ListenerConfig:
     path: str
     websocket_only: bool
     max_message_bytes: int
-    initialize_timeout: float = 30.0
+    initialize_timeout: float = INITIALIZE_TIMEOUT
 
 
-def _error(status: int, message: str, code: int = ErrorCode.INVALID_REQUEST) -> web.Response:
-    body = error_response(b"null", code, message)
+SHUTTING_DOWN = "the proxy is shutting down"
+
+
+def _error(
+    status: int,
+    message: str,
+    code: int = ErrorCode.INVALID_REQUEST,
+    request_id: bytes | None = None,
+) -> web.Response:
+    """An HTTP error whose body is a JSON-RPC error (for ``request_id``, else ``id: null``)."""
+    body = error_response(request_id or b"null", code, message)
     return web.Response(status=status, body=body, content_type="application/json")
 
 
@@ -348,16 +368,21 @@ class Listener:
         self._observer = observer
         self.connections: dict[str, HttpConnection] = {}
         self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
         self.port = config.port
+        self.closing = False
+        """Shutting down: nothing new is accepted, every request gets 503."""
 
     async def start(self) -> None:
         """Bind and serve; the bound port (port 0 picks one) is in :attr:`port`."""
         app = web.Application(client_max_size=self.config.max_message_bytes)
         app.router.add_route("*", self.config.path, self._dispatch)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.port, reuse_address=True)
-        await site.start()
+        self._site = web.TCPSite(self._runner, self.config.host, self.port, reuse_address=True)
+        await self._site.start()
         self.port = self._runner.addresses[0][1]
         log.info("listening", url=self.url)
 
@@ -367,16 +392,27 @@ class Listener:
         scheme = "ws" if self.config.websocket_only else "http"
         return f"{scheme}://{self.config.host}:{self.port}{self.config.path}"
 
+    async def stop_accepting(self) -> None:
+        """The proxy shuts down: close the listening socket; requests on open connections get
+        503 from now on. The connections stay until their links have ended (:meth:`stop`)."""
+        self.closing = True
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
     async def stop(self) -> None:
         """Stop accepting and close every connection."""
         for connection in list(self.connections.values()):
             connection.sever(flush=False)
         self.connections.clear()
+        self._site = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if self.closing:
+            return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR)
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
         if request.method == "GET" and upgrade:
             return await self._websocket(request)
@@ -433,19 +469,42 @@ class Listener:
         connection = HttpConnection(secrets.token_hex(16))
         answer = connection.expect_initialize(message.id_key)
         if not await self._on_connection(connection, request.headers):
-            return _error(502, "the agent could not be reached", ErrorCode.INTERNAL_ERROR)
+            if self.closing:
+                return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR, message.id_token)
+            return _error(
+                502, "the agent could not be reached", ErrorCode.INTERNAL_ERROR, message.id_token
+            )
         self.connections[connection.connection_id] = connection
         status = await connection.submit(message)
         if status is not None:
             self._forget(connection)
             connection.terminate()
             return web.Response(status=status)
+        timeout = self.config.initialize_timeout
         try:
-            body = await asyncio.wait_for(asyncio.shield(answer), self.config.initialize_timeout)
-        except (TimeoutError, asyncio.CancelledError):
+            body = await asyncio.wait_for(asyncio.shield(answer), timeout)
+        except TimeoutError:
+            log.warning("the agent did not answer initialize in time", timeout_s=timeout)
             self._forget(connection)
             connection.terminate()
-            return _error(504, "the agent did not answer initialize", ErrorCode.INTERNAL_ERROR)
+            return _error(
+                504,
+                f"the agent did not answer initialize within {timeout:g} s",
+                ErrorCode.INTERNAL_ERROR,
+                message.id_token,
+            )
+        except asyncio.CancelledError:
+            if not answer.cancelled():
+                raise  # this handler is cancelled, not the answer
+            self._forget(connection)
+            if self.closing:
+                return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR, message.id_token)
+            return _error(
+                502,
+                "the agent's connection ended before it answered initialize",
+                ErrorCode.INTERNAL_ERROR,
+                message.id_token,
+            )
         return web.Response(
             status=200,
             body=body,
@@ -496,7 +555,10 @@ class Listener:
         await ws.prepare(request)
         endpoint = WsServerEndpoint(ws, connection_id)
         if not await self._on_connection(endpoint, request.headers):
-            await ws.close(code=1011, message=b"the agent could not be reached")
+            if self.closing:
+                await ws.close(code=1001, message=SHUTTING_DOWN.encode())
+            else:
+                await ws.close(code=1011, message=b"the agent could not be reached")
             return ws
         with contextlib.suppress(asyncio.CancelledError):
             await endpoint.wait_closed()

@@ -12,6 +12,12 @@ error -32603 whose ``data`` holds the HTTP status and body (as the TS SDK's Clie
 403, 404 and 410 mean the connection is gone, and the link ends. The end of the connection
 stream ends the link; a session stream that ends is opened again when a message names it.
 Cookies are kept per connection (sticky sessions) and the Client's auth headers are passed on.
+
+Every exchange is bounded: the TCP connection by ``connect_timeout``, a POST or DELETE and its
+whole answer by ``http_timeout``, a GET until its headers by ``http_timeout`` too (its stream
+then lasts as long as the Agent keeps it open). A POST that times out is answered to the Client
+as a failed POST (status 504), and the connection goes on: the Agent may only be slow, and may
+or may not have acted on the message.
 """
 
 from __future__ import annotations
@@ -29,11 +35,17 @@ from proxy.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response, parse
 from proxy.log import get_logger, shorten
 from proxy.sse import SseDecoder
 from proxy.transports.http_listener import CONNECTION_ID, SESSION_ID, SESSION_SCOPED
+from proxy.transports.websocket import CONNECT_TIMEOUT
 
 __all__ = ["HttpUpstream", "connect_http"]
 
 log = get_logger("proxy.http_upstream")
 
+HTTP_TIMEOUT = 120.0
+"""Seconds one exchange with an HTTP Agent may take (``--http-timeout``): a POST or DELETE until
+its whole answer has been read, a GET until its headers. An Agent answers a POST at once (202; a
+request's answer comes on a stream) except ``initialize``, whose answer is the POST's body; two
+minutes cover an Agent that starts slowly or a loaded machine, and a dead one is noticed."""
 GONE = frozenset({401, 403, 404, 410})
 """POST statuses after which the connection is considered lost (as the TS Client does)."""
 INBOX_HIGH_WATER = 4 * 1024 * 1024
@@ -55,13 +67,17 @@ class HttpUpstream:
         *,
         limit: int,
         headers: Mapping[str, str] | None = None,
-        timeout: float = 120.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        http_timeout: float = HTTP_TIMEOUT,
     ) -> None:
         self.url = url
         self._http = session
         self._limit = limit
         self._headers = dict(headers or {})
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._seconds = http_timeout
+        self._connect_seconds = connect_timeout
+        self._timeout = aiohttp.ClientTimeout(total=http_timeout, sock_connect=connect_timeout)
+        self._stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
         self.connection_id: str | None = None
         self._inbox: asyncio.Queue[Received | None] = asyncio.Queue()
         self._inbox_size = 0
@@ -176,9 +192,12 @@ class HttpUpstream:
                     self._room.set()
             if self.connection_id is not None and not self._ended:
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    await self._http.delete(
-                        self.url, headers={**self._headers, CONNECTION_ID: self.connection_id}
-                    )
+                    async with self._http.delete(
+                        self.url,
+                        headers={**self._headers, CONNECTION_ID: self.connection_id},
+                        timeout=self._timeout,
+                    ) as response:
+                        await response.read()
         finally:
             self._end()
 
@@ -197,9 +216,20 @@ class HttpUpstream:
                         log.error("the agent answered initialize without a connection id")
                     else:
                         self._streams[None] = self._spawn(self._stream(None))
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except TimeoutError as exc:  # aiohttp's timeouts are TimeoutError too
+            if isinstance(exc, aiohttp.ConnectionTimeoutError):
+                detail = f"could not connect within {self._connect_seconds:g} s"
+            else:
+                detail = f"no answer within {self._seconds:g} s"
+            log.warning("POST to the agent timed out", error=detail)
+            await self._failed(message, 504, detail.encode(), "the POST to the agent timed out")
+            if self.connection_id is None:
+                self._end()  # initialize never got through: no connection to go on with
+            return
+        except aiohttp.ClientError as exc:
             log.warning("POST to the agent failed", error=str(exc) or type(exc).__name__)
-            await self._failed(message, 502, str(exc).encode())
+            text = str(exc) or type(exc).__name__
+            await self._failed(message, 502, text.encode(), "the POST to the agent failed")
             self._end()
             return
         if status in (200, 202):
@@ -211,15 +241,20 @@ class HttpUpstream:
         if status in GONE or self.connection_id is None:
             self._end()
 
-    async def _failed(self, message: Message | None, status: int, body: bytes) -> None:
-        """Tell the Client its request failed at the HTTP level (no answer is invented)."""
+    async def _failed(
+        self, message: Message | None, status: int, body: bytes, why: str | None = None
+    ) -> None:
+        """Tell the Client its request failed at the HTTP level (no answer is invented).
+
+        ``status`` is the Agent's, or 502 (the POST failed) or 504 (it timed out), with ``why``.
+        """
         if message is None or message.kind is not Kind.REQUEST or message.id_token is None:
             return
         text = body.decode("utf-8", "replace")[:2000]
         error = error_response(
             message.id_token,
             ErrorCode.INTERNAL_ERROR,
-            f"the agent's HTTP endpoint answered {status}",
+            why or f"the agent's HTTP endpoint answered {status}",
             {"status": status, "body": text},
         )
         await self._put(error)
@@ -272,9 +307,11 @@ class HttpUpstream:
             headers[SESSION_ID] = session
         decoder = SseDecoder(self._limit)
         try:
-            async with self._http.get(
-                self.url, headers=headers, timeout=aiohttp.ClientTimeout(total=None)
-            ) as response:
+            async with asyncio.timeout(self._seconds):  # until the headers; not the stream
+                response = await self._http.get(
+                    self.url, headers=headers, timeout=self._stream_timeout
+                )
+            async with response:
                 if response.status != 200:
                     log.warning(
                         "the agent refused a stream", status=response.status, session=session
@@ -294,10 +331,22 @@ class HttpUpstream:
 
 
 async def connect_http(
-    url: str, *, limit: int, headers: Mapping[str, str] | None = None
+    url: str,
+    *,
+    limit: int,
+    headers: Mapping[str, str] | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    http_timeout: float = HTTP_TIMEOUT,
 ) -> HttpUpstream:
     """An HTTP connection to ``url`` (nothing is sent until the Client's initialize)."""
     session = aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None), cookie_jar=aiohttp.CookieJar(unsafe=True)
     )
-    return HttpUpstream(url, session, limit=limit, headers=headers)
+    return HttpUpstream(
+        url,
+        session,
+        limit=limit,
+        headers=headers,
+        connect_timeout=connect_timeout,
+        http_timeout=http_timeout,
+    )

@@ -207,18 +207,29 @@ class WsClientEndpoint(_WsEndpoint):
 
 
 CONNECT_TIMEOUT = 10.0
-"""Seconds the WebSocket handshake with an Agent may take."""
+"""Seconds to reach a network Agent (``--connect-timeout``): the TCP connection and, for a
+WebSocket, its opening handshake. A loopback or LAN Agent answers in milliseconds; 10 s leaves
+room for a cold container or a congested link, and a dead address fails well before a Client
+gives up."""
 
 
 async def connect_ws(
-    url: str, *, limit: int, headers: Mapping[str, str] | None = None
+    url: str,
+    *,
+    limit: int,
+    headers: Mapping[str, str] | None = None,
+    open_timeout: float = CONNECT_TIMEOUT,
 ) -> WsClientEndpoint:
-    """Open a WebSocket to an Agent; ``limit`` bounds the size of one incoming message."""
+    """Open a WebSocket to an Agent; ``limit`` bounds the size of one incoming message.
+
+    Raises ``TimeoutError`` when the TCP connection and the handshake take over
+    ``open_timeout`` seconds.
+    """
     connection = await websockets.connect(
         url,
         additional_headers=dict(headers or {}),
         max_size=limit,
-        open_timeout=CONNECT_TIMEOUT,
+        open_timeout=open_timeout,
         proxy=None,
         compression=None,
     )
