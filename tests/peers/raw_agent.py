@@ -1,6 +1,6 @@
 """A scripted stdio peer for the proxy's tests: records every line it reads, acts on a few methods.
 
-Usage: ``python raw_agent.py CAPTURE_FILE [--ignore-eof]``. Every line read from stdin is appended
+Usage: ``python raw_agent.py CAPTURE_FILE [--ignore-eof] [--no-answer METHOD]...``. Every line read from stdin is appended
 to CAPTURE_FILE, byte for byte, before anything else happens. Then:
 
 * ``_test/say`` (notification), params ``{"lines": [text...], "b64": [base64...]}``: writes each
@@ -10,7 +10,8 @@ to CAPTURE_FILE, byte for byte, before anything else happens. Then:
 * ``_test/env`` (request), params ``{"name": ...}``: answers ``{"value": os.environ.get(name)}``;
 * any other request: answered ``{"method": m, "size": bytes of the line}``.
 
-With ``--ignore-eof`` it keeps running after stdin closes, until it is signalled.
+With ``--ignore-eof`` it keeps running after stdin closes, until it is signalled. Requests of a
+method named by ``--no-answer`` are never answered (an Agent that hangs on them).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def write(line: bytes) -> None:
 def main() -> int:
     capture_path = sys.argv[1]
     ignore_eof = "--ignore-eof" in sys.argv
+    no_answer = {sys.argv[i + 1] for i, arg in enumerate(sys.argv[:-1]) if arg == "--no-answer"}
     with open(capture_path, "ab") as capture:
         for line in sys.stdin.buffer:
             capture.write(line)
@@ -53,7 +55,7 @@ def main() -> int:
             elif method == "_test/exit":
                 sys.stdout.flush()
                 os._exit(params["code"])
-            elif "id" in message:
+            elif "id" in message and method not in no_answer:
                 if method == "_test/env":
                     result: dict[str, object] = {"value": os.environ.get(params["name"])}
                 else:

@@ -1,0 +1,152 @@
+"""Peers that stall, for the proxy's timeout and shutdown tests: real loopback servers, run on the
+test's own event loop.
+
+Import it as ``from peers.stalling import ...``.
+
+- :func:`silent_server`: accepts TCP connections and never writes a byte (a WebSocket handshake or
+  an HTTP request sent to it is never answered).
+- :func:`unaccepting_server`: a listening socket whose accept queue is full and never drained, so
+  that a new TCP connection never completes (connect hangs until the caller gives up).
+- :class:`ScriptedHttpAgent`: a Streamable HTTP Agent that answers ``initialize`` (200, with an
+  ``Acp-Connection-Id``) and every other request (202, the answer on the connection stream),
+  except the methods it is told to hang on; its DELETE and its streams can hang too, and its
+  connection stream can end as soon as it is opened. It records the methods POSTed and the DELETEs received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["ScriptedHttpAgent", "silent_server", "unaccepting_server"]
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[int]:
+    """A TCP server on 127.0.0.1 that accepts and stays silent; yields its port."""
+    connections: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        await reader.read()  # until the peer gives up; nothing is ever written
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        for writer in connections:
+            writer.close()
+        await server.wait_closed()
+
+
+@contextlib.contextmanager
+def unaccepting_server() -> Iterator[int]:
+    """A port on 127.0.0.1 where a TCP connect never completes: the listening socket's accept
+    queue (backlog 0) is filled and never drained, so the kernel drops new SYNs."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    fillers: list[socket.socket] = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        for _ in range(2):
+            filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            fillers.append(filler)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+        yield port
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+@dataclass
+class ScriptedHttpAgent:
+    """A Streamable HTTP Agent on 127.0.0.1 (see the module); use as ``async with``."""
+
+    hang_on: frozenset[str] = frozenset()
+    """Methods whose POST is never answered."""
+    hang_delete: bool = False
+    hang_stream: bool = False
+    """Never answer a GET (a stream is never opened)."""
+    end_stream: bool = False
+    """End the connection stream as soon as it is opened."""
+    methods: list[str] = field(default_factory=list)
+    """The method of every POST received, in order."""
+    deletes: int = 0
+    url: str = ""
+    _streams: dict[str, asyncio.Queue[bytes | None]] = field(default_factory=dict)
+    _runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> ScriptedHttpAgent:
+        app = web.Application()
+        app.router.add_route("*", "/acp", self._dispatch)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/acp"
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        for queue in self._streams.values():
+            queue.put_nowait(None)
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":
+            return await self._post(request)
+        if request.method == "GET":
+            return await self._get(request)
+        self.deletes += 1
+        if self.hang_delete:
+            await asyncio.Event().wait()
+        queue = self._streams.get(request.headers.get("Acp-Connection-Id", ""))
+        if queue is not None:
+            queue.put_nowait(None)
+        return web.Response(status=202)
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        message: dict[str, Any] = await request.json()
+        method = message.get("method")
+        self.methods.append(str(method))
+        if method in self.hang_on:
+            await asyncio.Event().wait()
+        if method == "initialize":
+            connection = uuid.uuid4().hex
+            self._streams[connection] = asyncio.Queue()
+            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 2}}
+            return web.json_response(answer, headers={"Acp-Connection-Id": connection})
+        queue = self._streams.get(request.headers.get("Acp-Connection-Id", ""))
+        if queue is None:
+            return web.Response(status=404)
+        if method is not None and "id" in message:
+            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"method": method}}
+            queue.put_nowait(json.dumps(answer).encode())
+        return web.Response(status=202)
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        queue = self._streams.get(request.headers.get("Acp-Connection-Id", ""))
+        if queue is None:
+            return web.Response(status=404)
+        if self.hang_stream:
+            await asyncio.Event().wait()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if not self.end_stream:
+            while (data := await queue.get()) is not None:
+                await response.write(b"data: " + data + b"\n\n")
+        await response.write_eof()
+        return response
