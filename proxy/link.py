@@ -193,7 +193,9 @@ class Link:
             self.endpoints[side].sever(flush=False)
         if self._runner is not None and not self._runner.done():
             self._aborted = True
-            self._runner.cancel()
+            # One turn later: a read the cut has already ended (aiohttp's WebSocket feeds its
+            # reader a closing message) must return first, or the close handshake waits on it.
+            self._loop.call_soon(self._runner.cancel)
 
     def inject(self, commands: list[Command]) -> None:
         """Carry out commands that come from outside the relay (the control API's actions)."""
