@@ -154,19 +154,37 @@ def _sole_member(raw: bytes, key: str) -> Span | None:
     the member (whatever else holds the same bytes, inside a string or a nested object, would
     be a second occurrence). ``None`` when the fast path cannot decide: the caller walks.
     """
+    known = _key_patterns(key)
+    if known is None:
+        return None
+    needle, member = known
+    at = raw.find(needle)
+    if at < 0:
+        return None
+    match = member.match(raw, at)
+    if match is None:
+        return None
+    if len(raw) <= _SHORT:
+        again = raw.find(needle, at + 1) >= 0
+    else:
+        again = _occurs_from(raw, needle, at + 1)
+    if again or (b"\\" in raw and _escapes_of(key).search(raw)):
+        return None
+    value_start = match.end()
+    return value_start, _skip_value(raw, value_start)
+
+
+_SHORT = 4096
+"""Up to this size a plain substring search beats hopping from quote to quote."""
+
+
+@functools.cache
+def _key_patterns(key: str) -> tuple[bytes, re.Pattern[bytes]] | None:
+    """``"key"`` and a pattern of it followed by its colon, for a plain key; else ``None``."""
     if not _PLAIN_KEY.match(key):
         return None
     needle = b'"' + key.encode() + b'"'
-    at = raw.find(needle)
-    if at < 0 or _occurs_from(raw, needle, at + 1):
-        return None
-    if raw.find(b"\\") >= 0 and _escapes_of(key).search(raw):
-        return None
-    index = _skip_ws(raw, at + len(needle))
-    if raw[index : index + 1] != b":":
-        return None
-    value_start = _skip_ws(raw, index + 1)
-    return value_start, _skip_value(raw, value_start)
+    return needle, re.compile(re.escape(needle) + rb"[ \t\n\r]*:[ \t\n\r]*")
 
 
 def _occurs_from(raw: bytes, needle: bytes, start: int) -> bool:

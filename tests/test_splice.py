@@ -147,6 +147,12 @@ class TestKnownPresentFastPath:
             # past the quotes hopped one by one, the rest is searched as a whole
             (b'{"id":1,"a":[' + b'"q",' * 100 + b'"q"],"p":{"id":2}}', [b"1"]),
             (b'{"id":1,"a":[' + b'"q",' * 100 + b'"q"],"b":"\\n"}', [b"1"]),
+            # past 4 KiB the second occurrence is looked for by hopping from quote to quote
+            (b'{"id":1,"a":[' + b'"q",' * 2000 + b'"q"],"p":{"id":2}}', [b"1"]),
+            (b'{"id":1,"a":[' + b'"q",' * 2000 + b'"q"],"p":{"di":2}}', [b"1"]),
+            # the first "id" is a string value, not a key
+            (b'{"method":"id","id":3}', [b"3"]),
+            (b'{"method":"id"  ,  "id"  :  3}', [b"3"]),
         ],
     )
     def test_agrees_with_the_walk(self, raw: bytes, expected: list[bytes]) -> None:
