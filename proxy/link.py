@@ -333,7 +333,11 @@ class Link:
             commands = self.relay.handle(event)
         except Exception:
             # A bug in the core must not take the link down; the message is lost, loudly.
-            log.exception("internal error while relaying; message dropped", event=type(event))
+            log.exception(
+                "internal error while relaying; message dropped",
+                link=self.id,
+                event_type=type(event).__name__,
+            )
             return set()
         return self._execute(commands)
 
