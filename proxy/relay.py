@@ -322,6 +322,8 @@ class Relay:
             draw = iter(lambda: engine.rng.randrange(0x21, 0x7F), None)
             forwards = [corrupt(data, mode, draw) for data in forwards]
             extra = [corrupt(data, mode, draw) for data in extra]
+            if message.kind is Kind.REQUEST and forwards:
+                self._unanswerable(direction, message, len(forwards) + len(extra))
         destination = direction.destination
         now = forwards
         if delay > 0:
@@ -336,6 +338,15 @@ class Relay:
             else:
                 now.append(copy)
         return now, after
+
+    def _unanswerable(self, direction: Direction, message: Message, count: int) -> None:
+        """The last ``count`` requests forwarded for ``message`` left corrupted: no peer can
+        parse an id out of them, so no answer will ever come; they are not kept pending (a long
+        run of corrupted requests would otherwise grow the map without end)."""
+        assert message.id_key is not None
+        requests = self._maps[direction]
+        for pending in requests.pending_with(message.id_key)[-count:]:
+            requests.pop(pending.forwarded_id)
 
     def _subject(self, direction: Direction, message: Message) -> Subject:
         """What rules match on; an answer takes its request's method, session and key."""

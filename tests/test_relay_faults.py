@@ -345,6 +345,32 @@ class TestCorrupt:
             with pytest.raises(UnicodeDecodeError):
                 data.decode("utf-8")
 
+    @pytest.mark.parametrize("mode", ["truncate", "garbage", "invalid_utf8"])
+    @pytest.mark.parametrize("copies", [0, 2])
+    def test_a_corrupted_request_is_not_left_pending(self, mode: str, copies: int) -> None:
+        """No peer can read an id out of it, so no answer will come: it is forgotten at once,
+        copies included; the request before it stays pending and is answered as usual."""
+        corrupting: list[dict[str, Any]] = [
+            {"when": {"method": "session/prompt"}, "do": {"action": "corrupt", "mode": mode}}
+        ]
+        if copies:
+            corrupting.insert(
+                0,
+                {
+                    "when": {"method": "session/prompt"},
+                    "do": {"action": "duplicate", "copies": copies},
+                    "continue": True,
+                },
+            )
+        relay = relay_with(*corrupting)
+        feed(relay, CLIENT, b'{"jsonrpc":"2.0","id":"i","method":"initialize","params":{}}')
+        assert relay.pending(Direction.TO_AGENT) == 1
+        assert len(sends(feed(relay, CLIENT, PROMPT))) == 1 + copies
+        assert relay.pending(Direction.TO_AGENT) == 1
+        [(to, data)] = sends(feed(relay, AGENT, answer(b"0")))
+        assert (to, json.loads(data)["id"]) == (CLIENT, "i")
+        assert relay.pending(Direction.TO_AGENT) == 0
+
     def test_garbage_is_seeded(self) -> None:
         """The same seed gives the same garbage."""
         first = sends(feed(relay_with({"do": {"action": "corrupt"}}, seed=9), AGENT, UPDATE))
