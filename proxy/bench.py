@@ -104,6 +104,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -118,8 +119,8 @@ if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection
     from websockets.asyncio.server import ServerConnection
 
-# ``websockets`` is imported where it is used: the stdio bench Agent runs this module, and stays a
-# stdlib-only process so that ``direct`` measures a small Agent.
+# ``websockets`` (and the proxy's own modules) are imported where they are used: the stdio bench
+# Agent runs this module, and stays a stdlib-only process so that ``direct`` measures a small Agent.
 
 __all__ = [
     "DELAY_RULES",
@@ -496,12 +497,14 @@ class _Peer:
         return f"; its stderr ends: {tail}" if tail else ""
 
     async def close(self) -> None:
+        from proxy.transports.stdio import send_signal  # noqa: PLC0415 - see the imports
+
         with contextlib.suppress(ConnectionError):
             self.writer.close()
         try:
             await asyncio.wait_for(self.process.wait(), 10)
         except TimeoutError:
-            self.process.kill()
+            send_signal(self.process, signal.SIGKILL)
             await self.process.wait()
         finally:
             self._stderr.close()
@@ -978,12 +981,13 @@ class _Server:
 
     async def stop(self) -> None:
         """Terminate it (kill after 10 s); its output is read to the end."""
-        if self.process.returncode is None:
-            self.process.terminate()
+        from proxy.transports.stdio import send_signal  # noqa: PLC0415 - see the imports
+
+        send_signal(self.process, signal.SIGTERM)
         try:
             await asyncio.wait_for(self.process.wait(), 10)
         except TimeoutError:
-            self.process.kill()
+            send_signal(self.process, signal.SIGKILL)
             await self.process.wait()
         if self._reader is not None:
             await self._reader

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -36,7 +37,7 @@ import yaml
 from proxy.endpoint import Endpoint
 from proxy.log import get_logger
 from proxy.transports.http_upstream import connect_http
-from proxy.transports.stdio import AgentProcess, spawn_agent
+from proxy.transports.stdio import AgentProcess, send_signal, spawn_agent
 from proxy.transports.websocket import connect_ws
 
 __all__ = ["TRACES", "CheckOptions", "TraceResult", "check_agent", "render", "to_json", "to_junit"]
@@ -272,14 +273,14 @@ class Lab:
                 await asyncio.wait_for(conversation.endpoint.wait_closed(), 5)
         for process in self._processes:
             if process.process.returncode is None:
-                process.process.kill()
+                process.signal(signal.SIGKILL)
             await process.process.wait()
         if self._proxy is not None and self._proxy.returncode is None:
-            self._proxy.terminate()
+            send_signal(self._proxy, signal.SIGTERM)
             try:
                 await asyncio.wait_for(self._proxy.wait(), 10)
             except TimeoutError:
-                self._proxy.kill()
+                send_signal(self._proxy, signal.SIGKILL)
                 await self._proxy.wait()
 
     def keys_echoed(self, keys: list[str]) -> list[str]:

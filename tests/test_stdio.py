@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from harness import ProxyProcess, captured, raw_agent, say
+
+from proxy.transports.stdio import send_signal
 
 Start = Callable[..., Awaitable[ProxyProcess]]
 
@@ -281,3 +284,15 @@ async def test_missing_agent_command_exits_127(start: Start) -> None:
     assert await proxy.wait() == 127
     assert "agent command not found" in proxy.stderr
     assert "acp-proxy-no-such-agent" in proxy.stderr
+
+
+async def test_send_signal_reaches_a_live_child_and_spares_a_reaped_one() -> None:
+    """``send_signal`` signals by pid while the child is unreaped, and does nothing after: the exit
+    status is the signal's, never the 255 of a child reaped behind asyncio's back."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
+    send_signal(child, signal.SIGTERM)
+    assert await asyncio.wait_for(child.wait(), 10) == -signal.SIGTERM
+    send_signal(child, signal.SIGKILL)  # reaped: nothing to signal, nothing raised
+    assert child.returncode == -signal.SIGTERM

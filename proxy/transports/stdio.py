@@ -22,7 +22,14 @@ from proxy.endpoint import Received
 from proxy.framing import LineFramer
 from proxy.log import get_logger
 
-__all__ = ["AgentProcess", "LineStream", "exit_status", "open_client_stdio", "spawn_agent"]
+__all__ = [
+    "AgentProcess",
+    "LineStream",
+    "exit_status",
+    "open_client_stdio",
+    "send_signal",
+    "spawn_agent",
+]
 
 log = get_logger("proxy.stdio")
 
@@ -167,6 +174,18 @@ class LineStream:
             await self._writer.wait_closed()
         if self.flushed_by is not None:
             await asyncio.to_thread(self.flushed_by.join, 10.0)
+
+
+def send_signal(process: asyncio.subprocess.Process, signum: int) -> None:
+    """Send ``signum`` to a child that has not been reaped yet, by its pid.
+
+    Never ``Process.kill()``/``terminate()``: they go through ``Popen.send_signal``, which polls
+    first and may reap a child that has just exited behind asyncio's back, whose watcher then
+    reports the exit status 255.
+    """
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signum)
 
 
 def _is_stream_fd(fd: int) -> bool:
