@@ -1,8 +1,9 @@
-"""A bug in the sans-I/O core costs the one message it was handling, never the link.
+"""A bug costs the one message it was handling, never the link, and never goes unseen.
 
 The relay is fuzzed (``tests/test_fuzz_*``) and no input is known to make it raise; the guard in
 :meth:`proxy.link.Link._feed` is there for the one nobody found yet. Here a relay that raises on
 one marked message stands in for that bug, on a real link: the Client's pipes, a spawned Agent.
+Likewise a background task of the HTTP upstream that dies of a bug ends its connection, loudly.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import json
 import os
 from pathlib import Path
 
+import aiohttp
 from harness import TIMEOUT, captured, raw_agent, request
+from peers.stalling import ScriptedHttpAgent
 
 from proxy.commands import Command
 from proxy.events import Event, MessageReceived, Side
@@ -20,6 +23,7 @@ from proxy.link import Link
 from proxy.log import configure_logging
 from proxy.observers import Fanout, Tally
 from proxy.relay import Relay
+from proxy.transports.http_upstream import HttpUpstream
 from proxy.transports.stdio import open_client_stdio, spawn_agent
 
 LIMIT = 1024 * 1024
@@ -79,3 +83,40 @@ async def test_a_raising_core_drops_one_message_and_the_link_goes_on(tmp_path: P
     assert errors[0]["level"] == "error"
     assert errors[0]["event_type"] == "MessageReceived"
     assert "a bug in the core" in errors[0]["exception"]
+
+
+class BuggyHttpUpstream(HttpUpstream):
+    """An HTTP upstream with a bug: reading a message naming :data:`BUG` off a stream raises."""
+
+    def _watch_sessions(self, data: bytes) -> None:
+        if BUG in data:
+            raise RuntimeError("a bug in the HTTP upstream")
+        super()._watch_sessions(data)
+
+
+async def test_a_failing_http_upstream_task_ends_the_connection_loudly(tmp_path: Path) -> None:
+    """A background task of the HTTP upstream that dies of a bug is logged, and the connection
+    ends (the link sees the Agent go) instead of leaving the relay waiting for ever."""
+    log_path = tmp_path / "proxy.log"
+    with log_path.open("w") as log_file:
+        configure_logging("json", "info", log_file)
+        try:
+            async with ScriptedHttpAgent() as agent:
+                http = aiohttp.ClientSession()
+                upstream = BuggyHttpUpstream(agent.url, http, limit=LIMIT)
+                upstream.send(request(1, "initialize", {"protocolVersion": 2}))
+                await upstream.drain()
+                first = await asyncio.wait_for(upstream.receive(), TIMEOUT)
+                assert isinstance(first, bytes)
+                assert json.loads(first)["id"] == 1
+                upstream.send(request(2, BUG.decode()))  # its answer comes on the stream
+                assert await asyncio.wait_for(upstream.receive(), TIMEOUT) is None
+                upstream.close()
+                await asyncio.wait_for(upstream.wait_closed(), TIMEOUT)
+                assert http.closed
+        finally:
+            configure_logging()
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    [failed] = [line for line in lines if line["event"].startswith("the connection to the agent")]
+    assert failed["level"] == "error"
+    assert failed["error"] == "a bug in the HTTP upstream"

@@ -25,6 +25,8 @@ from peers.stalling import ScriptedHttpAgent, silent_server, unaccepting_server
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
+from proxy.transports.http_upstream import connect_http
+
 SHORT = "0.3"
 """Seconds, for the timeout under test."""
 INITIALIZE = {"protocolVersion": 2, "capabilities": {}}
@@ -225,3 +227,20 @@ async def test_http_timeout_bounds_a_stream_that_never_opens() -> None:
             ended = await process.logged("a stream from the agent ended")
             assert ended["session"] is None
             assert log_events(process.stderr, "the agent's connection stream ended")
+
+
+async def test_a_callers_bound_on_closing_an_http_upstream_holds() -> None:
+    """Closing waits for the last POST; a caller that bounds that wait gets its TimeoutError
+    (the wait used to swallow the cancel and go on waiting), and a sever then ends it at once."""
+    async with ScriptedHttpAgent(hang_on=frozenset({"_x/hang"})) as agent:
+        upstream = await connect_http(agent.url, limit=1 << 20, http_timeout=3600)
+        upstream.send(request("init", "initialize", INITIALIZE))
+        answer = await asyncio.wait_for(upstream.receive(), TIMEOUT)
+        assert isinstance(answer, bytes)
+        assert json.loads(answer)["id"] == "init"
+        upstream.send(request(7, "_x/hang"))
+        upstream.close()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(upstream.wait_closed(), 0.2)
+        upstream.sever(flush=False)
+        await asyncio.wait_for(upstream.wait_closed(), TIMEOUT)

@@ -97,8 +97,22 @@ class HttpUpstream:
     def _spawn(self, work: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._finished)
         return task
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        """A task that failed unexpectedly (a bug, not a network error: those are handled where
+        they happen) is logged, and the connection is cut: the link sees the Agent go, where it
+        would otherwise wait for ever on a writer or a stream that is no more."""
+        self._tasks.discard(task)
+        if task.cancelled() or (error := task.exception()) is None:
+            return
+        log.error(
+            "the connection to the agent failed; ending it",
+            error=str(error) or type(error).__name__,
+            exc_info=error,
+        )
+        self.sever(flush=False)
 
     # -- Endpoint --------------------------------------------------------------------------------
 
@@ -154,8 +168,7 @@ class HttpUpstream:
 
     async def wait_closed(self) -> None:
         """Wait for the last POST (and the DELETE) to finish, then release the HTTP session."""
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._writer
+        await asyncio.wait([self._writer])  # however it ended; a cancel of ours still raises
         for task in list(self._tasks):
             task.cancel()
         await self._http.close()
