@@ -24,6 +24,7 @@ from proxy.commands import (
     FaultInjected,
     Finding,
     InitializeCached,
+    InitializeTimedOut,
     InvalidSeen,
     Observation,
     Orphaned,
@@ -130,6 +131,17 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "kind": "request",
                 "method": "initialize",
                 "id": _id(observation.id),
+            }
+        case InitializeTimedOut():
+            record = {
+                "event": "message",
+                "disposition": "timed_out",
+                "direction": "to_client",
+                "kind": "error",
+                "method": "initialize",
+                "id": _id(observation.id),
+                "forwarded_id": _id(observation.forwarded_id),
+                "timeout_ms": round(observation.timeout * 1000, 3),
             }
         case FaultInjected():
             record = {

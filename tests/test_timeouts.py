@@ -135,7 +135,8 @@ async def test_initialize_timeout_over_stdio_answers_an_error_and_the_link_goes_
     """The Agent does not answer initialize: after --initialize-timeout the Client gets -32603
     for it (and a log line); its next request is relayed and answered as usual."""
     agent = silent_on_initialize(tmp_path)
-    async with proxy(agent, "--initialize-timeout", SHORT) as process:
+    trace = tmp_path / "trace.jsonl"
+    async with proxy(agent, "--initialize-timeout", SHORT, "--trace", str(trace)) as process:
         await process.send(request("init", "initialize", INITIALIZE))
         assert_error(
             await process.recv_json(), "init", f"did not answer initialize within {SHORT} s"
@@ -146,6 +147,18 @@ async def test_initialize_timeout_over_stdio_answers_an_error_and_the_link_goes_
         assert (logged["id"], logged["timeout_s"]) == ('"init"', float(SHORT))
         await process.send(request(2, "_x/ping"))
         assert (await process.recv_json())["id"] == 2
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    [timed_out] = [r for r in records if r.get("disposition") == "timed_out"]
+    assert {k: v for k, v in timed_out.items() if k not in ("time", "link")} == {
+        "event": "message",
+        "disposition": "timed_out",
+        "direction": "to_client",
+        "kind": "error",
+        "method": "initialize",
+        "id": "init",
+        "forwarded_id": 0,
+        "timeout_ms": float(SHORT) * 1000,
+    }
 
 
 async def test_initialize_timeout_over_websocket(tmp_path: Path) -> None:
