@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+import websockets
 from acp import PROTOCOL_VERSION, Client, spawn_agent_process
 from acp.client.connection import ClientSideConnection
 from acp.schema import TextContentBlock
@@ -122,6 +123,17 @@ async def test_http_listener_accepts_the_websocket_upgrade() -> None:
         client = SimpleClient()
         async with sdk_client("ws", url, client) as conn:
             await exercise(conn, client)
+
+
+@pytest.mark.parametrize("scheme", ["ws", "http"])
+async def test_websocket_clients_are_not_given_compression(scheme: str) -> None:
+    """A Client offering permessage-deflate gets a plain WebSocket, as the Agent side is: a fault
+    proxy does not re-compress what it relays, and a link holds no zlib state (some 100 KiB)."""
+    async with listening_proxy(f"{scheme}://127.0.0.1:0/acp", agent=SDK_AGENT) as (_proxy, url):
+        ws_url = url.replace("http://", "ws://", 1)
+        async with websockets.connect(ws_url, compression="deflate") as connection:
+            assert connection.response is not None
+            assert "Sec-WebSocket-Extensions" not in connection.response.headers
 
 
 @pytest.mark.parametrize("downstream", ["http", "ws"])

@@ -548,7 +548,10 @@ class Listener:
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(
-            max_msg_size=self.config.max_message_bytes, decode_text=False, autoping=True
+            max_msg_size=self.config.max_message_bytes,
+            decode_text=False,
+            autoping=True,
+            compress=False,  # as toward the Agent: nothing is re-compressed hop by hop
         )
         connection_id = secrets.token_hex(16)
         ws.headers[CONNECTION_ID] = connection_id
