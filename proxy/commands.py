@@ -30,6 +30,7 @@ __all__ = [
     "InitializeTimedOut",
     "InvalidSeen",
     "KeyedAttempt",
+    "KeyedMessage",
     "Observation",
     "Orphaned",
     "PeerGone",
@@ -293,6 +294,22 @@ class KeyedAttempt(Observation):
 
     session: str
     retry: bool
+    key: str
+    prompt: str
+    """A digest of the prompt (:func:`proxy.ledger.prompt_hash`): a retry resends the same."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedMessage(Observation):
+    """A message of the Agent's named for a keyed prompt, seen for the first time: the
+    ``messageId`` of an answer (``via`` ``answer``), of the answer to an injected copy
+    (``copy``) or of a ``user_message`` insert of that prompt (``insert``). One key naming two
+    messages is a duplicate insert, within one proxy or across several (``report``)."""
+
+    session: str
+    key: str
+    message_id: str
+    via: str
 
 
 @dataclass(frozen=True, slots=True)

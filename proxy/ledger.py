@@ -44,6 +44,7 @@ from proxy.commands import (
     FaultInjected,
     Finding,
     KeyedAttempt,
+    KeyedMessage,
     Observation,
     Relayed,
     Restarted,
@@ -230,7 +231,7 @@ class Ledger:
         self._pending[slot] = pending
         if message.id_token is not None:
             self._by_client_id[(link, message.id_token)] = pending
-        self._emit(KeyedAttempt(session, retry), link)
+        self._emit(KeyedAttempt(session, retry, key, digest), link)
 
     def _copy(self, seen: Relayed, message: Message, link: int | None) -> None:
         """A copy the proxy injected of a keyed prompt: not an attempt, but its answer counts."""
@@ -268,14 +269,16 @@ class Ledger:
             message_id = result.get("messageId") if isinstance(result, dict) else None
             pending.attempt.outcome = message_id if isinstance(message_id, str) else "success"
             if isinstance(message_id, str):
-                self._message_id(entry, message_id, link)
+                self._message_id(entry, message_id, "answer", link)
                 if pending.attempt is not entry.attempts[0]:
                     entry.original_returned = message_id == entry.message_ids[0]
         self._cancel_settled(entry, link)
 
-    def _message_id(self, entry: Entry, message_id: str, link: int | None) -> None:
+    def _message_id(self, entry: Entry, message_id: str, via: str, link: int | None) -> None:
         if message_id not in entry.message_ids:
             entry.message_ids.append(message_id)
+            if message_id not in entry.inserts:
+                self._emit(KeyedMessage(entry.session, entry.key, message_id, via), link)
         self._check_duplicates(entry, link)
 
     def _check_duplicates(self, entry: Entry, link: int | None) -> None:
@@ -301,7 +304,7 @@ class Ledger:
         result = body.get("result") if isinstance(body, dict) else None
         message_id = result.get("messageId") if isinstance(result, dict) else None
         if isinstance(message_id, str):
-            self._message_id(pending.entry, message_id, link)
+            self._message_id(pending.entry, message_id, "copy", link)
 
     def _update(self, message: Message, link: int | None) -> None:
         if message.session not in self._keys:
@@ -321,6 +324,8 @@ class Ledger:
             entry = self.entries[(session, key)]
             if entry.prompt == digest and message_id not in entry.inserts:
                 entry.inserts.append(message_id)
+                if message_id not in entry.message_ids:
+                    self._emit(KeyedMessage(session, key, message_id, "insert"), link)
                 self._check_duplicates(entry, link)
 
     # -- cancel, faults, echoes ------------------------------------------------------------------

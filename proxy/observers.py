@@ -23,6 +23,7 @@ from proxy.commands import (
     InitializeTimedOut,
     InvalidSeen,
     KeyedAttempt,
+    KeyedMessage,
     Observation,
     Orphaned,
     PeerGone,
@@ -103,6 +104,8 @@ class Tally:
                 self.counts["findings", check] += 1
             case KeyedAttempt(retry=retry):
                 self.counts["keyed_attempts", "retry" if retry else "first"] += 1
+            case KeyedMessage(via=via):
+                self.counts["keyed_messages", via] += 1
             case InitializeTimedOut():
                 self.counts["timeouts", "initialize"] += 1
             case RulesCounted() | Disconnected():

@@ -82,6 +82,8 @@ REPORT_VERSION = 1
 TRACE_VERSION = 1
 """The trace version this report is written for (``proxy.trace``)."""
 PROMPT = "session/prompt"
+LEDGER_EVENTS = frozenset({"finding", "keyed", "keyed_message"})
+"""Records the ledger writes, in the middle of the message that caused them."""
 WARNING_CHECKS = frozenset({"unkeyed_resend"})
 """Findings that are warnings: they do not make ``report`` exit 1."""
 STOPPING_ACTIONS = frozenset({"drop", "error"})
@@ -308,10 +310,10 @@ class _Prompts:
         self._run: Counter[str] = Counter()
 
     def step(self, record: dict[str, Any]) -> None:
-        """Take the next record (findings never separate a message from its faults)."""
+        """Take the next record (the ledger's records never separate a message from its faults)."""
         node = str(record.get("node") or "-")
         event = record["event"]
-        if event == "finding":
+        if event in LEDGER_EVENTS:
             return
         self._position[node] += 1
         if event == "trace":
@@ -564,7 +566,7 @@ class _Counts:
             self.reloads[str(record.get("result"))] += 1
         elif event == "finding":
             self._finding(record)
-        elif event != "trace":
+        elif event not in ("trace", "keyed", "keyed_message"):
             self.ignored[event] += 1
 
     def _message(self, record: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from proxy.commands import (
     FaultInjected,
     Finding,
     KeyedAttempt,
+    KeyedMessage,
     Observation,
     Relayed,
     RulesCounted,
@@ -91,7 +92,9 @@ class StateSaver:
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Save when a rule's counters moved or the ledger learnt something."""
-        if isinstance(observation, RulesCounted | FaultInjected | KeyedAttempt | Finding) or (
+        if isinstance(
+            observation, RulesCounted | FaultInjected | KeyedAttempt | KeyedMessage | Finding
+        ) or (
             isinstance(observation, Relayed)
             and observation.method == "session/prompt"
             and observation.kind in (Kind.RESPONSE, Kind.ERROR)

@@ -26,6 +26,8 @@ from proxy.commands import (
     InitializeCached,
     InitializeTimedOut,
     InvalidSeen,
+    KeyedAttempt,
+    KeyedMessage,
     Observation,
     Orphaned,
     Relayed,
@@ -174,6 +176,22 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "session": observation.session,
                 "key": observation.key,
                 "detail": observation.detail,
+            }
+        case KeyedAttempt():
+            record = {
+                "event": "keyed",
+                "session": observation.session,
+                "key": observation.key,
+                "prompt": observation.prompt,
+                "retry": observation.retry,
+            }
+        case KeyedMessage():
+            record = {
+                "event": "keyed_message",
+                "session": observation.session,
+                "key": observation.key,
+                "message_id": observation.message_id,
+                "via": observation.via,
             }
         case RulesReloaded():
             record = {"event": "reload", "result": observation.result, "rules": observation.rules}

@@ -6,7 +6,15 @@ import json
 import random
 from typing import Any
 
-from proxy.commands import Command, Finding, KeyedAttempt, Observation, Restarted, Send
+from proxy.commands import (
+    Command,
+    Finding,
+    KeyedAttempt,
+    KeyedMessage,
+    Observation,
+    Restarted,
+    Send,
+)
 from proxy.events import MessageReceived, Side
 from proxy.faultfile import Rule
 from proxy.faults import FaultEngine
@@ -101,6 +109,42 @@ def test_a_clean_retry_records_attempts_and_no_finding() -> None:
     assert [a["outcome"] for a in entry["attempts"]] == ["M1", "M1"]
     assert lab.checks() == []
     assert [o.retry for o in lab.emitted if isinstance(o, KeyedAttempt)] == [False, True]
+
+
+def test_each_message_named_for_a_key_is_told_once() -> None:
+    """What the trace carries for judging across proxies: every keyed attempt with its key and
+    prompt digest, and each messageId the first time it is named for the key (an insert, an
+    answer, an answer to an injected copy), never again."""
+    lab = Lab()
+    first = lab.prompt(7)
+    lab.inserted("M1")
+    lab.answer(first, "M1")
+    lab.answer(lab.prompt(8), "M1")
+    lab.answer(lab.prompt(9), "M2")
+    lab.inserted("M2")
+    attempts = [o for o in lab.emitted if isinstance(o, KeyedAttempt)]
+    assert [(o.session, o.key, o.retry) for o in attempts] == [
+        ("S", "K1", False),
+        ("S", "K1", True),
+        ("S", "K1", True),
+    ]
+    assert len({o.prompt for o in attempts}) == 1
+    assert [
+        (o.session, o.key, o.message_id, o.via) for o in lab.emitted if isinstance(o, KeyedMessage)
+    ] == [("S", "K1", "M1", "insert"), ("S", "K1", "M2", "answer")]
+
+
+def test_the_answer_to_an_injected_copy_is_told_as_such() -> None:
+    lab = Lab(
+        {"when": {"kind": "request", "method": "session/prompt"}, "do": {"action": "duplicate"}}
+    )
+    lab.prompt(1)
+    lab.answer(0, "M1")
+    lab.answer(1, "M2")
+    assert [(o.message_id, o.via) for o in lab.emitted if isinstance(o, KeyedMessage)] == [
+        ("M1", "answer"),
+        ("M2", "copy"),
+    ]
 
 
 def test_two_message_ids_for_one_key_is_a_duplicate_insert() -> None:

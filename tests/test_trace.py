@@ -18,7 +18,7 @@ import orjson
 import pytest
 from harness import ProxyProcess, encode, notification, raw_agent, request, say
 
-from proxy.commands import Relayed
+from proxy.commands import KeyedAttempt, KeyedMessage, Relayed
 from proxy.events import Direction
 from proxy.jsonrpc import Kind
 from proxy.trace import TraceWriter
@@ -214,3 +214,34 @@ def test_lone_surrogates_from_a_peer_are_written_readably(tmp_path: Path) -> Non
     writer.close()
     record = orjson.loads(path.read_bytes().splitlines()[-1])
     assert (record["method"], record["session"], record["id"]) == ("x/\\ud800", "\\udc00", 1)
+
+
+def test_keyed_attempts_and_messages_are_recorded(tmp_path: Path) -> None:
+    """The ledger's keyed attempts and the messages named for their keys: what ``report`` needs
+    to judge a key across proxies."""
+    path = tmp_path / "trace.jsonl"
+    writer = TraceWriter(path, clock=lambda: 5.0)
+    writer.observe(KeyedAttempt("S", True, "K1", "0123abcd"), 3)
+    writer.observe(KeyedMessage("S", "K1", "M1", "insert"), 3)
+    writer.close()
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()[1:]]
+    assert records == [
+        {
+            "time": 5.0,
+            "link": 3,
+            "event": "keyed",
+            "session": "S",
+            "key": "K1",
+            "prompt": "0123abcd",
+            "retry": True,
+        },
+        {
+            "time": 5.0,
+            "link": 3,
+            "event": "keyed_message",
+            "session": "S",
+            "key": "K1",
+            "message_id": "M1",
+            "via": "insert",
+        },
+    ]
