@@ -9,7 +9,9 @@ and counted, never fatal: a proxy that crashed may have left a partial last line
 cannot be read, or whose complete lines hold no record at all (not a trace), is an error.
 
 :func:`summarize` turns the records into one JSON-ready summary; :func:`render_text` prints it for
-people; :func:`report_main` is the command (text and exit status).
+people; :func:`report_main` is the command (text and exit status). The columns and rows of each
+summary table (:func:`totals_rows`, :func:`faults_table` and the other ``*_table`` functions) are
+defined here once, for the text and for the page of :mod:`proxy.report_html`.
 
 What the trace contains, and so what the summary can say
 --------------------------------------------------------
@@ -55,7 +57,7 @@ import json
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,15 +69,25 @@ from proxy.ledger import LOSING_ACTIONS
 
 __all__ = [
     "WARNING_CHECKS",
+    "Table",
     "TraceReadError",
     "TraceRecords",
+    "connections_table",
+    "faults_table",
     "findings_phrase",
+    "findings_table",
     "load_traces",
+    "not_relayed_table",
     "plural",
+    "prompts_note",
+    "prompts_table",
+    "relayed_table",
     "render_text",
     "report_main",
+    "retries_table",
     "short_names",
     "summarize",
+    "totals_rows",
 ]
 
 REPORT_VERSION = 1
@@ -853,6 +865,210 @@ def short_names(nodes: Iterable[str]) -> dict[str, str]:
     return {node: node for node in parts}
 
 
+# -- the summary tables --------------------------------------------------------------------------
+# Each table of the summary, as its column titles and rows of cell values (``None``: no value),
+# for both renderers: the text here (``_table``) and the page (``proxy.report_html``) only format
+# them. ``names`` names each node (:func:`short_names`; a node it lacks is shown as it is).
+
+Table = tuple[list[str], list[list[Any]]]
+"""A table: its column titles and its rows."""
+
+
+def _nodes(names: Mapping[str, str], nodes: Iterable[str]) -> str:
+    return ", ".join(names.get(node, node) for node in nodes)
+
+
+def totals_rows(summary: dict[str, Any], *, runs_and_reloads: bool = False) -> list[list[str]]:
+    """The totals, a ``[name, text]`` row each.
+
+    ``runs_and_reloads`` adds the proxy runs, and the rule reloads when there were any, after the
+    restarts.
+    """
+    totals, prompts = summary["totals"], summary["prompts"]
+    retries, restarts = summary["retries"], summary["restarts"]
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in prompts["by_outcome"].items())
+    retry_text = plural(retries["count"], "retry", "retries")
+    if retries["across_nodes"]:
+        retry_text += f" ({retries['across_nodes']} across nodes)"
+    restart_text = str(totals["restarts"])
+    if restarts["by_what"]:
+        kinds = ", ".join(f"{what} x{n}" for what, n in restarts["by_what"].items())
+        abandoned = plural(restarts["abandoned_requests"], "request")
+        restart_text += f" ({kinds}; {abandoned} abandoned)"
+    rows = [
+        [
+            "messages",
+            f"{totals['messages_relayed']} relayed ({totals['bytes_relayed']} bytes), "
+            f"{totals['messages_not_relayed']} not relayed",
+        ],
+        ["faults", f"{totals['faults']} injected"],
+        [
+            "connections",
+            f"{totals['connections_opened']} opened, {totals['connections_closed']} closed",
+        ],
+        ["restarts", restart_text],
+    ]
+    if runs_and_reloads:
+        rows.append(["proxy runs", str(restarts["proxy_runs"])])
+        reloads = ", ".join(f"{result} x{n}" for result, n in summary["reloads"].items())
+        if reloads:
+            rows.append(["reloads", reloads])
+    rows += [
+        [
+            "prompts",
+            plural(totals["prompts"], "attempt")
+            + (f" ({outcomes})" if outcomes else "")
+            + f", {retry_text}",
+        ],
+        ["findings", findings_phrase(summary)],
+    ]
+    return rows
+
+
+def faults_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
+    """The faults injected, by rule and action."""
+    return ["rule", "action", "count", "nodes"], [
+        [f["rule"], f["action"], f["count"], _nodes(names, f["nodes"])]
+        for f in summary["faults"]["by_rule"]
+    ]
+
+
+def relayed_table(summary: dict[str, Any]) -> Table:
+    """The messages relayed, by direction, kind and method."""
+    return ["direction", "kind", "method", "count", "bytes", "p50 ms", "max ms"], [
+        [
+            m["direction"],
+            m["kind"],
+            m["method"],
+            m["count"],
+            m["bytes"],
+            None if m["duration_ms"] is None else m["duration_ms"]["median"],
+            None if m["duration_ms"] is None else m["duration_ms"]["max"],
+        ]
+        for m in summary["messages"]["relayed"]
+    ]
+
+
+def not_relayed_table(summary: dict[str, Any]) -> Table:
+    """The messages not relayed, by disposition."""
+    return ["disposition", "direction", "kind", "method or reason", "count"], [
+        [m["disposition"], m["direction"], m["kind"], m["method"] or m["reason"], m["count"]]
+        for m in summary["messages"]["not_relayed"]
+    ]
+
+
+def connections_table(summary: dict[str, Any]) -> Table:
+    """The connections opened and closed, by side and transport."""
+    return ["side", "transport", "opened", "closed"], [
+        [c["side"], c["transport"], c["opened"], c["closed"]] for c in summary["connections"]
+    ]
+
+
+def prompts_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
+    """The prompts per session, by outcome."""
+    headers = [
+        "session",
+        "attempts",
+        "answered",
+        "errors",
+        "lost",
+        "unanswered",
+        "retries",
+        "nodes",
+        "keys in findings",
+    ]
+    return headers, [
+        [
+            s["session"],
+            s["attempts"],
+            s["answered"],
+            s["errors"],
+            s["lost"],
+            s["unanswered"],
+            s["retries"],
+            _nodes(names, s["nodes"]),
+            ", ".join(s["keys_in_findings"]) or None,
+        ]
+        for s in summary["prompts"]["sessions"]
+    ]
+
+
+def prompts_note(summary: dict[str, Any]) -> str:
+    """The injected copies of prompts and the answers to them swallowed (empty when none)."""
+    prompts = summary["prompts"]
+    extra = []
+    if prompts["copies"]:
+        extra.append(plural(prompts["copies"], "injected copy", "injected copies"))
+    if prompts["swallowed_answers"]:
+        extra.append(f"{plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
+    return ", ".join(extra)
+
+
+def retries_table(
+    summary: dict[str, Any],
+    names: Mapping[str, str],
+    *,
+    id_text: Callable[[Any], str],
+    timeline_rows: Mapping[int, int] | None = None,
+) -> Table:
+    """The retries, each id written by ``id_text``.
+
+    With ``timeline_rows`` (the timeline row of each retry, by its index in the summary's list),
+    the table has the columns ``row`` (``#N``) and ``retries id`` (the id of the attempt retried).
+    """
+    headers = [
+        "at",
+        "row",
+        "session",
+        "node",
+        "link",
+        "id",
+        "retries id",
+        "after",
+        "lost on",
+        "delay ms",
+        "same size",
+        "outcome",
+    ]
+    rows = []
+    for index, r in enumerate(summary["retries"]["list"]):
+        number = None if timeline_rows is None else timeline_rows.get(index)
+        lost_on = names.get(r["lost_node"], r["lost_node"])
+        rows.append(
+            [
+                _at(r["at_s"]),
+                "-" if number is None else f"#{number}",
+                r["session"],
+                names.get(r["node"], r["node"]),
+                r["link"],
+                id_text(r["id"]),
+                id_text(r["lost_id"]),
+                r["after"],
+                lost_on + (" (other node)" if r["across_nodes"] else ""),
+                r["delay_ms"],
+                {True: "yes", False: "no", None: "-"}[r["same_size"]],
+                r["outcome"],
+            ]
+        )
+    if timeline_rows is None:
+        keep = [i for i, title in enumerate(headers) if title not in ("row", "retries id")]
+        return [headers[i] for i in keep], [[row[i] for i in keep] for row in rows]
+    return headers, rows
+
+
+def findings_table(
+    summary: dict[str, Any], names: Mapping[str, str], *, check_first: bool = False
+) -> Table:
+    """The findings in time order; ``check_first`` puts the check before the time."""
+    rows = []
+    for f in summary["findings"]["list"]:
+        at, check = _at(f["at_s"]), f["check"] + (" (warning)" if f["warning"] else "")
+        first = [check, at] if check_first else [at, check]
+        rows.append([*first, f["session"], f["key"], names.get(f["node"], f["node"]), f["detail"]])
+    titles = ["check", "at"] if check_first else ["at", "check"]
+    return [*titles, "session", "key", "node", "detail"], rows
+
+
 class _Text:
     """The lines of :func:`render_text`, section by section."""
 
@@ -864,9 +1080,6 @@ class _Text:
 
     def node(self, node: str) -> str:
         return self.names.get(node, node)
-
-    def nodes(self, nodes: Iterable[str]) -> str:
-        return ", ".join(self.node(node) for node in nodes)
 
     def section(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         if rows:
@@ -906,129 +1119,27 @@ class _Text:
             )
 
     def totals_section(self) -> None:
-        totals, prompts = self.totals, self.summary["prompts"]
-        retries, restarts = self.summary["retries"], self.summary["restarts"]
-        outcomes = ", ".join(f"{n} {outcome}" for outcome, n in prompts["by_outcome"].items())
-        retry_text = plural(retries["count"], "retry", "retries")
-        if retries["across_nodes"]:
-            retry_text += f" ({retries['across_nodes']} across nodes)"
-        restart_text = str(totals["restarts"])
-        if restarts["by_what"]:
-            kinds = ", ".join(f"{what} x{n}" for what, n in restarts["by_what"].items())
-            abandoned = plural(restarts["abandoned_requests"], "request")
-            restart_text += f" ({kinds}; {abandoned} abandoned)"
-        rows = [
-            (
-                "messages",
-                f"{totals['messages_relayed']} relayed ({totals['bytes_relayed']} bytes), "
-                f"{totals['messages_not_relayed']} not relayed",
-            ),
-            ("faults", f"{totals['faults']} injected"),
-            (
-                "connections",
-                f"{totals['connections_opened']} opened, {totals['connections_closed']} closed",
-            ),
-            ("restarts", restart_text),
-            (
-                "prompts",
-                plural(totals["prompts"], "attempt")
-                + (f" ({outcomes})" if outcomes else "")
-                + f", {retry_text}",
-            ),
-            ("findings", findings_phrase(self.summary)),
-        ]
+        rows = totals_rows(self.summary)
         self.out += ["", "Totals", *(f"  {name:<12} {text}" for name, text in rows)]
 
     def faults(self) -> None:
-        self.section(
-            "Faults injected",
-            ["rule", "action", "count", "nodes"],
-            [
-                [f["rule"], f["action"], f["count"], self.nodes(f["nodes"])]
-                for f in self.summary["faults"]["by_rule"]
-            ],
-        )
+        self.section("Faults injected", *faults_table(self.summary, self.names))
 
     def messages(self) -> None:
-        messages = self.summary["messages"]
-        self.section(
-            "Messages relayed",
-            ["direction", "kind", "method", "count", "bytes", "p50 ms", "max ms"],
-            [
-                [
-                    m["direction"],
-                    m["kind"],
-                    m["method"],
-                    m["count"],
-                    m["bytes"],
-                    None if m["duration_ms"] is None else m["duration_ms"]["median"],
-                    None if m["duration_ms"] is None else m["duration_ms"]["max"],
-                ]
-                for m in messages["relayed"]
-            ],
-        )
-        self.section(
-            "Messages not relayed",
-            ["disposition", "direction", "kind", "method or reason", "count"],
-            [
-                [
-                    m["disposition"],
-                    m["direction"],
-                    m["kind"],
-                    m["method"] or m["reason"],
-                    m["count"],
-                ]
-                for m in messages["not_relayed"]
-            ],
-        )
+        self.section("Messages relayed", *relayed_table(self.summary))
+        self.section("Messages not relayed", *not_relayed_table(self.summary))
 
     def connections(self) -> None:
-        self.section(
-            "Connections",
-            ["side", "transport", "opened", "closed"],
-            [
-                [c["side"], c["transport"], c["opened"], c["closed"]]
-                for c in self.summary["connections"]
-            ],
-        )
+        self.section("Connections", *connections_table(self.summary))
 
     def prompts(self) -> None:
-        prompts = self.summary["prompts"]
         self.section(
             "Prompts (session/prompt requests; the trace has no keys or messageIds: see findings)",
-            [
-                "session",
-                "attempts",
-                "answered",
-                "errors",
-                "lost",
-                "unanswered",
-                "retries",
-                "nodes",
-                "keys in findings",
-            ],
-            [
-                [
-                    s["session"],
-                    s["attempts"],
-                    s["answered"],
-                    s["errors"],
-                    s["lost"],
-                    s["unanswered"],
-                    s["retries"],
-                    self.nodes(s["nodes"]),
-                    ", ".join(s["keys_in_findings"]) or None,
-                ]
-                for s in prompts["sessions"]
-            ],
+            *prompts_table(self.summary, self.names),
         )
-        extra = []
-        if prompts["copies"]:
-            extra.append(plural(prompts["copies"], "injected copy", "injected copies"))
-        if prompts["swallowed_answers"]:
-            extra.append(f"{plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
-        if extra:
-            self.out.append("  " + ", ".join(extra))
+        note = prompts_note(self.summary)
+        if note:
+            self.out.append("  " + note)
 
     def retries(self) -> None:
         retries = self.summary["retries"]
@@ -1037,55 +1148,13 @@ class _Text:
         self.section(
             f"Retries (the next prompt on a session after a loss there): {retries['count']}, "
             f"median {retries['delay_ms']['median']:.1f} ms after the loss",
-            [
-                "at",
-                "session",
-                "node",
-                "link",
-                "id",
-                "after",
-                "lost on",
-                "delay ms",
-                "same size",
-                "outcome",
-            ],
-            [
-                [
-                    _at(r["at_s"]),
-                    r["session"],
-                    self.node(r["node"]),
-                    r["link"],
-                    json.dumps(r["id"]),
-                    r["after"],
-                    self.node(r["lost_node"]) + (" (other node)" if r["across_nodes"] else ""),
-                    r["delay_ms"],
-                    {True: "yes", False: "no", None: "-"}[r["same_size"]],
-                    r["outcome"],
-                ]
-                for r in retries["list"]
-            ],
+            *retries_table(self.summary, self.names, id_text=json.dumps),
         )
 
     def findings(self) -> None:
         self.out += ["", f"Findings: {findings_phrase(self.summary)}"]
-        self.out += (
-            _table(
-                ["at", "check", "session", "key", "node", "detail"],
-                [
-                    [
-                        _at(f["at_s"]),
-                        f["check"] + (" (warning)" if f["warning"] else ""),
-                        f["session"],
-                        f["key"],
-                        self.node(f["node"]),
-                        f["detail"],
-                    ]
-                    for f in self.summary["findings"]["list"]
-                ],
-            )
-            if self.summary["findings"]["list"]
-            else []
-        )
+        if self.summary["findings"]["list"]:
+            self.out += _table(*findings_table(self.summary, self.names))
 
 
 def render_text(summary: dict[str, Any]) -> str:

@@ -3,8 +3,8 @@
 :func:`render_html` turns the merged records of :func:`proxy.report.load_traces` and their summary
 (:func:`proxy.report.summarize`) into one HTML document: a header (the files, the time span, the
 verdict), the summary tables (totals, faults by rule, messages, connections, prompts, retries,
-findings) and a sequence timeline of the trace, drawn as inline SVG with three lanes (Client,
-proxy, Agent):
+findings; their columns and rows are :mod:`proxy.report`'s) and a sequence timeline of the trace,
+drawn as inline SVG with three lanes (Client, proxy, Agent):
 
 * every ``message`` record is an arrow in time order (``to_agent``: Client -> proxy -> Agent;
   ``to_client``: Agent -> proxy -> Client); one that was not relayed (any other disposition) stops
@@ -41,11 +41,20 @@ from typing import Any
 
 from proxy.report import (
     TraceReadError,
+    connections_table,
+    faults_table,
     findings_phrase,
+    findings_table,
     load_traces,
+    not_relayed_table,
     plural,
+    prompts_note,
+    prompts_table,
+    relayed_table,
+    retries_table,
     short_names,
     summarize,
+    totals_rows,
 )
 
 __all__ = ["MAX_MESSAGES", "render_html", "write_html"]
@@ -237,89 +246,27 @@ def _header(summary: dict[str, Any], names: dict[str, str]) -> str:
 
 
 def _totals(summary: dict[str, Any]) -> str:
-    totals, prompts = summary["totals"], summary["prompts"]
-    retries, restarts = summary["retries"], summary["restarts"]
-    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in prompts["by_outcome"].items())
-    retry_text = plural(retries["count"], "retry", "retries")
-    if retries["across_nodes"]:
-        retry_text += f" ({retries['across_nodes']} across nodes)"
-    restart_text = str(totals["restarts"])
-    if restarts["by_what"]:
-        kinds = ", ".join(f"{what} x{n}" for what, n in restarts["by_what"].items())
-        abandoned = plural(restarts["abandoned_requests"], "request")
-        restart_text += f" ({kinds}; {abandoned} abandoned)"
-    reloads = ", ".join(f"{result} x{n}" for result, n in summary["reloads"].items())
-    rows = [
-        [
-            "messages",
-            f"{totals['messages_relayed']} relayed ({totals['bytes_relayed']} bytes), "
-            f"{totals['messages_not_relayed']} not relayed",
-        ],
-        ["faults", f"{totals['faults']} injected"],
-        [
-            "connections",
-            f"{totals['connections_opened']} opened, {totals['connections_closed']} closed",
-        ],
-        ["restarts", restart_text],
-        ["proxy runs", str(restarts["proxy_runs"])],
-        [
-            "prompts",
-            plural(totals["prompts"], "attempt")
-            + (f" ({outcomes})" if outcomes else "")
-            + f", {retry_text}",
-        ],
-        ["findings", findings_phrase(summary)],
-    ]
-    if reloads:
-        rows.insert(5, ["reloads", reloads])
+    rows = totals_rows(summary, runs_and_reloads=True)
     return '<h2 id="totals">Totals</h2>' + _table(["", ""], rows, table_class="totals")
 
 
 def _faults(summary: dict[str, Any], names: dict[str, str]) -> str:
     return '<h2 id="faults">Faults injected</h2>' + _table(
-        ["rule", "action", "count", "nodes"],
-        [
-            [f["rule"], f["action"], f["count"], ", ".join(names.get(n, n) for n in f["nodes"])]
-            for f in summary["faults"]["by_rule"]
-        ],
-        table_class="faults",
-        empty="no fault injected",
+        *faults_table(summary, names), table_class="faults", empty="no fault injected"
     )
 
 
 def _messages(summary: dict[str, Any]) -> str:
-    messages = summary["messages"]
     relayed = _table(
-        ["direction", "kind", "method", "count", "bytes", "p50 ms", "max ms"],
-        [
-            [
-                m["direction"],
-                m["kind"],
-                m["method"],
-                m["count"],
-                m["bytes"],
-                None if m["duration_ms"] is None else m["duration_ms"]["median"],
-                None if m["duration_ms"] is None else m["duration_ms"]["max"],
-            ]
-            for m in messages["relayed"]
-        ],
-        table_class="messages-relayed",
-        empty="no message relayed",
+        *relayed_table(summary), table_class="messages-relayed", empty="no message relayed"
     )
     not_relayed = _table(
-        ["disposition", "direction", "kind", "method or reason", "count"],
-        [
-            [m["disposition"], m["direction"], m["kind"], m["method"] or m["reason"], m["count"]]
-            for m in messages["not_relayed"]
-        ],
+        *not_relayed_table(summary),
         table_class="messages-not-relayed",
         empty="every message was relayed",
     )
     connections = _table(
-        ["side", "transport", "opened", "closed"],
-        [[c["side"], c["transport"], c["opened"], c["closed"]] for c in summary["connections"]],
-        table_class="connections",
-        empty="no connection recorded",
+        *connections_table(summary), table_class="connections", empty="no connection recorded"
     )
     return (
         '<h2 id="messages">Messages relayed</h2>'
@@ -332,70 +279,19 @@ def _messages(summary: dict[str, Any]) -> str:
 
 
 def _prompts(summary: dict[str, Any], names: dict[str, str]) -> str:
-    prompts = summary["prompts"]
-    extra = []
-    if prompts["copies"]:
-        extra.append(plural(prompts["copies"], "injected copy", "injected copies"))
-    if prompts["swallowed_answers"]:
-        extra.append(f"{plural(prompts['swallowed_answers'], 'answer')} to copies swallowed")
+    note = prompts_note(summary)
     return (
         '<h2 id="prompts">Prompts</h2><p class="note">session/prompt requests, rebuilt from the '
         "trace (it has no idempotency keys or messageIds: see the findings)</p>"
         + _table(
-            [
-                "session",
-                "attempts",
-                "answered",
-                "errors",
-                "lost",
-                "unanswered",
-                "retries",
-                "nodes",
-                "keys in findings",
-            ],
-            [
-                [
-                    s["session"],
-                    s["attempts"],
-                    s["answered"],
-                    s["errors"],
-                    s["lost"],
-                    s["unanswered"],
-                    s["retries"],
-                    ", ".join(names.get(n, n) for n in s["nodes"]),
-                    ", ".join(s["keys_in_findings"]) or None,
-                ]
-                for s in prompts["sessions"]
-            ],
-            table_class="prompts",
-            empty="no session/prompt request",
+            *prompts_table(summary, names), table_class="prompts", empty="no session/prompt request"
         )
-        + (f'<p class="note">{_e(", ".join(extra))}</p>' if extra else "")
+        + (f'<p class="note">{_e(note)}</p>' if note else "")
     )
 
 
 def _retries(summary: dict[str, Any], names: dict[str, str], rows: dict[int, int]) -> str:
     retries = summary["retries"]
-    table_rows = []
-    for index, r in enumerate(retries["list"]):
-        row = rows.get(index)
-        lost_on = names.get(r["lost_node"], r["lost_node"])
-        table_rows.append(
-            [
-                "-" if r["at_s"] is None else f"+{r['at_s']:.3f}s",
-                "-" if row is None else f"#{row}",
-                r["session"],
-                names.get(r["node"], r["node"]),
-                r["link"],
-                _json(r["id"]),
-                _json(r["lost_id"]),
-                r["after"],
-                lost_on + (" (other node)" if r["across_nodes"] else ""),
-                r["delay_ms"],
-                {True: "yes", False: "no", None: "-"}[r["same_size"]],
-                r["outcome"],
-            ]
-        )
     note = ""
     if retries["delay_ms"] is not None:
         note = (
@@ -407,21 +303,7 @@ def _retries(summary: dict[str, Any], names: dict[str, str], rows: dict[int, int
         "there; each is linked to the attempt it retries in the timeline</p>"
         + note
         + _table(
-            [
-                "at",
-                "row",
-                "session",
-                "node",
-                "link",
-                "id",
-                "retries id",
-                "after",
-                "lost on",
-                "delay ms",
-                "same size",
-                "outcome",
-            ],
-            table_rows,
+            *retries_table(summary, names, id_text=_json, timeline_rows=rows),
             table_class="retries",
             empty="no retry",
         )
@@ -433,18 +315,7 @@ def _findings(summary: dict[str, Any], names: dict[str, str]) -> str:
     return (
         f'<h2 id="findings">Findings</h2><p class="meta">{_e(findings_phrase(summary))}</p>'
         + _table(
-            ["check", "at", "session", "key", "node", "detail"],
-            [
-                [
-                    f["check"] + (" (warning)" if f["warning"] else ""),
-                    "-" if f["at_s"] is None else f"+{f['at_s']:.3f}s",
-                    f["session"],
-                    f["key"],
-                    names.get(f["node"], f["node"]),
-                    f["detail"],
-                ]
-                for f in found
-            ],
+            *findings_table(summary, names, check_first=True),
             classes=["warning" if f["warning"] else "failing" for f in found],
             table_class="findings",
             empty="no finding",

@@ -15,7 +15,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,6 @@ from harness import (
     say,
 )
 from test_faults_e2e import (
-    SDK_AGENT,
     SWALLOWED,
     SdkClient,
     Start,
@@ -47,6 +46,7 @@ from test_faults_e2e import (
     open_session,
     prompt_request,
     proxies,
+    sdk_agent_session,
     sdk_client_session,
     sdk_prompt,
     sdk_state,
@@ -59,13 +59,6 @@ CONFIG_FILES = sorted(path.name for path in CONFIG.iterdir() if path.is_file())
 
 Exercise = Callable[[Path, Start, Path], Awaitable[None]]
 """Shows one config file's effect: (the file, a proxy starter, a scratch directory)."""
-
-
-@pytest.fixture
-async def start() -> AsyncIterator[Start]:
-    """Start proxies in front of Agents for one test."""
-    async with proxies() as _start:
-        yield _start
 
 
 async def rest_of_stdout(proxy: ProxyProcess) -> list[Any]:
@@ -81,9 +74,7 @@ async def rest_of_stdout(proxy: ProxyProcess) -> list[Any]:
 async def agent_dies_with_prompt_pending(config: Path, start: Start, tmp_path: Path) -> None:
     """The 1st keyed prompt kills the SDK Agent: exit 137, no answer; with --state, only once."""
     state = tmp_path / "state.json"
-    proxy = await start(SDK_AGENT, "--faults", str(config), "--state", str(state))
-    await initialize(proxy)
-    session = await new_session(proxy)
+    proxy, session = await sdk_agent_session(start, config, "--state", str(state))
     await proxy.send(prompt_request("plain", session, "echo unkeyed"))  # not keyed: no fault
     _, before = await answer_to(proxy, "plain")
     assert chunk_texts(before) == ["unkeyed"]
@@ -96,9 +87,7 @@ async def agent_dies_with_prompt_pending(config: Path, start: Start, tmp_path: P
     assert len(faults_of(proxy.stderr, "kill-agent-after-first-keyed-prompt")) == 1
 
     # The Client starts its agent again (with the same state file) and resends with the key.
-    again = await start(SDK_AGENT, "--faults", str(config), "--state", str(state))
-    await initialize(again)
-    session = await new_session(again)
+    again, session = await sdk_agent_session(start, config, "--state", str(state))
     await again.send(prompt_request("retry", session, "echo retried", key="k-1"))
     answer, before = await answer_to(again, "retry")
     assert answer["result"]["stopReason"] == "end_turn"
@@ -110,9 +99,7 @@ async def agent_dies_with_prompt_pending(config: Path, start: Start, tmp_path: P
 
 async def agent_restarts_with_prompt_pending(config: Path, start: Start, tmp_path: Path) -> None:
     """The 1st keyed prompt kills the Agent, a fresh one is started; the pipe stays open."""
-    proxy = await start(SDK_AGENT, "--faults", str(config))
-    await initialize(proxy)
-    session = await new_session(proxy)
+    proxy, session = await sdk_agent_session(start, config)
     old = await agent_state(proxy, "state-1")
     await proxy.send(prompt_request("p1", session, "wait", key="k-1"))
     await until_logged(proxy, "restarting")
@@ -141,9 +128,7 @@ async def agent_restarts_with_prompt_pending(config: Path, start: Start, tmp_pat
 
 async def duplicate_every_keyed_prompt(config: Path, start: Start, tmp_path: Path) -> None:
     """Each keyed prompt reaches the SDK Agent twice under two ids; the Client gets one answer."""
-    proxy = await start(SDK_AGENT, "--faults", str(config))
-    await initialize(proxy)
-    session = await new_session(proxy)
+    proxy, session = await sdk_agent_session(start, config)
     seen: list[Any] = []
     for n, key in enumerate(("key-1", "key-2"), start=1):
         await proxy.send(prompt_request(f"k{n}", session, f"echo dup {n}", key=key))
@@ -205,9 +190,7 @@ async def garbage_from_agent(config: Path, start: Start, tmp_path: Path) -> None
 
 async def lose_first_prompt_response(config: Path, start: Start, tmp_path: Path) -> None:
     """The 1st keyed prompt's answer is lost though the Agent ran it; the keyed retry's arrives."""
-    proxy = await start(SDK_AGENT, "--faults", str(config))
-    await initialize(proxy)
-    session = await new_session(proxy)
+    proxy, session = await sdk_agent_session(start, config)
     await proxy.send(prompt_request("plain", session, "echo unkeyed"))  # not keyed: answered
     _, before = await answer_to(proxy, "plain")
     assert chunk_texts(before) == ["unkeyed"]
@@ -232,9 +215,7 @@ async def proxy_restart_between_request_and_response(
     config: Path, start: Start, tmp_path: Path
 ) -> None:
     """A restart after the 1st keyed prompt: no answer, a fresh Agent next, ids keep counting."""
-    proxy = await start(SDK_AGENT, "--faults", str(config))
-    await initialize(proxy)
-    session = await new_session(proxy)
+    proxy, session = await sdk_agent_session(start, config)
     old = await agent_state(proxy, "state-1")
     await proxy.send(prompt_request("p", session, "wait", key="key-1"))
     await proxy.send(request("state-2", "_sdk_agent/state", {}))  # waits out the downtime
@@ -321,13 +302,12 @@ def test_config_file_validates(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", CONFIG_FILES)
-async def test_config_file_does_what_its_comment_says(
-    name: str, start: Start, tmp_path: Path
-) -> None:
+async def test_config_file_does_what_its_comment_says(name: str, tmp_path: Path) -> None:
     """Each config file, run end to end, shows the effect its comment describes."""
     exercise = EXERCISES.get(name)
     assert exercise is not None, f"config/{name} has no exercise: add one to EXERCISES"
-    await exercise(CONFIG / name, start, tmp_path)
+    async with proxies() as start:
+        await exercise(CONFIG / name, start, tmp_path)
 
 
 def test_every_exercise_has_its_file() -> None:

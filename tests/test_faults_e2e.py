@@ -224,6 +224,16 @@ async def new_session(proxy: ProxyProcess, request_id: object = "new") -> str:
     return str(answer["result"]["sessionId"])
 
 
+async def sdk_agent_session(start: Start, faults: Path, *options: str) -> tuple[ProxyProcess, str]:
+    """A proxy with ``faults`` (and ``options``) in front of the SDK Agent, and a session's id.
+
+    The Agent is initialized and the session new (:func:`initialize`, :func:`new_session`).
+    """
+    proxy = await start(SDK_AGENT, "--faults", str(faults), *options)
+    await initialize(proxy)
+    return proxy, await new_session(proxy)
+
+
 def prompt_request(request_id: object, session: str, text: str, key: str | None = None) -> bytes:
     """A ``session/prompt`` of one text block, keyed when ``key`` is given."""
     params: dict[str, Any] = {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
