@@ -548,7 +548,9 @@ class Listener:
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(
-            max_msg_size=self.config.max_message_bytes,
+            # aiohttp 3.14 refuses a message of exactly max_msg_size, older ones take one byte
+            # more: one above the limit here, and the endpoint refuses what exceeds the limit.
+            max_msg_size=self.config.max_message_bytes + 1,
             decode_text=False,
             autoping=True,
             compress=False,  # as toward the Agent: nothing is re-compressed hop by hop
@@ -556,7 +558,7 @@ class Listener:
         connection_id = secrets.token_hex(16)
         ws.headers[CONNECTION_ID] = connection_id
         await ws.prepare(request)
-        endpoint = WsServerEndpoint(ws, connection_id)
+        endpoint = WsServerEndpoint(ws, connection_id, self.config.max_message_bytes)
         if not await self._on_connection(endpoint, request.headers):
             if self.closing:
                 await ws.close(code=1001, message=SHUTTING_DOWN.encode())

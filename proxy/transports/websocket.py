@@ -147,9 +147,12 @@ class _WsEndpoint:
 class WsServerEndpoint(_WsEndpoint):
     """A Client connected to the proxy's listener over WebSocket (aiohttp)."""
 
-    def __init__(self, ws: web.WebSocketResponse, connection_id: str) -> None:
+    def __init__(self, ws: web.WebSocketResponse, connection_id: str, max_bytes: int) -> None:
         self.ws = ws
         self.connection_id = connection_id
+        self.max_bytes = max_bytes
+        """The largest message taken; aiohttp's own bound (``max_msg_size``) differs by one
+        between its versions, so the listener sets it one higher and this check decides."""
         super().__init__()
 
     async def receive(self) -> Received | None:
@@ -158,6 +161,14 @@ class WsServerEndpoint(_WsEndpoint):
             message = await self.ws.receive()
             if message.type is WSMsgType.TEXT:
                 data = message.data
+                if len(data) > self.max_bytes:
+                    log.warning(
+                        "the client's message was over the size limit; socket closed",
+                        size=len(data),
+                        limit=self.max_bytes,
+                    )
+                    self._close_code = 1009
+                    break
                 return data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
             if message.type is WSMsgType.BINARY:
                 size = len(message.data)
