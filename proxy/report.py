@@ -35,15 +35,18 @@ reloads exactly, and it reconstructs **prompts** (``session/prompt`` requests) f
   the request or its answer, a restart, a connection closed or the proxy process starting again
   while it was pending) or ``unanswered`` (no answer and no known cause: the trace ended first).
 
-The idempotency key and the ``messageId`` s are **not** in the trace, so the report cannot tell a
-keyed prompt from an unkeyed one, nor a retry from a new prompt: a *retry* here is the first
-``session/prompt`` on a session after a prompt of that session was lost (a session is the
-Agent's, so a retry that lands on another node counts, ``across_nodes``). It is measured from the
-loss (``delay_ms``) and marked ``same_size`` when its size, less its id, equals the lost one's (an
-identical resend, key included, is the same size). Per-key judgement is the ledger's: each proxy
-writes its findings (``finding`` records: check, session, key, detail) to its trace, and the
-report lists them all, by check. A proxy judges only what crossed it; the report adds no finding
-of its own across nodes.
+Keys and ``messageId`` s come from the ledger's own records (``keyed`` just before the request
+it names, ``keyed_message``), so a keyed attempt carries its key and a **retry** is exact: a keyed
+attempt retries the latest earlier attempt with its session and key, on any node (a session is the
+Agent's, ``across_nodes``); an unkeyed attempt is taken for a retry when it is the first
+``session/prompt`` on its session after a prompt of that session was lost (the trace cannot tell a
+resend from a new prompt then). A retry is measured from the loss (``delay_ms``; from the attempt
+it retries when the trace shows no loss) and marked ``same_size`` when its size, less its id,
+equals the retried one's (an identical resend, key included, is the same size). Per-key judgement
+is first the ledgers': each proxy writes its findings (``finding`` records: check, session, key,
+detail) to its trace, and the report lists them all. A ledger judges only what crossed its own
+proxy, so :mod:`proxy.report_keys` judges each key again over every node and run and adds the
+findings only the merged traces show (``by: report``, with the ``nodes`` involved).
 
 Exit status of :func:`report_main`: 0, or 1 when there is a finding other than ``unkeyed_resend``
 (a warning: an unsafe retry of the Client), so that CI can fail on it; 2 when a file is missing,
@@ -66,8 +69,10 @@ from typing import Any
 import orjson
 
 from proxy.ledger import LOSING_ACTIONS
+from proxy.report_keys import Keys
 
 __all__ = [
+    "PROMPT",
     "WARNING_CHECKS",
     "Table",
     "TraceReadError",
@@ -76,6 +81,8 @@ __all__ = [
     "faults_table",
     "findings_phrase",
     "findings_table",
+    "keys_note",
+    "keys_table",
     "load_traces",
     "not_relayed_table",
     "plural",
@@ -88,6 +95,7 @@ __all__ = [
     "short_names",
     "summarize",
     "totals_rows",
+    "wire_text",
 ]
 
 REPORT_VERSION = 1
@@ -243,6 +251,8 @@ class _Attempt:
     duration_ms: float | None = None
     cut_at: float | None = None
     cut_by: str | None = None
+    key: str | None = None
+    """The idempotency key, from the ledger's ``keyed`` record just before the request's."""
     retry_of: _Attempt | None = None
 
     def loss(self) -> tuple[float, str] | None:
@@ -271,7 +281,7 @@ class _Attempt:
         """The request's size less its id's, to compare a retry with the prompt it resends."""
         if self.size is None:
             return None
-        return self.size - len(_token(self.id))
+        return self.size - len(wire_text(self.id))
 
     def view(self, start: float | None) -> dict[str, Any]:
         loss = self.loss()
@@ -291,13 +301,17 @@ class _Attempt:
             "outcome": self.outcome(),
             "duration_ms": self.duration_ms,
             "lost_by": None if loss is None else loss[1],
+            "key": self.key,
             "retry": self.retry_of is not None,
         }
 
 
-def _token(value: Any) -> str:
-    """A JSON value as compact text (an id as it would appear on the wire)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+def wire_text(value: Any) -> str:
+    """A JSON value (an id) as compact text, as it would appear on the wire."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def _fault_name(fault: dict[str, Any]) -> str:
@@ -320,11 +334,15 @@ class _Prompts:
         """Per node: the attempt the node's previous record (findings aside) belonged to."""
         self._position: Counter[str] = Counter()
         self._run: Counter[str] = Counter()
+        self._keyed: dict[str, tuple[int, dict[str, Any]]] = {}
+        """Per node: the last ``keyed`` record, and the position of the record before it."""
 
     def step(self, record: dict[str, Any]) -> None:
         """Take the next record (the ledger's records never separate a message from its faults)."""
         node = str(record.get("node") or "-")
         event = record["event"]
+        if event == "keyed":
+            self._keyed[node] = (self._position[node], record)
         if event in LEDGER_EVENTS:
             return
         self._position[node] += 1
@@ -365,10 +383,19 @@ class _Prompts:
         self.attempts.append(attempt)
         return attempt
 
+    def _key_of(self, node: str, record: dict[str, Any]) -> str | None:
+        """A relayed request's idempotency key: the ``keyed`` record just before it names it."""
+        keyed = self._keyed.pop(node, None)
+        if keyed is None or keyed[0] != self._position[node] - 1:
+            return None
+        key = keyed[1].get("key")
+        same = keyed[1].get("link") == record.get("link")
+        return key if same and isinstance(key, str) else None
+
     def _key(
         self, node: str, record: dict[str, Any], forwarded_id: Any
     ) -> tuple[str, int, Any, str]:
-        return (node, self._run[node], record.get("link"), _token(forwarded_id))
+        return (node, self._run[node], record.get("link"), wire_text(forwarded_id))
 
     def _message(self, node: str, record: dict[str, Any]) -> None:
         direction, kind = record.get("direction"), record.get("kind")
@@ -387,6 +414,7 @@ class _Prompts:
                 attempt = self._new(node, record)
             if not attempt.relayed:
                 attempt.relayed = True
+                attempt.key = self._key_of(node, record)
                 attempt.forwarded_id = forwarded
                 size = record.get("size")
                 attempt.size = size if isinstance(size, int) else None
@@ -450,7 +478,12 @@ class _Prompts:
                 del self._pending[key]
 
     def retries(self, start: float | None) -> list[dict[str, Any]]:
-        """Mark and list the retries: the first prompt on a session after one of its losses."""
+        """Mark and list the retries.
+
+        A keyed attempt retries the latest earlier attempt with its session and key, on any node;
+        an unkeyed one is a retry when it is the first prompt on its session after one of its
+        losses (the trace cannot tell a resend from a new prompt then).
+        """
         losses: dict[str | None, list[tuple[float, _Attempt, str]]] = defaultdict(list)
         for attempt in self.attempts:
             loss = attempt.loss()
@@ -458,24 +491,35 @@ class _Prompts:
                 losses[attempt.session].append((loss[0], attempt, loss[1]))
         found = []
         previous: dict[str | None, float] = {}
+        keyed: dict[tuple[str, str], _Attempt] = {}
         for attempt in sorted(self.attempts, key=lambda a: a.time):
             before = previous.get(attempt.session)
             previous[attempt.session] = attempt.time
-            if before is None or attempt.session is None:
+            if attempt.session is None:
                 continue
-            candidates = [
-                loss
-                for loss in losses.get(attempt.session, ())
-                if loss[1] is not attempt and before <= loss[0] <= attempt.time
-            ]
-            if not candidates:
-                continue
-            at, lost, how = max(candidates, key=lambda loss: loss[0])
+            if attempt.key is not None:
+                lost = keyed.get((attempt.session, attempt.key))
+                keyed[attempt.session, attempt.key] = attempt
+                if lost is None:
+                    continue
+                at, how = lost.loss() or (lost.time, "no loss the trace shows")
+            else:
+                candidates = [
+                    loss
+                    for loss in losses.get(attempt.session, ())
+                    if loss[1] is not attempt
+                    and before is not None
+                    and before <= loss[0] <= attempt.time
+                ]
+                if not candidates:
+                    continue
+                at, lost, how = max(candidates, key=lambda loss: loss[0])
             attempt.retry_of = lost
             mine, theirs = attempt.body_size(), lost.body_size()
             found.append(
                 {
                     "session": attempt.session,
+                    "key": attempt.key,
                     "node": attempt.node,
                     "link": attempt.link,
                     "id": attempt.id,
@@ -486,6 +530,7 @@ class _Prompts:
                     "lost_node": lost.node,
                     "lost_link": lost.link,
                     "lost_id": lost.id,
+                    "lost_time": lost.time,
                     "delay_ms": round((attempt.time - at) * 1000, 3),
                     "across_nodes": lost.node != attempt.node,
                     "same_size": None if mine is None or theirs is None else mine == theirs,
@@ -578,7 +623,7 @@ class _Counts:
             self.reloads[str(record.get("result"))] += 1
         elif event == "finding":
             self._finding(record)
-        elif event not in ("trace", "keyed", "keyed_message"):
+        elif event != "trace" and event not in LEDGER_EVENTS:
             self.ignored[event] += 1
 
     def _message(self, record: dict[str, Any]) -> None:
@@ -609,7 +654,9 @@ class _Counts:
                 "session": record.get("session"),
                 "key": record.get("key"),
                 "detail": record.get("detail"),
+                "by": "proxy",
                 "node": str(record.get("node") or "-"),
+                "nodes": [str(record.get("node") or "-")],
                 "link": record.get("link"),
                 "time": at,
                 "at_s": _since(at, self.start),
@@ -670,13 +717,43 @@ class _Counts:
             for side, transport in sorted(set(self.opened) | set(self.closed))
         ]
 
-    def findings_view(self) -> dict[str, Any]:
-        return {
-            "count": len(self.findings),
-            "failing": sum(1 for finding in self.findings if not finding["warning"]),
-            "by_check": dict(sorted(Counter(f["check"] for f in self.findings).items())),
-            "list": self.findings,
+
+def _findings_view(findings: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "count": len(findings),
+        "failing": sum(1 for finding in findings if not finding["warning"]),
+        "by_check": dict(sorted(Counter(f["check"] for f in findings).items())),
+        "list": findings,
+    }
+
+
+def _merged_findings(
+    written: list[dict[str, Any]], keys: Keys, start: float | None
+) -> list[dict[str, Any]]:
+    """The ledgers' findings and those only the merged traces show (:mod:`proxy.report_keys`)."""
+    found = [
+        {
+            **finding,
+            "warning": finding["check"] in WARNING_CHECKS,
+            "by": "report",
+            "node": None,
+            "link": None,
+            "at_s": _since(finding["time"], start),
         }
+        for finding in keys.findings(written)
+    ]
+    return sorted(written + found, key=lambda finding: float(finding["time"]))
+
+
+def _keys_view(keys: Keys, start: float | None) -> dict[str, Any]:
+    listed = [{**key, "at_s": _since(key["time"], start)} for key in keys.view()]
+    return {
+        "count": len(listed),
+        "retried": sum(1 for key in listed if key["retries"]),
+        "across_nodes": sum(1 for key in listed if len(key["nodes"]) > 1),
+        "duplicates": sum(1 for key in listed if key["verdict"] == "duplicate"),
+        "list": listed,
+    }
 
 
 def _sessions(attempts: list[_Attempt], findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -736,13 +813,17 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     start, end = (min(times), max(times)) if times else (None, None)
     counts = _Counts(start)
     prompts = _Prompts()
+    keys = Keys()
     for record in records:
         prompts.step(record)
         counts.step(record)
+        keys.step(record)
     retries = prompts.retries(start)
     attempts = prompts.attempts
     outcomes = Counter(attempt.outcome() for attempt in attempts)
-    findings = counts.findings_view()
+    all_findings = _merged_findings(counts.findings, keys, start)
+    findings = _findings_view(all_findings)
+    keyed = _keys_view(keys, start)
     verdict = "failing" if findings["failing"] else "warnings" if findings["count"] else "clean"
     return {
         "report_version": REPORT_VERSION,
@@ -769,6 +850,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "prompts": len(attempts),
             "prompts_lost": outcomes["lost"],
             "retries": len(retries),
+            "keys": keyed["count"],
             "findings": findings["count"],
             "failing_findings": findings["failing"],
         },
@@ -786,7 +868,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "copies": sum(attempt.copies for attempt in attempts),
             "swallowed_answers": sum(attempt.swallowed for attempt in attempts),
             "by_outcome": dict(sorted(outcomes.items())),
-            "sessions": _sessions(attempts, counts.findings),
+            "sessions": _sessions(attempts, all_findings),
             "list": [attempt.view(start) for attempt in attempts],
         },
         "retries": {
@@ -795,6 +877,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "delay_ms": _spread([retry["delay_ms"] for retry in retries]),
             "list": retries,
         },
+        "keys": keyed,
         "findings": findings,
         "ignored": dict(sorted(counts.ignored.items())),
     }
@@ -1056,6 +1139,43 @@ def retries_table(
     return headers, rows
 
 
+def keys_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
+    """The idempotency keys worth a look: retried, seen by several nodes, or given several
+    messages or prompts (the others are counted by :func:`keys_note`)."""
+    return ["at", "session", "key", "attempts", "nodes", "prompts", "messageIds", "verdict"], [
+        [
+            _at(k["at_s"]),
+            k["session"],
+            k["key"],
+            k["attempts"],
+            _nodes(names, k["nodes"]),
+            k["prompts"],
+            ", ".join(k["message_ids"]) or None,
+            k["verdict"],
+        ]
+        for k in summary["keys"]["list"]
+        if _notable(k)
+    ]
+
+
+def _notable(key: dict[str, Any]) -> bool:
+    return bool(key["retries"]) or len(key["nodes"]) > 1 or key["verdict"] == "duplicate"
+
+
+def keys_note(summary: dict[str, Any]) -> str:
+    """The keys in all, and how many :func:`keys_table` leaves out (each one attempt, one node)."""
+    keys = summary["keys"]
+    plain = sum(1 for key in keys["list"] if not _notable(key))
+    text = (
+        f"{plural(keys['count'], 'key')}: {keys['retried']} retried, "
+        f"{keys['across_nodes']} seen by several nodes, "
+        f"{plural(keys['duplicates'], 'duplicate')}"
+    )
+    if plain:
+        text += f"; {plain} not listed (one attempt, one node, at most one messageId)"
+    return text
+
+
 def findings_table(
     summary: dict[str, Any], names: Mapping[str, str], *, check_first: bool = False
 ) -> Table:
@@ -1064,7 +1184,7 @@ def findings_table(
     for f in summary["findings"]["list"]:
         at, check = _at(f["at_s"]), f["check"] + (" (warning)" if f["warning"] else "")
         first = [check, at] if check_first else [at, check]
-        rows.append([*first, f["session"], f["key"], names.get(f["node"], f["node"]), f["detail"]])
+        rows.append([*first, f["session"], f["key"], _nodes(names, f["nodes"]), f["detail"]])
     titles = ["check", "at"] if check_first else ["at", "check"]
     return [*titles, "session", "key", "node", "detail"], rows
 
@@ -1133,21 +1253,27 @@ class _Text:
         self.section("Connections", *connections_table(self.summary))
 
     def prompts(self) -> None:
-        self.section(
-            "Prompts (session/prompt requests; the trace has no keys or messageIds: see findings)",
-            *prompts_table(self.summary, self.names),
-        )
+        self.section("Prompts (session/prompt requests)", *prompts_table(self.summary, self.names))
         note = prompts_note(self.summary)
         if note:
             self.out.append("  " + note)
+
+    def keys(self) -> None:
+        if not self.summary["keys"]["count"]:
+            return
+        self.out += ["", f"Idempotency keys (over every node): {keys_note(self.summary)}"]
+        header, rows = keys_table(self.summary, self.names)
+        if rows:
+            self.out += _table(header, rows)
 
     def retries(self) -> None:
         retries = self.summary["retries"]
         if not retries["list"]:
             return
         self.section(
-            f"Retries (the next prompt on a session after a loss there): {retries['count']}, "
-            f"median {retries['delay_ms']['median']:.1f} ms after the loss",
+            f"Retries (a prompt resent with its key; unkeyed, the next prompt on a session "
+            f"after a loss there): {retries['count']}, median "
+            f"{retries['delay_ms']['median']:.1f} ms after the loss",
             *retries_table(self.summary, self.names, id_text=json.dumps),
         )
 
@@ -1158,7 +1284,7 @@ class _Text:
 
 
 def render_text(summary: dict[str, Any]) -> str:
-    """The summary for people: totals first, then faults, messages, prompts, retries, findings.
+    """The summary for people: totals, faults, messages, prompts, keys, retries, findings.
 
     Nodes are named by the shortest suffix of their path that tells them apart; the file table
     at the top (shown for several files) gives each one's full path.
@@ -1170,6 +1296,7 @@ def render_text(summary: dict[str, Any]) -> str:
     text.messages()
     text.connections()
     text.prompts()
+    text.keys()
     text.retries()
     text.findings()
     return "\n".join(text.out) + "\n"

@@ -30,7 +30,6 @@ cannot be read, or the page cannot be written).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,11 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from proxy.report import (
+    PROMPT,
+    WARNING_CHECKS,
     TraceReadError,
     connections_table,
     faults_table,
     findings_phrase,
     findings_table,
+    keys_note,
+    keys_table,
     load_traces,
     not_relayed_table,
     plural,
@@ -55,13 +58,13 @@ from proxy.report import (
     short_names,
     summarize,
     totals_rows,
+    wire_text,
 )
 
 __all__ = ["MAX_MESSAGES", "render_html", "write_html"]
 
 MAX_MESSAGES = 2000
 """How many message records the timeline shows at most (the tables always count them all)."""
-PROMPT = "session/prompt"
 
 # Timeline geometry (SVG user units).
 _ROW = 22
@@ -141,14 +144,6 @@ def _e(value: Any) -> str:
     if value is None:
         return "-"
     return escape(str(value), quote=True)
-
-
-def _json(value: Any) -> str:
-    """A JSON value (an id) as compact text, like it would appear on the wire."""
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError):
-        return str(value)
 
 
 def _number(value: Any) -> bool:
@@ -239,7 +234,7 @@ def _header(summary: dict[str, Any], names: dict[str, str]) -> str:
     out.append(
         '<nav><a href="#totals">Totals</a><a href="#faults">Faults</a>'
         '<a href="#messages">Messages</a><a href="#prompts">Prompts</a>'
-        '<a href="#retries">Retries</a><a href="#findings">Findings</a>'
+        '<a href="#keys">Keys</a><a href="#retries">Retries</a><a href="#findings">Findings</a>'
         '<a href="#timeline">Timeline</a></nav>'
     )
     return "\n".join(out)
@@ -282,11 +277,26 @@ def _prompts(summary: dict[str, Any], names: dict[str, str]) -> str:
     note = prompts_note(summary)
     return (
         '<h2 id="prompts">Prompts</h2><p class="note">session/prompt requests, rebuilt from the '
-        "trace (it has no idempotency keys or messageIds: see the findings)</p>"
+        "trace, by session</p>"
         + _table(
             *prompts_table(summary, names), table_class="prompts", empty="no session/prompt request"
         )
         + (f'<p class="note">{_e(note)}</p>' if note else "")
+    )
+
+
+def _keys(summary: dict[str, Any], names: dict[str, str]) -> str:
+    header, rows = keys_table(summary, names)
+    return (
+        '<h2 id="keys">Idempotency keys</h2><p class="note">each (session, key) over every '
+        f"node: {_e(keys_note(summary))}</p>"
+        + _table(
+            header,
+            rows,
+            classes=["failing" if row[-1] == "duplicate" else "" for row in rows],
+            table_class="keys",
+            empty="no key worth listing",
+        )
     )
 
 
@@ -299,11 +309,12 @@ def _retries(summary: dict[str, Any], names: dict[str, str], rows: dict[int, int
             f"{retries['delay_ms']['median']:.1f} ms after the loss</p>"
         )
     return (
-        '<h2 id="retries">Retries</h2><p class="note">the next prompt on a session after a loss '
-        "there; each is linked to the attempt it retries in the timeline</p>"
+        '<h2 id="retries">Retries</h2><p class="note">a prompt resent with its key (on any '
+        "node), or, unkeyed, the next prompt on a session after a loss there; each is linked to "
+        "the attempt it retries in the timeline</p>"
         + note
         + _table(
-            *retries_table(summary, names, id_text=_json, timeline_rows=rows),
+            *retries_table(summary, names, id_text=wire_text, timeline_rows=rows),
             table_class="retries",
             empty="no retry",
         )
@@ -373,8 +384,8 @@ def _ids(record: dict[str, Any]) -> str:
     if sent is None and forwarded is None:
         return ""
     if forwarded is None:
-        return f" id {_json(sent)}"
-    return f" id {_json(sent)}\u2192{_json(forwarded)}"
+        return f" id {wire_text(sent)}"
+    return f" id {wire_text(sent)}\u2192{wire_text(forwarded)}"
 
 
 def _css_word(value: Any) -> str:
@@ -403,12 +414,19 @@ class _Timeline:
         """Index in the summary's retries list -> the row of the retry."""
         self.links: list[tuple[int, int, str]] = []
         """(row of the lost attempt, row of its retry, title) for each retry link drawn."""
+        self.keyed: dict[str, dict[str, Any]] = {}
+        """Per node: its last ``keyed`` record, named on the prompt relayed next."""
 
     def add(self, records: Sequence[dict[str, Any]]) -> None:
         self.messages_total = sum(1 for r in records if r.get("event") == "message")
+        merged = [f for f in self.summary["findings"]["list"] if f["by"] == "report"]
         for record in records:
+            while merged and merged[0]["time"] <= record["time"]:
+                self._finding(merged.pop(0))
             event = record.get("event")
-            if event == "message":
+            if event == "keyed":
+                self.keyed[str(record.get("node") or "-")] = record
+            elif event == "message":
                 if self.messages_seen >= self.limit:
                     self.truncated = True
                     break
@@ -431,6 +449,9 @@ class _Timeline:
                 )
             elif event == "finding":
                 self._finding(record)
+        if not self.truncated:
+            for finding in merged:
+                self._finding(finding)
         self._link_retries()
 
     def _row(self, record: dict[str, Any], kind: str, *classes: str) -> _Row:
@@ -452,7 +473,7 @@ class _Timeline:
 
     def _remember_prompt(self, record: dict[str, Any], row: _Row) -> None:
         if record.get("method") == PROMPT and record.get("direction") == "to_agent":
-            key = (row.node, record.get("link"), _json(record.get("id")), row.time)
+            key = (row.node, record.get("link"), wire_text(record.get("id")), row.time)
             self.prompt_rows.setdefault(key, row.number)
 
     def _message(self, record: dict[str, Any]) -> None:
@@ -476,6 +497,9 @@ class _Timeline:
         text += _ids(record)
         if record.get("session"):
             text += f" {record['session']}"
+        key = self._key(record)
+        if key is not None:
+            text += f" key {key}"
         size = record.get("size")
         if _number(size):
             text += f" {size} B"
@@ -486,8 +510,17 @@ class _Timeline:
             if record.get("reason"):
                 text += f" ({record['reason']})"
         row.label = self._prefix(record) + text
-        row.title = _json({k: v for k, v in record.items() if k not in ("node", "line")})
+        row.title = wire_text({k: v for k, v in record.items() if k not in ("node", "line")})
         self._remember_prompt(record, row)
+
+    def _key(self, record: dict[str, Any]) -> str | None:
+        """The idempotency key of a relayed prompt (its ``keyed`` record came just before)."""
+        if record.get("method") != PROMPT or record.get("direction") != "to_agent":
+            return None
+        keyed = self.keyed.pop(str(record.get("node") or "-"), None)
+        if keyed is None or keyed.get("link") != record.get("link"):
+            return None
+        return str(keyed.get("key"))
 
     def _fault(self, record: dict[str, Any]) -> None:
         action = record.get("action")
@@ -500,11 +533,11 @@ class _Timeline:
         what = record.get("method") or record.get("kind") or "message"
         text = f"\u26a1 {action} (rule {record.get('rule')}) on {what} {record.get('kind')}"
         if record.get("id") is not None:
-            text += f" id {_json(record.get('id'))}"
+            text += f" id {wire_text(record.get('id'))}"
         if action == "drop":
             text += ": lost at the proxy"
         row.label = self._prefix(record) + text
-        row.title = _json({k: v for k, v in record.items() if k not in ("node", "line")})
+        row.title = wire_text({k: v for k, v in record.items() if k not in ("node", "line")})
         self._remember_prompt(record, row)
 
     def _connection(self, record: dict[str, Any]) -> None:
@@ -532,49 +565,45 @@ class _Timeline:
         row.title = row.label
 
     def _finding(self, record: dict[str, Any]) -> None:
+        """A ledger's ``finding`` record, or a finding of the merged traces (``by: report``)."""
         check = str(record.get("check"))
-        warning = check == "unkeyed_resend"
+        warning = check in WARNING_CHECKS
         row = self._row(record, "finding", "warning" if warning else "failing")
         y = self._y(row)
         row.shapes.append(
             f'<polygon class="dot" points="{_X_PROXY},{y - 6} {_X_PROXY + 6},{y} '
             f'{_X_PROXY},{y + 6} {_X_PROXY - 6},{y}"/>'
         )
+        prefix = self._prefix(record)
+        if record.get("by") == "report":
+            prefix = f"[{', '.join(self.names.get(n, n) for n in record['nodes'])}] "
         row.label = (
-            self._prefix(record)
+            prefix
             + f"\u2691 finding {check}: session {record.get('session')}, key "
             + f"{record.get('key')}: {record.get('detail')}"
         )
         row.title = row.label
 
     def _lost_row(self, retry: dict[str, Any]) -> int | None:
-        """The row of the attempt a retry retries: its latest attempt before the retry."""
-        best: dict[str, Any] | None = None
-        for attempt in self.summary["prompts"]["list"]:
-            if (
-                attempt["node"] == retry["lost_node"]
-                and attempt["link"] == retry["lost_link"]
-                and attempt["id"] == retry["lost_id"]
-                and attempt["outcome"] == "lost"
-                and attempt["time"] <= retry["time"]
-                and (best is None or attempt["time"] > best["time"])
-            ):
-                best = attempt
-        if best is None:
-            return None
-        key = (best["node"], best["link"], _json(best["id"]), best["time"])
+        """The row of the attempt a retry retries."""
+        key = (
+            retry["lost_node"],
+            retry["lost_link"],
+            wire_text(retry["lost_id"]),
+            retry["lost_time"],
+        )
         return self.prompt_rows.get(key)
 
     def _link_retries(self) -> None:
         for index, retry in enumerate(self.summary["retries"]["list"]):
-            key = (retry["node"], retry["link"], _json(retry["id"]), retry["time"])
+            key = (retry["node"], retry["link"], wire_text(retry["id"]), retry["time"])
             at = self.prompt_rows.get(key)
             if at is None:
                 continue
             self.retry_rows[index] = at
             lost = self._lost_row(retry)
             row = self.rows[at - 1]
-            where = f"#{lost}" if lost is not None else f"id {_json(retry['lost_id'])}"
+            where = f"#{lost}" if lost is not None else f"id {wire_text(retry['lost_id'])}"
             note = f"\u21ba retry of {where} after {retry['after']}, {retry['delay_ms']:.1f} ms"
             if retry["across_nodes"]:
                 note += " (other node)"
@@ -672,6 +701,7 @@ def render_html(
         _faults(summary, names),
         _messages(summary),
         _prompts(summary, names),
+        _keys(summary, names),
         _retries(summary, names, timeline.retry_rows),
         _timeline(timeline),
     ]

@@ -12,6 +12,7 @@ file, unknown events, empty and foreign files.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from proxy.report import (
     report_main,
     summarize,
 )
+from proxy.report_html import render_html
 
 Predicate = Callable[[dict[str, Any]], bool]
 
@@ -347,10 +349,11 @@ async def test_a_run_with_four_faults_and_a_known_bad_agent(
     assert json.loads(as_json) == summary
 
 
-async def test_a_retry_on_another_node_is_seen_across_the_two_traces(
-    proxies: list[ProxyProcess], tmp_path: Path
-) -> None:
-    """Node A loses the answer, the Client retries on node B (shared store): clean, one retry."""
+async def retried_on_another_node(
+    proxies: list[ProxyProcess], tmp_path: Path, *agent_b: str
+) -> tuple[Path, Path, str]:
+    """Node A loses the answer to a keyed prompt, the Client retries it on node B, whose Agent
+    (given ``agent_b`` options) shares A's store; the two traces and the session."""
     store = str(tmp_path / "store")
     faults = write_rules(
         tmp_path / "faults.json",
@@ -365,7 +368,7 @@ async def test_a_retry_on_another_node_is_seen_across_the_two_traces(
         agent("--store", store), "--faults", str(faults), "--trace", str(trace_a)
     )
     proxies.append(node_a)
-    node_b = await ProxyProcess.start(agent("--store", store), "--trace", str(trace_b))
+    node_b = await ProxyProcess.start(agent("--store", store, *agent_b), "--trace", str(trace_b))
     proxies.append(node_b)
 
     on_a = Client(node_a)
@@ -385,7 +388,14 @@ async def test_a_retry_on_another_node_is_seen_across_the_two_traces(
     assert "messageId" in retry["result"]
     await node_b.close_stdin()
     await node_b.wait()
+    return trace_a, trace_b, session
 
+
+async def test_a_retry_on_another_node_is_seen_across_the_two_traces(
+    proxies: list[ProxyProcess], tmp_path: Path
+) -> None:
+    """Node A loses the answer, the Client retries on node B (shared store): clean, one retry."""
+    trace_a, trace_b, session = await retried_on_another_node(proxies, tmp_path)
     records = load_traces([trace_a, trace_b])
     times = [r["time"] for r in records]
     assert times == sorted(times)
@@ -430,6 +440,62 @@ async def test_a_retry_on_another_node_is_seen_across_the_two_traces(
     assert text.rstrip().endswith("Findings: 0 findings")
     assert "1 retry (1 across nodes)" in text
     assert "a.jsonl (other node)" in text
+
+    # The key, over both nodes: two attempts, one message, named on both sides.
+    (key,) = summary["keys"]["list"]
+    assert (key["session"], key["key"], key["attempts"], key["retries"]) == (session, "K1", 2, 1)
+    assert key["nodes"] == sorted([str(trace_a), str(trace_b)])
+    assert (key["prompts"], key["verdict"], len(key["message_ids"])) == (1, "one message", 1)
+    assert key["message_nodes"] == {key["message_ids"][0]: sorted([str(trace_a), str(trace_b)])}
+    assert retried["key"] == "K1"
+    assert "Idempotency keys (over every node): 1 key: 1 retried, 1 seen by several nodes" in text
+
+
+async def test_a_retry_run_again_on_another_node_is_a_duplicate_only_the_report_sees(
+    proxies: list[ProxyProcess], tmp_path: Path
+) -> None:
+    """Node B's Agent ignores keys: each proxy saw one messageId, the merged traces see two."""
+    trace_a, trace_b, session = await retried_on_another_node(proxies, tmp_path, "--no-dedupe")
+    for trace in (trace_a, trace_b):  # neither ledger could tell
+        events = [json.loads(line)["event"] for line in trace.read_text().splitlines()]
+        assert "finding" not in events
+        assert "keyed_message" in events
+        assert summarize(load_traces([trace]))["verdict"] == "clean"
+
+    summary = summarize(load_traces([trace_a, trace_b]))
+    assert summary["verdict"] == "failing"
+    (finding,) = summary["findings"]["list"]
+    assert (finding["check"], finding["session"], finding["key"]) == (
+        "duplicate_insert",
+        session,
+        "K1",
+    )
+    assert (finding["by"], finding["node"], finding["warning"]) == ("report", None, False)
+    assert finding["nodes"] == sorted([str(trace_a), str(trace_b)])
+    assert finding["detail"].startswith("across nodes, one key, several messages: ['msg_")
+    (key,) = summary["keys"]["list"]
+    assert (key["verdict"], key["attempts"], len(key["message_ids"])) == ("duplicate", 2, 2)
+    assert [key["message_nodes"][m] for m in key["message_ids"]] == [[str(trace_a)], [str(trace_b)]]
+    assert summary["prompts"]["sessions"][0]["keys_in_findings"] == ["K1"]
+
+    text, status = report_main([trace_a, trace_b], as_json=False)
+    assert status == 1
+    assert "Findings: 1 finding, 1 failing (duplicate_insert x1)" in text
+    finding_line = text.splitlines()[-1]
+    assert "duplicate_insert" in finding_line
+    assert "a.jsonl, b.jsonl  across nodes" in finding_line
+
+    # The page: the key's row, the finding on the timeline (both nodes), the retry linked across.
+    records = load_traces([trace_a, trace_b])
+    page = render_html(records, summarize(records))
+    keys = page[page.index('<h2 id="keys">') : page.index('<h2 id="retries">')]
+    assert '<tr class="failing">' in keys
+    assert ">duplicate<" in keys
+    assert "[a.jsonl, b.jsonl] \u2691 finding duplicate_insert" in page
+    (link,) = re.findall(r'<path class="retry-link" data-from="(\d+)" data-to="(\d+)"', page)
+    labels = dict(re.findall(r'id="row-(\d+)">.*?<text class="label"[^>]*>([^<]*)<', page))
+    assert all(" key K1" in labels[row] for row in link)
+    assert labels[link[1]].startswith("\u21ba retry of #" + link[0])
 
 
 # -- hand-written traces ----------------------------------------------------------------------------
@@ -579,6 +645,150 @@ def test_a_prompt_lost_to_a_restart_is_retried_on_another_node(tmp_path: Path) -
         ("T", 1, 0),
         ("U", 0, 0),
     ]
+
+
+def keyed(at: float, key: str, prompt: str = "P", *, retry: bool = False) -> dict[str, Any]:
+    """The ledger's record of a keyed prompt on link 1 of session S (it precedes the request)."""
+    return {
+        "time": at,
+        "link": 1,
+        "event": "keyed",
+        "session": "S",
+        "key": key,
+        "prompt": prompt,
+        "retry": retry,
+    }
+
+
+def keyed_message(at: float, key: str, message_id: str) -> dict[str, Any]:
+    return {
+        "time": at,
+        "link": 1,
+        "event": "keyed_message",
+        "session": "S",
+        "key": key,
+        "message_id": message_id,
+        "via": "answer",
+    }
+
+
+def test_keys_are_judged_over_the_runs_of_one_proxy(tmp_path: Path) -> None:
+    """A proxy restarted without --state forgot the key: its second run's messageId is another."""
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        header(1.0),
+        keyed(1.1, "K"),
+        prompt_request(1.1, 1, 1, 1, "S"),
+        keyed_message(1.2, "K", "m1"),
+        header(2.0),  # the process started again
+        keyed(2.1, "K"),  # a fresh ledger: not a retry to it
+        prompt_request(2.1, 1, 1, 1, "S"),
+        keyed_message(2.2, "K", "m2"),
+        prompt_answer(2.2, 1, 1, 1, "S"),
+    )
+    summary = summarize(load_traces([trace]))
+    (found,) = summary["findings"]["list"]
+    assert (found["check"], found["key"], found["by"], found["time"]) == (
+        "duplicate_insert",
+        "K",
+        "report",
+        2.2,
+    )
+    assert found["detail"] == "across proxy runs, one key, several messages: ['m1', 'm2']"
+    assert found["nodes"] == [str(trace)]
+    (key,) = summary["keys"]["list"]
+    assert (key["attempts"], key["proxy_runs"], key["message_ids"]) == (2, 2, ["m1", "m2"])
+    # The first attempt was cut by the restart; the second retries it, though no fault is seen.
+    (retried,) = summary["retries"]["list"]
+    assert (retried["key"], retried["after"]) == ("K", "the proxy process started again")
+    assert report_main([trace], as_json=False)[1] == 1
+
+
+def test_a_key_with_another_prompt_on_another_node_and_no_repeats(tmp_path: Path) -> None:
+    """Key K changes prompt between nodes (found by the report); key L's duplicate was already
+    found by node b's ledger (not repeated); key M is answered alike on both nodes (clean)."""
+    a = write_jsonl(
+        tmp_path / "a.jsonl",
+        header(1.0),
+        keyed(1.1, "K", "P1"),
+        keyed(1.2, "L"),
+        keyed_message(1.3, "L", "l1"),
+        keyed(1.4, "M"),
+        keyed_message(1.5, "M", "m1"),
+    )
+    b = write_jsonl(
+        tmp_path / "b.jsonl",
+        header(1.0),
+        keyed(2.1, "K", "P2"),
+        keyed(2.2, "L"),
+        keyed_message(2.3, "L", "l1"),
+        keyed_message(2.3, "L", "l2"),
+        finding(2.3, "duplicate_insert", "L"),
+        keyed(2.4, "M"),
+        keyed_message(2.5, "M", "m1"),
+    )
+    summary = summarize(load_traces([a, b]))
+    found = [(f["check"], f["key"], f["by"]) for f in summary["findings"]["list"]]
+    assert found == [
+        ("key_reused_other_prompt", "K", "report"),
+        ("duplicate_insert", "L", "proxy"),
+    ]
+    reused = summary["findings"]["list"][0]
+    assert reused["detail"] == "across nodes, one key came with 2 different prompts"
+    assert (reused["time"], reused["node"], reused["nodes"]) == (2.1, None, [str(a), str(b)])
+    verdicts = {
+        k["key"]: (k["verdict"], k["prompts"], k["attempts"]) for k in summary["keys"]["list"]
+    }
+    assert verdicts == {
+        "K": ("no messageId seen", 2, 2),
+        "L": ("duplicate", 1, 2),
+        "M": ("one message", 1, 2),
+    }
+    assert (summary["keys"]["duplicates"], summary["keys"]["across_nodes"]) == (1, 3)
+    assert summary["totals"]["keys"] == 3
+
+
+def test_a_new_key_after_a_loss_is_a_new_prompt_and_an_old_key_a_retry(tmp_path: Path) -> None:
+    """Keyed attempts are joined by key: a fresh key is no retry even right after a loss, and a
+    known key is a retry even with no loss in the trace (the Client's own timeout)."""
+    drop = {
+        "time": 1.3,
+        "link": 1,
+        "event": "fault",
+        "rule": "lose",
+        "action": "drop",
+        "direction": "to_client",
+        "kind": "response",
+        "method": "session/prompt",
+        "session": "S",
+        "id": 1,
+    }
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        header(1.0),
+        keyed(1.1, "K1"),
+        prompt_request(1.1, 1, 1, 1, "S"),
+        drop,
+        keyed(1.5, "K2"),  # a new prompt after the loss: not a retry
+        prompt_request(1.5, 1, 2, 2, "S"),
+        prompt_answer(1.6, 1, 2, 2, "S"),
+        keyed(2.0, "K2", retry=True),  # K2 again, though its answer came: a retry all the same
+        prompt_request(2.0, 1, 3, 3, "S"),
+        prompt_answer(2.1, 1, 3, 3, "S"),
+    )
+    summary = summarize(load_traces([trace]))
+    assert [(p["id"], p["key"], p["retry"]) for p in summary["prompts"]["list"]] == [
+        (1, "K1", False),
+        (2, "K2", False),
+        (3, "K2", True),
+    ]
+    (retried,) = summary["retries"]["list"]
+    assert (retried["id"], retried["lost_id"], retried["after"]) == (
+        3,
+        2,
+        "no loss the trace shows",
+    )
+    assert retried["delay_ms"] == 500.0
 
 
 def test_a_second_run_appended_to_a_file_starts_afresh(tmp_path: Path) -> None:
