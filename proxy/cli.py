@@ -449,7 +449,7 @@ def report(
         ),
     ] = None,
 ) -> None:
-    """Summarize traces: faults, messages, prompts, retries, findings.
+    """Summarize traces: faults, messages, prompts, keys, retries, findings (over every node).
 
     Exit 1 when there is a finding other than unkeyed_resend (a warning); 2 for an unreadable file.
     """
