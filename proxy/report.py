@@ -69,7 +69,7 @@ from typing import Any
 import orjson
 
 from proxy.ledger import LOSING_ACTIONS
-from proxy.report_keys import Keys
+from proxy.report_keys import KEY_EVENTS, Keys
 
 __all__ = [
     "PROMPT",
@@ -102,7 +102,7 @@ REPORT_VERSION = 1
 TRACE_VERSION = 1
 """The trace version this report is written for (``proxy.trace``)."""
 PROMPT = "session/prompt"
-LEDGER_EVENTS = frozenset({"finding", "keyed", "keyed_message"})
+LEDGER_EVENTS = KEY_EVENTS | {"finding"}
 """Records the ledger writes, in the middle of the message that caused them."""
 WARNING_CHECKS = frozenset({"unkeyed_resend"})
 """Findings that are warnings: they do not make ``report`` exit 1."""

@@ -2,9 +2,9 @@
 
 :func:`render_html` turns the merged records of :func:`proxy.report.load_traces` and their summary
 (:func:`proxy.report.summarize`) into one HTML document: a header (the files, the time span, the
-verdict), the summary tables (totals, faults by rule, messages, connections, prompts, retries,
-findings; their columns and rows are :mod:`proxy.report`'s) and a sequence timeline of the trace,
-drawn as inline SVG with three lanes (Client, proxy, Agent):
+verdict), the summary tables (totals, faults by rule, messages, connections, prompts, keys,
+retries, findings; their columns and rows are :mod:`proxy.report`'s) and a sequence timeline of
+the trace, drawn as inline SVG with three lanes (Client, proxy, Agent):
 
 * every ``message`` record is an arrow in time order (``to_agent``: Client -> proxy -> Agent;
   ``to_client``: Agent -> proxy -> Client); one that was not relayed (any other disposition) stops
@@ -14,8 +14,12 @@ drawn as inline SVG with three lanes (Client, proxy, Agent):
   shows of the lost message);
 * connections (on the Client or Agent lane), restarts, proxy runs, reloads and findings are
   markers on the lanes;
-* each retry of the summary (the next ``session/prompt`` of a session after one was lost there) is
-  linked to the attempt it retries by a curve in the left margin and a "retry of #N" note.
+* a relayed prompt is labelled with its idempotency key (from the ledger's ``keyed`` record);
+* each retry of the summary (a prompt resent with its key, on any node; unkeyed, the next
+  ``session/prompt`` of a session after one was lost there) is linked to the attempt it retries
+  by a curve in the left margin and a "retry of #N" note;
+* the findings only the merged traces show (``by: report``, :mod:`proxy.report_keys`) are rows
+  at their time, named by the nodes involved.
 
 Each timeline row is an SVG group with the classes ``ev`` and its kind (``msg``, ``fault``,
 ``conn``, ``restart``, ``run``, ``reload``, ``finding``) and the id ``row-N``; retry links have the
