@@ -329,7 +329,7 @@ class _Prompts:
 
     def __init__(self) -> None:
         self.attempts: list[_Attempt] = []
-        self._pending: dict[tuple[str, int, Any, str], _Attempt] = {}
+        self._pending: dict[tuple[str, int, str, str], _Attempt] = {}
         self._last: dict[str, tuple[int, _Attempt]] = {}
         """Per node: the attempt the node's previous record (findings aside) belonged to."""
         self._position: Counter[str] = Counter()
@@ -394,8 +394,8 @@ class _Prompts:
 
     def _key(
         self, node: str, record: dict[str, Any], forwarded_id: Any
-    ) -> tuple[str, int, Any, str]:
-        return (node, self._run[node], record.get("link"), wire_text(forwarded_id))
+    ) -> tuple[str, int, str, str]:
+        return (node, self._run[node], wire_text(record.get("link")), wire_text(forwarded_id))
 
     def _message(self, node: str, record: dict[str, Any]) -> None:
         direction, kind = record.get("direction"), record.get("kind")
@@ -460,7 +460,7 @@ class _Prompts:
 
         A restart names the cause even when the Agent's closed connection was recorded first.
         """
-        run, link, at = self._run[node], record.get("link"), float(record["time"])
+        run, link, at = self._run[node], wire_text(record.get("link")), float(record["time"])
         for key, attempt in list(self._pending.items()):
             if key[:3] == (node, run, link):
                 if attempt.cut_at is None:
@@ -783,9 +783,9 @@ def _sessions(attempts: list[_Attempt], findings: list[dict[str, Any]]) -> list[
     for session, row in rows.items():
         row["nodes"] = sorted(nodes[session])
     for finding in findings:
-        found = rows.get(finding["session"])
-        key = finding["key"]
-        if found is not None and key is not None and key not in found["keys_in_findings"]:
+        session, key = finding["session"], finding["key"]
+        found = rows.get(session) if isinstance(session, str) else None
+        if found is not None and isinstance(key, str) and key not in found["keys_in_findings"]:
             found["keys_in_findings"].append(key)
     return list(rows.values())
 

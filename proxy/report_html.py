@@ -477,7 +477,7 @@ class _Timeline:
 
     def _remember_prompt(self, record: dict[str, Any], row: _Row) -> None:
         if record.get("method") == PROMPT and record.get("direction") == "to_agent":
-            key = (row.node, record.get("link"), wire_text(record.get("id")), row.time)
+            key = (row.node, wire_text(record.get("link")), wire_text(record.get("id")), row.time)
             self.prompt_rows.setdefault(key, row.number)
 
     def _message(self, record: dict[str, Any]) -> None:
@@ -592,7 +592,7 @@ class _Timeline:
         """The row of the attempt a retry retries."""
         key = (
             retry["lost_node"],
-            retry["lost_link"],
+            wire_text(retry["lost_link"]),
             wire_text(retry["lost_id"]),
             retry["lost_time"],
         )
@@ -600,7 +600,7 @@ class _Timeline:
 
     def _link_retries(self) -> None:
         for index, retry in enumerate(self.summary["retries"]["list"]):
-            key = (retry["node"], retry["link"], wire_text(retry["id"]), retry["time"])
+            key = (retry["node"], wire_text(retry["link"]), wire_text(retry["id"]), retry["time"])
             at = self.prompt_rows.get(key)
             if at is None:
                 continue

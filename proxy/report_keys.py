@@ -136,7 +136,11 @@ class Keys:
         Each is a finding of the trace's shape (``check``, ``session``, ``key``, ``detail``,
         ``time``) with ``nodes``, every node whose records name the key.
         """
-        done = {(f.get("check"), f.get("session"), f.get("key")) for f in written}
+        done = {
+            (f.get("check"), f.get("session"), f.get("key"))
+            for f in written
+            if isinstance(f.get("session"), str) and isinstance(f.get("key"), str)
+        }
         found = []
         for entry in self._keys.values():
             across = entry.across() or "in the merged traces"

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 from harness import ProxyProcess
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.report import (
     TraceRecords,
@@ -990,3 +992,61 @@ def test_findings_decide_the_exit_status(
         rows = [line.split()[1:4] for line in text.splitlines() if line.startswith("  +")]
         assert ["duplicate_insert", "S", "K9"] in rows
         assert "unkeyed_resend (warning)" in text
+
+
+# -- any records --------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(), inner)),
+    max_leaves=5,
+)
+EVENTS = ["message", "fault", "keyed", "keyed_message", "finding", "trace", "connection"]
+PLAUSIBLE: dict[str, list[Any]] = {
+    "node": ["a.jsonl", "b.jsonl"],
+    "link": [1, 2],
+    "session": ["S", "T"],
+    "key": ["K", "L"],
+    "prompt": ["P1", "P2"],
+    "message_id": ["m1", "m2"],
+    "direction": ["to_agent", "to_client"],
+    "kind": ["request", "response", "error", "notification"],
+    "method": ["session/prompt", "initialize"],
+    "id": [1, 2, "p"],
+    "forwarded_id": [1, 2],
+    "action": ["drop", "duplicate", "error", "sever", "delay", "corrupt"],
+    "disposition": ["relayed", "swallowed", "undeliverable"],
+    "check": ["duplicate_insert", "unkeyed_resend"],
+    "state": ["open", "closed"],
+    "side": ["client", "agent"],
+}
+FIELDS = [*PLAUSIBLE, "retry", "via", "size", "rule", "detail", "what", "abandoned", "nodes", "by"]
+
+
+@st.composite
+def records(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Trace records as :func:`load_traces` lets them through (a numeric time, a string event, in
+    time order): other fields of the trace, mostly plausible, any JSON value now and then."""
+    out, at = [], 0.0
+    for _ in range(draw(st.integers(0, 25))):
+        at += draw(st.sampled_from([0.0, 0.001, 0.5]))
+        record: dict[str, Any] = {"time": at, "event": draw(st.sampled_from([*EVENTS, "other"]))}
+        for name in draw(st.lists(st.sampled_from(FIELDS), max_size=12, unique=True)):
+            plausible = PLAUSIBLE.get(name)
+            if plausible and draw(st.booleans()):
+                record[name] = draw(st.sampled_from(plausible))
+            else:
+                record[name] = draw(json_values)
+        record["node"] = str(record.get("node"))
+        out.append(record)
+    return out
+
+
+@settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(records())
+def test_any_records_are_summarised_and_rendered(trace: list[dict[str, Any]]) -> None:
+    """Whatever a trace holds, the summary is JSON and both renderings are made, never a crash."""
+    summary = summarize(trace)
+    json.dumps(summary)
+    assert render_text(summary).startswith("acp-proxy report: ")
+    assert render_html(trace, summary).startswith("<!DOCTYPE html>")
