@@ -311,7 +311,7 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     loop = asyncio.get_running_loop()
     experiment = _experiment(options, observer)
     try:
-        agent = await experiment.connect_upstream({})
+        agent = await experiment.connect_upstream({}, None)
     except FileNotFoundError:
         log.error("agent command not found", command=options.agent_argv[0])
         return EXIT_NOT_FOUND
@@ -334,7 +334,7 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
         ),
         {Side.CLIENT: client, Side.AGENT: agent},
         experiment.observer,
-        connect_agent=functools.partial(experiment.connect_upstream, {}),
+        connect_agent=functools.partial(experiment.connect_upstream, {}, None),
     )
 
     deadline: asyncio.TimerHandle | None = None

@@ -453,7 +453,7 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
     stop = stop or asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 
-    async def on_connection(endpoint: Endpoint, headers: Any) -> bool:
+    async def on_connection(endpoint: Endpoint, headers: Any, cookies: Any) -> bool:
         task = asyncio.get_running_loop().create_task(agent.serve(endpoint))
         tasks.add(task)
         task.add_done_callback(tasks.discard)

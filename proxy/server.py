@@ -9,7 +9,8 @@ the same port; the experiment (rules, counters, random stream, id counters) carr
 Conductor mode (``--keep-upstream``): when a Client leaves, its link keeps the Agent's connection
 and the next Client takes it over; that Client's ``initialize`` is answered from the Agent's first
 answer, so a session held in the Agent's memory can be resumed after the Client reconnects.
-The Client's ``Authorization``, ``Cookie`` and ``X-*`` headers go on to an HTTP or WebSocket Agent.
+The Client's ``Authorization``, ``Cookie`` and ``X-*`` headers go on to an HTTP or WebSocket Agent,
+and the cookies the Agent sets come back to the Client (:mod:`proxy.transports.cookies`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from proxy.link import Link
 from proxy.log import get_logger
 from proxy.observers import Observer
 from proxy.relay import Relay
+from proxy.transports.cookies import SetCookies
 from proxy.transports.http_listener import INITIALIZE_TIMEOUT, Listener, ListenerConfig
 from proxy.transports.http_upstream import HTTP_TIMEOUT, connect_http
 from proxy.transports.stdio import spawn_agent
@@ -49,8 +51,9 @@ __all__ = [
 
 log = get_logger("proxy.server")
 
-UpstreamFactory = Callable[[Mapping[str, str]], Awaitable[Endpoint]]
-"""Connects one link's Agent; its argument: the Client's headers to pass on (auth, cookies)."""
+UpstreamFactory = Callable[[Mapping[str, str], SetCookies | None], Awaitable[Endpoint]]
+"""Connects one link's Agent; its arguments: the Client's headers to pass on (auth, cookies), and
+where the cookies the Agent sets go back to the Client (``None``: nowhere, a stdio Client)."""
 
 SHUTDOWN_TIMEOUT = 15.0
 """Seconds the links get to end after SIGTERM or SIGINT, before they are cut: enough for a
@@ -119,12 +122,16 @@ def upstream_factory(
 ) -> UpstreamFactory:
     """How each link connects to the Agent."""
 
-    async def connect(headers: Mapping[str, str]) -> Endpoint:
+    async def connect(headers: Mapping[str, str], cookies: SetCookies | None) -> Endpoint:
         if address.scheme == "stdio":
             return await spawn_agent(agent_argv, limit=limit, grace=grace)
         if address.scheme == "ws":
             return await connect_ws(
-                address.url, limit=limit, headers=headers, open_timeout=connect_timeout
+                address.url,
+                limit=limit,
+                headers=headers,
+                open_timeout=connect_timeout,
+                cookies=cookies,
             )
         return await connect_http(
             address.url,
@@ -132,6 +139,7 @@ def upstream_factory(
             headers=headers,
             connect_timeout=connect_timeout,
             http_timeout=http_timeout,
+            cookies=cookies,
         )
 
     return connect
@@ -228,7 +236,9 @@ class NetworkProxy:
                 link.abort()
         await self.listener.stop()
 
-    async def _on_connection(self, downstream: Endpoint, headers: Mapping[str, str]) -> bool:
+    async def _on_connection(
+        self, downstream: Endpoint, headers: Mapping[str, str], cookies: SetCookies
+    ) -> bool:
         if self._stopping.is_set():
             return False
         parked, self._parked = self._parked, None
@@ -238,7 +248,7 @@ class NetworkProxy:
             return True
         passed = passed_headers(headers)
         try:
-            upstream = await self._connect_upstream(passed)
+            upstream = await self._connect_upstream(passed, cookies)
         except (OSError, ConnectionError, TimeoutError) as exc:
             log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
             return False
@@ -270,7 +280,7 @@ class NetworkProxy:
             new_relay,
             {Side.CLIENT: downstream, Side.AGENT: upstream},
             self._observer,
-            connect_agent=functools.partial(self._connect_upstream, passed),
+            connect_agent=functools.partial(self._connect_upstream, passed, cookies),
             on_restart=self.restart,
             on_client_gone=self._park if self._keep_upstream else None,
         )

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
+import aiohttp
 import pytest
 import websockets
 from acp import PROTOCOL_VERSION, Client, spawn_agent_process
@@ -21,6 +22,9 @@ from acp.client.connection import ClientSideConnection
 from acp.schema import TextContentBlock
 from harness import TIMEOUT, ProxyProcess
 from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws, run_sdk_http_agent
+from peers.stalling import ScriptedHttpAgent
+
+from proxy.transports.cookies import MAX_PENDING, SetCookies
 
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
 LIMIT = 64 * 1024 * 1024
@@ -169,3 +173,114 @@ async def test_each_network_connection_gets_its_own_agent() -> None:
             await asyncio.gather(exercise(one, first), exercise(two, second))
         started = [line for line in proxy.stderr.splitlines() if '"agent started"' in line]
         assert len(started) == 2
+
+
+# -- cookies the Agent sets ---------------------------------------------------------------------
+
+AGENT_COOKIES = {
+    "initialize": "init=1; Path=/",
+    "GET": "stream=2",
+    "_x/later": "later=3",
+    "websocket": "ws=4; HttpOnly",
+}
+
+
+@pytest.mark.parametrize("upstream", ["http", "ws"])
+async def test_cookies_the_agent_sets_reach_an_http_client_once(upstream: str) -> None:
+    """Each Set-Cookie of the Agent reaches the HTTP Client once, on its first response after the
+    cookie was set: the initialize answer carries those of the Agent's handshake or initialize
+    answer. The proxy's own jar returns them to the Agent as well."""
+    async with ScriptedHttpAgent(set_cookies=AGENT_COOKIES) as agent:
+        target = agent.url if upstream == "http" else agent.url.replace("http://", "ws://", 1)
+        listen = "http://127.0.0.1:0/acp"
+        async with (
+            listening_proxy(listen, "--upstream", target) as (_proxy, url),
+            aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http,
+        ):
+            given: list[list[str]] = []
+            headers = {"Content-Type": "application/json"}
+
+            async def post(message: dict[str, object]) -> aiohttp.ClientResponse:
+                body = json.dumps({"jsonrpc": "2.0", **message})
+                async with http.post(url, data=body, headers=headers) as response:
+                    given.append(response.headers.getall("Set-Cookie", []))
+                    await response.read()
+                    return response
+
+            init = await post({"id": 1, "method": "initialize", "params": {}})
+            assert init.status == 200
+            headers["Acp-Connection-Id"] = init.headers["Acp-Connection-Id"]
+            stream_headers = {**headers, "Accept": "text/event-stream"}
+            async with http.get(url, headers=stream_headers) as stream:
+                given.append(stream.headers.getall("Set-Cookie", []))
+                for request_id, method in ((2, "_x/later"), (3, "_x/next")):
+                    assert (await post({"id": request_id, "method": method})).status == 202
+                    async with asyncio.timeout(TIMEOUT):
+                        while f'"id": {request_id}'.encode() not in await stream.content.readline():
+                            pass
+                # _x/next was POSTed to the Agent after _x/later's answer was read (one POST at a
+                # time): a later cookie set on that answer is given by now, or on this response.
+                assert (await post({"method": "_x/done"})).status == 202
+    if upstream == "http":
+        assert "init=1; Path=/" in given[0]
+        assert sorted(value for values in given for value in values) == [
+            "init=1; Path=/",
+            "later=3",
+            "stream=2",
+        ]
+        assert "later=3" in given[-2] + given[-1]
+        assert all("init=1" in (cookie or "") for cookie in agent.cookies[1:])  # the jar
+    else:
+        assert given == [["ws=4; HttpOnly"]] + [[]] * (len(given) - 1)
+
+
+async def test_cookies_of_a_websocket_agent_reach_a_websocket_client_on_the_101() -> None:
+    """The proxy connects the Agent before it answers the upgrade, so its 101 carries the cookies
+    the Agent's 101 set."""
+    async with ScriptedHttpAgent(set_cookies=AGENT_COOKIES) as agent:
+        target = agent.url.replace("http://", "ws://", 1)
+        async with (
+            listening_proxy("ws://127.0.0.1:0/acp", "--upstream", target) as (_proxy, url),
+            websockets.connect(url, proxy=None) as connection,
+        ):
+            assert connection.response is not None
+            assert connection.response.headers.get_all("Set-Cookie") == ["ws=4; HttpOnly"]
+            await connection.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize"}))
+            answer = json.loads(await asyncio.wait_for(connection.recv(), TIMEOUT))
+            assert answer["result"] == {"protocolVersion": 2}
+
+
+async def test_a_cookie_set_after_a_websocket_clients_101_is_logged_not_lost_silently() -> None:
+    """A WebSocket Client has no response left to carry a cookie an HTTP Agent sets on its
+    initialize answer: the proxy says so (its jar still returns the cookie to the Agent)."""
+    async with (
+        ScriptedHttpAgent(set_cookies=AGENT_COOKIES) as agent,
+        listening_proxy("ws://127.0.0.1:0/acp", "--upstream", agent.url) as (proxy, url),
+        websockets.connect(url, proxy=None) as connection,
+    ):
+        assert connection.response is not None
+        assert connection.response.headers.get_all("Set-Cookie") == []
+        await connection.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize"}))
+        assert json.loads(await asyncio.wait_for(connection.recv(), TIMEOUT))["id"] == 1
+        event = await proxy.logged(
+            "the agent set a cookie after the client's last response; not passed on"
+        )
+        assert event["cookie"] == "init"
+        await connection.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "_x/later"}))
+        assert json.loads(await asyncio.wait_for(connection.recv(), TIMEOUT))["id"] == 2
+    assert "init=1" in (agent.cookies[-1] or "")
+
+
+def test_set_cookies_are_given_once_kept_bounded_and_counted_once_closed() -> None:
+    """The holder between the two sides: each value taken once, the oldest dropped past the
+    bound, and every value set after :meth:`close` counted, not kept."""
+    cookies = SetCookies()
+    cookies.add(["a=1", "b=2"])
+    assert cookies.take() == ["a=1", "b=2"]
+    assert cookies.take() == []
+    cookies.add(f"c{n}=1" for n in range(MAX_PENDING + 3))
+    assert cookies.take() == [f"c{n}=1" for n in range(3, MAX_PENDING + 3)]
+    cookies.add(["d=1"])
+    cookies.close()
+    cookies.add(["e=1", "f=1"])
+    assert (cookies.take(), cookies.undelivered) == ([], 3)

@@ -16,6 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -98,6 +99,38 @@ async def test_connect_timeout_closes_the_websocket_client_and_the_proxy_goes_on
                 assert await closed_with(connection) == 1011
             failed = await process.logged("could not connect to the agent", attempt)
             assert "Timeout" in failed["error"] or "timed out" in failed["error"]
+        assert process.process.returncode is None
+
+
+async def test_a_websocket_client_that_leaves_while_the_agent_is_connected_ends_quietly() -> None:
+    """The upgrade is answered once the Agent is connected (its 101 carries the Agent's cookies):
+    a Client that hangs up before is logged and forgotten; the proxy goes on serving."""
+    accepted = asyncio.Event()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set()  # the proxy is connecting the Agent: its handshake is never answered
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, contextlib.AsyncExitStack() as stack:
+        options = ["--listen", "ws://127.0.0.1:0/acp", "--upstream", f"ws://127.0.0.1:{port}/acp"]
+        process = await stack.enter_async_context(proxy([], *options, "--connect-timeout", SHORT))
+        url = urlsplit(await listening(process))
+        _, writer = await asyncio.open_connection(url.hostname, url.port)
+        writer.write(
+            f"GET {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        await writer.drain()
+        await asyncio.wait_for(accepted.wait(), TIMEOUT)
+        writer.close()  # before the Agent's connection fails, and so before any answer
+        await process.logged("could not connect to the agent")
+        await process.logged("the client left before its upgrade was answered")
+        async with ws_connect(url.geturl()) as connection:
+            assert await closed_with(connection) == 1011  # the next Client is served
         assert process.process.returncode is None
 
 

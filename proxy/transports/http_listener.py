@@ -24,6 +24,10 @@ Streamable HTTP as the SDKs speak it:
   JSON-RPC error; the attempt's connection is dropped.
 * Once the proxy shuts down (:meth:`Listener.stop_accepting`), no connection is accepted and every
   request gets 503; a pending ``initialize`` too.
+
+The Agent's cookies (:mod:`proxy.transports.cookies`) come back to the Client on its next response
+(the ``initialize`` answer, a 202, a stream's headers); a WebSocket upgrade is answered only once
+the Agent is connected, so that its ``101`` carries the cookies of the Agent's handshake.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
 
 from proxy.commands import Handling, InvalidSeen
 from proxy.endpoint import Endpoint, Received
@@ -44,6 +49,7 @@ from proxy.jsonrpc import Batch, ErrorCode, IdKey, Invalid, Kind, Message, error
 from proxy.log import get_logger
 from proxy.observers import Observer
 from proxy.sse import KEEPALIVE, encode_event
+from proxy.transports.cookies import SetCookies
 from proxy.transports.websocket import WsServerEndpoint
 
 __all__ = ["HttpConnection", "Listener", "ListenerConfig"]
@@ -73,9 +79,10 @@ have ended by then, so they are only writing their last bytes); then their conne
 STREAM_HIGH_WATER = 8 * 1024 * 1024
 """Bytes a stream may hold for a receiver before the reader on the Agent's side waits."""
 
-OnConnection = Callable[[Endpoint, Mapping[str, str]], Awaitable[bool]]
-"""Starts a link for a new Client connection (given its request headers); False when no
-upstream could be reached."""
+OnConnection = Callable[[Endpoint, Mapping[str, str], SetCookies], Awaitable[bool]]
+"""Starts a link for a new Client connection (given its request headers, and where the cookies
+its Agent sets are left for the Client's next response); False when no upstream could be
+reached."""
 
 
 _KILL = b""
@@ -126,12 +133,10 @@ class Mailbox:
         self.size = 0
         self.kill()
 
-    async def serve(self, request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
+    async def serve(self, request: web.Request, headers: CIMultiDict[str]) -> web.StreamResponse:
         """Stream to one receiver until it leaves, the stream is killed or ended."""
-        response = web.StreamResponse(
-            status=200,
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers},
-        )
+        headers.extend({"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response = web.StreamResponse(status=200, headers=headers)
         await response.prepare(request)
         self.receiver = request
         try:
@@ -190,8 +195,17 @@ class HttpConnection:
         self._initialize: tuple[IdKey, asyncio.Future[bytes]] | None = None
         self.closed = False
         self._closed_event = asyncio.Event()
+        self.cookies = SetCookies()
+        """The cookies the Agent set, until a response to the Client carries them."""
 
     # -- the listener's side -------------------------------------------------------------------
+
+    def response_headers(self, headers: Mapping[str, str] | None = None) -> CIMultiDict[str]:
+        """``headers`` and a ``Set-Cookie`` for each cookie the Agent set since the last one."""
+        out = CIMultiDict(headers or {})
+        for value in self.cookies.take():
+            out.add(hdrs.SET_COOKIE, value)
+        return out
 
     async def submit(self, message: Message) -> int | None:
         """Hand a POSTed message to the relay; its fault status once taken (None: accepted)."""
@@ -462,13 +476,13 @@ class Listener:
         if session_header and parsed.session is not None and session_header != parsed.session:
             return _error(400, f"Mismatched {SESSION_ID} and params.sessionId")
         status = await connection.submit(parsed)
-        return web.Response(status=status or 202)
+        return web.Response(status=status or 202, headers=connection.response_headers())
 
     async def _initialize(self, request: web.Request, message: Message) -> web.StreamResponse:
         assert message.id_key is not None
         connection = HttpConnection(secrets.token_hex(16))
         answer = connection.expect_initialize(message.id_key)
-        if not await self._on_connection(connection, request.headers):
+        if not await self._on_connection(connection, request.headers, connection.cookies):
             if self.closing:
                 return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR, message.id_token)
             return _error(
@@ -509,7 +523,7 @@ class Listener:
             status=200,
             body=body,
             content_type="application/json",
-            headers={CONNECTION_ID: connection.connection_id},
+            headers=connection.response_headers({CONNECTION_ID: connection.connection_id}),
         )
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
@@ -531,7 +545,7 @@ class Listener:
         echo = {CONNECTION_ID: connection_id}
         if session is not None:
             echo[SESSION_ID] = session
-        return await mailbox.serve(request, echo)
+        return await mailbox.serve(request, connection.response_headers(echo))
 
     def _delete(self, request: web.Request) -> web.StreamResponse:
         connection_id = request.headers.get(CONNECTION_ID)
@@ -557,9 +571,23 @@ class Listener:
         )
         connection_id = secrets.token_hex(16)
         ws.headers[CONNECTION_ID] = connection_id
-        await ws.prepare(request)
         endpoint = WsServerEndpoint(ws, connection_id, self.config.max_message_bytes)
-        if not await self._on_connection(endpoint, request.headers):
+        cookies = SetCookies()
+        prepared = False
+        try:
+            # The Agent first, so that the 101 carries the cookies it set on its own handshake.
+            connected = await self._on_connection(endpoint, request.headers, cookies)
+            for value in cookies.take():
+                ws.headers.add(hdrs.SET_COOKIE, value)
+            cookies.close()  # past the 101, no response is left to carry a cookie
+            await ws.prepare(request)
+            prepared = True
+        except ConnectionError as exc:  # the Client left while the Agent was being connected
+            log.info("the client left before its upgrade was answered", error=str(exc))
+            return ws
+        finally:
+            endpoint.opened(prepared)
+        if not connected:
             if self.closing:
                 await ws.close(code=1001, message=SHUTTING_DOWN.encode())
             else:

@@ -11,7 +11,8 @@ A failed POST is reported, not hidden: a request whose POST failed is answered w
 error -32603 whose ``data`` holds the HTTP status and body (as the TS SDK's Client does); 401,
 403, 404 and 410 mean the connection is gone, and the link ends. The end of the connection
 stream ends the link; a session stream that ends is opened again when a message names it.
-Cookies are kept per connection (sticky sessions) and the Client's auth headers are passed on.
+Cookies are kept per connection (sticky sessions) and passed back to the Client
+(:mod:`proxy.transports.cookies`); the Client's auth headers are passed on.
 
 Every exchange is bounded: the TCP connection by ``connect_timeout``, a POST or DELETE and its
 whole answer by ``http_timeout``, a GET until its headers by ``http_timeout`` too (its stream
@@ -29,11 +30,13 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp import hdrs
 
 from proxy.endpoint import Received
 from proxy.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response, parse
 from proxy.log import get_logger, shorten
 from proxy.sse import SseDecoder
+from proxy.transports.cookies import SetCookies
 from proxy.transports.http_listener import CONNECTION_ID, SESSION_ID, SESSION_SCOPED
 from proxy.transports.websocket import CONNECT_TIMEOUT
 
@@ -69,8 +72,10 @@ class HttpUpstream:
         headers: Mapping[str, str] | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         http_timeout: float = HTTP_TIMEOUT,
+        cookies: SetCookies | None = None,
     ) -> None:
         self.url = url
+        self._cookies = cookies
         self._http = session
         self._limit = limit
         self._headers = dict(headers or {})
@@ -210,6 +215,7 @@ class HttpUpstream:
                         headers={**self._headers, CONNECTION_ID: self.connection_id},
                         timeout=self._timeout,
                     ) as response:
+                        self._answered(response)
                         await response.read()
         finally:
             self._end()
@@ -221,6 +227,7 @@ class HttpUpstream:
             async with self._http.post(
                 self.url, data=data, headers=self._post_headers(message), timeout=self._timeout
             ) as response:
+                self._answered(response)
                 body = await response.read()
                 status = response.status
                 if self.connection_id is None and status == 200:
@@ -309,6 +316,12 @@ class HttpUpstream:
             if stream is None or stream.done():
                 self._streams[session] = self._spawn(self._stream(session))
 
+    def _answered(self, response: aiohttp.ClientResponse) -> None:
+        """The Agent's response headers are in: the cookies it set go back to the Client too
+        (the session's jar keeps them toward the Agent)."""
+        if self._cookies is not None:
+            self._cookies.add(response.headers.getall(hdrs.SET_COOKIE, ()))
+
     async def _stream(self, session: str | None) -> None:
         assert self.connection_id is not None
         headers = {
@@ -325,6 +338,7 @@ class HttpUpstream:
                     self.url, headers=headers, timeout=self._stream_timeout
                 )
             async with response:
+                self._answered(response)
                 if response.status != 200:
                     log.warning(
                         "the agent refused a stream", status=response.status, session=session
@@ -350,8 +364,10 @@ async def connect_http(
     headers: Mapping[str, str] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
     http_timeout: float = HTTP_TIMEOUT,
+    cookies: SetCookies | None = None,
 ) -> HttpUpstream:
-    """An HTTP connection to ``url`` (nothing is sent until the Client's initialize)."""
+    """An HTTP connection to ``url`` (nothing is sent until the Client's initialize); the cookies
+    the Agent sets go to ``cookies`` as well."""
     session = aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None), cookie_jar=aiohttp.CookieJar(unsafe=True)
     )
@@ -362,4 +378,5 @@ async def connect_http(
         headers=headers,
         connect_timeout=connect_timeout,
         http_timeout=http_timeout,
+        cookies=cookies,
     )

@@ -22,6 +22,7 @@ from websockets.asyncio.client import ClientConnection
 
 from proxy.endpoint import Received
 from proxy.log import get_logger
+from proxy.transports.cookies import SetCookies
 
 __all__ = ["WsClientEndpoint", "WsServerEndpoint", "connect_ws"]
 
@@ -145,7 +146,12 @@ class _WsEndpoint:
 
 
 class WsServerEndpoint(_WsEndpoint):
-    """A Client connected to the proxy's listener over WebSocket (aiohttp)."""
+    """A Client connected to the proxy's listener over WebSocket (aiohttp).
+
+    The listener connects the Agent before it answers the upgrade (the ``101`` carries the
+    cookies the Agent set), so the endpoint reads and writes only once :meth:`opened` says how
+    the handshake went.
+    """
 
     def __init__(self, ws: web.WebSocketResponse, connection_id: str, max_bytes: int) -> None:
         self.ws = ws
@@ -153,10 +159,20 @@ class WsServerEndpoint(_WsEndpoint):
         self.max_bytes = max_bytes
         """The largest message taken; aiohttp's own bound (``max_msg_size``) differs by one
         between its versions, so the listener sets it one higher and this check decides."""
+        self._open = asyncio.Event()
         super().__init__()
+
+    def opened(self, ok: bool) -> None:
+        """The upgrade was answered (``ok``), or the Client left first: then the endpoint ends."""
+        if not ok:
+            self._severed = True
+            self._ended()
+        self._open.set()
 
     async def receive(self) -> Received | None:
         """The next text frame, as bytes; ``None`` once the socket is closed."""
+        if not self._open.is_set():
+            await self._open.wait()
         while not self._severed:
             message = await self.ws.receive()
             if message.type is WSMsgType.TEXT:
@@ -181,10 +197,14 @@ class WsServerEndpoint(_WsEndpoint):
         return None
 
     async def _send_frame(self, data: bytes) -> None:
+        if not self._open.is_set():
+            await self._open.wait()
         await self.ws.send_frame(data, WSMsgType.TEXT)
 
     async def _close_socket(self, code: int) -> None:
-        await self.ws.close(code=code)
+        await self._open.wait()
+        if self.ws.prepared:
+            await self.ws.close(code=code)
 
 
 class WsClientEndpoint(_WsEndpoint):
@@ -230,11 +250,12 @@ async def connect_ws(
     limit: int,
     headers: Mapping[str, str] | None = None,
     open_timeout: float = CONNECT_TIMEOUT,
+    cookies: SetCookies | None = None,
 ) -> WsClientEndpoint:
     """Open a WebSocket to an Agent; ``limit`` bounds the size of one incoming message.
 
-    Raises ``TimeoutError`` when the TCP connection and the handshake take over
-    ``open_timeout`` seconds.
+    The cookies the Agent sets on its handshake response go to ``cookies``. Raises
+    ``TimeoutError`` when the TCP connection and the handshake take over ``open_timeout`` seconds.
     """
     connection = await websockets.connect(
         url,
@@ -245,4 +266,6 @@ async def connect_ws(
         compression=None,
     )
     log.info("connected to the agent", url=url)
+    if cookies is not None and connection.response is not None:
+        cookies.add(connection.response.headers.get_all("Set-Cookie"))
     return WsClientEndpoint(connection)

@@ -11,6 +11,8 @@ Import it as ``from peers.stalling import ...``.
   ``Acp-Connection-Id``) and every other request (202, the answer on the connection stream),
   except the methods it is told to hang on; its DELETE and its streams can hang too, and its
   connection stream can end as soon as it is opened. It records the methods POSTed and the DELETEs received.
+  It sets the cookies it is told to (on a method's POST answer, its stream, its WebSocket ``101``),
+  records the ``Cookie`` header of every request, and serves the same answers over a WebSocket.
 """
 
 from __future__ import annotations
@@ -84,6 +86,11 @@ class ScriptedHttpAgent:
     """End the connection stream as soon as it is opened."""
     methods: list[str] = field(default_factory=list)
     """The method of every POST received, in order."""
+    set_cookies: dict[str, str] = field(default_factory=dict)
+    """A ``Set-Cookie`` value for the answer to a method's POST, to the connection stream's GET
+    (key ``GET``) or to a WebSocket upgrade (key ``websocket``)."""
+    cookies: list[str | None] = field(default_factory=list)
+    """The ``Cookie`` header of every request, in order (``None``: none)."""
     deletes: int = 0
     url: str = ""
     _streams: dict[str, asyncio.Queue[bytes | None]] = field(default_factory=dict)
@@ -105,7 +112,14 @@ class ScriptedHttpAgent:
         assert self._runner is not None
         await self._runner.cleanup()
 
+    def _cookie(self, key: str | None) -> dict[str, str]:
+        value = self.set_cookies.get(str(key))
+        return {} if value is None else {"Set-Cookie": value}
+
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        self.cookies.append(request.headers.get("Cookie"))
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self._websocket(request)
         if request.method == "POST":
             return await self._post(request)
         if request.method == "GET":
@@ -127,15 +141,16 @@ class ScriptedHttpAgent:
         if method == "initialize":
             connection = uuid.uuid4().hex
             self._streams[connection] = asyncio.Queue()
-            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 2}}
-            return web.json_response(answer, headers={"Acp-Connection-Id": connection})
+            return web.json_response(
+                _answer(message),
+                headers={"Acp-Connection-Id": connection, **self._cookie(method)},
+            )
         queue = self._streams.get(request.headers.get("Acp-Connection-Id", ""))
         if queue is None:
             return web.Response(status=404)
         if method is not None and "id" in message:
-            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"method": method}}
-            queue.put_nowait(json.dumps(answer).encode())
-        return web.Response(status=202)
+            queue.put_nowait(json.dumps(_answer(message)).encode())
+        return web.Response(status=202, headers=self._cookie(method))
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
         queue = self._streams.get(request.headers.get("Acp-Connection-Id", ""))
@@ -143,10 +158,30 @@ class ScriptedHttpAgent:
             return web.Response(status=404)
         if self.hang_stream:
             await asyncio.Event().wait()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", **self._cookie("GET")}
+        )
         await response.prepare(request)
         if not self.end_stream:
             while (data := await queue.get()) is not None:
                 await response.write(b"data: " + data + b"\n\n")
         await response.write_eof()
         return response
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse()
+        ws.headers.update(self._cookie("websocket"))
+        await ws.prepare(request)
+        async for frame in ws:
+            message = json.loads(frame.data)
+            if message.get("method") is not None and "id" in message:
+                self.methods.append(str(message["method"]))
+                await ws.send_str(json.dumps(_answer(message)))
+        return ws
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a request: ``initialize`` gets protocol version 2, others their method."""
+    method = request.get("method")
+    result = {"protocolVersion": 2} if method == "initialize" else {"method": method}
+    return {"jsonrpc": "2.0", "id": request["id"], "result": result}
