@@ -437,7 +437,34 @@ def _located(
                 message=message,
             )
         )
+    if not any(error.message.endswith(" is used twice") for error in errors):
+        errors += _duplicate_names(data, name, tree)  # the model checks them only once all parse
     return FaultFileError(errors)
+
+
+def _duplicate_names(data: Any, name: str, tree: yaml.Node | None) -> list[Location]:
+    """A rule name used twice, found in the raw data (so in the same pass as any other error)."""
+    rules = data.get("rules") if isinstance(data, dict) else None
+    if not isinstance(rules, list):
+        return []
+    seen: set[str] = set()
+    found = []
+    for index, rule in enumerate(rules):
+        rule_name = rule.get("name") if isinstance(rule, dict) else None
+        if not isinstance(rule_name, str):
+            continue
+        if rule_name in seen:
+            found.append(
+                Location(
+                    file=name,
+                    line=_line_of(tree, ("rules", index, "name")) if tree is not None else None,
+                    rule=rule_name,
+                    field="name",
+                    message=f"rule name {rule_name!r} is used twice",
+                )
+            )
+        seen.add(rule_name)
+    return found
 
 
 class _RuleList(_Model):

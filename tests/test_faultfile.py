@@ -19,6 +19,7 @@ from proxy.faultfile import (
     fault_file_schema,
     load_fault_files,
     parse_fault_file,
+    validate_rules,
 )
 
 GOOD = """\
@@ -184,6 +185,23 @@ def test_every_error_is_reported_at_once() -> None:
     assert len(errors) == 2
     assert "rule 'a'" in errors[0]
     assert "rule 'b': do.ms: Field required" in errors[1]
+
+
+def test_a_repeated_name_is_reported_with_the_other_errors() -> None:
+    """A name used twice is found in the same pass as a broken rule, located at the repeat."""
+    text = (
+        "version: 1\nrules:\n  - {name: a, do: {action: drop}}\n  - name: a\n"
+        "    do: {action: drop}\n  - name: b\n    do: {action: delay}\n"
+    )
+    errors = errors_of(text)
+    assert errors == [
+        "f.yaml:7: rule 'b': do.ms: Field required",
+        "f.yaml:4: rule 'a': name: rule name 'a' is used twice",
+    ]
+    rules = [{"name": "a", "do": {"action": "drop"}}, {"name": "a", "do": {"action": "nope"}}]
+    with pytest.raises(FaultFileError) as raised:
+        validate_rules(rules)
+    assert "rule name 'a' is used twice" in str(raised.value)
 
 
 def test_several_files_concatenate_and_names_stay_unique(tmp_path: Path) -> None:
