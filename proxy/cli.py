@@ -445,7 +445,10 @@ def report(
     html: Annotated[
         Path | None,
         typer.Option(
-            "--html", metavar="FILE", help="Write the report as a self-contained HTML page."
+            "--html",
+            metavar="FILE",
+            help="Write the report as a self-contained HTML page (instead of the text; "
+            "with --json, as well as the JSON).",
         ),
     ] = None,
 ) -> None:
@@ -457,7 +460,8 @@ def report(
         status = write_html(traces, html)
         if status != 2:
             typer.echo(f"wrote {html}", err=True)
-        raise typer.Exit(status)
+        if status == 2 or not json_output:
+            raise typer.Exit(status)
     text, status = report_main(traces, as_json=json_output)
     typer.echo(text.rstrip("\n"), err=status == 2)
     raise typer.Exit(status)
@@ -503,7 +507,7 @@ def bench(
         bool, typer.Option("--no-socat", help="Leave out the byte-relay (socat) column.")
     ] = False,
 ) -> None:
-    """Measure the proxy against a direct connection and a byte relay (DESIGN 11).
+    """Measure the proxy against a direct connection and a byte relay (the performance targets).
 
     Timings are reported, PASS/MISS per target, never turned into the exit status.
     """

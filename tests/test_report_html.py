@@ -192,6 +192,30 @@ def test_a_demo_trace_of_the_good_agent_exits_0(tmp_path: Path) -> None:
     assert '<table class="totals"><tbody>' in html  # no empty row of column titles
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_command_writes_the_page_and_with_json_prints_the_summary_too(
+    bad_trace: Path, tmp_path: Path, as_json: bool
+) -> None:
+    """``report --html F`` writes the page and prints nothing; with ``--json`` it prints the JSON
+    summary as well. The exit status is the report's (1: the bad Agent's findings)."""
+    out = tmp_path / "page.html"
+    argv = [sys.executable, "-m", "proxy", "report", "--html", str(out), str(bad_trace)]
+    done = subprocess.run(
+        [*argv, *(["--json"] if as_json else [])],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"wrote {out}"
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    if as_json:
+        assert json.loads(done.stdout)["verdict"] == "failing"
+    else:
+        assert done.stdout == ""
+
+
 def write_jsonl(path: Path, *records: dict[str, Any]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
