@@ -1344,7 +1344,7 @@ def render(report: dict[str, Any]) -> str:
         lines += _render_delays(report["delays"])
     if report["ws_links"] is not None:
         lines += _render_ws(report["ws_links"])
-    lines += ["", "DESIGN 11 targets (information only; the exit status ignores them)"]
+    lines += ["", "Performance targets (information only; the exit status ignores them)"]
     for check in report["design_targets"]:
         figure = (
             ""

@@ -11,6 +11,7 @@ turns it off). Usage, in your own ``conftest.py`` and tests::
     def acp_proxy_agent():
         return [sys.executable, "my_agent.py"]   # the Agent the proxy spawns (stdio)
 
+    @pytest.mark.asyncio  # a synchronous fixture: an async test needs pytest-asyncio
     async def test_a_lost_prompt_answer_is_survived(acp_proxy):
         # acp_proxy.url: ws://127.0.0.1:PORT/acp; connect your Client to it.
         with acp_proxy.fault(do="drop", when={"kind": "response", "method": "session/prompt"}):

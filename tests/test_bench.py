@@ -117,7 +117,7 @@ def test_the_text_report_names_every_target(report: dict[str, Any]) -> None:
     text = render(report)
     for target in TARGETS:
         assert target in text
-    assert "DESIGN 11 targets" in text
+    assert "Performance targets (information only" in text
     assert "peak RSS" in text
     assert f"{report['config']['ws_links']} WebSocket links through one proxy" in text
     assert "injected delays: 50 ms" in text
