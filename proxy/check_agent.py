@@ -3,8 +3,11 @@
 Each trace (T0-T7 of the wire brief, section 5) starts the proxy in front of the Agent with a fault
 file of its own, talks to it as a Client over ``--transport`` (stdio, ws or http: the transport
 between this checker and the proxy; the proxy always spawns the Agent over stdio), provokes the
-loss the trace is about, and judges what came back: PASS, FAIL with the reason, or SKIP with the
-missing capability. Every trace also checks that the key never appears in what the Agent sends.
+loss the trace is about, and judges what came back: PASS, FAIL with the reason, SKIP with the
+missing capability, or ERROR when the check could not be carried out. Every submission has a fresh
+UUID key, and every trace checks that none of its keys appears in what the Agent sends. A just
+started Agent gets ``startup_timeout`` to answer ``initialize``; a connection that closes early
+is explained from the proxy's log (kept in the trace's directory, never shown as is).
 
 T0 invalid keys are ``-32602`` and insert nothing. T1 a retry on the same connection after a lost
 answer gets the original ``messageId``. T2 the same after reconnecting and ``session/resume`` (the
@@ -40,7 +43,17 @@ from proxy.transports.http_upstream import connect_http
 from proxy.transports.stdio import AgentProcess, send_signal, spawn_agent
 from proxy.transports.websocket import connect_ws
 
-__all__ = ["TRACES", "CheckOptions", "TraceResult", "check_agent", "render", "to_json", "to_junit"]
+__all__ = [
+    "STATUSES",
+    "TRACES",
+    "CheckOptions",
+    "TraceResult",
+    "check_agent",
+    "exit_status",
+    "render",
+    "to_json",
+    "to_junit",
+]
 
 log = get_logger("proxy.check")
 
@@ -57,6 +70,9 @@ class CheckOptions:
     """Seconds to wait for one expected message before judging the trace."""
     loss_wait: float = 1.0
     """Seconds to wait for an answer the proxy is meant to have lost (proof it is lost)."""
+    startup_timeout: float = 30.0
+    """Seconds an Agent just started (or restarted) has to answer ``initialize``: a slow start (an
+    ``npx`` download, a cold JIT, a loaded machine) is not a failure of the RFD."""
     traces: tuple[str, ...] = ("T0", "T1", "T2", "T3", "T4", "T5", "T6", "T7")
 
 
@@ -77,6 +93,14 @@ class Fail(Exception):
 
 class Skip(Exception):
     """The Agent lacks what the trace needs."""
+
+
+class Error(Exception):
+    """The check could not be carried out (the proxy did not start, a bug of the checker)."""
+
+
+STATUSES = ("PASS", "FAIL", "SKIP", "ERROR")
+"""A trace's verdict; ERROR: the check itself could not be carried out (not the Agent's fault)."""
 
 
 class Conversation:
@@ -123,12 +147,19 @@ class Conversation:
         except TimeoutError:
             return None
 
-    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def request(
+        self, method: str, params: dict[str, Any], wait: float | None = None
+    ) -> dict[str, Any]:
+        """Send a request and wait for its answer (``wait`` seconds, else the answer timeout)."""
         request_id = self.next_id()
         self.send({"id": request_id, "method": method, "params": params})
-        answer = await self.until(lambda m: _answers(m, request_id))
+        answer = await self.until(lambda m: _answers(m, request_id), wait)
         if answer is None:
-            raise Fail(f"no answer to {method}" + (" (connection closed)" if self.closed else ""))
+            if self.closed:
+                raise Fail(f"no answer to {method}: the connection closed")
+            seconds = self.timeout if wait is None else wait
+            option = "--answer-timeout" if wait is None else "the start-up allowance"
+            raise Fail(f"no answer to {method} within {seconds:g} s ({option})")
         return answer
 
     def user_messages(self, session: str, text: str | None = None) -> list[str]:
@@ -173,13 +204,23 @@ def _prompt(session: str, text: str, key: Any = None) -> dict[str, Any]:
     return params
 
 
+def _error_code(answer: dict[str, Any]) -> Any:
+    """The code of an error answer (the ``error`` member itself when it is not an object)."""
+    error = answer.get("error")
+    return error.get("code") if isinstance(error, dict) else error
+
+
 def _message_id(answer: dict[str, Any], what: str) -> str:
     result = answer.get("result")
     if "error" in answer:
-        raise Fail(f"{what} was answered with error {answer['error'].get('code')}")
+        raise Fail(f"{what} was answered with error {_error_code(answer)}")
     if not isinstance(result, dict) or not isinstance(result.get("messageId"), str):
         raise Fail(f"{what}: the answer has no messageId (a v2 prompt response carries one)")
     return str(result["messageId"])
+
+
+DETAILS = ("error", "exit_status", "command", "status")
+"""Fields of a proxy's log record that say what went wrong, the first one present shown."""
 
 
 class Lab:
@@ -193,6 +234,44 @@ class Lab:
         self._url: str | None = None
         self._conversations: list[Conversation] = []
         self.transport = options.transport
+        self.keys: list[str] = []
+        """The idempotency keys this trace sent (never expected back from the Agent)."""
+        self._logs: list[Path] = []
+
+    def key(self, name: str) -> str:
+        """A fresh idempotency key for one submission (``name`` says which, in reports)."""
+        key = f"{name}-{uuid.uuid4()}"
+        self.keys.append(key)
+        return key
+
+    def _log_file(self) -> Any:
+        path = self.directory / f"proxy-{len(self._logs) + 1}.log"
+        self._logs.append(path)
+        return path.open("ab", buffering=0)
+
+    async def diagnosis(self) -> str:
+        """What the proxies said went wrong (the Agent's exit, a command not found), if anything:
+        for a reason that would otherwise only say the connection closed."""
+        for process in self._processes:  # a proxy whose connection closed is ending: let it
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(process.process.wait()), 2)
+        said: list[str] = []
+        for path in self._logs:
+            with contextlib.suppress(OSError):
+                for line in path.read_bytes().splitlines():
+                    with contextlib.suppress(ValueError):
+                        record = json.loads(line)
+                        if isinstance(record, dict) and record.get("level") in ("error", "warning"):
+                            detail = next(
+                                (record[k] for k in DETAILS if record.get(k) is not None), ""
+                            )
+                            said.append(
+                                f"{record.get('event')}" + (f" ({detail})" if detail else "")
+                            )
+        for process in self._processes:
+            if process.process.returncode not in (None, 0):
+                said.append(f"the proxy exited with status {process.process.returncode}")
+        return "; ".join(dict.fromkeys(said[-4:]))
 
     def _faults(self, rules: list[dict[str, Any]]) -> Path:
         path = self.directory / f"faults-{uuid.uuid4().hex[:8]}.yaml"
@@ -234,23 +313,30 @@ class Lab:
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert self._proxy.stderr is not None
+        log_file = self._log_file()
         async with asyncio.timeout(30):
             while True:
                 line = await self._proxy.stderr.readline()
+                log_file.write(line)
                 if not line:
-                    raise Fail("the proxy did not start")
+                    log_file.close()
+                    said = await self.diagnosis()
+                    raise Error("the proxy did not start: " + (said or "it said nothing"))
                 with contextlib.suppress(ValueError):
                     record = json.loads(line)
                     if record.get("event") == "listening":
                         self._url = str(record["url"])
                         break
-        asyncio.get_running_loop().create_task(_drain(self._proxy.stderr))
+        asyncio.get_running_loop().create_task(_copy(self._proxy.stderr, log_file))
 
     async def connect(self) -> Conversation:
         """A new Client connection (a respawned proxy on stdio)."""
         endpoint: Endpoint
         if self.transport == "stdio":
-            process = await spawn_agent(self._command, limit=LIMIT, grace=1.0)
+            with self._log_file() as log_file:  # the proxy's stderr: for diagnosis, not the user
+                process = await spawn_agent(
+                    self._command, limit=LIMIT, grace=1.0, stderr=log_file, announce_exit=False
+                )  # its exit is told in the verdict
             self._processes.append(process)
             endpoint = process
         elif self.transport == "ws":
@@ -283,11 +369,12 @@ class Lab:
                 send_signal(self._proxy, signal.SIGKILL)
                 await self._proxy.wait()
 
-    def keys_echoed(self, keys: list[str]) -> list[str]:
+    def keys_echoed(self) -> list[str]:
+        """The keys of this trace that appear in what the Agent sent."""
         echoed = []
         for conversation in self._conversations:
             text = orjson.dumps(conversation.seen).decode()
-            echoed += [key for key in keys if key in text]
+            echoed += [key for key in self.keys if key in text]
         return sorted(set(echoed))
 
 
@@ -300,15 +387,18 @@ _LOSE_PROMPT_ANSWER = {
 }
 
 
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.read(65536):
-        pass
+async def _copy(stream: asyncio.StreamReader, into: Any) -> None:
+    """The rest of a listening proxy's stderr, into its log file."""
+    with into:
+        while data := await stream.read(65536):
+            into.write(data)
 
 
-async def _open(conversation: Conversation) -> str:
+async def _open(lab: Lab, conversation: Conversation) -> str:
     init = await conversation.request(
         "initialize",
         {"protocolVersion": 2, "capabilities": {}, "info": {"name": "check-agent", "version": "1"}},
+        wait=max(lab.options.startup_timeout, lab.options.answer_timeout),
     )
     result = init.get("result")
     if not isinstance(result, dict):
@@ -317,21 +407,39 @@ async def _open(conversation: Conversation) -> str:
         raise Skip(f"the Agent speaks protocol version {result.get('protocolVersion')}, not 2")
     if not isinstance(result.get("capabilities"), dict) or "session" not in result["capabilities"]:
         raise Skip("the Agent does not advertise capabilities.session")
+    return await _new_session(conversation)
+
+
+async def _new_session(conversation: Conversation) -> str:
     answer = await conversation.request("session/new", {"cwd": "/", "mcpServers": []})
-    session = (answer.get("result") or {}).get("sessionId")
+    result = answer.get("result")
+    session = result.get("sessionId") if isinstance(result, dict) else None
     if not isinstance(session, str):
         raise Fail("session/new gave no sessionId")
     return session
 
 
-async def _resume(conversation: Conversation, session: str) -> None:
-    await conversation.request("initialize", {"protocolVersion": 2, "capabilities": {}})
+async def _resume(lab: Lab, conversation: Conversation, session: str) -> None:
+    startup = max(lab.options.startup_timeout, lab.options.answer_timeout)
+    await conversation.request("initialize", {"protocolVersion": 2, "capabilities": {}}, startup)
     answer = await conversation.request(
         "session/resume", {"sessionId": session, "cwd": "/", "replayFrom": {"type": "start"}}
     )
     if "error" in answer:
-        code = answer["error"].get("code")
+        code = _error_code(answer)
+        if code == -32601:
+            raise Fail("session/resume is not implemented (-32601), though capabilities.session is")
         raise Skip(f"session/resume failed ({code}): the Agent does not keep the session")
+
+
+async def _lost(lab: Lab, conversation: Conversation, request_id: int) -> None:
+    """The answer to ``request_id`` must be lost (the trace's rule dropped it)."""
+    answer = await conversation.until(lambda m: _answers(m, request_id), lab.options.loss_wait)
+    if answer is None:
+        return
+    if "error" in answer:  # the rule drops a success, the answer a prompt the Agent took gets
+        raise Fail(f"the keyed prompt was answered with error {_error_code(answer)}, no messageId")
+    raise Fail("the proxy did not lose the first answer")
 
 
 def _one_insert(conversation: Conversation, session: str, text: str, message_id: str) -> None:
@@ -348,10 +456,10 @@ def _one_insert(conversation: Conversation, session: str, text: str, message_id:
 async def t0(lab: Lab) -> str:
     await lab.start([])
     conversation = await lab.connect()
-    session = await _open(conversation)
+    session = await _open(lab, conversation)
     for key in ["", "k" * 256, 42, True, {}, []]:
         answer = await conversation.request("session/prompt", _prompt(session, "T0", key))
-        code = (answer.get("error") or {}).get("code")
+        code = _error_code(answer)
         if code != -32602:
             outcome = "a success" if "result" in answer else f"error {code}"
             raise Fail(f"idempotencyKey {json.dumps(key)[:20]} was answered with {outcome}")
@@ -363,15 +471,13 @@ async def t0(lab: Lab) -> str:
 async def t1(lab: Lab) -> str:
     await lab.start([_LOSE_PROMPT_ANSWER])
     conversation = await lab.connect()
-    session = await _open(conversation)
-    first_id = conversation.next_id()
+    session = await _open(lab, conversation)
+    first_id, key = conversation.next_id(), lab.key("K1")
     conversation.send(
-        {"id": first_id, "method": "session/prompt", "params": _prompt(session, "A", "K1")}
+        {"id": first_id, "method": "session/prompt", "params": _prompt(session, "A", key)}
     )
-    lost = await conversation.until(lambda m: _answers(m, first_id), lab.options.loss_wait)
-    if lost is not None:
-        raise Fail("the proxy did not lose the first answer")
-    retry = await conversation.request("session/prompt", _prompt(session, "A", "K1"))
+    await _lost(lab, conversation, first_id)
+    retry = await conversation.request("session/prompt", _prompt(session, "A", key))
     message_id = _message_id(retry, "the retry")
     _one_insert(conversation, session, "A", message_id)
     return f"the retry got the original messageId {message_id}"
@@ -386,17 +492,17 @@ async def t2(lab: Lab) -> str:
     }
     await lab.start([sever], network=True)
     conversation = await lab.connect()
-    session = await _open(conversation)
-    first_id = conversation.next_id()
+    session = await _open(lab, conversation)
+    first_id, key = conversation.next_id(), lab.key("K2")
     conversation.send(
-        {"id": first_id, "method": "session/prompt", "params": _prompt(session, "B", "K2")}
+        {"id": first_id, "method": "session/prompt", "params": _prompt(session, "B", key)}
     )
     await conversation.until(lambda m: _answers(m, first_id))
     inserted = conversation.user_messages(session, "B")
     lab.disconnect(conversation)
     again = await lab.connect()
-    await _resume(again, session)
-    retry = await again.request("session/prompt", _prompt(session, "B", "K2"))
+    await _resume(lab, again, session)
+    retry = await again.request("session/prompt", _prompt(session, "B", key))
     message_id = _message_id(retry, "the retry after resume")
     replayed = again.user_messages(session, "B")
     if len(replayed) > 1:
@@ -419,20 +525,19 @@ async def t3(lab: Lab) -> str:
     }
     await lab.start([{**lose, "continue": True}, kill])
     conversation = await lab.connect()
-    session = await _open(conversation)
-    first_id = conversation.next_id()
+    session = await _open(lab, conversation)
+    first_id, key = conversation.next_id(), lab.key("K3")
     conversation.send(
-        {"id": first_id, "method": "session/prompt", "params": _prompt(session, "C", "K3")}
+        {"id": first_id, "method": "session/prompt", "params": _prompt(session, "C", key)}
     )
-    if await conversation.until(lambda m: _answers(m, first_id), lab.options.loss_wait):
-        raise Fail("the proxy did not lose the answer")
+    await _lost(lab, conversation, first_id)
     inserted = conversation.user_messages(session, "C")
     if conversation.closed or lab.transport == "http":
         # Over Streamable HTTP every initialize opens a new connection: reconnect for it.
         conversation = await lab.connect()
-    await _resume(conversation, session)
+    await _resume(lab, conversation, session)
     replayed_before = conversation.user_messages(session, "C")
-    retry = await conversation.request("session/prompt", _prompt(session, "C", "K3"))
+    retry = await conversation.request("session/prompt", _prompt(session, "C", key))
     message_id = _message_id(retry, "the retry after the restart")
     everything = sorted(set(inserted) | set(replayed_before) | {message_id})
     if replayed_before and message_id not in replayed_before:
@@ -445,14 +550,14 @@ async def t3(lab: Lab) -> str:
 async def t4(lab: Lab) -> str:
     await lab.start([])
     conversation = await lab.connect()
-    session = await _open(conversation)
-    await conversation.request("session/prompt", _prompt(session, "long task", "K0"))
-    first, second = conversation.next_id(), conversation.next_id()
+    session = await _open(lab, conversation)
+    await conversation.request("session/prompt", _prompt(session, "long task", lab.key("K0")))
+    first, second, key = conversation.next_id(), conversation.next_id(), lab.key("K4")
     conversation.send(
-        {"id": first, "method": "session/prompt", "params": _prompt(session, "D", "K4")}
+        {"id": first, "method": "session/prompt", "params": _prompt(session, "D", key)}
     )
     conversation.send(
-        {"id": second, "method": "session/prompt", "params": _prompt(session, "D", "K4")}
+        {"id": second, "method": "session/prompt", "params": _prompt(session, "D", key)}
     )
     answers = [
         await conversation.until(functools.partial(_answers, request_id=i)) for i in (first, second)
@@ -464,13 +569,13 @@ async def t4(lab: Lab) -> str:
         raise Fail(f"the two requests with one key got different messageIds: {sorted(ids)}")
     _one_insert(conversation, session, "D", ids.pop())
     # variant a: $/cancel_request of one request of a held key answers both -32800
-    await conversation.request("session/prompt", _prompt(session, "long task 2", "K0b"))
-    third, fourth = conversation.next_id(), conversation.next_id()
+    await conversation.request("session/prompt", _prompt(session, "long task 2", lab.key("K0b")))
+    third, fourth, key = conversation.next_id(), conversation.next_id(), lab.key("K4a")
     conversation.send(
-        {"id": third, "method": "session/prompt", "params": _prompt(session, "D2", "K4a")}
+        {"id": third, "method": "session/prompt", "params": _prompt(session, "D2", key)}
     )
     conversation.send(
-        {"id": fourth, "method": "session/prompt", "params": _prompt(session, "D2", "K4a")}
+        {"id": fourth, "method": "session/prompt", "params": _prompt(session, "D2", key)}
     )
     conversation.send({"method": "$/cancel_request", "params": {"requestId": third}})
     outcomes = []
@@ -478,7 +583,7 @@ async def t4(lab: Lab) -> str:
         answer = await conversation.until(functools.partial(_answers, request_id=request_id))
         if answer is None:
             raise Fail("a cancelled held request was never answered")
-        outcomes.append((answer.get("error") or {}).get("code", "success"))
+        outcomes.append(_error_code(answer) if "error" in answer else "success")
     if outcomes == ["success", "success"]:
         return "retries of a held prompt share its answer (the second prompt was not held)"
     if outcomes != [-32800, -32800]:
@@ -491,17 +596,17 @@ async def t4(lab: Lab) -> str:
 async def t5(lab: Lab) -> str:
     await lab.start([])
     conversation = await lab.connect()
-    session = await _open(conversation)
-    await conversation.request("session/prompt", _prompt(session, "long task", "K0"))
-    held = conversation.next_id()
+    session = await _open(lab, conversation)
+    await conversation.request("session/prompt", _prompt(session, "long task", lab.key("K0")))
+    held, key = conversation.next_id(), lab.key("K5")
     conversation.send(
-        {"id": held, "method": "session/prompt", "params": _prompt(session, "E", "K5")}
+        {"id": held, "method": "session/prompt", "params": _prompt(session, "E", key)}
     )
     conversation.send({"method": "$/cancel_request", "params": {"requestId": held}})
     answer = await conversation.until(lambda m: _answers(m, held))
     if answer is None or "error" not in answer:
         raise Skip("could not make the Agent answer a keyed prompt with an error (not held)")
-    retry = await conversation.request("session/prompt", _prompt(session, "E", "K5"))
+    retry = await conversation.request("session/prompt", _prompt(session, "E", key))
     message_id = _message_id(retry, "the resend after an error")
     await conversation.until(lambda m: message_id in conversation.user_messages(session, "E"))
     if message_id not in conversation.user_messages(session, "E"):
@@ -512,14 +617,12 @@ async def t5(lab: Lab) -> str:
 async def t6(lab: Lab) -> str:
     await lab.start([])
     conversation = await lab.connect()
-    first = await _open(conversation)
-    answer = await conversation.request("session/new", {"cwd": "/", "mcpServers": []})
-    second = (answer.get("result") or {}).get("sessionId")
-    if not isinstance(second, str):
-        raise Fail("session/new gave no sessionId")
-    one = _message_id(await conversation.request("session/prompt", _prompt(first, "F", "K6")), "S1")
+    first = await _open(lab, conversation)
+    second = await _new_session(conversation)
+    key = lab.key("K6")
+    one = _message_id(await conversation.request("session/prompt", _prompt(first, "F", key)), "S1")
     other = _message_id(
-        await conversation.request("session/prompt", _prompt(second, "G", "K6")), "S2"
+        await conversation.request("session/prompt", _prompt(second, "G", key)), "S2"
     )
     if one == other:
         raise Fail("the same key in another session was answered as a retry")
@@ -530,16 +633,15 @@ async def t7(lab: Lab) -> str:
     lose_second = {**_LOSE_PROMPT_ANSWER, "schedule": {"nth": [2]}}
     await lab.start([lose_second])
     conversation = await lab.connect()
-    session = await _open(conversation)
-    await conversation.request("session/prompt", _prompt(session, "work", "K0"))
-    steer = conversation.next_id()
+    session = await _open(lab, conversation)
+    await conversation.request("session/prompt", _prompt(session, "work", lab.key("K0")))
+    steer, key = conversation.next_id(), lab.key("K7")
     text = "steer: use staging"
     conversation.send(
-        {"id": steer, "method": "session/prompt", "params": _prompt(session, text, "K7")}
+        {"id": steer, "method": "session/prompt", "params": _prompt(session, text, key)}
     )
-    if await conversation.until(lambda m: _answers(m, steer), lab.options.loss_wait) is not None:
-        raise Fail("the proxy did not lose the answer")
-    retry = await conversation.request("session/prompt", _prompt(session, text, "K7"))
+    await _lost(lab, conversation, steer)
+    retry = await conversation.request("session/prompt", _prompt(session, text, key))
     message_id = _message_id(retry, "the retry")
     _one_insert(conversation, session, text, message_id)
     return f"the retry of a prompt sent during active work got {message_id}"
@@ -555,7 +657,6 @@ TRACES: dict[str, tuple[str, Callable[[Lab], Awaitable[str]]]] = {
     "T6": ("same key in another session", t6),
     "T7": ("retry of a prompt inserted during active work", t7),
 }
-KEYS = ["K0", "K0b", "K1", "K2", "K3", "K4", "K4a", "K5", "K6", "K7"]
 
 
 @contextlib.asynccontextmanager
@@ -577,16 +678,25 @@ async def check_agent(options: CheckOptions) -> list[TraceResult]:
         result = TraceResult(name, title, "PASS")
         try:
             async with _lab(options) as lab:
-                result.reason = await run(lab)
-                echoed = [key for key in lab.keys_echoed(KEYS) if len(key) > 1]
-                if echoed:
-                    raise Fail(f"the Agent echoed keys: {echoed}")
-        except Fail as exc:
-            result.status, result.reason = "FAIL", str(exc)
+                try:
+                    result.reason = await run(lab)
+                    echoed = lab.keys_echoed()
+                    if echoed:
+                        raise Fail(f"the Agent echoed keys: {echoed}")
+                except Fail as exc:
+                    result.status, result.reason = "FAIL", str(exc)
+                    if "connection closed" in result.reason or "to initialize" in result.reason:
+                        said = await lab.diagnosis()
+                        result.reason += f"; the proxy says: {said}" if said else ""
+                if lab.transport != options.transport:
+                    result.title += f" (over {lab.transport}: a reconnect needs a listener)"
         except Skip as exc:
             result.status, result.reason = "SKIP", str(exc)
-        except Exception as exc:  # an Agent that breaks the protocol badly is a FAIL, not a crash
-            result.status, result.reason = "FAIL", f"{type(exc).__name__}: {exc}"
+        except Error as exc:
+            result.status, result.reason = "ERROR", str(exc)
+        except Exception as exc:  # a bug of the checker (or what an Agent did that it missed)
+            log.exception("the check itself failed", trace=name)
+            result.status, result.reason = "ERROR", f"checker error: {type(exc).__name__}: {exc}"
         result.seconds = round(time.monotonic() - started, 3)
         log.info("trace done", trace=name, status=result.status, reason=result.reason)
         results.append(result)
@@ -600,11 +710,24 @@ def render(results: list[TraceResult], options: CheckOptions) -> str:
         lines.append(f"{result.trace}  {result.status:<4}  {result.title}")
         if result.reason:
             lines.append(f"          {result.reason}")
-    counts = {
-        status: sum(r.status == status for r in results) for status in ("PASS", "FAIL", "SKIP")
-    }
-    lines += ["", f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"]
+    counts = {status: sum(r.status == status for r in results) for status in STATUSES}
+    summary = f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"
+    if counts["ERROR"]:
+        summary += f", {counts['ERROR']} could not be checked"
+    lines += ["", summary]
+    if results and counts["SKIP"] == len(results):
+        lines.append("nothing was checked: every trace was skipped (exit status 2)")
     return "\n".join(lines)
+
+
+def exit_status(results: list[TraceResult]) -> int:
+    """1 when a trace failed; else 2 when one could not be checked, or every one was skipped
+    (nothing was checked, which CI should not take for a pass); else 0."""
+    if any(result.status == "FAIL" for result in results):
+        return 1
+    if any(result.status == "ERROR" for result in results):
+        return 2
+    return 2 if results and all(result.status == "SKIP" for result in results) else 0
 
 
 def to_json(results: list[TraceResult]) -> str:
@@ -619,6 +742,7 @@ def to_junit(results: list[TraceResult], options: CheckOptions) -> bytes:
         name=f"acp-check-agent-{options.transport}",
         tests=str(len(results)),
         failures=str(sum(r.status == "FAIL" for r in results)),
+        errors=str(sum(r.status == "ERROR" for r in results)),
         skipped=str(sum(r.status == "SKIP" for r in results)),
     )
     for result in results:
@@ -628,6 +752,8 @@ def to_junit(results: list[TraceResult], options: CheckOptions) -> bytes:
         )  # fmt: skip
         if result.status == "FAIL":
             ElementTree.SubElement(case, "failure", message=result.reason)
+        elif result.status == "ERROR":
+            ElementTree.SubElement(case, "error", message=result.reason)
         elif result.status == "SKIP":
             ElementTree.SubElement(case, "skipped", message=result.reason)
     xml: bytes = ElementTree.tostring(suite, encoding="utf-8", xml_declaration=True)

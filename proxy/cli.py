@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from proxy.check_agent import (
     TRACES,
     CheckOptions,
     check_agent,
+    exit_status,
     render,
     to_json,
     to_junit,
@@ -347,12 +349,19 @@ def check_agent_command(
     ] = 5.0,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> None:
-    """Run the idempotency RFD's conformance traces T0-T7 against an Agent; exit 1 on a FAIL."""
+    """Run the idempotency RFD's conformance traces T0-T7 against an Agent.
+
+    Exit 0 when every trace passed (or was skipped for a missing capability), 1 on a FAIL, 2 when
+    a trace could not be checked, when every trace was skipped, or when the Agent cannot be run.
+    """
     configure_logging("console", log_level.value)
     names = tuple(trace or TRACES)
     unknown = [name for name in names if name not in TRACES]
     if unknown:
         raise typer.BadParameter(f"unknown traces {unknown}; known: {list(TRACES)}")
+    if shutil.which(agent_cmd[0]) is None:
+        typer.echo(f"error: cannot run the Agent: {agent_cmd[0]!r} is not an executable", err=True)
+        raise typer.Exit(2)
     options = CheckOptions(
         agent_argv=tuple(agent_cmd),
         transport=transport.value,
@@ -363,7 +372,7 @@ def check_agent_command(
     sys.stdout.write((to_json(results) if as_json else render(results, options)) + "\n")
     if junit is not None:
         junit.write_bytes(to_junit(results, options))
-    raise typer.Exit(1 if any(result.status == "FAIL" for result in results) else 0)
+    raise typer.Exit(exit_status(results))
 
 
 @app.command(context_settings={"allow_interspersed_args": False}, no_args_is_help=False)

@@ -44,6 +44,10 @@ def test_the_reference_agent_passes_every_trace(transport: str, tmp_path: Path) 
         done.stdout
     )
     assert done.returncode == 0
+    titles = {r["trace"]: r["title"] for r in results}
+    assert titles["T2"].endswith("(over ws: a reconnect needs a listener)") == (
+        transport == "stdio"
+    )
     suite = ElementTree.parse(tmp_path / "junit.xml").getroot()
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("8", "0", "0")
 
@@ -61,9 +65,11 @@ def test_an_agent_that_ignores_keys_fails_t1(tmp_path: Path) -> None:
 def test_without_a_store_a_restarted_agent_is_skipped_or_failed_never_crashed(
     tmp_path: Path,
 ) -> None:
-    """T3 needs stored sessions: an in-memory Agent gets a SKIP naming what is missing."""
+    """T3 needs stored sessions: an in-memory Agent gets a SKIP naming what is missing; a run in
+    which nothing was checked exits 2, so that CI does not take it for a pass."""
     done = check("--trace", "T3", "--", *REFERENCE)
-    assert done.returncode == 0
+    assert done.returncode == 2
+    assert "nothing was checked: every trace was skipped" in done.stdout
     assert "T3  SKIP" in done.stdout
     assert "does not keep the session" in done.stdout
 
@@ -83,3 +89,48 @@ def test_unknown_traces_are_a_usage_error() -> None:
     done = check("--trace", "T9", "--", *REFERENCE)
     assert done.returncode == 2
     assert "unknown traces" in done.stderr
+
+
+BROKEN = [sys.executable, str(Path(__file__).parent / "peers" / "broken_v2_agent.py")]
+
+
+def test_an_agent_that_starts_slowly_is_given_time_to_start() -> None:
+    """A start longer than --answer-timeout is no FAIL: initialize gets a start-up allowance."""
+    done = check("--answer-timeout", "0.5", "--trace", "T6", "--", *BROKEN, "ids", "1.5")
+    assert "T6  PASS" in done.stdout, done.stdout
+    assert done.returncode == 0
+
+
+@pytest.mark.parametrize(("mode", "said"), [("error", "-32603"), ("string-error", "nope")])
+def test_prompts_answered_with_errors_are_named_not_blamed_on_the_proxy(
+    mode: str, said: str
+) -> None:
+    """A keyed prompt answered with an error (well-formed or not) fails with that error."""
+    done = check("--trace", "T1", "--", *BROKEN, mode)
+    assert f"the keyed prompt was answered with error {said}, no messageId" in done.stdout
+    assert "did not lose" not in done.stdout
+    assert "Error:" not in done.stdout  # no checker exception shown as the verdict
+    assert done.returncode == 1
+
+
+def test_an_echoed_key_fails_and_only_the_keys_sent_are_looked_for() -> None:
+    """Keys are fresh UUIDs, so an id that happens to contain a short label is no echo; an Agent
+    that sends the key back fails the trace, naming it."""
+    done = check("--json", "--trace", "T1", "--", *BROKEN, "echo-key")
+    (result,) = json.loads(done.stdout)
+    assert result["status"] == "FAIL"
+    assert result["reason"].startswith("the Agent echoed keys: ['K1-")
+    assert done.returncode == 1
+
+
+def test_an_agent_that_cannot_run_or_exits_at_once_is_explained() -> None:
+    """A command that is not there is refused before any trace (exit 2); an Agent that exits at
+    once fails with what the proxy saw, its exit status."""
+    missing = check("--", "/nonexistent/agent")
+    assert missing.returncode == 2
+    assert "cannot run the Agent: '/nonexistent/agent' is not an executable" in missing.stderr
+    exiting = check("--trace", "T0", "--", sys.executable, "-c", "raise SystemExit(3)")
+    assert "no answer to initialize: the connection closed" in exiting.stdout
+    assert "the agent exited (3); the proxy exited with status 3" in exiting.stdout
+    assert exiting.returncode == 1
+    assert exiting.stderr == ""  # the proxy's own log lines stay out of the checker's output

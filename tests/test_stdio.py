@@ -182,6 +182,10 @@ async def test_agent_exit_status_becomes_the_proxys(start: Start, capture: Path)
     assert await proxy.at_eof()
     assert await proxy.wait() == 3
     assert "peer disconnected" in proxy.stderr
+    exited = [line for line in proxy.stderr.splitlines() if "the agent exited" in line]
+    assert len(exited) == 1  # said, not only in the exit status
+    assert "warning" in exited[0]
+    assert "exit_status=3" in exited[0]
 
 
 async def test_agent_killed_by_a_signal_is_reported_like_a_shell(

@@ -17,6 +17,7 @@ import stat
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import IO
 
 from proxy.endpoint import Received
 from proxy.framing import LineFramer
@@ -288,6 +289,7 @@ class AgentProcess(LineStream):
         *,
         limit: int,
         grace: float,
+        announce_exit: bool = True,
     ) -> None:
         assert process.stdout is not None
         assert process.stdin is not None
@@ -302,6 +304,8 @@ class AgentProcess(LineStream):
         self._flushed = False
         self.stopped_by_proxy = False
         """True when the proxy had to signal the Agent because it did not exit by itself."""
+        self._signalled = False
+        self._announce_exit = announce_exit
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     @property
@@ -317,6 +321,7 @@ class AgentProcess(LineStream):
         """
         if self._group_gone:
             return
+        self._signalled = self._signalled or signum != 0
         try:
             os.killpg(self.pid, signum)
         except ProcessLookupError:
@@ -355,8 +360,15 @@ class AgentProcess(LineStream):
         return False
 
     async def _reap(self) -> None:
-        """Once the Agent has exited, stop what it left in its group (TERM, grace, KILL)."""
+        """Once the Agent has exited, stop what it left in its group (TERM, grace, KILL).
+
+        An Agent that failed by itself (an exit status other than 0, no signal from the proxy) is
+        logged as a warning: otherwise a Client would only see its connection end.
+        """
         await self._exited.wait()
+        code = self.process.returncode
+        if code and not self._signalled and self._announce_exit:
+            log.warning("the agent exited", pid=self.pid, exit_status=exit_status(code))
         for signum in (signal.SIGTERM, signal.SIGKILL):
             if not self._group_alive():
                 return
@@ -386,9 +398,12 @@ async def spawn_agent(
     limit: int,
     grace: float = 5.0,
     env: Mapping[str, str] | None = None,
+    stderr: IO[bytes] | None = None,
+    announce_exit: bool = True,
 ) -> AgentProcess:
     """Start ``argv`` with piped stdin/stdout and the proxy's own stderr and environment, as the
-    leader of a new process group.
+    leader of a new process group (``stderr``: a file its stderr goes to instead). An exit status
+    other than 0 the proxy did not cause is logged, unless ``announce_exit`` is false.
 
     Raises ``FileNotFoundError`` or ``PermissionError`` when the command cannot be run.
     """
@@ -398,7 +413,7 @@ async def spawn_agent(
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
-        stderr=None,
+        stderr=stderr,
         env=None if env is None else dict(env),
         process_group=0,
     )
@@ -406,4 +421,11 @@ async def spawn_agent(
     stdout_transport = transport.get_pipe_transport(1)
     assert stdout_transport is not None
     log.info("agent started", pid=process.pid, argv=list(argv))
-    return AgentProcess(process, stdout_transport, protocol.exited, limit=limit, grace=grace)
+    return AgentProcess(
+        process,
+        stdout_transport,
+        protocol.exited,
+        limit=limit,
+        grace=grace,
+        announce_exit=announce_exit,
+    )
