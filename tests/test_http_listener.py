@@ -748,6 +748,26 @@ async def test_websocket_upgrade_on_the_http_endpoint(tmp_path: Path) -> None:
             assert second.response.headers[CONNECTION_ID] != ws.response.headers[CONNECTION_ID]
 
 
+async def test_malformed_websocket_upgrade_is_400_and_starts_no_agent(tmp_path: Path) -> None:
+    """An upgrade without Sec-WebSocket-Key (or of another version) is 400, and no Agent is
+    started for it: a well-formed upgrade afterwards is the first link."""
+    async with serving(tmp_path) as s:
+        upgrade = {"Upgrade": "websocket", "Connection": "Upgrade"}
+        for extra in (
+            {},
+            {"Sec-WebSocket-Key": "AAAAAAAAAAAAAAAAAAAAAA==", "Sec-WebSocket-Version": "99"},
+        ):
+            async with asyncio.timeout(TIMEOUT):
+                async with s.http.session.get(s.url, headers={**upgrade, **extra}) as response:
+                    assert response.status == 400, response
+                    body = await response.json()
+            assert "Sec-WebSocket-Key" in body["error"]["message"]
+        async with ws_connect(s.ws_url(), proxy=None) as ws:
+            await ws_initialize(ws)
+            await ws_probe(ws, 2)
+        assert len(log_events(s.proxy.stderr, "agent started")) == 1
+
+
 async def test_ws_listener_refuses_plain_http_with_426(tmp_path: Path) -> None:
     """A ws:// listener answers POST, GET and DELETE with 426 but accepts the upgrade."""
     async with serving(tmp_path, listen=WS_LISTEN) as s:

@@ -569,6 +569,10 @@ class Listener:
             autoping=True,
             compress=False,  # as toward the Agent: nothing is re-compressed hop by hop
         )
+        if not ws.can_prepare(request).ok:  # refused before any Agent is started for it
+            return _error(
+                400, "a WebSocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13"
+            )
         connection_id = secrets.token_hex(16)
         ws.headers[CONNECTION_ID] = connection_id
         endpoint = WsServerEndpoint(ws, connection_id, self.config.max_message_bytes)
