@@ -502,7 +502,10 @@ class _Prompts:
                 keyed[attempt.session, attempt.key] = attempt
                 if lost is None:
                     continue
-                at, how = lost.loss() or (lost.time, "no loss the trace shows")
+                loss = lost.loss()
+                if loss is None or loss[0] > attempt.time:  # a loss after the resend is no cause
+                    loss = (lost.time, "no loss the trace shows")
+                at, how = loss
             else:
                 candidates = [
                     loss

@@ -793,6 +793,43 @@ def test_a_new_key_after_a_loss_is_a_new_prompt_and_an_old_key_a_retry(tmp_path:
     assert retried["delay_ms"] == 500.0
 
 
+def test_a_keyed_resend_before_its_original_was_lost_is_timed_from_the_original(
+    tmp_path: Path,
+) -> None:
+    """The Client resent (its own timeout) before the original's answer was dropped: the retry
+    is timed from the original request, never from the later loss (no negative delay)."""
+    late_drop = {
+        "time": 2.5,
+        "link": 1,
+        "event": "fault",
+        "rule": "lose",
+        "action": "drop",
+        "direction": "to_client",
+        "kind": "response",
+        "method": "session/prompt",
+        "session": "S",
+        "id": 1,
+    }
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        header(1.0),
+        keyed(1.1, "K1"),
+        prompt_request(1.1, 1, 1, 1, "S"),
+        keyed(2.0, "K1", retry=True),
+        prompt_request(2.0, 1, 2, 2, "S"),
+        late_drop,
+        prompt_answer(2.6, 1, 2, 2, "S"),
+    )
+    summary = summarize(load_traces([trace]))
+    (retried,) = summary["retries"]["list"]
+    assert (retried["id"], retried["lost_id"], retried["after"]) == (
+        2,
+        1,
+        "no loss the trace shows",
+    )
+    assert retried["delay_ms"] == 900.0
+
+
 def test_a_second_run_appended_to_a_file_starts_afresh(tmp_path: Path) -> None:
     """A proxy restarted for real appends a header: its links and ids are new ones."""
     trace = write_jsonl(
