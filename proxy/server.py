@@ -32,7 +32,7 @@ from proxy.link import Link
 from proxy.log import get_logger
 from proxy.observers import Observer
 from proxy.relay import Relay
-from proxy.transports.cookies import SetCookies
+from proxy.transports.cookies import CookieRoute, CookieSink, SetCookies
 from proxy.transports.http_listener import INITIALIZE_TIMEOUT, Listener, ListenerConfig
 from proxy.transports.http_upstream import HTTP_TIMEOUT, connect_http
 from proxy.transports.stdio import spawn_agent
@@ -51,7 +51,7 @@ __all__ = [
 
 log = get_logger("proxy.server")
 
-UpstreamFactory = Callable[[Mapping[str, str], SetCookies | None], Awaitable[Endpoint]]
+UpstreamFactory = Callable[[Mapping[str, str], CookieSink | None], Awaitable[Endpoint]]
 """Connects one link's Agent; its arguments: the Client's headers to pass on (auth, cookies), and
 where the cookies the Agent sets go back to the Client (``None``: nowhere, a stdio Client)."""
 
@@ -122,7 +122,7 @@ def upstream_factory(
 ) -> UpstreamFactory:
     """How each link connects to the Agent."""
 
-    async def connect(headers: Mapping[str, str], cookies: SetCookies | None) -> Endpoint:
+    async def connect(headers: Mapping[str, str], cookies: CookieSink | None) -> Endpoint:
         if address.scheme == "stdio":
             return await spawn_agent(agent_argv, limit=limit, grace=grace)
         if address.scheme == "ws":
@@ -174,6 +174,8 @@ class NetworkProxy:
         self._keep_upstream = keep_upstream
         self._parked: Link | None = None
         """Conductor mode: the link whose Client left and whose Agent waits for the next one."""
+        self._cookie_routes: dict[Link, CookieRoute] = {}
+        """Each link's way from its Agent's cookies to its Client connection now."""
         self._engine = engine
         self._observer = observer
         self._strict = strict
@@ -244,11 +246,13 @@ class NetworkProxy:
         parked, self._parked = self._parked, None
         if parked is not None and parked in self._links:
             log.info("a new client takes over the kept agent connection")
+            self._cookie_routes[parked].point(cookies)
             parked.attach_client(downstream)
             return True
         passed = passed_headers(headers)
+        route = CookieRoute(cookies)
         try:
-            upstream = await self._connect_upstream(passed, cookies)
+            upstream = await self._connect_upstream(passed, route)
         except (OSError, ConnectionError, TimeoutError) as exc:
             log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
             return False
@@ -280,12 +284,13 @@ class NetworkProxy:
             new_relay,
             {Side.CLIENT: downstream, Side.AGENT: upstream},
             self._observer,
-            connect_agent=functools.partial(self._connect_upstream, passed, cookies),
+            connect_agent=functools.partial(self._connect_upstream, passed, route),
             on_restart=self.restart,
             on_client_gone=self._park if self._keep_upstream else None,
         )
         assert self._tasks is not None
         self._links.add(link)
+        self._cookie_routes[link] = route
         self.idle.clear()
         self._tasks.create_task(self._run(link))
         return True
@@ -303,6 +308,7 @@ class NetworkProxy:
             await link.run()
         finally:
             self._links.discard(link)
+            self._cookie_routes.pop(link, None)
             log.info("link ended", link=link.id, links=len(self._links))
             if not self._links:
                 self.idle.set()

@@ -24,7 +24,7 @@ from harness import TIMEOUT, ProxyProcess
 from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws, run_sdk_http_agent
 from peers.stalling import ScriptedHttpAgent
 
-from proxy.transports.cookies import MAX_PENDING, SetCookies
+from proxy.transports.cookies import MAX_PENDING, CookieRoute, SetCookies
 
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
 LIMIT = 64 * 1024 * 1024
@@ -271,6 +271,50 @@ async def test_a_cookie_set_after_a_websocket_clients_101_is_logged_not_lost_sil
     assert "init=1" in (agent.cookies[-1] or "")
 
 
+async def test_a_client_taking_over_a_kept_agent_gets_its_cookies() -> None:
+    """--keep-upstream: the next Client takes over the Agent connection, and with it the cookies
+    the Agent set (given on its first response) and every one it sets from then on; none of them
+    goes to the Client that left."""
+    async with (
+        ScriptedHttpAgent(set_cookies=AGENT_COOKIES) as agent,
+        listening_proxy("http://127.0.0.1:0/acp", "--keep-upstream", "--upstream", agent.url) as (
+            proxy,
+            url,
+        ),
+        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http,
+    ):
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        json_type = {"Content-Type": "application/json"}
+        async with http.post(url, json=init, headers=json_type) as first:
+            assert first.status == 200
+            assert "init=1; Path=/" in first.headers.getall("Set-Cookie", [])
+            gone = {**json_type, "Acp-Connection-Id": first.headers["Acp-Connection-Id"]}
+        async with http.delete(url, headers=gone) as deleted:
+            assert deleted.status == 202
+        await proxy.logged("client gone; keeping the agent connection for the next client")
+
+        given: list[str] = []
+        async with http.post(url, json=init, headers=json_type) as second:
+            assert second.status == 200  # answered from the cached initialize
+            given += second.headers.getall("Set-Cookie", [])
+            headers = {**json_type, "Acp-Connection-Id": second.headers["Acp-Connection-Id"]}
+        assert "init=1; Path=/" in given
+        async with http.get(url, headers={**headers, "Accept": "text/event-stream"}) as stream:
+            later = {"jsonrpc": "2.0", "id": 2, "method": "_x/later"}
+            async with http.post(url, json=later, headers=headers) as posted:
+                assert posted.status == 202
+                given += posted.headers.getall("Set-Cookie", [])
+            async with asyncio.timeout(TIMEOUT):
+                while b'"id": 2' not in await stream.content.readline():
+                    pass
+            done = {"jsonrpc": "2.0", "method": "_x/done"}
+            async with http.post(url, json=done, headers=headers) as posted:
+                assert posted.status == 202
+                given += posted.headers.getall("Set-Cookie", [])
+        # The Agent set stream=2 on the event stream the proxy opened for the first Client.
+        assert sorted(given) == ["init=1; Path=/", "later=3", "stream=2"]
+
+
 def test_set_cookies_are_given_once_kept_bounded_and_counted_once_closed() -> None:
     """The holder between the two sides: each value taken once, the oldest dropped past the
     bound, and every value set after :meth:`close` counted, not kept."""
@@ -284,3 +328,20 @@ def test_set_cookies_are_given_once_kept_bounded_and_counted_once_closed() -> No
     cookies.close()
     cookies.add(["e=1", "f=1"])
     assert (cookies.take(), cookies.undelivered) == ([], 3)
+
+
+def test_a_cookie_route_moves_to_the_next_client_with_the_latest_value_of_each_cookie() -> None:
+    """Pointed at a new Client connection, a route gives it the latest value of every cookie set
+    so far (at most MAX_PENDING names), closes the old one, and sends it what follows."""
+    old, new = SetCookies(), SetCookies()
+    route = CookieRoute(old)
+    route.add(["a=1", "b=2", "a=3; Path=/"])
+    assert old.take() == ["a=1", "b=2", "a=3; Path=/"]
+    route.point(new)
+    assert new.take() == ["b=2", "a=3; Path=/"]
+    route.add(["c=4"])
+    assert (old.take(), old.closed, new.take()) == ([], True, ["c=4"])
+    route.add(f"n{n}=1" for n in range(MAX_PENDING + 1))
+    newest = SetCookies()
+    route.point(newest)
+    assert newest.take() == [f"n{n}=1" for n in range(1, MAX_PENDING + 1)]

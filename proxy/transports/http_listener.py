@@ -239,6 +239,7 @@ class HttpConnection:
         for mailbox in self._streams.values():
             mailbox.end()
         self._fail_waiters()
+        self.cookies.close()
         self._inbox.put_nowait(None)
         self._drained.set()
         self._closed_event.set()

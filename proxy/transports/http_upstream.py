@@ -36,7 +36,7 @@ from proxy.endpoint import Received
 from proxy.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response, parse
 from proxy.log import get_logger, shorten
 from proxy.sse import SseDecoder
-from proxy.transports.cookies import SetCookies
+from proxy.transports.cookies import CookieSink
 from proxy.transports.http_listener import CONNECTION_ID, SESSION_ID, SESSION_SCOPED
 from proxy.transports.websocket import CONNECT_TIMEOUT
 
@@ -72,7 +72,7 @@ class HttpUpstream:
         headers: Mapping[str, str] | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         http_timeout: float = HTTP_TIMEOUT,
-        cookies: SetCookies | None = None,
+        cookies: CookieSink | None = None,
     ) -> None:
         self.url = url
         self._cookies = cookies
@@ -364,7 +364,7 @@ async def connect_http(
     headers: Mapping[str, str] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
     http_timeout: float = HTTP_TIMEOUT,
-    cookies: SetCookies | None = None,
+    cookies: CookieSink | None = None,
 ) -> HttpUpstream:
     """An HTTP connection to ``url`` (nothing is sent until the Client's initialize); the cookies
     the Agent sets go to ``cookies`` as well."""

@@ -22,7 +22,7 @@ from websockets.asyncio.client import ClientConnection
 
 from proxy.endpoint import Received
 from proxy.log import get_logger
-from proxy.transports.cookies import SetCookies
+from proxy.transports.cookies import CookieSink
 
 __all__ = ["WsClientEndpoint", "WsServerEndpoint", "connect_ws"]
 
@@ -250,7 +250,7 @@ async def connect_ws(
     limit: int,
     headers: Mapping[str, str] | None = None,
     open_timeout: float = CONNECT_TIMEOUT,
-    cookies: SetCookies | None = None,
+    cookies: CookieSink | None = None,
 ) -> WsClientEndpoint:
     """Open a WebSocket to an Agent; ``limit`` bounds the size of one incoming message.
 
