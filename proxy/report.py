@@ -72,6 +72,7 @@ from proxy.ledger import LOSING_ACTIONS
 from proxy.report_keys import KEY_EVENTS, Keys
 
 __all__ = [
+    "LEDGER_EVENTS",
     "PROMPT",
     "WARNING_CHECKS",
     "Table",

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.report import (
+    LEDGER_EVENTS,
     PROMPT,
     WARNING_CHECKS,
     TraceReadError,
@@ -419,7 +420,7 @@ class _Timeline:
         self.links: list[tuple[int, int, str]] = []
         """(row of the lost attempt, row of its retry, title) for each retry link drawn."""
         self.keyed: dict[str, dict[str, Any]] = {}
-        """Per node: its last ``keyed`` record, named on the prompt relayed next."""
+        """Per node: its last ``keyed`` record, named on the prompt relayed right after it."""
 
     def add(self, records: Sequence[dict[str, Any]]) -> None:
         self.messages_total = sum(1 for r in records if r.get("event") == "message")
@@ -453,6 +454,8 @@ class _Timeline:
                 )
             elif event == "finding":
                 self._finding(record)
+            if event not in LEDGER_EVENTS:  # a key names only the record right after it
+                self.keyed.pop(str(record.get("node") or "-"), None)
         if not self.truncated:
             for finding in merged:
                 self._finding(finding)

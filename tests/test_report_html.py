@@ -287,6 +287,29 @@ def test_every_string_from_the_trace_is_escaped(tmp_path: Path) -> None:
     assert len(page.with_class("stopped", "g")) == 1  # the invalid one stops at the proxy
 
 
+def test_a_key_is_named_only_on_the_prompt_right_after_it(tmp_path: Path) -> None:
+    """A ``keyed`` record names the prompt relayed right after it; a prompt that comes after
+    another record carries no key (the same rule as the report's tables)."""
+    keyed = {"time": 1.1, "link": 1, "event": "keyed", "session": "s1", "key": "K-right"}
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        {"time": 1.0, "event": "trace", "version": 1},
+        keyed,
+        message(1.1, "session/prompt", id=1, forwarded_id=1),
+        {**keyed, "time": 1.2, "key": "K-stale"},
+        message(1.2, "session/new", id=2, forwarded_id=2),
+        message(1.3, "session/prompt", id=3, forwarded_id=3),
+    )
+    records = load_traces([trace])
+    page = Page(render_html(records, summarize(records)))
+    texts = [page.text(i) for i in page.with_class("msg", "g")]
+    assert [("key K-right" in t, "K-stale" in t) for t in texts] == [
+        (True, False),
+        (False, False),
+        (False, False),
+    ]
+
+
 def test_the_timeline_is_bounded(tmp_path: Path) -> None:
     trace = write_jsonl(
         tmp_path / "t.jsonl",
