@@ -38,6 +38,7 @@ import orjson
 import yaml
 
 from proxy.endpoint import Endpoint
+from proxy.jsonrpc import ErrorCode
 from proxy.log import get_logger
 from proxy.transports.http_upstream import connect_http
 from proxy.transports.stdio import AgentProcess, send_signal, spawn_agent
@@ -58,6 +59,8 @@ __all__ = [
 log = get_logger("proxy.check")
 
 LIMIT = 64 * 1024 * 1024
+PROXY_START_TIMEOUT = 30.0
+"""Seconds a listening proxy has to say where it listens."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,11 @@ class TraceResult:
 
 
 class Fail(Exception):
-    """The Agent broke the trace's rule."""
+    """The Agent broke the trace's rule (``diagnose``: what the proxy logged explains it)."""
+
+    def __init__(self, reason: str, *, diagnose: bool = False) -> None:
+        super().__init__(reason)
+        self.diagnose = diagnose
 
 
 class Skip(Exception):
@@ -156,10 +163,10 @@ class Conversation:
         answer = await self.until(lambda m: _answers(m, request_id), wait)
         if answer is None:
             if self.closed:
-                raise Fail(f"no answer to {method}: the connection closed")
+                raise Fail(f"no answer to {method}: the connection closed", diagnose=True)
             seconds = self.timeout if wait is None else wait
-            option = "--answer-timeout" if wait is None else "the start-up allowance"
-            raise Fail(f"no answer to {method} within {seconds:g} s ({option})")
+            option = "--answer-timeout" if wait is None else "--startup-timeout"
+            raise Fail(f"no answer to {method} within {seconds:g} s ({option})", diagnose=True)
         return answer
 
     def user_messages(self, session: str, text: str | None = None) -> list[str]:
@@ -210,6 +217,13 @@ def _error_code(answer: dict[str, Any]) -> Any:
     return error.get("code") if isinstance(error, dict) else error
 
 
+def _error_message(answer: dict[str, Any]) -> str:
+    """`` (the message)`` of an error answer, shortened, or nothing."""
+    error = answer.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return f" ({message[:200]})" if isinstance(message, str) and message else ""
+
+
 def _message_id(answer: dict[str, Any], what: str) -> str:
     result = answer.get("result")
     if "error" in answer:
@@ -237,6 +251,9 @@ class Lab:
         self.keys: list[str] = []
         """The idempotency keys this trace sent (never expected back from the Agent)."""
         self._logs: list[Path] = []
+        self._link_ended = asyncio.Event()
+        self._copying: asyncio.Task[None] | None = None
+        """A listening proxy logged the end of a link (what it says of it is in its log now)."""
 
     def key(self, name: str) -> str:
         """A fresh idempotency key for one submission (``name`` says which, in reports)."""
@@ -255,6 +272,9 @@ class Lab:
         for process in self._processes:  # a proxy whose connection closed is ending: let it
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(process.process.wait()), 2)
+        if self._proxy is not None and self._proxy.returncode is None:  # until the link's end
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._link_ended.wait(), 2)
         said: list[str] = []
         for path in self._logs:
             with contextlib.suppress(OSError):
@@ -310,24 +330,41 @@ class Lab:
         command = [*self._command, "--", *self.options.agent_argv]
         self._proxy = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, limit=LIMIT,
         )  # fmt: skip
         assert self._proxy.stderr is not None
         log_file = self._log_file()
-        async with asyncio.timeout(30):
-            while True:
-                line = await self._proxy.stderr.readline()
-                log_file.write(line)
-                if not line:
-                    log_file.close()
-                    said = await self.diagnosis()
-                    raise Error("the proxy did not start: " + (said or "it said nothing"))
-                with contextlib.suppress(ValueError):
-                    record = json.loads(line)
-                    if record.get("event") == "listening":
-                        self._url = str(record["url"])
-                        break
-        asyncio.get_running_loop().create_task(_copy(self._proxy.stderr, log_file))
+        try:
+            async with asyncio.timeout(PROXY_START_TIMEOUT):
+                while True:
+                    line = await self._proxy.stderr.readline()
+                    log_file.write(line)
+                    if not line:
+                        raise Error("the proxy did not start")
+                    with contextlib.suppress(ValueError):
+                        record = json.loads(line)
+                        if record.get("event") == "listening":
+                            self._url = str(record["url"])
+                            break
+        except (Error, TimeoutError) as exc:
+            log_file.close()
+            if self._proxy.returncode is None:
+                send_signal(self._proxy, signal.SIGKILL)
+            await self._proxy.wait()
+            what = str(exc) or f"the proxy did not listen within {PROXY_START_TIMEOUT:g} s"
+            said = await self.diagnosis()
+            raise Error(f"{what}: {said or 'it said nothing'}") from None
+        self._copying = asyncio.get_running_loop().create_task(
+            self._copy(self._proxy.stderr, log_file)
+        )
+
+    async def _copy(self, stream: asyncio.StreamReader, into: Any) -> None:
+        """The rest of a listening proxy's stderr, into its log file; a link's end is noted."""
+        with into:
+            while line := await stream.readline():
+                into.write(line)
+                if b'"link ended"' in line:
+                    self._link_ended.set()
 
     async def connect(self) -> Conversation:
         """A new Client connection (a respawned proxy on stdio)."""
@@ -368,6 +405,8 @@ class Lab:
             except TimeoutError:
                 send_signal(self._proxy, signal.SIGKILL)
                 await self._proxy.wait()
+        if self._copying is not None:
+            await self._copying  # ends with the proxy's stderr
 
     def keys_echoed(self) -> list[str]:
         """The keys of this trace that appear in what the Agent sent."""
@@ -387,13 +426,6 @@ _LOSE_PROMPT_ANSWER = {
 }
 
 
-async def _copy(stream: asyncio.StreamReader, into: Any) -> None:
-    """The rest of a listening proxy's stderr, into its log file."""
-    with into:
-        while data := await stream.read(65536):
-            into.write(data)
-
-
 async def _open(lab: Lab, conversation: Conversation) -> str:
     init = await conversation.request(
         "initialize",
@@ -401,8 +433,13 @@ async def _open(lab: Lab, conversation: Conversation) -> str:
         wait=max(lab.options.startup_timeout, lab.options.answer_timeout),
     )
     result = init.get("result")
+    if "error" in init:
+        code, message = _error_code(init), _error_message(init)
+        if code == ErrorCode.INTERNAL_ERROR:  # the Agent failing, or the proxy giving up on it
+            raise Fail(f"initialize was answered with error {code}{message}", diagnose=True)
+        raise Skip(f"initialize was refused with error {code}{message}")
     if not isinstance(result, dict):
-        raise Skip("initialize failed")
+        raise Fail("initialize was answered without a result object")
     if result.get("protocolVersion") != 2:
         raise Skip(f"the Agent speaks protocol version {result.get('protocolVersion')}, not 2")
     if not isinstance(result.get("capabilities"), dict) or "session" not in result["capabilities"]:
@@ -685,7 +722,7 @@ async def check_agent(options: CheckOptions) -> list[TraceResult]:
                         raise Fail(f"the Agent echoed keys: {echoed}")
                 except Fail as exc:
                     result.status, result.reason = "FAIL", str(exc)
-                    if "connection closed" in result.reason or "to initialize" in result.reason:
+                    if exc.diagnose:
                         said = await lab.diagnosis()
                         result.reason += f"; the proxy says: {said}" if said else ""
                 if lab.transport != options.transport:

@@ -347,7 +347,14 @@ def check_agent_command(
     answer_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds to wait for an expected answer.")
     ] = 5.0,
-    log_level: LogLevelOption = LogLevelChoice.warning,
+    startup_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1, help="Seconds an Agent just started (or restarted) has to answer initialize."
+        ),
+    ] = 30.0,
+    # The verdicts say what went wrong; the checker's own connections' warnings repeat it.
+    log_level: LogLevelOption = LogLevelChoice.error,
 ) -> None:
     """Run the idempotency RFD's conformance traces T0-T7 against an Agent.
 
@@ -366,6 +373,7 @@ def check_agent_command(
         agent_argv=tuple(agent_cmd),
         transport=transport.value,
         answer_timeout=answer_timeout,
+        startup_timeout=startup_timeout,
         traces=names,
     )
     results = asyncio.run(check_agent(options))

@@ -123,14 +123,42 @@ def test_an_echoed_key_fails_and_only_the_keys_sent_are_looked_for() -> None:
     assert done.returncode == 1
 
 
-def test_an_agent_that_cannot_run_or_exits_at_once_is_explained() -> None:
-    """A command that is not there is refused before any trace (exit 2); an Agent that exits at
-    once fails with what the proxy saw, its exit status."""
+def test_an_agent_that_cannot_run_is_refused_before_any_trace() -> None:
+    """A command that is not there is refused before any trace (exit 2)."""
     missing = check("--", "/nonexistent/agent")
     assert missing.returncode == 2
     assert "cannot run the Agent: '/nonexistent/agent' is not an executable" in missing.stderr
-    exiting = check("--trace", "T0", "--", sys.executable, "-c", "raise SystemExit(3)")
-    assert "no answer to initialize: the connection closed" in exiting.stdout
-    assert "the agent exited (3); the proxy exited with status 3" in exiting.stdout
+
+
+@pytest.mark.parametrize(
+    ("transport", "lost"),
+    [
+        ("stdio", "no answer to initialize: the connection closed"),
+        ("ws", "no answer to initialize: the connection closed"),
+        # The HTTP proxy answers the initialize POST itself when its Agent is gone.
+        ("http", "initialize was answered with error -32603"),
+    ],
+)
+def test_an_agent_that_exits_at_once_is_explained(transport: str, lost: str) -> None:
+    """An Agent that exits at once fails with what the proxy saw, its exit status, on every
+    transport (a listening proxy's log is read once it has logged the link's end)."""
+    exiting = check(
+        "--transport", transport, "--trace", "T0", "--", sys.executable, "-c", "raise SystemExit(3)"
+    )
+    assert lost in exiting.stdout, exiting.stdout
+    assert "the proxy says: the agent exited (3)" in exiting.stdout, exiting.stdout
     assert exiting.returncode == 1
-    assert exiting.stderr == ""  # the proxy's own log lines stay out of the checker's output
+    assert exiting.stderr == ""  # the proxies' log lines stay out of the checker's output
+
+
+def test_initialize_refused_is_a_skip_and_failing_is_a_fail_each_naming_the_error() -> None:
+    """initialize answered -32602 (a version the Agent does not take) skips, naming the error;
+    -32603 (the Agent failing as it starts) fails."""
+    refused = check("--trace", "T1", "--", *BROKEN, "init-refuse")
+    assert "initialize was refused with error -32602 (unsupported protocol version)" in (
+        refused.stdout
+    )
+    assert refused.returncode == 2  # every trace skipped: nothing was checked
+    failing = check("--trace", "T1", "--", *BROKEN, "init-crash")
+    assert "initialize was answered with error -32603 (boom)" in failing.stdout
+    assert failing.returncode == 1

@@ -7,7 +7,9 @@
   ``idempotencyKey`` altogether, but each answer has the right shape;
 - ``error``: every prompt is answered with the error ``-32603``;
 - ``string-error``: every prompt is answered with ``"error": "nope"`` (not an object);
-- ``echo-key``: as ``ids``, with the request's key as the ``messageId``.
+- ``echo-key``: as ``ids``, with the request's key as the ``messageId``;
+- ``init-refuse``: ``initialize`` is answered ``-32602`` (a version it does not take);
+- ``init-crash``: ``initialize`` is answered ``-32603`` (the Agent failing as it starts).
 
 START_DELAY (seconds) is how long it takes to start before it reads anything: a slow Agent.
 Other requests get ``-32601``.
@@ -20,6 +22,11 @@ import sys
 import time
 import uuid
 from typing import Any
+
+INIT_ERRORS = {
+    "init-refuse": {"code": -32602, "message": "unsupported protocol version"},
+    "init-crash": {"code": -32603, "message": "boom"},
+}
 
 
 def send(message: dict[str, Any]) -> None:
@@ -62,7 +69,9 @@ def main() -> None:
         if not isinstance(message, dict) or "id" not in message or "method" not in message:
             continue
         method, request_id, params = message["method"], message["id"], message.get("params") or {}
-        if method == "initialize":
+        if method == "initialize" and mode in INIT_ERRORS:
+            send({"id": request_id, "error": INIT_ERRORS[mode]})
+        elif method == "initialize":
             result = {"protocolVersion": 2, "capabilities": {"session": {}}}
             send({"id": request_id, "result": result})
         elif method == "session/new":
