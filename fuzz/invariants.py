@@ -602,6 +602,13 @@ def _units(data: bytes) -> list[bytes]:
     return [data]
 
 
+def _without_id(parsed: Message | Batch | Invalid) -> bytes | None:
+    """An invalid message's bytes with its readable request id blanked out (else None)."""
+    if not isinstance(parsed, Invalid):
+        return None
+    return splice(parsed.raw, [(span, b"") for span in parsed.id_spans])
+
+
 class RelayLab:
     """A relay core with every observer of a run, driven by :data:`Step` s, checked as it goes."""
 
@@ -610,6 +617,7 @@ class RelayLab:
     ) -> None:
         engine = FaultEngine(FUZZ_RULES, random.Random(0)) if faults else None
         self.faults = faults
+        self.strict = strict
         self.relay = Relay(strict=strict, engine=engine, downstream=downstream)
         self.now = 0.0
         shared = _shared_observers()
@@ -675,6 +683,14 @@ class RelayLab:
             if isinstance(command, Send) and command.to is source.other
             for unit in _units(command.data)
         ]
+        invalid = parse(event.data)
+        if (
+            isinstance(invalid, Invalid)
+            and not invalid.response
+            and not self.strict
+            and source.other not in self.gone
+        ):  # forwarded, still invalid, with only a readable request id rewritten
+            assert any(_without_id(parse(unit)) == _without_id(invalid) for unit in units)
         for command in commands:
             if not isinstance(command, Relayed) or command.message is None:
                 continue

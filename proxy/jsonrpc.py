@@ -10,6 +10,10 @@ Rules of this module (wire brief 2.1 and 7):
   answers) are built by :func:`error_response`.
 * :func:`parse` never raises: anything that is not a usable message comes back as
   :class:`Invalid` with a bounded :class:`InvalidReason` (a metrics label) and a detail.
+* An invalid message that a lenient peer could still read names the id that peer would read
+  (:attr:`Invalid.id_token`): the relay rewrites it hop by hop like any id, so that a request's
+  answer can never be taken for the answer to another request, and an answer reaches the request
+  it answers.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -143,6 +147,15 @@ class Invalid:
     response: bool = False
     """Shaped like a response (id, no method): never forwarded, it may answer the wrong request."""
     kind: Kind = Kind.INVALID
+    id_token: bytes | None = None
+    """The top-level id a lenient reader would find (a string or an integer), when there is one:
+    a peer that reads a request anyway answers under it; an answer names the request."""
+    id_key: IdKey | None = None
+    id_spans: tuple[Span, ...] = ()
+    method: str | None = None
+    """The top-level ``method`` as far as it can be read (with ``id_token`` only)."""
+    reads_as: Kind | None = None
+    """What a lenient reader takes it for (a request, a response or an error), with ``id_token``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +212,10 @@ def _classify(raw: bytes, value: Any) -> Message | Invalid:
     elif has_id and (("result" in value) != ("error" in value)):
         method = None
         kind = Kind.ERROR if "error" in value else Kind.RESPONSE
-    else:
-        return Invalid(raw, InvalidReason.INVALID_SHAPE, "neither a request nor a response")
+    else:  # an id with both result and error (or neither) may still answer the wrong request
+        answers = has_id and ("result" in value or "error" in value)
+        detail = "neither a request nor a response"
+        return Invalid(raw, InvalidReason.INVALID_SHAPE, detail, response=answers)
     spans = tuple(member_spans(raw, "id", present=True))
     start, end = spans[-1]
     token = raw[start:end]
@@ -211,24 +226,84 @@ def _classify(raw: bytes, value: Any) -> Message | Invalid:
     return Message(raw, kind, value, method, token, key, spans, _session(value))
 
 
+def _readable_id(invalid: Invalid) -> Invalid:
+    """``invalid`` with the id a lenient reader would find in it, if any.
+
+    The top-level members are scanned as bytes, so invalid UTF-8, nesting beyond any parser's
+    depth or a member of the wrong type leave the id readable; bytes that cannot be scanned
+    (truncated, not an object), or an id that is itself no valid string or integer, give none.
+    With ``result`` or ``error`` and no ``method``, the message reads as an answer
+    (:attr:`Invalid.response`); otherwise as a request.
+    """
+    if invalid.reason in (InvalidReason.INVALID_ID, InvalidReason.TOO_LARGE):
+        return invalid
+    raw = invalid.raw
+    try:
+        spans = member_spans(raw, "id")
+        keys = [_plain_id_key(raw[start:end]) for start, end in spans]
+        if not keys or None in keys:
+            return invalid
+        methods = member_spans(raw, "method")
+        reads_as = Kind.REQUEST
+        if not methods and member_spans(raw, "error"):
+            reads_as = Kind.ERROR
+        elif not methods and member_spans(raw, "result"):
+            reads_as = Kind.RESPONSE
+    except (ValueError, RecursionError):
+        return invalid
+    method = None
+    if methods:
+        start, end = methods[-1]
+        if raw[start : start + 1] == b'"':
+            method = raw[start + 1 : end - 1].decode("utf-8", "replace")
+    start, end = spans[-1]
+    return replace(
+        invalid,
+        id_token=raw[start:end],
+        id_key=keys[-1],
+        id_spans=tuple(spans),
+        method=method,
+        reads_as=reads_as,
+        response=invalid.response or reads_as is not Kind.REQUEST,
+    )
+
+
+def _plain_id_key(token: bytes) -> IdKey | None:
+    """The identity of ``token`` if it is, alone, a valid string or integer id."""
+    if _INTEGER.match(token):
+        return ("n", token)
+    if token[:1] == b'"':
+        try:
+            text = json.loads(token)
+        except ValueError:
+            return None
+        if isinstance(text, str):
+            return ("s", text)
+    return None
+
+
 def parse(raw: bytes) -> Message | Batch | Invalid:
     """Classify one framed message. Never raises."""
     value, invalid = _load(raw)
     if invalid is not None:
-        return invalid
+        return _readable_id(invalid)
     try:
         if isinstance(value, list):
             if not value:
                 return Invalid(raw, InvalidReason.EMPTY_BATCH, "an empty array")
             spans = array_elements(raw)
             elements = tuple(
-                _classify(raw[start:end], item)
+                _readable(_classify(raw[start:end], item))
                 for (start, end), item in zip(spans, value, strict=True)
             )
             return Batch(raw, elements)
-        return _classify(raw, value)
+        return _readable(_classify(raw, value))
     except (ValueError, RecursionError) as exc:  # the scanner and the parser disagreed
         return Invalid(raw, InvalidReason.INVALID_JSON, f"unscannable: {exc}")
+
+
+def _readable(classified: Message | Invalid) -> Message | Invalid:
+    return _readable_id(classified) if isinstance(classified, Invalid) else classified
 
 
 def token_at(raw: bytes, path: tuple[str, ...]) -> tuple[Span, bytes] | None:

@@ -20,6 +20,10 @@ The relay rules, each pinned down by ``tests/test_relay.py``:
    as it is.
 7. Invalid input is forwarded untouched (the peer answers it as it would without a proxy), or in
    ``strict`` mode answered by the proxy; an oversized message is always answered, never forwarded.
+   One where a lenient peer could still read a request id has that id rewritten like a valid
+   request's, so that the peer's answer goes back to its sender and can never be taken for the
+   answer to another request (the last ``MAX_INVALID_PENDING`` per direction are remembered: a
+   peer that refuses them answers under ``null``).
 8. With ``initialize_timeout``, an ``initialize`` the Agent has not answered in that time is
    answered -32603 by the proxy (a timer, like a delay's); a late answer is then an orphan.
 
@@ -36,6 +40,7 @@ forwarded elements stay in the batch; delayed elements and copies follow as sing
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import assert_never
 
@@ -109,6 +114,9 @@ SUCCESSOR_METHODS = frozenset({"proxy/successor", "_proxy/successor"})
 _REQUEST_ID_PATH = ("params", "requestId")
 _SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
 _ANSWERS = (Kind.RESPONSE, Kind.ERROR)
+MAX_INVALID_PENDING = 64
+"""Invalid requests per direction whose answer the relay still expects (most are never answered
+under their id: the peer cannot read them; the oldest is forgotten, its late answer an orphan)."""
 
 
 def corrupt(data: bytes, mode: str, draw: Iterator[int]) -> bytes:
@@ -137,6 +145,7 @@ class Relay:
         "_ended",
         "_engine",
         "_initialize_timeout",
+        "_invalid_pending",
         "_keep_upstream",
         "_maps",
         "_origin",
@@ -187,6 +196,8 @@ class Relay:
         self._initialize_timeout = initialize_timeout
         self._deadlines: dict[int, bytes] = {}
         """Timer token -> the forwarded id of an ``initialize`` that must be answered by then."""
+        self._invalid_pending: dict[Direction, deque[bytes]] = {d: deque() for d in Direction}
+        """The forwarded ids of the invalid requests still expected to be answered, oldest first."""
 
     def pending(self, direction: Direction) -> int:
         """How many requests travelling ``direction`` await their answer."""
@@ -218,7 +229,7 @@ class Relay:
             out.append(Undeliverable(direction, parsed.kind, len(data)))
             return out
         if isinstance(parsed, Invalid):
-            self._invalid(direction, parsed, out)
+            self._invalid(direction, parsed, at, out)
             return out
         if isinstance(parsed, Message):
             forwards, after = self._process(direction, parsed, at, out)
@@ -229,8 +240,9 @@ class Relay:
         after_all: list[Command] = []
         for element in parsed.elements:
             if isinstance(element, Invalid):
-                if self._invalid_element(direction, element, out):
-                    kept.append(element.raw)
+                forward = self._invalid_element(direction, element, at, out)
+                if forward is not None:
+                    kept.append(forward)
             else:
                 forwards, after = self._process(direction, element, at, out)
                 kept.extend(forwards)
@@ -617,9 +629,14 @@ class Relay:
 
     # -- bad input ------------------------------------------------------------------------------
 
-    def _invalid(self, direction: Direction, invalid: Invalid, out: list[Command]) -> None:
+    def _invalid(
+        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
+    ) -> None:
         if invalid.response:
-            handling = Handling.DROPPED
+            answer = self._invalid_answer(direction, invalid, at, out)
+            handling = Handling.DROPPED if answer is None else Handling.FORWARDED
+            if answer is not None:
+                out.append(Send(direction.destination, answer))
         elif self._strict:
             handling = Handling.ANSWERED
             code = invalid.reason.error_code
@@ -627,18 +644,66 @@ class Relay:
             out.append(Send(direction.source, error_response(b"null", code, text)))
         else:
             handling = Handling.FORWARDED
-            out.append(Send(direction.destination, invalid.raw))
+            out.append(Send(direction.destination, self._invalid_forward(direction, invalid, at)))
         out.append(
             InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
         )
 
-    def _invalid_element(self, direction: Direction, invalid: Invalid, out: list[Command]) -> bool:
-        """Record an invalid batch entry; whether it stays in the batch for the peer to answer."""
-        handling = Handling.DROPPED if invalid.response else Handling.FORWARDED
+    def _invalid_element(
+        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
+    ) -> bytes | None:
+        """Record an invalid batch entry; what stays in the batch for the peer to answer."""
+        if invalid.response:
+            forward = self._invalid_answer(direction, invalid, at, out)
+        else:
+            forward = self._invalid_forward(direction, invalid, at)
+        handling = Handling.DROPPED if forward is None else Handling.FORWARDED
         out.append(
             InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
         )
-        return handling is Handling.FORWARDED
+        return forward
+
+    def _invalid_forward(self, direction: Direction, invalid: Invalid, at: float) -> bytes:
+        """The bytes of an invalid message to forward: a request id a peer could read is
+        rewritten, and remembered (boundedly) to route the answer back (rule 7)."""
+        if invalid.id_token is None or invalid.id_key is None:
+            return invalid.raw
+        requests = self._maps[direction]
+        pending = requests.add(invalid.id_token, invalid.id_key, invalid.method or "", None, at)
+        remembered = self._invalid_pending[direction]
+        remembered.append(pending.forwarded_id)
+        if len(remembered) > MAX_INVALID_PENDING:
+            requests.pop(remembered.popleft())
+        return splice(invalid.raw, [(span, pending.forwarded_id) for span in invalid.id_spans])
+
+    def _invalid_answer(
+        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
+    ) -> bytes | None:
+        """An invalid answer whose id names a pending request goes to that request's sender
+        under its id, as it would without a proxy; any other is dropped (it could answer the
+        wrong request)."""
+        if invalid.id_token is None or invalid.reads_as is None:
+            return None
+        pending = self._maps[direction.reverse].pop(invalid.id_token)
+        if pending is None:
+            return None
+        if pending.group is not None:
+            if pending.group.answered:
+                return None
+            pending.group.answered = True
+        out.append(
+            Relayed(
+                direction,
+                invalid.reads_as,
+                pending.method,
+                pending.session,
+                len(invalid.raw),
+                pending.original_id,
+                invalid.id_token,
+                at - pending.at,
+            )
+        )
+        return splice(invalid.raw, [(span, pending.original_id) for span in invalid.id_spans])
 
     def _oversized(self, direction: Direction, size: int, limit: int) -> list[Command]:
         detail = f"message of {size} bytes exceeds the proxy's limit of {limit} bytes"

@@ -33,7 +33,7 @@ from proxy.events import (
     TimerFired,
 )
 from proxy.jsonrpc import InvalidReason, Kind
-from proxy.relay import Relay
+from proxy.relay import MAX_INVALID_PENDING, Relay
 
 CLIENT, AGENT = Side.CLIENT, Side.AGENT
 T = TypeVar("T", bound=Observation)
@@ -406,13 +406,14 @@ class TestInvalidInput:
         ("raw", "reason"),
         [
             (b"{oops", InvalidReason.INVALID_JSON),
-            (b'{"id":1,"method":"\xff"}', InvalidReason.NOT_UTF8),
+            (b'{"id":1,"method":"m","params":{"a":', InvalidReason.INVALID_JSON),  # truncated
+            (b'{"method":"\xff"}', InvalidReason.NOT_UTF8),
             (b'{"jsonrpc":"2.0"}', InvalidReason.INVALID_SHAPE),
             (b'{"id":[1],"method":"m"}', InvalidReason.INVALID_ID),
         ],
     )
     def test_forwarded_untouched_by_default(self, raw: bytes, reason: InvalidReason) -> None:
-        """The peer answers bad input as it would without a proxy."""
+        """The peer answers bad input as it would without a proxy (no id a peer could read)."""
         relay = Relay()
         commands = feed(relay, CLIENT, raw)
         assert sends(commands) == [(AGENT, raw)]
@@ -422,6 +423,81 @@ class TestInvalidInput:
             Handling.FORWARDED,
             Direction.TO_AGENT,
         )
+
+    @pytest.mark.parametrize(
+        ("raw", "reason"),
+        [
+            (request(b"0", "deep/one", b"[" * 1100 + b"]" * 1100), InvalidReason.INVALID_JSON),
+            (request(b"0", "latin1/one", b'{"text":"caf\xe9"}'), InvalidReason.NOT_UTF8),
+            (b'{"jsonrpc":"2.0","id":0,"method":5}', InvalidReason.INVALID_SHAPE),
+            (b'{"jsonrpc":"2.0","id":0}', InvalidReason.INVALID_SHAPE),
+        ],
+    )
+    def test_an_id_a_peer_could_read_is_rewritten_so_its_answer_cannot_collide(
+        self, raw: bytes, reason: InvalidReason
+    ) -> None:
+        """A lenient Agent reads some invalid requests all the same and answers under their id:
+        that id is rewritten like any request's, so the answer goes back to the Client under its
+        own id and a valid request is answered with its own answer, never the other's."""
+        relay = Relay()
+        commands = feed(relay, CLIENT, raw)
+        assert observed(commands, InvalidSeen)[0].reason is reason
+        forwarded = only_send(commands, AGENT)
+        assert forwarded == raw  # the proxy's first id is 0 too: now the proxy's own
+        assert only_send(feed(relay, CLIENT, request(b'"a"', "session/new")), AGENT) == request(
+            b"1", "session/new"
+        )
+        back = only_send(feed(relay, AGENT, result(b"0", b'{"answering":"invalid"}')), CLIENT)
+        assert back == result(b"0", b'{"answering":"invalid"}')
+        mine = only_send(feed(relay, AGENT, result(b"1", b'{"answering":"new"}')), CLIENT)
+        assert mine == result(b'"a"', b'{"answering":"new"}')
+
+    def test_a_readable_id_is_rewritten_under_the_proxys_numbering(self) -> None:
+        """The invalid request's id is the proxy's next id, whatever the Client wrote."""
+        relay = Relay()
+        feed(relay, CLIENT, request(b'"first"', "session/new"))
+        raw = request(b'"x\\u0041"', "m", b'{"t":"\xff"}')
+        forwarded = only_send(feed(relay, CLIENT, raw), AGENT)
+        assert forwarded == request(b"1", "m", b'{"t":"\xff"}')
+        assert only_send(feed(relay, AGENT, result(b"1")), CLIENT) == result(b'"x\\u0041"')
+
+    def test_invalid_requests_awaiting_an_answer_are_bounded(self) -> None:
+        """A peer that cannot read them answers under null: only the latest MAX_INVALID_PENDING
+        are remembered; a late answer to an older one is an orphan, never another's answer."""
+        relay = Relay()
+        for n in range(MAX_INVALID_PENDING + 1):
+            feed(relay, CLIENT, request(str(n).encode(), "m", b'"\xff"'))
+        assert relay.pending(Direction.TO_AGENT) == MAX_INVALID_PENDING
+        late = feed(relay, AGENT, result(b"0"))
+        assert sends(late) == []
+        assert len(observed(late, Orphaned)) == 1
+        assert only_send(feed(relay, AGENT, result(b"1")), CLIENT) == result(b"1")
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            b'"result":{"text":"caf\xe9"}',  # a Latin-1 byte: not UTF-8
+            b'"result":{},"error":{"code":1}',  # both: neither a response nor an error
+            b'"error":{"code":-32603,"data":' + b"[" * 1100 + b"]" * 1100 + b"}",  # too deep
+        ],
+    )
+    def test_an_invalid_answer_reaches_the_request_it_names_and_only_that(
+        self, body: bytes
+    ) -> None:
+        """An answer a lenient Client could read goes back under the Client's id, as without a
+        proxy; the same answer again, or naming no pending request, is dropped (it could answer
+        the wrong request)."""
+        relay = Relay()
+        feed(relay, CLIENT, request(b'"keep"'))
+        answer = b'{"jsonrpc":"2.0","id":0,' + body + b"}"
+        commands = feed(relay, AGENT, answer)
+        assert only_send(commands, CLIENT) == answer.replace(b'"id":0', b'"id":"keep"', 1)
+        assert observed(commands, InvalidSeen)[0].handling is Handling.FORWARDED
+        assert relay.pending(Direction.TO_AGENT) == 0
+        for again in (answer, answer.replace(b'"id":0', b'"id":7', 1)):
+            commands = feed(relay, AGENT, again)
+            assert sends(commands) == []
+            assert observed(commands, InvalidSeen)[0].handling is Handling.DROPPED
 
     @pytest.mark.parametrize(
         ("raw", "code"),

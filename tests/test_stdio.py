@@ -141,13 +141,21 @@ async def test_oversized_message_gets_an_error_and_the_link_goes_on(
 
 
 async def test_invalid_input_is_forwarded_untouched_by_default(start: Start, capture: Path) -> None:
-    """Malformed JSON and invalid UTF-8 reach the Agent as they were, and are logged."""
+    """Malformed JSON and invalid UTF-8 reach the Agent as they were, and are logged; a request
+    id a lenient Agent could read is the proxy's own, like any, and the answer a lenient Agent
+    gives under it comes back under the Client's id."""
     proxy = await start(raw_agent(capture))
     await proxy.send(b"{not json", b'{"id":1,"method":"\xff\xfe"}')
     await barrier(proxy, "b")
-    assert captured(capture)[:2] == [b"{not json", b'{"id":1,"method":"\xff\xfe"}']
+    assert captured(capture)[:2] == [b"{not json", b'{"id":0,"method":"\xff\xfe"}']
     assert "invalid_json" in proxy.stderr
     assert "not_utf8" in proxy.stderr
+    await proxy.send(say(b'{"jsonrpc":"2.0","id":0,"result":{"lenient":true}}'))
+    assert json.loads(await proxy.recv()) == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {"lenient": True},
+    }
 
 
 async def test_strict_mode_answers_invalid_input_itself(start: Start, capture: Path) -> None:
