@@ -23,15 +23,18 @@ __all__ = ["watch_fault_files"]
 
 log = get_logger("proxy.watch")
 
-Stamp = tuple[int, int] | None
+Stamp = tuple[int, int, int, int, int] | None
 
 
 def _stamp(path: Path) -> Stamp:
+    """What tells an edit: the file's identity (an editor or ``mv`` replaces it with another), its
+    size, and both times (``ctime`` changes with every write, even one that keeps ``mtime``, as
+    a coarse clock or ``touch -r`` can)."""
     try:
         status = os.stat(path)
     except OSError:
         return None
-    return (status.st_mtime_ns, status.st_size)
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
 def reload_fault_files(paths: Sequence[Path], engine: FaultEngine, observer: Observer) -> bool:

@@ -1140,6 +1140,40 @@ async def test_watch_reloads_rules_and_keeps_the_last_good_ones(
     assert len(faults_of(proxy.stderr, "drop-b-instead")) == 2
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["replaced", "written-in-place"])
+async def test_watch_sees_an_edit_that_keeps_the_size_and_the_mtime(
+    start: Start, capture: Path, tmp_path: Path, in_place: bool
+) -> None:
+    """An edit of the same size whose mtime is set back (a coarse clock, ``touch -r``) is seen:
+    by the file's identity when it is replaced, by its ctime when it is written in place."""
+    a, b = notification("_x/a"), notification("_x/b")
+
+    def dropping(method: str) -> str:
+        return yaml.safe_dump(
+            {
+                "version": 1,
+                "rules": [rule("drop-it", {"action": "drop"}, None, method=method)],
+            }
+        )
+
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(dropping("_x/a"))
+    proxy = await start(raw_agent(capture), "--faults", str(faults), "--watch")
+    await proxy.send(say(a, b))
+    assert await barrier(proxy, "1") == [b]
+    before = os.stat(faults)
+    text = dropping("_x/b")
+    assert len(text) == before.st_size
+    if in_place:
+        faults.write_text(text)
+    else:
+        replace_file(faults, text)
+    os.utime(faults, ns=(before.st_atime_ns, before.st_mtime_ns))
+    await until_logged(proxy, "fault files reloaded")
+    await proxy.send(say(a, b))
+    assert await barrier(proxy, "2") == [a]
+
+
 # == a bad fault file ==============================================================================
 
 
