@@ -8,7 +8,7 @@ the writer back (its writes stop completing: it has not finished when the stall 
 its resident memory within :data:`BOUND` of what it was before the flood (``VmRSS`` and the peak,
 ``VmHWM``, from ``/proc``), and once the reader reads again deliver every message intact, in
 order, and log ``peer resumed``. Delayed messages held by the proxy's timers are bounded the same
-way. A Client that reads one byte at a time still gets every message intact.
+way. A Client, or an Agent, that reads one byte at a time still gets every message intact.
 """
 
 from __future__ import annotations
@@ -287,9 +287,10 @@ class ByteStdioWire:
 
 
 @contextlib.contextmanager
-def byte_by_byte(target: str) -> Iterator[str]:
-    """A TCP relay in front of ``target`` (a URL) that reads what the proxy sends one byte per
-    ``recv``, with a small receive buffer; yields the URL to use instead."""
+def byte_by_byte(target: str, *, toward_target: bool = False) -> Iterator[str]:
+    """A TCP relay in front of ``target`` (a URL) that reads what ``target`` sends (the proxy's
+    listener), or with ``toward_target`` what is sent to it (by the proxy, to an Agent), one byte
+    per ``recv``, with a small receive buffer; yields the URL to use instead."""
     scheme, rest = target.split("://", 1)
     address, path = rest.split("/", 1)
     host, port = address.rsplit(":", 1)
@@ -307,10 +308,12 @@ def byte_by_byte(target: str) -> Iterator[str]:
             while True:
                 client, _ = listener.accept()
                 upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                upstream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                slow = client if toward_target else upstream
+                slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 upstream.connect((host, int(port)))
                 sockets.extend((client, upstream))
-                for args in ((client, upstream, 1 << 16), (upstream, client, 1)):
+                up, down = (1, 1 << 16) if toward_target else (1 << 16, 1)
+                for args in ((client, upstream, up), (upstream, client, down)):
                     threading.Thread(target=copy, args=args, daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
@@ -350,3 +353,28 @@ async def test_a_client_that_reads_one_byte_at_a_time_gets_every_message_intact(
         await wire.send(flood(sizes=SIZES))
         for n, size in enumerate(SIZES):
             assert await wire.receive() == flood_item(n, size)
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "ws", "http"])
+async def test_an_agent_that_reads_one_byte_at_a_time_gets_every_message_intact(
+    upstream: str,
+) -> None:
+    """The same toward the Agent: one that reads one byte per ``read`` (stdio), or behind a
+    connection read one byte per ``recv`` (WebSocket, Streamable HTTP), gets every item whole
+    and in order."""
+    async with contextlib.AsyncExitStack() as stack:
+        agent, options = [*FLOOD_AGENT, "--byte-reads"], []
+        if upstream != "stdio":
+            _remote, url = await stack.enter_async_context(network_agent(upstream))
+            agent, options = (
+                [],
+                ["--upstream", stack.enter_context(byte_by_byte(url, toward_target=True))],
+            )
+        proxy = await ProxyProcess.start(agent, "--log-format", "json", *options)
+        await stack.enter_async_context(ended(proxy))
+        wire = await stack.enter_async_context(client_wire("stdio", proxy, ""))
+        for n, size in enumerate(SIZES):
+            await wire.send(flood_item(n, size))
+        await wire.send(compact({"jsonrpc": "2.0", "id": "count", "method": "_flood/count"}))
+        answer = json.loads(await wire.receive())
+        assert answer["result"] == {"received": len(SIZES), "intact": True}

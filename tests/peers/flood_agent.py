@@ -1,9 +1,9 @@
 """An Agent for the stalled-peer tests: floods the Client on request, or stops reading.
 
-Usage: ``python flood_agent.py [--listen stdio|ws://HOST:PORT/PATH|http://HOST:PORT/PATH]``
-(stdio by default; on a network address it serves one WebSocket, or one Streamable HTTP
-connection, and logs ``{"event": "listening", "url": ...}`` with the bound port). It logs JSON
-lines to stderr.
+Usage: ``python flood_agent.py [--listen stdio|ws://HOST:PORT/PATH|http://HOST:PORT/PATH]
+[--byte-reads]`` (stdio by default; on a network address it serves one WebSocket, or one
+Streamable HTTP connection, and logs ``{"event": "listening", "url": ...}`` with the bound port;
+``--byte-reads``: over stdio, it reads one byte per ``read``). It logs JSON lines to stderr.
 
 * ``initialize`` (request): answered ``{"protocolVersion": 1}``;
 * ``_flood/send`` (notification), params ``{"count": n, "size": bytes}`` or ``{"sizes": [bytes,
@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 PATTERN = 'héllo wörld → ✓ "quoted" \\ back\tslash 0123456789 '
@@ -94,7 +95,17 @@ def handle(line: bytes, counter: Counter, write: Callable[[bytes], None]) -> dic
     return message
 
 
-def run_stdio() -> None:
+def byte_lines() -> Iterator[bytes]:
+    """Standard input's lines, read one byte per ``read``."""
+    line = bytearray()
+    while byte := os.read(0, 1):
+        line += byte
+        if byte == b"\n":
+            yield bytes(line)
+            line.clear()
+
+
+def run_stdio(byte_reads: bool) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     counter = Counter()
     out = sys.stdout.buffer
@@ -103,7 +114,7 @@ def run_stdio() -> None:
         out.write(data + b"\n")
         out.flush()
 
-    for raw in sys.stdin.buffer:
+    for raw in byte_lines() if byte_reads else sys.stdin.buffer:
         message = handle(raw.rstrip(b"\n"), counter, write)
         params = message.get("params") or {}
         if message.get("method") == "_flood/send":
@@ -220,7 +231,7 @@ async def serve_http(host: str, port: int, path: str) -> None:
 def main() -> int:
     listen = sys.argv[sys.argv.index("--listen") + 1] if "--listen" in sys.argv else "stdio"
     if listen == "stdio":
-        run_stdio()
+        run_stdio("--byte-reads" in sys.argv)
         return 0
     scheme, rest = listen.split("://", 1)
     address, _, path = rest.partition("/")
