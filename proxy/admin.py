@@ -32,6 +32,7 @@ from proxy.log import get_logger
 from proxy.metrics import Metrics
 from proxy.sse import KEEPALIVE, encode_event
 from proxy.trace import EventFeed
+from proxy.transports.http_listener import HANDLERS_GRACE
 
 __all__ = ["AdminServer", "Runtime", "check_admin_host"]
 
@@ -111,6 +112,8 @@ class AdminServer:
         self._ledger = ledger
         self._findings = findings
         self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
+        """Set when the server stops: every event stream ends."""
         self.port = 0
 
     def app(self) -> web.Application:
@@ -133,7 +136,9 @@ class AdminServer:
 
     async def start(self, host: str, port: int) -> None:
         """Bind (port 0 picks one, in :attr:`port`) and serve."""
-        self._runner = web.AppRunner(self.app(), handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(
+            self.app(), handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
         await site.start()
@@ -141,7 +146,9 @@ class AdminServer:
         log.info("control API listening", url=f"http://{host}:{self.port}")
 
     async def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving: every event stream ends (the records queued for it written, then the end
+        of its response); requests still running get ``HANDLERS_GRACE`` seconds."""
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -281,19 +288,40 @@ class AdminServer:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         queue = self._feed.subscribe()  # before the headers: a Client that has them is subscribed
+        loop = asyncio.get_running_loop()
+        closing = loop.create_task(self._closing.wait())
+        getting: asyncio.Task[dict[str, Any]] | None = None
         try:
             await response.prepare(request)
             while True:
-                try:
-                    record = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
-                except TimeoutError:
+                if getting is None or getting.done():
+                    getting = loop.create_task(queue.get())
+                done, _ = await asyncio.wait(
+                    (getting, closing),
+                    timeout=KEEPALIVE_SECONDS,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if getting in done:
+                    await response.write(_event(getting.result()))
+                elif closing in done:
+                    break
+                else:
                     await response.write(KEEPALIVE)
-                    continue
-                await response.write(encode_event(json.dumps(record).encode()))
+            while not queue.empty():  # what was observed before the end, then the end
+                await response.write(_event(queue.get_nowait()))
+            await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
-            return response
+            pass
         finally:
+            for task in (closing, getting):
+                if task is not None:
+                    task.cancel()
             self._feed.unsubscribe(queue)
+        return response
+
+
+def _event(record: dict[str, Any]) -> bytes:
+    return encode_event(json.dumps(record).encode())
 
 
 def _json_error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
