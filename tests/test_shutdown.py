@@ -386,6 +386,30 @@ async def test_an_event_subscriber_does_not_hold_up_the_shutdown(
     assert processes_with(marker) == []
 
 
+async def test_a_control_request_in_flight_does_not_turn_the_stdio_status_into_a_crash(
+    started: list[ProxyProcess], tmp_path: Path, marker: str
+) -> None:
+    """A control request whose body never comes is still running when the link has ended; the
+    shutdown deadline passing meanwhile cuts nothing more: the proxy exits with the Agent's
+    status (143), without a traceback."""
+    agent = hanging_agent(tmp_path, marker)
+    options = ["--admin", "127.0.0.1:0", "--shutdown-timeout", "0.01"]
+    proxy, _ = await start(started, agent, *options)
+    host, port = (await proxy.logged("control API listening"))["url"][7:].rsplit(":", 1)
+    async with asyncio.timeout(TIMEOUT):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        head = "PUT /api/rules HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n"
+        writer.write(f"{head}Expect: 100-continue\r\n\r\n".encode())
+        assert (await reader.readline()).startswith(b"HTTP/1.1 100")  # in the handler, reading
+    try:
+        proxy.process.send_signal(signal.SIGTERM)
+        assert await proxy.wait() == 128 + signal.SIGTERM
+    finally:
+        writer.close()
+    assert "Traceback" not in proxy.stderr
+    assert processes_with(marker) == []
+
+
 # -- when links do not end -----------------------------------------------------------------------
 
 
