@@ -40,6 +40,7 @@ from proxy.faultfile import (
     validated,
 )
 from proxy.faults import FaultEngine
+from proxy.hostport import authority
 from proxy.link import Link
 from proxy.log import get_logger
 from proxy.metrics import Metrics
@@ -154,6 +155,8 @@ class AdminServer:
         self._closing = asyncio.Event()
         """Set when the server stops: every event stream ends."""
         self.port = 0
+        self.url = ""
+        """Where it serves, once started (``http://HOST:PORT``)."""
 
     def app(self) -> web.Application:
         """The aiohttp application (also usable with aiohttp's test client)."""
@@ -182,7 +185,8 @@ class AdminServer:
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
         await site.start()
         self.port = self._runner.addresses[0][1]
-        log.info("control API listening", url=f"http://{host}:{self.port}")
+        self.url = f"http://{authority(host, self.port)}"
+        log.info("control API listening", url=self.url)
 
     async def stop(self) -> None:
         """Stop serving: every event stream ends (the records queued for it written, then the end

@@ -30,6 +30,7 @@ from proxy.check_agent import (
 from proxy.demo import run_demo
 from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
+from proxy.hostport import parse_host_port
 from proxy.log import configure_logging
 from proxy.reference_agent import AgentOptions, serve_agent
 from proxy.reference_client import ClientOptions, run_client
@@ -230,14 +231,11 @@ def run(
         raise typer.BadParameter(str(exc)) from None
     admin_at = None
     if admin is not None:
-        host, _, port = admin.rpartition(":")
-        if not host or not port.isdigit() or int(port) > 65535:
-            raise typer.BadParameter(f"expected HOST:PORT, got {admin!r}", param_hint="--admin")
         try:
-            check_admin_host(host, allow_remote=admin_allow_remote)
+            admin_at = parse_host_port(admin, option="--admin")
+            check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
         except ConfigError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--admin") from None
-        admin_at = (host.strip("[]"), int(port))
+            raise typer.BadParameter(str(exc)) from None
     if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
         raise typer.BadParameter(
             "in stdio mode stdout is the protocol channel; give the trace a file",

@@ -16,6 +16,7 @@ import contextlib
 import json
 import re
 import signal
+import socket
 import sys
 import urllib.error
 import urllib.request
@@ -39,6 +40,7 @@ from harness import (
     raw_agent,
     request,
     say,
+    unboxed,
 )
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -401,11 +403,6 @@ async def test_token_from_the_environment_guards_every_route_but_healthz(
     assert await proxy.wait() == 128 + signal.SIGKILL
 
 
-def unboxed(text: str) -> str:
-    """A usage error's text without the frame typer draws around it, on one line."""
-    return " ".join(re.sub("[\u2500-\u257f]", " ", text).split())
-
-
 @pytest.mark.parametrize("address", ["0.0.0.0:0", "192.0.2.1:0"])
 async def test_a_non_loopback_admin_address_is_refused_unless_allowed(
     tmp_path: Path, address: str
@@ -431,6 +428,35 @@ async def test_a_non_loopback_admin_address_is_refused_unless_allowed(
         assert "loopback only" not in allowed.stderr
     finally:
         await allowed.stop()
+
+
+def ipv6_loopback() -> bool:
+    """Whether this machine can bind ::1."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+async def test_ipv6_loopback_addresses_are_accepted_and_logged_as_urls(capture: Path) -> None:
+    """--admin [::1]:0 is loopback; it and --listen ws://[::1]:0/acp are logged as URLs, with the
+    address in brackets, that a Client and the control client can use as they are."""
+    options = ["--log-format", "json", "--admin", "[::1]:0", "--listen", "ws://[::1]:0/acp"]
+    proxy = await ProxyProcess.start(raw_agent(capture), *options)
+    try:
+        admin_url = (await proxy.logged("control API listening"))["url"]
+        listen_url = (await proxy.logged("listening"))["url"]
+        assert re.fullmatch(r"http://\[::1\]:\d+", admin_url), admin_url
+        assert re.fullmatch(r"ws://\[::1\]:\d+/acp", listen_url), listen_url
+        async with websocket(listen_url) as connection:
+            await ask(connection, 1, "_x/over-ipv6")
+            [link] = await off(ControlClient(admin_url).links)
+            assert link["client"] == {"transport": "ws"}
+    finally:
+        await proxy.stop()
 
 
 # -- actions on real links ------------------------------------------------------------------------
