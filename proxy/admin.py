@@ -48,13 +48,15 @@ from proxy.sse import KEEPALIVE, encode_event
 from proxy.trace import EventFeed
 from proxy.transports.http_listener import HANDLERS_GRACE
 
-__all__ = ["AdminServer", "Runtime", "check_admin_host"]
+__all__ = ["ADMIN_TOKEN_ENV", "AdminServer", "Runtime", "check_admin_host", "check_admin_token"]
 
 log = get_logger("proxy.admin")
 
 MAX_BODY = 1024 * 1024
 """The largest request body the control API reads."""
 KEEPALIVE_SECONDS = 15.0
+ADMIN_TOKEN_ENV = "ACP_PROXY_ADMIN_TOKEN"
+"""The environment variable that may give ``--admin-token``."""
 
 
 class Runtime(Protocol):
@@ -81,6 +83,22 @@ def check_admin_host(host: str, *, allow_remote: bool) -> None:
         raise ConfigError(
             f"--admin {host}: the control API can kill agents and drop traffic; it binds to "
             "loopback only, unless --admin-allow-remote is given"
+        )
+
+
+def check_admin_token(token: str) -> None:
+    """Refuse a token that would not guard the API as meant: an empty one (a secret that was never
+    filled in must not turn authentication off), or one no ``Authorization`` header can carry
+    (whitespace at its ends, control characters). The message never repeats the token."""
+    where = f"--admin-token (or {ADMIN_TOKEN_ENV})"
+    if not token:
+        raise ConfigError(
+            f"{where} is empty: give a token, or unset it to run the control API without one"
+        )
+    if token != token.strip() or not token.isprintable():
+        raise ConfigError(
+            f"{where} has whitespace at its ends or characters that are not printable; "
+            "an Authorization header cannot carry it"
         )
 
 

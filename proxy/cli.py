@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import os
 import shutil
 import signal
 import sys
@@ -15,7 +16,7 @@ import typer
 
 from proxy import __version__
 from proxy import app as application
-from proxy.admin import check_admin_host
+from proxy.admin import ADMIN_TOKEN_ENV, check_admin_host, check_admin_token
 from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.bench import bench_main, make_options
 from proxy.check_agent import (
@@ -154,7 +155,7 @@ def run(
     admin_token: Annotated[
         str | None,
         typer.Option(
-            envvar="ACP_PROXY_ADMIN_TOKEN",
+            envvar=ADMIN_TOKEN_ENV,
             help="Bearer token every control route but /healthz requires.",
             show_default=False,
         ),
@@ -234,6 +235,10 @@ def run(
         try:
             admin_at = parse_host_port(admin, option="--admin")
             check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
+            if admin_token is None:  # click takes an empty variable for an unset one
+                admin_token = os.environ.get(ADMIN_TOKEN_ENV)
+            if admin_token is not None:
+                check_admin_token(admin_token)
         except ConfigError as exc:
             raise typer.BadParameter(str(exc)) from None
     if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":

@@ -20,6 +20,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from email.message import Message
@@ -401,6 +402,67 @@ async def test_token_from_the_environment_guards_every_route_but_healthz(
     assert await barrier(proxy, "untouched") == []
     await off(control.kill_agent)
     assert await proxy.wait() == 128 + signal.SIGKILL
+
+
+async def test_token_from_the_command_line_is_required_and_never_echoed(
+    start: Start, capture: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--admin-token: a request without it, or with any other token (one that differs by a
+    character, bytes that are not UTF-8), gets 401, and neither the token given nor the real one
+    appears in an answer or in the proxy's logs (debug level)."""
+    monkeypatch.delenv("ACP_PROXY_ADMIN_TOKEN", raising=False)
+    secret = "flag-" + uuid.uuid4().hex
+    proxy, control = await start(
+        raw_agent(capture), "--admin-token", secret, "--log-level", "debug", token=secret
+    )
+    base = control.base_url
+    guesses = ["guess-" + uuid.uuid4().hex, secret[:-1], secret + "x", secret.upper()]
+    not_utf8 = "\xff\xfe" + secret  # sent as latin-1: bytes that are not UTF-8
+    wrong: list[str | None] = [None, *guesses, not_utf8]
+    for method, path, body in GUARDED:
+        for token in wrong:
+            answer = await off(call, base, method, path, body, token)
+            assert_error(answer, 401, "a bearer token is required")
+            assert secret.encode() not in answer.body
+            assert token is None or token.encode("latin-1") not in answer.body
+    assert await off(control.add_rule, drop("x", "_x/a")) == [drop("x", "_x/a")]
+    assert await barrier(proxy, "guarded") == []
+    assert proxy.process.returncode is None
+    assert all(token not in proxy.stderr for token in [secret, *guesses])
+
+
+@pytest.mark.parametrize(
+    ("how", "token", "expected"),
+    [
+        ("environment", "", "is empty: give a token, or unset it"),
+        ("option", "", "is empty: give a token, or unset it"),
+        ("option", " padded", "has whitespace at its ends or characters that are not printable"),
+        ("environment", "two\nlines", "has whitespace at its ends or characters that are not"),
+    ],
+)
+async def test_a_token_that_would_not_guard_the_api_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, token: str, expected: str
+) -> None:
+    """An empty token (a secret never filled in) must not silently turn authentication off, nor
+    may a token be one no Authorization header can carry: exit 2 before the Agent starts, and the
+    message does not repeat the token."""
+    marker = tmp_path / "agent-ran"
+    agent = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    options = ["--admin", "127.0.0.1:0"]
+    if how == "environment":
+        monkeypatch.setenv("ACP_PROXY_ADMIN_TOKEN", token)
+    else:
+        monkeypatch.delenv("ACP_PROXY_ADMIN_TOKEN", raising=False)
+        options += ["--admin-token", token]
+    refused = await ProxyProcess.start(agent, *options)
+    try:
+        assert await refused.wait() == 2
+        said = unboxed(refused.stderr)
+        assert f"--admin-token (or ACP_PROXY_ADMIN_TOKEN) {expected}" in said
+        assert not token.strip() or token.strip() not in said
+        assert not marker.exists()
+    finally:
+        await refused.stop()
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0:0", "192.0.2.1:0"])
