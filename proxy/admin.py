@@ -7,7 +7,9 @@ Routes: ``GET /healthz``, ``GET /metrics``, ``GET|PUT|POST /api/rules``,
 as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (validation errors add
 ``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
 told otherwise, and with a token set every route but ``/healthz`` needs
-``Authorization: Bearer TOKEN``. Request bodies are bounded.
+``Authorization: Bearer TOKEN``. Request bodies are bounded and parsed strictly (no NaN, no deep
+nesting); an action's body is validated like a rule, with strict types and no unknown field.
+Event streams end when the server stops.
 """
 
 from __future__ import annotations
@@ -18,28 +20,43 @@ import ipaddress
 import json
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
+import orjson
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict
 
 from proxy.commands import Sever, SignalAgent
 from proxy.errors import ConfigError
 from proxy.events import Direction, Side
-from proxy.faultfile import FaultFileError, Rule, dump_rules, signal_number, validate_rules
+from proxy.faultfile import (
+    CloseCode,
+    Downtime,
+    FaultFileError,
+    Rule,
+    SignalNumber,
+    dump_rules,
+    validate_rules,
+    validated,
+)
 from proxy.faults import FaultEngine
+from proxy.hostport import authority
 from proxy.link import Link
 from proxy.log import get_logger
 from proxy.metrics import Metrics
 from proxy.sse import KEEPALIVE, encode_event
 from proxy.trace import EventFeed
+from proxy.transports.http_listener import HANDLERS_GRACE
 
-__all__ = ["AdminServer", "Runtime", "check_admin_host"]
+__all__ = ["ADMIN_TOKEN_ENV", "AdminServer", "Runtime", "check_admin_host", "check_admin_token"]
 
 log = get_logger("proxy.admin")
 
 MAX_BODY = 1024 * 1024
 """The largest request body the control API reads."""
 KEEPALIVE_SECONDS = 15.0
+ADMIN_TOKEN_ENV = "ACP_PROXY_ADMIN_TOKEN"
+"""The environment variable that may give ``--admin-token``."""
 
 
 class Runtime(Protocol):
@@ -69,6 +86,22 @@ def check_admin_host(host: str, *, allow_remote: bool) -> None:
         )
 
 
+def check_admin_token(token: str) -> None:
+    """Refuse a token that would not guard the API as meant: an empty one (a secret that was never
+    filled in must not turn authentication off), or one no ``Authorization`` header can carry
+    (whitespace at its ends, control characters). The message never repeats the token."""
+    where = f"--admin-token (or {ADMIN_TOKEN_ENV})"
+    if not token:
+        raise ConfigError(
+            f"{where} is empty: give a token, or unset it to run the control API without one"
+        )
+    if token != token.strip() or not token.isprintable():
+        raise ConfigError(
+            f"{where} has whitespace at its ends or characters that are not printable; "
+            "an Authorization header cannot carry it"
+        )
+
+
 class ApiError(Exception):
     """An error answered as JSON ``{"error", "status"}``."""
 
@@ -78,13 +111,39 @@ class ApiError(Exception):
         self.errors = errors
 
 
-def _signal(value: Any) -> int:
-    if value is None:
-        return int(signal.SIGKILL)
-    try:
-        return signal_number(value)
-    except ValueError as exc:
-        raise ApiError(400, f"signal: {exc}") from None
+class _Body(BaseModel):
+    """An action's body: strict JSON types (``true`` is no number, ``"no"`` no boolean), finite
+    numbers, no unknown field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class _OnLinks(_Body):
+    link: int | None = None
+    """One link's id; every link without it."""
+
+
+class SeverBody(_OnLinks):
+    """``POST /api/actions/sever``."""
+
+    side: Literal["client", "agent", "both"] = "both"
+    close_code: CloseCode = 1001
+
+
+class KillAgentBody(_OnLinks):
+    """``POST /api/actions/kill_agent``."""
+
+    signal: SignalNumber = int(signal.SIGKILL)
+    respawn: bool = False
+
+
+class RestartProxyBody(_Body):
+    """``POST /api/actions/restart_proxy``."""
+
+    downtime_ms: Downtime = 0.0
+
+
+B = TypeVar("B", bound=_Body)
 
 
 class AdminServer:
@@ -111,7 +170,11 @@ class AdminServer:
         self._ledger = ledger
         self._findings = findings
         self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
+        """Set when the server stops: every event stream ends."""
         self.port = 0
+        self.url = ""
+        """Where it serves, once started (``http://HOST:PORT``)."""
 
     def app(self) -> web.Application:
         """The aiohttp application (also usable with aiohttp's test client)."""
@@ -133,15 +196,20 @@ class AdminServer:
 
     async def start(self, host: str, port: int) -> None:
         """Bind (port 0 picks one, in :attr:`port`) and serve."""
-        self._runner = web.AppRunner(self.app(), handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(
+            self.app(), handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
         await site.start()
         self.port = self._runner.addresses[0][1]
-        log.info("control API listening", url=f"http://{host}:{self.port}")
+        self.url = f"http://{authority(host, self.port)}"
+        log.info("control API listening", url=self.url)
 
     async def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving: every event stream ends (the records queued for it written, then the end
+        of its response); requests still running get ``HANDLERS_GRACE`` seconds."""
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -168,9 +236,11 @@ class AdminServer:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         if self._token is not None and request.path != "/healthz":
-            given = request.headers.get("Authorization", "")
-            expected = f"Bearer {self._token}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
+            # As bytes: a header that is not UTF-8 (kept by aiohttp as lone surrogates) is just
+            # another wrong token.
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            expected = f"Bearer {self._token}".encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, expected):
                 raise ApiError(401, "a bearer token is required")
         return await handler(request)
 
@@ -228,38 +298,32 @@ class AdminServer:
 
     async def _action(self, request: web.Request) -> web.Response:
         action = request.match_info["action"]
+        if action not in ("sever", "kill_agent", "restart_proxy"):
+            raise ApiError(404, f"unknown action {action!r}: sever, kill_agent or restart_proxy")
         body = await _body(request, allow_empty=True)
         if not isinstance(body, dict):
             raise ApiError(400, "the body is a JSON object")
         if action == "restart_proxy":
-            downtime = _number(body, "downtime_ms", 0.0)
+            downtime = _action_body(RestartProxyBody, body).downtime_ms
             self._runtime.restart(downtime / 1000)
             log.warning("restart requested over the control API", downtime_ms=downtime)
             return web.json_response({"action": action, "downtime_ms": downtime})
-        links = self._selected(body)
         if action == "sever":
-            side = body.get("side", "both")
-            if side not in ("client", "agent", "both"):
-                raise ApiError(400, "side is client, agent or both")
-            code = int(_number(body, "close_code", 1001))
-            if not 1000 <= code <= 4999:
-                raise ApiError(400, "close_code is a WebSocket close code from 1000 to 4999")
-            sides = [Side.CLIENT, Side.AGENT] if side == "both" else [Side(side)]
+            sever = _action_body(SeverBody, body)
+            links = self._selected(sever.link)
+            sides = [Side.CLIENT, Side.AGENT] if sever.side == "both" else [Side(sever.side)]
             for link in links:
-                link.inject([Sever(s, flush=False, close_code=code) for s in sides])
-        elif action == "kill_agent":
-            number = _signal(body.get("signal"))
-            respawn = bool(body.get("respawn", False))
-            for link in links:
-                link.inject([SignalAgent(number, respawn)])
+                link.inject([Sever(s, flush=False, close_code=sever.close_code) for s in sides])
         else:
-            raise ApiError(404, f"unknown action {action!r}: sever, kill_agent or restart_proxy")
+            kill = _action_body(KillAgentBody, body)
+            links = self._selected(kill.link)
+            for link in links:
+                link.inject([SignalAgent(kill.signal, kill.respawn)])
         log.warning("action over the control API", action=action, links=[link.id for link in links])
         return web.json_response({"action": action, "links": [link.id for link in links]})
 
-    def _selected(self, body: dict[str, Any]) -> list[Link]:
+    def _selected(self, wanted: int | None) -> list[Link]:
         links = self._runtime.links()
-        wanted = body.get("link")
         if wanted is None:
             return links
         chosen = [link for link in links if link.id == wanted]
@@ -281,19 +345,40 @@ class AdminServer:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         queue = self._feed.subscribe()  # before the headers: a Client that has them is subscribed
+        loop = asyncio.get_running_loop()
+        closing = loop.create_task(self._closing.wait())
+        getting: asyncio.Task[dict[str, Any]] | None = None
         try:
             await response.prepare(request)
             while True:
-                try:
-                    record = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
-                except TimeoutError:
+                if getting is None or getting.done():
+                    getting = loop.create_task(queue.get())
+                done, _ = await asyncio.wait(
+                    (getting, closing),
+                    timeout=KEEPALIVE_SECONDS,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if getting in done:
+                    await response.write(_event(getting.result()))
+                elif closing in done:
+                    break
+                else:
                     await response.write(KEEPALIVE)
-                    continue
-                await response.write(encode_event(json.dumps(record).encode()))
+            while not queue.empty():  # what was observed before the end, then the end
+                await response.write(_event(queue.get_nowait()))
+            await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
-            return response
+            pass
         finally:
+            for task in (closing, getting):
+                if task is not None:
+                    task.cancel()
             self._feed.unsubscribe(queue)
+        return response
+
+
+def _event(record: dict[str, Any]) -> bytes:
+    return encode_event(json.dumps(record).encode())
 
 
 def _json_error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
@@ -304,14 +389,16 @@ def _json_error(status: int, message: str, errors: list[str] | None = None) -> w
 
 
 async def _body(request: web.Request, *, allow_empty: bool = False) -> Any:
+    """The request's JSON, parsed strictly: no NaN or Infinity, at most 1024 levels deep, UTF-8
+    without lone surrogates, integers within 64 bits."""
     raw = await request.read()
     if not raw.strip():
         if allow_empty:
             return {}
         raise ApiError(400, "a JSON body is required")
     try:
-        return json.loads(raw)
-    except ValueError as exc:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         raise ApiError(400, f"the body is not JSON: {exc}") from None
 
 
@@ -324,11 +411,11 @@ def _rules(data: Any) -> list[Rule]:
         raise ApiError(400, "invalid rules", [str(error) for error in exc.errors]) from None
 
 
-def _number(body: dict[str, Any], key: str, default: float) -> float:
-    value = body.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ApiError(400, f"{key} is a number of at least 0")
-    return float(value)
+def _action_body(model: type[B], body: dict[str, Any]) -> B:
+    try:
+        return validated(model, body)
+    except FaultFileError as exc:
+        raise ApiError(400, "invalid body", [str(error) for error in exc.errors]) from None
 
 
 def _describe(link: Link) -> dict[str, Any]:

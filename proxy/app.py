@@ -280,11 +280,8 @@ async def run_network(
         async with _serving(options, experiment, proxy) as admin:
 
             def ready(listen_url: str) -> None:
-                admin_url = None
-                if admin is not None and options.admin is not None:
-                    admin_url = f"http://{options.admin[0]}:{admin.port}"
                 if on_ready is not None:
-                    on_ready(Ready(listen_url, admin_url))
+                    on_ready(Ready(listen_url, admin.url if admin is not None else None))
 
             await proxy.serve(stop, ready, hurry=hurry)
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import os
 import shutil
 import signal
 import sys
@@ -15,7 +16,7 @@ import typer
 
 from proxy import __version__
 from proxy import app as application
-from proxy.admin import check_admin_host
+from proxy.admin import ADMIN_TOKEN_ENV, check_admin_host, check_admin_token
 from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.bench import bench_main, make_options
 from proxy.check_agent import (
@@ -30,6 +31,7 @@ from proxy.check_agent import (
 from proxy.demo import run_demo
 from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
+from proxy.hostport import parse_host_port
 from proxy.log import configure_logging
 from proxy.reference_agent import AgentOptions, serve_agent
 from proxy.reference_client import ClientOptions, run_client
@@ -153,7 +155,7 @@ def run(
     admin_token: Annotated[
         str | None,
         typer.Option(
-            envvar="ACP_PROXY_ADMIN_TOKEN",
+            envvar=ADMIN_TOKEN_ENV,
             help="Bearer token every control route but /healthz requires.",
             show_default=False,
         ),
@@ -230,14 +232,15 @@ def run(
         raise typer.BadParameter(str(exc)) from None
     admin_at = None
     if admin is not None:
-        host, _, port = admin.rpartition(":")
-        if not host or not port.isdigit() or int(port) > 65535:
-            raise typer.BadParameter(f"expected HOST:PORT, got {admin!r}", param_hint="--admin")
         try:
-            check_admin_host(host, allow_remote=admin_allow_remote)
+            admin_at = parse_host_port(admin, option="--admin")
+            check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
+            if admin_token is None:  # click takes an empty variable for an unset one
+                admin_token = os.environ.get(ADMIN_TOKEN_ENV)
+            if admin_token is not None:
+                check_admin_token(admin_token)
         except ConfigError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--admin") from None
-        admin_at = (host.strip("[]"), int(port))
+            raise typer.BadParameter(str(exc)) from None
     if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
         raise typer.BadParameter(
             "in stdio mode stdout is the protocol channel; give the trace a file",

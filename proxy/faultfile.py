@@ -13,11 +13,13 @@ import re
 import signal
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -32,10 +34,13 @@ from proxy.errors import ConfigError
 from proxy.jsonrpc import error_response
 
 __all__ = [
+    "MAX_DOWNTIME_MS",
     "Action",
+    "CloseCode",
     "CloseStream",
     "Corrupt",
     "Delay",
+    "Downtime",
     "Drop",
     "Duplicate",
     "ErrorReply",
@@ -48,6 +53,7 @@ __all__ = [
     "Rule",
     "Schedule",
     "Sever",
+    "SignalNumber",
     "When",
     "dump_rules",
     "fault_file_schema",
@@ -55,6 +61,7 @@ __all__ = [
     "parse_fault_file",
     "signal_number",
     "validate_rules",
+    "validated",
 ]
 
 
@@ -175,13 +182,27 @@ class Duplicate(_Model):
     gap_ms: NonNegativeFloat = 0.0
 
 
+def _sendable(code: int) -> int:
+    """A WebSocket close code an endpoint may send (RFC 6455 7.4: 1004-1006 and 1015 are
+    reserved, 1016-2999 unassigned, below 1000 unused)."""
+    if not (1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999):
+        raise ValueError(
+            f"{code} cannot be sent in a close frame: 1000-1003, 1007-1014 or 3000-4999"
+        )
+    return code
+
+
+CloseCode = Annotated[int, AfterValidator(_sendable), Field(description="WebSocket close code")]
+"""A close code a ``sever`` may send."""
+
+
 class Sever(_Model):
     """Cut the connection to ``side`` before or after forwarding the message."""
 
     action: Literal["sever"]
     side: Literal["client", "agent", "both"] = "both"
     when: Literal["before", "after"] = "before"
-    close_code: int = Field(1001, ge=1000, le=4999, description="WebSocket close code")
+    close_code: CloseCode = 1001
 
 
 def signal_number(value: Any) -> int:
@@ -203,24 +224,32 @@ def signal_number(value: Any) -> int:
     raise ValueError("a signal is a name such as KILL or TERM, or a number")
 
 
+SignalNumber = Annotated[
+    int, BeforeValidator(signal_number), Field(description="name (KILL, TERM, ...) or number")
+]
+"""A signal, given by name or number."""
+
+MAX_DOWNTIME_MS = 3_600_000.0
+"""The longest ``restart_proxy`` downtime: an hour."""
+
+Downtime = Annotated[float, Field(ge=0, le=MAX_DOWNTIME_MS, allow_inf_nan=False)]
+"""Milliseconds a ``restart_proxy`` keeps the data plane down."""
+
+
 class KillAgent(_Model):
     """Send ``signal`` to the spawned Agent after ``after_ms``; ``respawn`` starts a new one."""
 
     action: Literal["kill_agent"]
-    signal: Annotated[int, Field(description="name (KILL, TERM, ...) or number")] = int(
-        signal.SIGKILL
-    )
+    signal: SignalNumber = int(signal.SIGKILL)
     after_ms: NonNegativeFloat = 0.0
     respawn: bool = False
-
-    _signal = field_validator("signal", mode="before")(signal_number)
 
 
 class RestartProxy(_Model):
     """Restart the data plane: connections closed, id maps forgotten, down ``downtime_ms``."""
 
     action: Literal["restart_proxy"]
-    downtime_ms: NonNegativeFloat = 0.0
+    downtime_ms: Downtime = 0.0
 
 
 class HttpStatus(_Model):
@@ -476,12 +505,21 @@ class _RuleList(_Model):
         return self
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], data: Any, source: str = "request") -> M:
+    """``data`` (plain data, as the control API receives it) as a ``model``; every error located
+    as in a fault file (a :class:`FaultFileError` whose file is ``source``)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _located(exc, data, source) from None
+
+
 def validate_rules(data: Any, source: str = "request") -> list[Rule]:
     """Rules given as plain data (the control API): validated as in a fault file, errors located."""
-    try:
-        return _RuleList.model_validate({"rules": data}).rules
-    except ValidationError as exc:
-        raise _located(exc, {"rules": data}, source) from None
+    return validated(_RuleList, {"rules": data}, source).rules
 
 
 def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | None]:

@@ -170,6 +170,7 @@ class Link:
             self._timers.clear()
             self._held = 0
             self._held_room.set()
+            self._runner = None  # the task may go on (a stdio run): an abort now cancels nothing
 
     def shutdown(self) -> None:
         """End the link for a shutdown of the proxy: close the Agent's connection (a spawned

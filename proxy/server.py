@@ -28,6 +28,7 @@ from proxy.endpoint import Endpoint
 from proxy.errors import ConfigError
 from proxy.events import Direction, Side
 from proxy.faults import FaultEngine
+from proxy.hostport import authority
 from proxy.link import Link
 from proxy.log import get_logger
 from proxy.observers import Observer
@@ -86,7 +87,7 @@ class Address:
         """The address as a URL (``stdio`` for stdio)."""
         if self.scheme == "stdio":
             return "stdio"
-        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+        return f"{self.scheme}://{authority(self.host, self.port)}{self.path}"
 
 
 STDIO = Address("stdio")
@@ -96,7 +97,10 @@ def parse_address(text: str, *, option: str) -> Address:
     """Parse ``stdio``, ``http://HOST:PORT/PATH`` or ``ws://HOST:PORT/PATH`` (path: /acp)."""
     if text == "stdio":
         return Address("stdio")
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # an unclosed '[' of an IPv6 address
+        parts = urlsplit("")
     if parts.scheme not in ("http", "ws") or not parts.hostname:
         raise ConfigError(
             f"{option}: expected stdio, http://HOST:PORT/PATH or ws://HOST:PORT/PATH, got {text!r}"

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,11 @@ def log_events(text: str, event: str) -> list[dict[str, Any]]:
             if isinstance(record, dict) and record.get("event") == event:
                 found.append(record)
     return found
+
+
+def unboxed(text: str) -> str:
+    """A usage error's text without the frame typer draws around it, on one line."""
+    return " ".join(re.sub("[\u2500-\u257f]", " ", text).split())
 
 
 def encode(message: dict[str, Any]) -> bytes:

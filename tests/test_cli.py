@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import TIMEOUT
+import pytest
+from harness import TIMEOUT, unboxed
 
 from proxy import __version__
 
@@ -88,4 +89,24 @@ def test_dev_null_as_stdin() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--admin", "::1:0", "expected HOST:PORT (an IPv6 address in brackets: [::1]:PORT)"),
+        ("--admin", "[::1:0", "expected HOST:PORT"),
+        ("--admin", "[::1]", "expected HOST:PORT"),
+        ("--admin", "127.0.0.1:70000", "expected HOST:PORT"),
+        ("--admin", "127.0.0.1:0/x", "expected HOST:PORT"),
+        ("--listen", "ws://[::1:0/acp", "expected stdio, http://HOST:PORT/PATH"),
+    ],
+)
+def test_malformed_addresses_are_usage_errors(option: str, value: str, expected: str) -> None:
+    """An address that is not HOST:PORT (an IPv6 one without its brackets, an unclosed bracket)
+    is refused with exit 2 and a message saying what is expected, before anything starts."""
+    done = acp_proxy("run", option, value, "--", "true")
+    assert done.returncode == 2, done.stderr
+    assert expected in unboxed(done.stderr.decode())
     assert b"Traceback" not in done.stderr

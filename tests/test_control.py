@@ -16,9 +16,11 @@ import contextlib
 import json
 import re
 import signal
+import socket
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from email.message import Message
@@ -39,6 +41,7 @@ from harness import (
     raw_agent,
     request,
     say,
+    unboxed,
 )
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -273,27 +276,7 @@ async def test_every_error_is_json_with_its_status(start: Start, capture: Path) 
     actions = "/api/actions/"
     assert_error(await off(call, base, "POST", actions + "sever", b"[]"), 400, "a JSON object")
     assert_error(
-        await off(call, base, "POST", actions + "sever", b'{"side": "middle"}'),
-        400,
-        "side is client, agent or both",
-    )
-    assert_error(
         await off(call, base, "POST", actions + "sever", b'{"link": 999}'), 404, "no link 999"
-    )
-    assert_error(
-        await off(call, base, "POST", actions + "kill_agent", b'{"signal": "BOGUS"}'),
-        400,
-        "signal: 'BOGUS' is not a signal name",
-    )
-    assert_error(
-        await off(call, base, "POST", actions + "sever", b'{"close_code": 70000}'),
-        400,
-        "close_code is a WebSocket close code from 1000 to 4999",
-    )
-    assert_error(
-        await off(call, base, "POST", actions + "restart_proxy", b'{"downtime_ms": -1}'),
-        400,
-        "downtime_ms is a number of at least 0",
     )
     assert_error(await off(call, base, "POST", actions + "explode", b"{}"), 404, "unknown action")
     # Nothing was changed by a refused call: the rule is kept, the link relays, the Agent lives.
@@ -301,6 +284,77 @@ async def test_every_error_is_json_with_its_status(start: Start, capture: Path) 
     await proxy.send(say(A, B))
     assert await barrier(proxy, "alive") == [B]
     assert proxy.process.returncode is None
+
+
+SEVER, KILL, RESTART = "/api/actions/sever", "/api/actions/kill_agent", "/api/actions/restart_proxy"
+NOT_JSON = "the body is not JSON: "
+MALFORMED = [
+    # JSON that is not JSON, or that no parser should be made to follow
+    ("POST", RESTART, b'{"downtime_ms": NaN}', NOT_JSON),
+    ("POST", RESTART, b'{"downtime_ms": Infinity}', NOT_JSON),
+    ("POST", SEVER, b'{"close_code": -Infinity}', NOT_JSON),
+    ("POST", SEVER, b'{"close_code": 1e400}', NOT_JSON),
+    ("PUT", "/api/rules", b"[" * 200_000 + b"]" * 200_000, NOT_JSON + "depth limit exceeded"),
+    ("POST", "/api/rules", b'{"a":' * 100_000 + b"1" + b"}" * 100_000, NOT_JSON),
+    ("POST", "/api/rules", b'{"name": "\\ud800", "do": {"action": "drop"}}', NOT_JSON),
+    ("POST", "/api/rules", b'{"name": "\xff", "do": {"action": "drop"}}', NOT_JSON),
+    ("POST", SEVER, b'{"link": ' + b"9" * 5000 + b"}", NOT_JSON),
+    # numbers: finite, within bounds, integers where an integer is meant (never a boolean)
+    ("POST", RESTART, b'{"downtime_ms": -1}', "downtime_ms: Input should be greater than or equal"),
+    (
+        "POST",
+        RESTART,
+        b'{"downtime_ms": 3600001}',
+        "downtime_ms: Input should be less than or equal",
+    ),
+    ("POST", RESTART, b'{"downtime_ms": "5"}', "downtime_ms: Input should be a valid number"),
+    ("POST", RESTART, b'{"downtime_ms": true}', "downtime_ms: Input should be a valid number"),
+    ("POST", SEVER, b'{"close_code": 999}', "close_code: 999 cannot be sent in a close frame"),
+    ("POST", SEVER, b'{"close_code": 1005}', "close_code: 1005 cannot be sent in a close frame"),
+    ("POST", SEVER, b'{"close_code": 1006}', "close_code: 1006 cannot be sent in a close frame"),
+    ("POST", SEVER, b'{"close_code": 1015}', "close_code: 1015 cannot be sent in a close frame"),
+    ("POST", SEVER, b'{"close_code": 2000}', "close_code: 2000 cannot be sent in a close frame"),
+    ("POST", SEVER, b'{"close_code": 70000}', "close_code: 70000 cannot be sent in a close frame"),
+    ("POST", SEVER, b'{"close_code": 1000.5}', "close_code: Input should be a valid integer"),
+    ("POST", SEVER, b'{"close_code": true}', "close_code: Input should be a valid integer"),
+    ("POST", KILL, b'{"link": true}', "link: Input should be a valid integer"),
+    ("POST", SEVER, b'{"link": false}', "link: Input should be a valid integer"),
+    ("POST", KILL, b'{"link": 1.0}', "link: Input should be a valid integer"),
+    ("POST", KILL, b'{"link": "1"}', "link: Input should be a valid integer"),
+    # booleans are JSON booleans; names are among the names; nothing unknown is ignored
+    ("POST", KILL, b'{"respawn": "no"}', "respawn: Input should be a valid boolean"),
+    ("POST", KILL, b'{"respawn": 1}', "respawn: Input should be a valid boolean"),
+    ("POST", KILL, b'{"signal": "BOGUS"}', "signal: 'BOGUS' is not a signal name"),
+    ("POST", KILL, b'{"signal": true}', "signal: a signal is a name such as KILL or TERM"),
+    ("POST", SEVER, b'{"side": "middle"}', "side: Input should be 'client', 'agent' or 'both'"),
+    ("POST", SEVER, b'{"sid": "client"}', "sid: Extra inputs are not permitted"),
+    ("POST", RESTART, b'{"link": 1}', "link: Extra inputs are not permitted"),
+]
+"""Malformed bodies: each is refused with 400 and an error naming the field (or the JSON fault)."""
+
+
+async def test_every_malformed_body_is_a_400_naming_the_field(start: Start, capture: Path) -> None:
+    """Strict JSON, finite bounded numbers, real integers and booleans: anything else is 400 with
+    a JSON error naming what is wrong, and changes nothing (no action on the link, whose id 1
+    ``true`` would once have named)."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "up") == []
+    [before] = await off(control.links)
+    assert before["id"] == 1
+    wrong = []
+    for method, path, body, expected in MALFORMED:
+        answer = await off(call, control.base_url, method, path, body)
+        json_error = answer.headers.get_content_type() == "application/json"
+        error = answer.json() if json_error else {"error": answer.body.decode(errors="replace")}
+        said = " ".join([str(error.get("error")), *error.get("errors", [])])
+        if (answer.status, error.get("status")) != (400, 400) or expected not in said:
+            wrong.append((path, body[:40], answer.status, said[:200]))
+    assert wrong == []
+    assert await off(control.links) == [before]  # the same Agent: never killed nor restarted
+    assert await barrier(proxy, "alive") == []
+    assert log_events(proxy.stderr, "action over the control API") == []
+    assert log_events(proxy.stderr, "restart requested over the control API") == []
+    assert "Traceback" not in proxy.stderr
 
 
 # -- the token and the bind address -----------------------------------------------------------------
@@ -350,9 +404,65 @@ async def test_token_from_the_environment_guards_every_route_but_healthz(
     assert await proxy.wait() == 128 + signal.SIGKILL
 
 
-def unboxed(text: str) -> str:
-    """A usage error's text without the frame typer draws around it, on one line."""
-    return " ".join(re.sub("[\u2500-\u257f]", " ", text).split())
+async def test_token_from_the_command_line_is_required_and_never_echoed(
+    start: Start, capture: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--admin-token: a request without it, or with any other token (one that differs by a
+    character, bytes that are not UTF-8), gets 401, and neither the token given nor the real one
+    appears in an answer or in the proxy's logs (debug level)."""
+    monkeypatch.delenv("ACP_PROXY_ADMIN_TOKEN", raising=False)
+    secret = "flag-" + uuid.uuid4().hex
+    proxy, control = await start(
+        raw_agent(capture), "--admin-token", secret, "--log-level", "debug", token=secret
+    )
+    base = control.base_url
+    guesses = ["guess-" + uuid.uuid4().hex, secret[:-1], secret + "x", secret.upper()]
+    not_utf8 = "\xff\xfe" + secret  # sent as latin-1: bytes that are not UTF-8
+    wrong: list[str | None] = [None, *guesses, not_utf8]
+    for method, path, body in GUARDED:
+        for token in wrong:
+            answer = await off(call, base, method, path, body, token)
+            assert_error(answer, 401, "a bearer token is required")
+            assert secret.encode() not in answer.body
+            assert token is None or token.encode("latin-1") not in answer.body
+    assert await off(control.add_rule, drop("x", "_x/a")) == [drop("x", "_x/a")]
+    assert await barrier(proxy, "guarded") == []
+    assert proxy.process.returncode is None
+    assert all(token not in proxy.stderr for token in [secret, *guesses])
+
+
+@pytest.mark.parametrize(
+    ("how", "token", "expected"),
+    [
+        ("environment", "", "is empty: give a token, or unset it"),
+        ("option", "", "is empty: give a token, or unset it"),
+        ("option", " padded", "has whitespace at its ends or characters that are not printable"),
+        ("environment", "two\nlines", "has whitespace at its ends or characters that are not"),
+    ],
+)
+async def test_a_token_that_would_not_guard_the_api_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, token: str, expected: str
+) -> None:
+    """An empty token (a secret never filled in) must not silently turn authentication off, nor
+    may a token be one no Authorization header can carry: exit 2 before the Agent starts, and the
+    message does not repeat the token."""
+    marker = tmp_path / "agent-ran"
+    agent = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    options = ["--admin", "127.0.0.1:0"]
+    if how == "environment":
+        monkeypatch.setenv("ACP_PROXY_ADMIN_TOKEN", token)
+    else:
+        monkeypatch.delenv("ACP_PROXY_ADMIN_TOKEN", raising=False)
+        options += ["--admin-token", token]
+    refused = await ProxyProcess.start(agent, *options)
+    try:
+        assert await refused.wait() == 2
+        said = unboxed(refused.stderr)
+        assert f"--admin-token (or ACP_PROXY_ADMIN_TOKEN) {expected}" in said
+        assert not token.strip() or token.strip() not in said
+        assert not marker.exists()
+    finally:
+        await refused.stop()
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0:0", "192.0.2.1:0"])
@@ -380,6 +490,35 @@ async def test_a_non_loopback_admin_address_is_refused_unless_allowed(
         assert "loopback only" not in allowed.stderr
     finally:
         await allowed.stop()
+
+
+def ipv6_loopback() -> bool:
+    """Whether this machine can bind ::1."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+async def test_ipv6_loopback_addresses_are_accepted_and_logged_as_urls(capture: Path) -> None:
+    """--admin [::1]:0 is loopback; it and --listen ws://[::1]:0/acp are logged as URLs, with the
+    address in brackets, that a Client and the control client can use as they are."""
+    options = ["--log-format", "json", "--admin", "[::1]:0", "--listen", "ws://[::1]:0/acp"]
+    proxy = await ProxyProcess.start(raw_agent(capture), *options)
+    try:
+        admin_url = (await proxy.logged("control API listening"))["url"]
+        listen_url = (await proxy.logged("listening"))["url"]
+        assert re.fullmatch(r"http://\[::1\]:\d+", admin_url), admin_url
+        assert re.fullmatch(r"ws://\[::1\]:\d+/acp", listen_url), listen_url
+        async with websocket(listen_url) as connection:
+            await ask(connection, 1, "_x/over-ipv6")
+            [link] = await off(ControlClient(admin_url).links)
+            assert link["client"] == {"transport": "ws"}
+    finally:
+        await proxy.stop()
 
 
 # -- actions on real links ------------------------------------------------------------------------

@@ -162,6 +162,14 @@ def test_broken_files_are_located(text: str, expected: str) -> None:
             "rule 'a': do: the error answer cannot be written as JSON",
         ),
         (
+            "version: 1\nrules:\n  - {name: a, do: {action: sever, close_code: 1005}}\n",
+            "rule 'a': do.close_code: 1005 cannot be sent in a close frame",
+        ),
+        (
+            "version: 1\nrules:\n  - {name: a, do: {action: restart_proxy, downtime_ms: 3600001}}\n",
+            "rule 'a': do.downtime_ms: Input should be less than or equal to 3600000",
+        ),
+        (
             'version: 1\nrules:\n  - {name: a, when: {method: "\\udc00*"}, do: {action: drop}}\n',
             "rule 'a': when.method: a lone surrogate",
         ),

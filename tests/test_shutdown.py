@@ -351,6 +351,65 @@ async def test_a_signal_during_a_restart_downtime_ends_the_proxy(
     assert processes_with(marker) == []
 
 
+# -- the control API -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["stdio", "ws"])
+async def test_an_event_subscriber_does_not_hold_up_the_shutdown(
+    started: list[ProxyProcess], tmp_path: Path, marker: str, mode: str
+) -> None:
+    """An open ``GET /api/events``: SIGTERM ends the proxy with its usual status all the same;
+    the stream gets the shutdown's records (each connection closed), then ends cleanly (an SSE
+    response cut short would be a payload error)."""
+    listen = ["--listen", "ws://127.0.0.1:0/acp"] if mode == "ws" else []
+    agent = hanging_agent(tmp_path, marker)
+    proxy, url = await start(started, agent, "--admin", "127.0.0.1:0", *listen)
+    admin = (await proxy.logged("control API listening"))["url"]
+    async with aiohttp.ClientSession() as http, http.get(admin + "/api/events") as events:
+        assert events.headers["Content-Type"] == "text/event-stream"  # subscribed
+        if url is None:
+            await proxy.send(request(1, "_x/ping"))
+            assert (await proxy.recv_json())["id"] == 1
+            proxy.process.send_signal(signal.SIGTERM)
+            assert await proxy.wait() == 128 + signal.SIGTERM
+        else:
+            async with ws_connect(url) as connection:
+                await ask(connection, 1)
+                proxy.process.send_signal(signal.SIGTERM)
+                assert await proxy.wait() == 0
+                assert await rest_then_close_code(connection) == ([], 1001)
+        async with asyncio.timeout(TIMEOUT):
+            stream = await events.read()
+    records = [json.loads(line[6:]) for line in stream.splitlines() if line.startswith(b"data: ")]
+    closed = [r["side"] for r in records if r["event"] == "connection" and r["state"] == "closed"]
+    assert sorted(closed) == ["agent", "client"]
+    assert processes_with(marker) == []
+
+
+async def test_a_control_request_in_flight_does_not_turn_the_stdio_status_into_a_crash(
+    started: list[ProxyProcess], tmp_path: Path, marker: str
+) -> None:
+    """A control request whose body never comes is still running when the link has ended; the
+    shutdown deadline passing meanwhile cuts nothing more: the proxy exits with the Agent's
+    status (143), without a traceback."""
+    agent = hanging_agent(tmp_path, marker)
+    options = ["--admin", "127.0.0.1:0", "--shutdown-timeout", "0.01"]
+    proxy, _ = await start(started, agent, *options)
+    host, port = (await proxy.logged("control API listening"))["url"][7:].rsplit(":", 1)
+    async with asyncio.timeout(TIMEOUT):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        head = "PUT /api/rules HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n"
+        writer.write(f"{head}Expect: 100-continue\r\n\r\n".encode())
+        assert (await reader.readline()).startswith(b"HTTP/1.1 100")  # in the handler, reading
+    try:
+        proxy.process.send_signal(signal.SIGTERM)
+        assert await proxy.wait() == 128 + signal.SIGTERM
+    finally:
+        writer.close()
+    assert "Traceback" not in proxy.stderr
+    assert processes_with(marker) == []
+
+
 # -- when links do not end -----------------------------------------------------------------------
 
 

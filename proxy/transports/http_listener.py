@@ -45,6 +45,7 @@ from multidict import CIMultiDict
 from proxy.commands import Handling, InvalidSeen
 from proxy.endpoint import Endpoint, Received
 from proxy.events import Direction
+from proxy.hostport import authority
 from proxy.jsonrpc import Batch, ErrorCode, IdKey, Invalid, Kind, Message, error_response, parse
 from proxy.log import get_logger
 from proxy.observers import Observer
@@ -405,7 +406,7 @@ class Listener:
     def url(self) -> str:
         """The address served (with the bound port)."""
         scheme = "ws" if self.config.websocket_only else "http"
-        return f"{scheme}://{self.config.host}:{self.port}{self.config.path}"
+        return f"{scheme}://{authority(self.config.host, self.port)}{self.config.path}"
 
     async def stop_accepting(self) -> None:
         """The proxy shuts down: close the listening socket; requests on open connections get
