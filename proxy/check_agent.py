@@ -368,6 +368,7 @@ class Lab:
 
     async def connect(self) -> Conversation:
         """A new Client connection (a respawned proxy on stdio)."""
+        self._link_ended.clear()  # a diagnosis waits for this connection's link to end
         endpoint: Endpoint
         if self.transport == "stdio":
             with self._log_file() as log_file:  # the proxy's stderr: for diagnosis, not the user

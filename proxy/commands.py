@@ -144,7 +144,8 @@ class Relayed(Observation):
 class Handling(enum.StrEnum):
     """What the proxy did with an invalid message."""
 
-    FORWARDED = "forwarded as is"
+    FORWARDED = "forwarded"
+    """As it came, but for a request id a lenient peer could read (rewritten as any)."""
     ANSWERED = "answered by the proxy"
     DROPPED = "dropped"
 

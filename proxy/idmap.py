@@ -55,6 +55,10 @@ class IdMap:
     def __len__(self) -> int:
         return len(self._by_forwarded)
 
+    def sibling(self) -> IdMap:
+        """An empty map that mints from the same counter (no id is ever in both)."""
+        return IdMap(self._ids)
+
     def add(
         self,
         original_id: bytes,

@@ -90,6 +90,8 @@ IdKey = tuple[str, object]
 """The identity of a JSON-RPC id: ``("s", text)``, ``("n", token)`` or ``("null", None)``."""
 
 _INTEGER = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
+_BOM = b"\xef\xbb\xbf"
 
 
 def id_key(token: bytes, value: object) -> IdKey | None:
@@ -145,7 +147,8 @@ class Invalid:
     reason: InvalidReason
     detail: str
     response: bool = False
-    """Shaped like a response (id, no method): never forwarded, it may answer the wrong request."""
+    """Shaped like a response (id, no method): never forwarded blindly, it may answer the wrong
+    request (only under a readable id that names a pending request, back to its sender)."""
     kind: Kind = Kind.INVALID
     id_token: bytes | None = None
     """The top-level id a lenient reader would find (a string or an integer), when there is one:
@@ -235,19 +238,20 @@ def _readable_id(invalid: Invalid) -> Invalid:
     With ``result`` or ``error`` and no ``method``, the message reads as an answer
     (:attr:`Invalid.response`); otherwise as a request.
     """
-    if invalid.reason in (InvalidReason.INVALID_ID, InvalidReason.TOO_LARGE):
+    if invalid.reason is InvalidReason.TOO_LARGE:
         return invalid
     raw = invalid.raw
+    begin = len(_BOM) if raw.startswith(_BOM) else 0  # lenient readers skip one
     try:
-        spans = member_spans(raw, "id")
+        spans = member_spans(raw, "id", begin)
         keys = [_plain_id_key(raw[start:end]) for start, end in spans]
         if not keys or None in keys:
             return invalid
-        methods = member_spans(raw, "method")
+        methods = member_spans(raw, "method", begin)
         reads_as = Kind.REQUEST
-        if not methods and member_spans(raw, "error"):
+        if not methods and member_spans(raw, "error", begin):
             reads_as = Kind.ERROR
-        elif not methods and member_spans(raw, "result"):
+        elif not methods and member_spans(raw, "result", begin):
             reads_as = Kind.RESPONSE
     except (ValueError, RecursionError):
         return invalid
@@ -269,8 +273,9 @@ def _readable_id(invalid: Invalid) -> Invalid:
 
 
 def _plain_id_key(token: bytes) -> IdKey | None:
-    """The identity of ``token`` if it is, alone, a valid string or integer id."""
-    if _INTEGER.match(token):
+    """The identity of ``token`` if it is, alone, a JSON string or number (``1.0`` is no valid
+    id, but a reader that makes it ``1`` answers under an id the proxy may use)."""
+    if _NUMBER.match(token):
         return ("n", token)
     if token[:1] == b'"':
         try:

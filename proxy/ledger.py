@@ -158,6 +158,9 @@ class Ledger:
                 self._copy(observation, message, link)
             case Relayed(message=message) if message is not None:
                 self._relayed(observation, message, link)
+            case Relayed(direction=Direction.TO_CLIENT, kind=Kind.RESPONSE | Kind.ERROR):
+                if observation.method == PROMPT:  # an answer no parser reads, passed on
+                    self._unreadable_answer(observation, link)
             case DuplicateSwallowed(method=method, data=data) if method == PROMPT:
                 self._swallowed(observation.forwarded_id, data, link)
             case FaultInjected(method=method, action=action) if method == PROMPT:
@@ -177,8 +180,7 @@ class Ledger:
             return
         self._echo(message, link)
         if seen.kind in (Kind.RESPONSE, Kind.ERROR) and seen.method == PROMPT:
-            assert seen.forwarded_id is not None
-            self._answer(message, seen.forwarded_id, link)
+            self._answer(message, seen, link)
         elif seen.kind is Kind.NOTIFICATION and message.method == "session/update":
             self._update(message, link)
 
@@ -241,11 +243,25 @@ class Ledger:
                 original.entry, Attempt(link, original.attempt.id, self._clock()), None, ""
             )
 
-    def _answer(self, message: Message, forwarded_id: bytes, link: int | None) -> None:
-        pending = self._pending.pop((link, forwarded_id), None)
+    def _answered(self, seen: Relayed, link: int | None) -> _Pending | None:
+        """The prompt the answer ``seen`` is for, no longer pending (None: not one we track)."""
+        pending = self._pending.pop((link, seen.forwarded_id or b""), None)
+        if pending is not None:
+            self._by_client_id.pop((link, seen.original_id or b""), None)
+        return pending
+
+    def _unreadable_answer(self, seen: Relayed, link: int | None) -> None:
+        """An answer the proxy could not parse went to the Client: the attempt is answered,
+        with no messageId to judge."""
+        pending = self._answered(seen, link)
+        if pending is not None and pending.entry is not None and not pending.keyed_invalid:
+            pending.attempt.outcome = "unreadable"
+            self._cancel_settled(pending.entry, link)
+
+    def _answer(self, message: Message, seen: Relayed, link: int | None) -> None:
+        pending = self._answered(seen, link)
         if pending is None:
             return
-        self._by_client_id.pop((link, message.id_token or b""), None)
         error = message.body.get("error")
         code = error.get("code") if isinstance(error, dict) else None
         if pending.keyed_invalid:

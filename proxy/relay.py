@@ -20,10 +20,14 @@ The relay rules, each pinned down by ``tests/test_relay.py``:
    as it is.
 7. Invalid input is forwarded untouched (the peer answers it as it would without a proxy), or in
    ``strict`` mode answered by the proxy; an oversized message is always answered, never forwarded.
-   One where a lenient peer could still read a request id has that id rewritten like a valid
-   request's, so that the peer's answer goes back to its sender and can never be taken for the
-   answer to another request (the last ``MAX_INVALID_PENDING`` per direction are remembered: a
-   peer that refuses them answers under ``null``).
+   One where a lenient peer could still read a request id (bad UTF-8, nesting deeper than parsers
+   go, a leading BOM, ``1.0``) has that id rewritten like a valid request's, so that the peer's
+   answer goes back to its sender instead of being taken for another request's. Such requests
+   are kept apart (the last ``MAX_INVALID_PENDING`` per direction): most peers cannot read them
+   and answer under ``null``, so they count as pending nowhere and no cancel reaches them. An
+   invalid answer whose readable id names a pending request goes back to its sender (not in
+   ``strict`` mode); any other is dropped. Bytes that cannot be scanned at all (a batch that is
+   not UTF-8, JSON cut short) are forwarded untouched.
 8. With ``initialize_timeout``, an ``initialize`` the Agent has not answered in that time is
    answered -32603 by the proxy (a timer, like a delay's); a late answer is then an orphan.
 
@@ -91,7 +95,7 @@ from proxy.faultfile import (
 )
 from proxy.faultfile import Sever as SeverAction
 from proxy.faults import FaultEngine, Subject
-from proxy.idmap import DuplicateGroup, IdMap
+from proxy.idmap import DuplicateGroup, IdMap, Pending
 from proxy.jsonrpc import (
     ErrorCode,
     Invalid,
@@ -145,6 +149,7 @@ class Relay:
         "_ended",
         "_engine",
         "_initialize_timeout",
+        "_invalid_maps",
         "_invalid_pending",
         "_keep_upstream",
         "_maps",
@@ -196,8 +201,11 @@ class Relay:
         self._initialize_timeout = initialize_timeout
         self._deadlines: dict[int, bytes] = {}
         """Timer token -> the forwarded id of an ``initialize`` that must be answered by then."""
+        self._invalid_maps = {direction: self._maps[direction].sibling() for direction in Direction}
+        """Invalid requests whose id a lenient peer could read, kept apart: the peer most likely
+        cannot read them, so they count as pending nowhere and take no part in cancels."""
         self._invalid_pending: dict[Direction, deque[bytes]] = {d: deque() for d in Direction}
-        """The forwarded ids of the invalid requests still expected to be answered, oldest first."""
+        """Their forwarded ids, oldest first (at most ``MAX_INVALID_PENDING`` are kept)."""
 
     def pending(self, direction: Direction) -> int:
         """How many requests travelling ``direction`` await their answer."""
@@ -592,7 +600,7 @@ class Relay:
         if message.kind is Kind.ERROR and message.id_key == ("null", None):
             out.append(Unroutable(direction, len(message.raw)))
             return [message.raw]
-        pending = self._maps[direction.reverse].pop(message.id_token)
+        pending = self._answered(direction, message.id_token)
         if pending is None:
             out.append(Orphaned(direction, message.id_token, message.kind))
             return []
@@ -632,8 +640,8 @@ class Relay:
     def _invalid(
         self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
     ) -> None:
-        if invalid.response:
-            answer = self._invalid_answer(direction, invalid, at, out)
+        if invalid.response:  # strict: never forwarded (the sender cannot be answered)
+            answer = None if self._strict else self._invalid_answer(direction, invalid, at, out)
             handling = Handling.DROPPED if answer is None else Handling.FORWARDED
             if answer is not None:
                 out.append(Send(direction.destination, answer))
@@ -668,7 +676,7 @@ class Relay:
         rewritten, and remembered (boundedly) to route the answer back (rule 7)."""
         if invalid.id_token is None or invalid.id_key is None:
             return invalid.raw
-        requests = self._maps[direction]
+        requests = self._invalid_maps[direction]
         pending = requests.add(invalid.id_token, invalid.id_key, invalid.method or "", None, at)
         remembered = self._invalid_pending[direction]
         remembered.append(pending.forwarded_id)
@@ -684,7 +692,7 @@ class Relay:
         wrong request)."""
         if invalid.id_token is None or invalid.reads_as is None:
             return None
-        pending = self._maps[direction.reverse].pop(invalid.id_token)
+        pending = self._answered(direction, invalid.id_token)
         if pending is None:
             return None
         if pending.group is not None:
@@ -704,6 +712,13 @@ class Relay:
             )
         )
         return splice(invalid.raw, [(span, pending.original_id) for span in invalid.id_spans])
+
+    def _answered(self, direction: Direction, forwarded_id: bytes) -> Pending | None:
+        """The request an answer travelling ``direction`` names, now answered (forgotten)."""
+        pending = self._maps[direction.reverse].pop(forwarded_id)
+        if pending is None:
+            pending = self._invalid_maps[direction.reverse].pop(forwarded_id)
+        return pending
 
     def _oversized(self, direction: Direction, size: int, limit: int) -> list[Command]:
         detail = f"message of {size} bytes exceeds the proxy's limit of {limit} bytes"
@@ -728,6 +743,7 @@ class Relay:
             return []
         self._ended.add(side)
         abandoned = self._maps[side.other.outbound].clear()
+        self._invalid_maps[side.other.outbound].clear()
         out: list[Command] = [PeerGone(side, len(abandoned))]
         if side is Side.CLIENT and self._keep_upstream:
             self._closing.add(Side.CLIENT)  # the Agent stays for the next Client

@@ -1,9 +1,10 @@
 """``--watch``: reload the fault files when they change, keeping the last good rules on error.
 
 The files are polled (a stat every ``interval`` seconds; no extra dependency, works on every
-file system). A reload that validates replaces the engine's rules in one step, between two
-messages; counters of rules that keep their name carry over. A bad edit is logged with its
-located errors and changes nothing.
+file system); when a stat changes, the contents are compared with those last loaded. A reload
+that validates replaces the engine's rules in one step, between two messages; counters of rules
+that keep their name carry over. A bad edit is logged with its located errors and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -52,15 +53,36 @@ def reload_fault_files(paths: Sequence[Path], engine: FaultEngine, observer: Obs
     return True
 
 
+def _contents(paths: Sequence[Path]) -> list[bytes | None]:
+    contents: list[bytes | None] = []
+    for path in paths:
+        try:
+            contents.append(path.read_bytes())
+        except OSError:
+            contents.append(None)
+    return contents
+
+
 async def watch_fault_files(
     paths: Sequence[str | Path], engine: FaultEngine, observer: Observer, interval: float = 0.25
 ) -> None:
-    """Poll ``paths`` forever and reload on every change (cancel the task to stop)."""
+    """Poll ``paths`` forever and reload when their contents change (cancel the task to stop).
+
+    A changed stamp makes the watcher read the files; only different contents reload them, so
+    a ``touch``, a ``chmod`` or a save of the same text keeps the rules as they are (rules
+    added over the control API included).
+    """
     files = [Path(path) for path in paths]
     stamps = [_stamp(path) for path in files]
+    contents = _contents(files)
     while True:
         await asyncio.sleep(interval)
         current = [_stamp(path) for path in files]
         if current != stamps:
             stamps = current
+            now = _contents(files)
+            if now == contents:
+                log.info("fault files touched, their contents unchanged: nothing reloaded")
+                continue
+            contents = now
             reload_fault_files(files, engine, observer)

@@ -1145,7 +1145,8 @@ async def test_watch_sees_an_edit_that_keeps_the_size_and_the_mtime(
     start: Start, capture: Path, tmp_path: Path, in_place: bool
 ) -> None:
     """An edit of the same size whose mtime is set back (a coarse clock, ``touch -r``) is seen:
-    by the file's identity when it is replaced, by its ctime when it is written in place."""
+    by the file's identity when it is replaced, by its ctime when it is written in place; a
+    touch or a chmod alone reloads nothing."""
     a, b = notification("_x/a"), notification("_x/b")
 
     def dropping(method: str) -> str:
@@ -1161,6 +1162,10 @@ async def test_watch_sees_an_edit_that_keeps_the_size_and_the_mtime(
     proxy = await start(raw_agent(capture), "--faults", str(faults), "--watch")
     await proxy.send(say(a, b))
     assert await barrier(proxy, "1") == [b]
+    touched = os.stat(faults).st_mtime_ns + 5_000_000_000
+    os.utime(faults, ns=(touched, touched))  # a touch and a chmod change no rule
+    faults.chmod(0o600)
+    await until_logged(proxy, "fault files touched, their contents unchanged: nothing reloaded")
     before = os.stat(faults)
     text = dropping("_x/b")
     assert len(text) == before.st_size
@@ -1172,6 +1177,7 @@ async def test_watch_sees_an_edit_that_keeps_the_size_and_the_mtime(
     await until_logged(proxy, "fault files reloaded")
     await proxy.send(say(a, b))
     assert await barrier(proxy, "2") == [a]
+    assert len(log_events(proxy.stderr, "fault files reloaded")) == 1
 
 
 # == a bad fault file ==============================================================================

@@ -360,6 +360,28 @@ async def test_initialize_answers_200_with_a_new_connection_id_each_time(tmp_pat
         assert len(log_events(s.proxy.stderr, "agent started")) == 3
 
 
+async def test_an_answer_no_parser_reads_reaches_the_stream_of_its_request(
+    tmp_path: Path,
+) -> None:
+    """An Agent's answer with a byte that is not UTF-8 names a pending request: it is routed by
+    that id, to its stream, under the Client's id (as a lenient Client would read it)."""
+    agent = raw_agent(tmp_path / "capture", "--no-answer", "_x/hang")
+    async with (
+        listening_proxy(HTTP_LISTEN, agent) as (_proxy, url),
+        aiohttp.ClientSession() as session,
+    ):
+        http = Http(session, url)
+        connection = await http.initialize()
+        note = compact(notification("_x/note", {"sessionId": "S"}))  # session S is known now
+        assert (await http.post(say(note), connection=connection)).status == 202
+        async with http.stream(connection, "S") as stream:
+            hang = request("q", "_x/hang", {"sessionId": "S"})
+            assert (await http.post(hang, connection=connection)).status == 202
+            lenient = b'{"jsonrpc":"2.0","id":1,"result":{"t":"caf\xe9"}}'  # the proxy's id 1
+            assert (await http.post(say(lenient), connection=connection)).status == 202
+            assert await stream.next() == lenient.replace(b'"id":1', b'"id":"q"')
+
+
 async def test_post_without_or_with_unknown_connection_id(tmp_path: Path) -> None:
     """A non-initialize POST without Acp-Connection-Id is 400; with an unknown one, 404."""
     async with serving(tmp_path) as s:

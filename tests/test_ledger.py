@@ -365,3 +365,24 @@ def test_snapshot_and_restore_keep_entries_and_findings() -> None:
     restored.restore(snapshot)
     assert restored.summary() == lab.ledger.summary()
     assert [f["check"] for f in restored.findings] == ["duplicate_insert"]
+
+
+def test_an_answer_no_parser_reads_settles_its_prompt() -> None:
+    """An Agent's answer with a byte that is not UTF-8 still reaches the Client: its attempt is
+    answered ("unreadable", no messageId to judge) and a later restart is no loss of it."""
+    lab = Lab()
+    agent_id = lab.prompt(7)
+    raw = b'{"jsonrpc":"2.0","id":%d,"result":{"messageId":"caf\xe9"}}' % agent_id
+    commands = lab.relay.handle(MessageReceived(AGENT, raw, lab.clock.now))
+    for command in commands:
+        if isinstance(command, Observation):
+            lab.ledger.observe(command, 1)
+    assert [c.data for c in commands if isinstance(c, Send)] == [
+        raw.replace(b'"id":%d' % agent_id, b'"id":7', 1)
+    ]
+    lab.ledger.observe(Restarted("proxy", 1), 1)
+    lab.clock.now += 0.25
+    lab.prompt(8)
+    [entry] = lab.ledger.summary()
+    assert [a["outcome"] for a in entry["attempts"]] == ["unreadable", None]
+    assert entry["retry_delays_ms"] == []

@@ -318,23 +318,23 @@ class HttpConnection:
     def _route(self, data: bytes) -> Mailbox | None:
         parsed = parse(data)
         session: str | None = None
-        if isinstance(parsed, Message):
-            if parsed.kind in (Kind.RESPONSE, Kind.ERROR) and parsed.id_key is not None:
-                if self._initialize is not None and self._initialize[0] == parsed.id_key:
-                    _, answer = self._initialize
-                    self._initialize = None
-                    if not answer.done():
-                        answer.set_result(data)
-                    return None
-                session = self._request_sessions.pop(parsed.id_key, None)
-                result = parsed.body.get("result")
-                if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
-                    self._note_session(result["sessionId"])  # session/new: on the connection stream
-                    self._streams.setdefault(result["sessionId"], Mailbox(self._drained))
-                    session = None
-            else:
-                session = parsed.session
-                self._note_session(session)
+        answers = _answered_id(parsed)
+        if answers is not None:
+            if self._initialize is not None and self._initialize[0] == answers:
+                _, answer = self._initialize
+                self._initialize = None
+                if not answer.done():
+                    answer.set_result(data)
+                return None
+            session = self._request_sessions.pop(answers, None)
+            result = parsed.body.get("result") if isinstance(parsed, Message) else None
+            if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                self._note_session(result["sessionId"])  # session/new: on the connection stream
+                self._streams.setdefault(result["sessionId"], Mailbox(self._drained))
+                session = None
+        elif isinstance(parsed, Message):
+            session = parsed.session
+            self._note_session(session)
         mailbox = self._streams.get(session) if session is not None else None
         return mailbox or self._streams[None]
 
@@ -347,6 +347,15 @@ class HttpConnection:
             settled = self._unsettled.popleft()
             if not settled.done():
                 settled.set_result(None)
+
+
+def _answered_id(parsed: Message | Batch | Invalid) -> IdKey | None:
+    """The id of the request an answer answers (one no parser reads too, by its readable id)."""
+    if isinstance(parsed, Message):
+        return parsed.id_key if parsed.kind in (Kind.RESPONSE, Kind.ERROR) else None
+    if isinstance(parsed, Invalid) and parsed.reads_as in (Kind.RESPONSE, Kind.ERROR):
+        return parsed.id_key
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,7 +582,9 @@ class Listener:
         )
         if not ws.can_prepare(request).ok:  # refused before any Agent is started for it
             return _error(
-                400, "a WebSocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13"
+                400,
+                "not a WebSocket upgrade: it needs GET, Connection: Upgrade, Upgrade: websocket, "
+                "Sec-WebSocket-Key and Sec-WebSocket-Version: 13",
             )
         connection_id = secrets.token_hex(16)
         ws.headers[CONNECTION_ID] = connection_id
