@@ -192,7 +192,15 @@ def _sendable(code: int) -> int:
     return code
 
 
-CloseCode = Annotated[int, AfterValidator(_sendable), Field(description="WebSocket close code")]
+CloseCode = Annotated[
+    int,
+    Field(
+        ge=1000,
+        le=4999,
+        description="WebSocket close code: 1000-1003, 1007-1014 or 3000-4999",
+    ),
+    AfterValidator(_sendable),
+]
 """A close code a ``sever`` may send."""
 
 

@@ -21,7 +21,8 @@ def parse_host_port(text: str, *, option: str) -> tuple[str, int]:
         host, port = parts.hostname, parts.port
     except ValueError:  # an unclosed '[', a port that is no number or beyond 65535
         host = port = None
-    if not host or port is None or parts.netloc != text or "@" in text:
+    # Written back, it must read as given: no "[::1]x:0", "a b:80", "[v1.x]:80" or "::1:0".
+    if not host or port is None or authority(host, port) != text or " " in text:
         raise ConfigError(
             f"{option}: expected HOST:PORT (an IPv6 address in brackets: [::1]:PORT), got {text!r}"
         )

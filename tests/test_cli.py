@@ -100,6 +100,9 @@ def test_dev_null_as_stdin() -> None:
         ("--admin", "[::1]", "expected HOST:PORT"),
         ("--admin", "127.0.0.1:70000", "expected HOST:PORT"),
         ("--admin", "127.0.0.1:0/x", "expected HOST:PORT"),
+        ("--admin", "[::1]x:0", "expected HOST:PORT"),
+        ("--admin", "[v1.x]:0", "expected HOST:PORT"),
+        ("--admin", "local host:0", "expected HOST:PORT"),
         ("--listen", "ws://[::1:0/acp", "expected stdio, http://HOST:PORT/PATH"),
     ],
 )
