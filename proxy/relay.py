@@ -662,7 +662,7 @@ class Relay:
     ) -> bytes | None:
         """Record an invalid batch entry; what stays in the batch for the peer to answer."""
         if invalid.response:
-            forward = self._invalid_answer(direction, invalid, at, out)
+            forward = None if self._strict else self._invalid_answer(direction, invalid, at, out)
         else:
             forward = self._invalid_forward(direction, invalid, at)
         handling = Handling.DROPPED if forward is None else Handling.FORWARDED

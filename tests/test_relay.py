@@ -496,8 +496,13 @@ class TestInvalidInput:
         """--strict answers bad input itself and forwards none of it, answers included."""
         relay = Relay(strict=True)
         feed(relay, CLIENT, request(b"1"))
+        feed(relay, CLIENT, request(b"2"))
         commands = feed(relay, AGENT, b'{"jsonrpc":"2.0","id":0,"result":"\xff"}')
         assert sends(commands) == []
+        assert observed(commands, InvalidSeen)[0].handling is Handling.DROPPED
+        batch = b'[{"jsonrpc":"2.0","id":1,"result":1.5,"error":{}},' + result(b"1") + b"]"
+        commands = feed(relay, AGENT, batch)
+        assert sends(commands) == [(CLIENT, b"[" + result(b"2") + b"]")]
         assert observed(commands, InvalidSeen)[0].handling is Handling.DROPPED
 
     def test_invalid_requests_awaiting_an_answer_are_bounded(self) -> None:
