@@ -662,6 +662,22 @@ def keyed(at: float, key: str, prompt: str = "P", *, retry: bool = False) -> dic
     }
 
 
+def answer_dropped(at: float, request_id: int) -> dict[str, Any]:
+    """The trace record of a ``drop`` of the answer to prompt ``request_id`` (link 1, S)."""
+    return {
+        "time": at,
+        "link": 1,
+        "event": "fault",
+        "rule": "lose",
+        "action": "drop",
+        "direction": "to_client",
+        "kind": "response",
+        "method": "session/prompt",
+        "session": "S",
+        "id": request_id,
+    }
+
+
 def keyed_message(at: float, key: str, message_id: str) -> dict[str, Any]:
     return {
         "time": at,
@@ -753,24 +769,12 @@ def test_a_key_with_another_prompt_on_another_node_and_no_repeats(tmp_path: Path
 def test_a_new_key_after_a_loss_is_a_new_prompt_and_an_old_key_a_retry(tmp_path: Path) -> None:
     """Keyed attempts are joined by key: a fresh key is no retry even right after a loss, and a
     known key is a retry even with no loss in the trace (the Client's own timeout)."""
-    drop = {
-        "time": 1.3,
-        "link": 1,
-        "event": "fault",
-        "rule": "lose",
-        "action": "drop",
-        "direction": "to_client",
-        "kind": "response",
-        "method": "session/prompt",
-        "session": "S",
-        "id": 1,
-    }
     trace = write_jsonl(
         tmp_path / "t.jsonl",
         header(1.0),
         keyed(1.1, "K1"),
         prompt_request(1.1, 1, 1, 1, "S"),
-        drop,
+        answer_dropped(1.3, 1),
         keyed(1.5, "K2"),  # a new prompt after the loss: not a retry
         prompt_request(1.5, 1, 2, 2, "S"),
         prompt_answer(1.6, 1, 2, 2, "S"),
@@ -798,18 +802,6 @@ def test_a_keyed_resend_before_its_original_was_lost_is_timed_from_the_original(
 ) -> None:
     """The Client resent (its own timeout) before the original's answer was dropped: the retry
     is timed from the original request, never from the later loss (no negative delay)."""
-    late_drop = {
-        "time": 2.5,
-        "link": 1,
-        "event": "fault",
-        "rule": "lose",
-        "action": "drop",
-        "direction": "to_client",
-        "kind": "response",
-        "method": "session/prompt",
-        "session": "S",
-        "id": 1,
-    }
     trace = write_jsonl(
         tmp_path / "t.jsonl",
         header(1.0),
@@ -817,7 +809,7 @@ def test_a_keyed_resend_before_its_original_was_lost_is_timed_from_the_original(
         prompt_request(1.1, 1, 1, 1, "S"),
         keyed(2.0, "K1", retry=True),
         prompt_request(2.0, 1, 2, 2, "S"),
-        late_drop,
+        answer_dropped(2.5, 1),
         prompt_answer(2.6, 1, 2, 2, "S"),
     )
     summary = summarize(load_traces([trace]))
