@@ -55,6 +55,10 @@ class IdMap:
     def __len__(self) -> int:
         return len(self._by_forwarded)
 
+    def oldest(self) -> Pending | None:
+        """The request pending the longest, if any."""
+        return next(iter(self._by_forwarded.values()), None)
+
     def sibling(self) -> IdMap:
         """An empty map that mints from the same counter (no id is ever in both)."""
         return IdMap(self._ids)

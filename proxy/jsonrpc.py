@@ -12,8 +12,8 @@ Rules of this module (wire brief 2.1 and 7):
   :class:`Invalid` with a bounded :class:`InvalidReason` (a metrics label) and a detail.
 * An invalid message that a lenient peer could still read names the id that peer would read
   (:attr:`Invalid.id_token`): the relay rewrites it hop by hop like any id, so that a request's
-  answer can never be taken for the answer to another request, and an answer reaches the request
-  it answers.
+  answer is not taken for the answer to another request, and an answer reaches the request it
+  answers.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from proxy.splice import Span, array_elements, find_member, member_spans
+from proxy.splice import Span, array_elements, find_member, member_spans, members
 
 __all__ = [
     "Batch",
@@ -151,7 +151,7 @@ class Invalid:
     request (only under a readable id that names a pending request, back to its sender)."""
     kind: Kind = Kind.INVALID
     id_token: bytes | None = None
-    """The top-level id a lenient reader would find (a string or an integer), when there is one:
+    """The top-level id a lenient reader would find (a string or a number), when there is one:
     a peer that reads a request anyway answers under it; an answer names the request."""
     id_key: IdKey | None = None
     id_spans: tuple[Span, ...] = ()
@@ -234,7 +234,7 @@ def _readable_id(invalid: Invalid) -> Invalid:
 
     The top-level members are scanned as bytes, so invalid UTF-8, nesting beyond any parser's
     depth or a member of the wrong type leave the id readable; bytes that cannot be scanned
-    (truncated, not an object), or an id that is itself no valid string or integer, give none.
+    (truncated, not an object), or an id that is itself no JSON string or number, give none.
     With ``result`` or ``error`` and no ``method``, the message reads as an answer
     (:attr:`Invalid.response`); otherwise as a request.
     """
@@ -243,18 +243,19 @@ def _readable_id(invalid: Invalid) -> Invalid:
     raw = invalid.raw
     begin = len(_BOM) if raw.startswith(_BOM) else 0  # lenient readers skip one
     try:
-        spans = member_spans(raw, "id", begin)
+        found = members(raw, begin)
+        spans = found.get("id", [])
         keys = [_plain_id_key(raw[start:end]) for start, end in spans]
-        if not keys or None in keys:
-            return invalid
-        methods = member_spans(raw, "method", begin)
-        reads_as = Kind.REQUEST
-        if not methods and member_spans(raw, "error", begin):
-            reads_as = Kind.ERROR
-        elif not methods and member_spans(raw, "result", begin):
-            reads_as = Kind.RESPONSE
     except (ValueError, RecursionError):
         return invalid
+    if not keys or None in keys:
+        return invalid
+    methods = found.get("method")
+    reads_as = Kind.REQUEST
+    if not methods and "error" in found:
+        reads_as = Kind.ERROR
+    elif not methods and "result" in found:
+        reads_as = Kind.RESPONSE
     method = None
     if methods:
         start, end = methods[-1]

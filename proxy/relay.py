@@ -44,7 +44,6 @@ forwarded elements stay in the batch; delayed elements and copies follow as sing
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import assert_never
 
@@ -150,7 +149,6 @@ class Relay:
         "_engine",
         "_initialize_timeout",
         "_invalid_maps",
-        "_invalid_pending",
         "_keep_upstream",
         "_maps",
         "_origin",
@@ -202,10 +200,9 @@ class Relay:
         self._deadlines: dict[int, bytes] = {}
         """Timer token -> the forwarded id of an ``initialize`` that must be answered by then."""
         self._invalid_maps = {direction: self._maps[direction].sibling() for direction in Direction}
-        """Invalid requests whose id a lenient peer could read, kept apart: the peer most likely
-        cannot read them, so they count as pending nowhere and take no part in cancels."""
-        self._invalid_pending: dict[Direction, deque[bytes]] = {d: deque() for d in Direction}
-        """Their forwarded ids, oldest first (at most ``MAX_INVALID_PENDING`` are kept)."""
+        """Invalid requests whose id a lenient peer could read, kept apart (the latest
+        ``MAX_INVALID_PENDING``): the peer most likely cannot read them, so they count as pending
+        nowhere and take no part in cancels."""
 
     def pending(self, direction: Direction) -> int:
         """How many requests travelling ``direction`` await their answer."""
@@ -678,10 +675,9 @@ class Relay:
             return invalid.raw
         requests = self._invalid_maps[direction]
         pending = requests.add(invalid.id_token, invalid.id_key, invalid.method or "", None, at)
-        remembered = self._invalid_pending[direction]
-        remembered.append(pending.forwarded_id)
-        if len(remembered) > MAX_INVALID_PENDING:
-            requests.pop(remembered.popleft())
+        oldest = requests.oldest()
+        if len(requests) > MAX_INVALID_PENDING and oldest is not None:
+            requests.pop(oldest.forwarded_id)
         return splice(invalid.raw, [(span, pending.forwarded_id) for span in invalid.id_spans])
 
     def _invalid_answer(

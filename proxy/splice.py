@@ -9,7 +9,9 @@ span of a member's value, which the caller replaces.
 Rules of this module:
 
 * Input is valid JSON. The scanner does not validate; on malformed input it may return
-  ``None`` or raise ``ValueError``, and callers parse before they scan.
+  ``None`` or raise ``ValueError``, and callers parse before they scan, but for one: looking
+  for the id a lenient peer would read in bytes that did not parse (``jsonrpc``), which
+  catches the ``ValueError``.
 * It only jumps between structural bytes (quotes, brackets, braces) using compiled regular
   expressions, so a 64 MiB string value costs one regex match, not a Python loop per byte.
 * Keys are compared after JSON unescaping: ``"\\u0069d"`` is the key ``id``.
@@ -27,6 +29,7 @@ __all__ = [
     "array_elements",
     "find_member",
     "member_spans",
+    "members",
     "splice",
 ]
 
@@ -136,10 +139,19 @@ def member_spans(raw: bytes, key: str, start: int = 0, *, present: bool = False)
         span = _sole_member(raw, key)
         if span is not None:
             return [span]
+    return members(raw, start).get(key, [])
+
+
+def members(raw: bytes, start: int = 0) -> dict[str, list[Span]]:
+    """The value spans of every member of the object at ``start``, by key (duplicates in order),
+    in one walk; empty when the value at ``start`` is not an object."""
     pos = _skip_ws(raw, start)
     if raw[pos : pos + 1] != b"{":
-        return []
-    return [span for name, span in _members(raw, pos) if name == key]
+        return {}
+    found: dict[str, list[Span]] = {}
+    for name, span in _members(raw, pos):
+        found.setdefault(name, []).append(span)
+    return found
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+\Z")
