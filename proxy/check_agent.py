@@ -252,8 +252,9 @@ class Lab:
         """The idempotency keys this trace sent (never expected back from the Agent)."""
         self._logs: list[Path] = []
         self._link_ended = asyncio.Event()
-        self._copying: asyncio.Task[None] | None = None
         """A listening proxy logged the end of a link (what it says of it is in its log now)."""
+        self._copying: asyncio.Task[None] | None = None
+        """The task copying a listening proxy's stderr into its log file."""
 
     def key(self, name: str) -> str:
         """A fresh idempotency key for one submission (``name`` says which, in reports)."""
