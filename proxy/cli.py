@@ -386,7 +386,17 @@ def check_agent_command(
     raise typer.Exit(exit_status(results))
 
 
-@app.command(context_settings={"allow_interspersed_args": False}, no_args_is_help=False)
+@app.command(
+    context_settings={"allow_interspersed_args": False},
+    no_args_is_help=False,
+    help="The reference ACP v2 Client: one idempotency key per prompt, resent after failures."
+    "\n\nEvery user message seen for a prompt counts, live and replayed, on every connection: "
+    "more than one messageId for a prompt is a duplicate insert, as the proxy's ledger judges "
+    "it.\n\nExit 0 when every prompt was confirmed and inserted exactly once; 1 on a flaw (a "
+    "prompt inserted more than once or never confirmed, the session lost, the Agent gone for "
+    "good); 2 on a usage error, or when nothing could be checked (the Agent cannot be started "
+    "or reached, or is not an ACP v2 Agent).",
+)
 def client(
     agent_cmd: Annotated[
         list[str] | None,
@@ -418,7 +428,6 @@ def client(
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> None:
-    """The reference ACP v2 Client: one idempotency key per prompt, resent after failures."""
     configure_logging(log_format.value, log_level.value)
     try:
         options = ClientOptions(
@@ -434,7 +443,7 @@ def client(
     result = asyncio.run(run_client(options))
     text = json.dumps(result.to_json(), indent=2) if json_output else render_client(result)
     sys.stdout.write(text + "\n")
-    raise typer.Exit(0 if result.ok else 1)
+    raise typer.Exit(result.exit_status)
 
 
 @app.command()
