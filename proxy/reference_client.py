@@ -70,6 +70,8 @@ RESYNC_CODES = frozenset({ErrorCode.INVALID_REQUEST, ErrorCode.RESOURCE_NOT_FOUN
 """Errors to a prompt meaning the Agent lost the connection's state: initialize and resume again."""
 MAX_BACKOFF = 2.0
 """Seconds between two tries to reconnect, at most (0.1 s, doubling)."""
+LISTED_IDS = 5
+"""The messageIds of a duplicated submission listed by :func:`render` (the JSON has them all)."""
 
 Outcome = Literal["pending", "answered", "error", "connection_lost"]
 Stop = Literal["unreachable", "not_v2", "session_lost", "reconnect_failed"]
@@ -896,9 +898,11 @@ def render(report: ClientReport) -> str:
     )
     twice = [(n, s) for n, s in enumerate(report.submissions, start=1) if s.inserted_twice]
     for number, submission in twice:
+        ids = [_cell(message_id, 48) for message_id in submission.message_ids[:LISTED_IDS]]
+        more = len(submission.message_ids) - len(ids)
         lines.append(
-            f"  #{number} inserted {len(submission.message_ids)} times: "
-            f"{', '.join(submission.message_ids)}"
+            f"  #{number} inserted {len(submission.message_ids)} times: {', '.join(ids)}"
+            + (f" and {more} more" if more else "")
         )
     if report.history is not None:
         missing = [
