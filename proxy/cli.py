@@ -386,7 +386,17 @@ def check_agent_command(
     raise typer.Exit(exit_status(results))
 
 
-@app.command(context_settings={"allow_interspersed_args": False}, no_args_is_help=False)
+@app.command(
+    context_settings={"allow_interspersed_args": False},
+    no_args_is_help=False,
+    help="The reference ACP v2 Client: one idempotency key per prompt, resent after failures."
+    "\n\nEvery user message seen for a prompt counts, live and replayed, on every connection: "
+    "more than one messageId for a prompt is a duplicate insert, as the proxy's ledger judges "
+    "it.\n\nExit 0 when every prompt was confirmed and inserted exactly once; 1 on a flaw (a "
+    "prompt inserted more than once or never confirmed, the session lost, the Agent gone for "
+    "good); 2 on a usage error, or when nothing could be checked (the Agent cannot be started "
+    "or reached, or is not an ACP v2 Agent).",
+)
 def client(
     agent_cmd: Annotated[
         list[str] | None,
@@ -418,7 +428,6 @@ def client(
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> None:
-    """The reference ACP v2 Client: one idempotency key per prompt, resent after failures."""
     configure_logging(log_format.value, log_level.value)
     try:
         options = ClientOptions(
@@ -434,11 +443,27 @@ def client(
     result = asyncio.run(run_client(options))
     text = json.dumps(result.to_json(), indent=2) if json_output else render_client(result)
     sys.stdout.write(text + "\n")
-    raise typer.Exit(0 if result.ok else 1)
+    raise typer.Exit(result.exit_status)
 
 
-@app.command()
+@app.command(
+    context_settings={"allow_interspersed_args": False},
+    no_args_is_help=False,
+    help="The embedded default: the reference Client, the proxy with faults, the reference "
+    "Agent (or the Agent given after --, spawned over stdio by the proxy).\n\nExit 0 when "
+    "the run is clean; 1 when it found a flaw (a finding of the proxy, or the Client saw a "
+    "prompt inserted twice, unconfirmed, or a session the Agent lost when killed); 2 on a usage "
+    "error, or when nothing could be checked (the Agent cannot be run, or is not an ACP v2 "
+    "Agent).",
+)
 def demo(
+    agent_cmd: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- AGENT_CMD ...]",
+            help="Another Agent to run the demo against, with its arguments.",
+        ),
+    ] = None,
     bad_agent: Annotated[
         bool, typer.Option("--bad-agent", help="Use an Agent that ignores idempotency keys.")
     ] = False,
@@ -446,11 +471,37 @@ def demo(
         Path | None,
         typer.Option(help="Keep the run's files (trace, store, fault file) in this directory."),
     ] = None,
+    answer_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds the Client waits for an answer before resending (a slow Agent needs "
+            "more).",
+        ),
+    ] = 1.0,
 ) -> None:
-    """The embedded default: the reference Client, the proxy with faults, the reference Agent."""
-    configure_logging("console", "error")
-    result = asyncio.run(run_demo(bad_agent=bad_agent, directory=keep))
-    sys.stdout.write(result.text + "\n")
+    configure_logging("console", "critical")  # the Client's report says why it stopped
+    if agent_cmd and bad_agent:
+        raise typer.BadParameter(
+            "--bad-agent picks the reference Agent: give it or an Agent command, not both",
+            param_hint="AGENT_CMD",
+        )
+    if agent_cmd and shutil.which(agent_cmd[0]) is None:
+        typer.echo(f"error: cannot run the Agent: {agent_cmd[0]!r} is not an executable", err=True)
+        raise typer.Exit(2)
+    result = asyncio.run(
+        run_demo(
+            bad_agent=bad_agent,
+            agent_argv=tuple(agent_cmd or ()),
+            directory=keep,
+            answer_timeout=answer_timeout,
+        )
+    )
+    if result.status == 2:
+        typer.echo(f"error: {result.text}", err=True)
+    else:
+        sys.stdout.write(result.text + "\n")
+    raise typer.Exit(result.status)
 
 
 @app.command()

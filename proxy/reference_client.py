@@ -16,12 +16,16 @@ It is the Client side of the retry lab (DESIGN 8, issue 6), written to the idemp
   resent with the same key, up to ``max_attempts``. ``-32600`` or ``-32002`` mean the Agent no
   longer knows this connection or session (an Agent restarted behind a proxy that kept the pipe):
   the Client first initializes and resumes again on the same connection.
-* At the end the session is resumed once more with a full replay: the report compares the
-  replayed user messages with the submissions, and counts duplicates (the RFD's invariant is at
-  most one copy of each submission in history).
+* At the end the session is resumed once more with a full replay (the history the report
+  shows). The verdict counts every ``user_message`` seen for a submission: live during a turn
+  and replayed by any ``session/resume``, on every connection, and the ``messageId`` s its
+  attempts were answered with. A submission with more than one distinct ``messageId`` was
+  inserted more than once (the RFD's invariant is one), as the proxy's ledger judges
+  ``duplicate_insert``: an Agent's replay that leaves a copy out hides nothing.
 
 :func:`run_client` returns a :class:`ClientReport` (``to_json()`` for machines, :func:`render`
-for people). Logs go to stderr through :mod:`proxy.log`; nothing is printed.
+for people, :attr:`ClientReport.exit_status` for the command). Logs go to stderr through
+:mod:`proxy.log`; nothing is printed.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import contextlib
 import functools
 import itertools
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,6 +57,7 @@ __all__ = [
     "Resume",
     "SeenMessage",
     "Submission",
+    "judge",
     "render",
     "run_client",
 ]
@@ -66,8 +70,15 @@ RESYNC_CODES = frozenset({ErrorCode.INVALID_REQUEST, ErrorCode.RESOURCE_NOT_FOUN
 """Errors to a prompt meaning the Agent lost the connection's state: initialize and resume again."""
 MAX_BACKOFF = 2.0
 """Seconds between two tries to reconnect, at most (0.1 s, doubling)."""
+LISTED_IDS = 5
+"""The messageIds of a duplicated submission listed by :func:`render` (the JSON has them all)."""
 
 Outcome = Literal["pending", "answered", "error", "connection_lost"]
+Stop = Literal["unreachable", "not_v2", "session_lost", "reconnect_failed"]
+"""Why a run stopped early: the Agent could not be started or reached (connect, ``initialize``,
+``session/new``), is not a v2 Agent, no longer knows the session, or could not be reached again."""
+UNCHECKED: frozenset[Stop] = frozenset({"unreachable", "not_v2"})
+"""Stops that leave nothing checked: the run never had a v2 session to submit to."""
 Answer = dict[str, Any] | None
 """A response or error object, or ``None`` when the connection ended before it came."""
 
@@ -156,8 +167,16 @@ class Submission:
     """A success answer came: the Agent inserted the message (once, if it honours keys)."""
     answers: list[str] = field(default_factory=list)
     """Every distinct ``messageId`` answered to its attempts (two: the Agent ignores keys)."""
+    message_ids: list[str] = field(default_factory=list)
+    """Every distinct message of this submission: the user messages with its text seen live or
+    replayed (on any connection), and the answers. One is the invariant; more is a duplicate."""
     history_ids: list[str] = field(default_factory=list)
-    """The user messages with this text in the final replay (one is the invariant)."""
+    """Those of its messages the final replay holds (``[]`` when there was no verification)."""
+
+    @property
+    def inserted_twice(self) -> bool:
+        """More than one message for this submission: the Agent inserted it again."""
+        return len(self.message_ids) > 1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,6 +185,7 @@ class Submission:
             "confirmed": self.confirmed,
             "messageId": self.message_id,
             "answers": self.answers,
+            "messageIds": self.message_ids,
             "historyIds": self.history_ids,
             "attempts": [attempt.to_json() for attempt in self.attempts],
         }
@@ -177,8 +197,19 @@ class SeenMessage:
 
     message_id: str
     text: str
+    """The text of this update (a chunk's: a part of the message)."""
     connection: int
-    replayed: bool
+    replay: int = 0
+    """Which ``session/resume`` on its connection replayed it (1 is the first); 0: live."""
+    submission: int | None = None
+    """The latest submission sent when it arrived (0-based; ``None`` before the first)."""
+    chunk: bool = False
+    """A ``user_message_chunk``: the message's text is its chunks' in one stream (live, or
+    one replay), never across two."""
+
+    @property
+    def replayed(self) -> bool:
+        return self.replay > 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -186,6 +217,8 @@ class SeenMessage:
             "text": self.text,
             "connection": self.connection,
             "replayed": self.replayed,
+            "submission": self.submission,
+            "chunk": self.chunk,
         }
 
 
@@ -227,9 +260,11 @@ class ClientReport:
     history: list[str] | None = None
     """User message ids of the final replay, in order (``None``: no verification)."""
     duplicates: int = 0
-    """Copies in history beyond one per submission of the same text."""
+    """Messages beyond one per submission (:attr:`Submission.message_ids`), seen anywhere."""
     error: str | None = None
     """Why the run stopped early (the session is gone, the Agent cannot be reached)."""
+    stop: Stop | None = None
+    """What kind of stop ``error`` is."""
     not_submitted: list[str] = field(default_factory=list)
     """Prompts never submitted because the run stopped early."""
 
@@ -242,6 +277,17 @@ class ClientReport:
             and all(submission.confirmed for submission in self.submissions)
         )
 
+    @property
+    def exit_status(self) -> int:
+        """0: every submission confirmed, each inserted once. 1: a flaw seen (a submission
+        inserted more than once or unconfirmed, the session lost, the Agent gone for good).
+        2: nothing checked (the Agent could not be started or reached, or is not a v2 Agent)."""
+        if self.ok:
+            return 0
+        if self.stop in UNCHECKED:
+            return 2
+        return 1
+
     def user_message_ids(self) -> list[str]:
         """Distinct user message ids seen, in order of first sight."""
         return list(dict.fromkeys(seen.message_id for seen in self.user_messages))
@@ -250,6 +296,7 @@ class ClientReport:
         """The report as plain JSON values."""
         return {
             "ok": self.ok,
+            "exitStatus": self.exit_status,
             "transport": self.transport,
             "sessionId": self.session_id,
             "connections": self.connections,
@@ -262,6 +309,7 @@ class ClientReport:
             "history": self.history,
             "duplicates": self.duplicates,
             "error": self.error,
+            "stop": self.stop,
             "notSubmitted": self.not_submitted,
         }
 
@@ -272,6 +320,10 @@ class _Failure(Exception):
 
 class _Fatal(Exception):
     """The run cannot go on (the session is gone, the Agent is not a v2 Agent, unreachable)."""
+
+    def __init__(self, message: str, stop: Stop) -> None:
+        super().__init__(message)
+        self.stop: Stop = stop
 
 
 class _Connection:
@@ -290,6 +342,8 @@ class _Connection:
         self.lost = False
         self.resume: Resume | None = None
         """The resume in flight: updates before its answer are its replay."""
+        self.replays = 0
+        """Resumes sent on this connection: each replay is a stream of updates of its own."""
         self._resume_id: int | None = None
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
@@ -415,8 +469,6 @@ class _Run:
         self.report = ClientReport(options.transport)
         self.connection: _Connection | None = None
         self._ids = itertools.count(1)
-        self._texts: dict[str, str] = {}
-        """messageId -> text of every user message seen."""
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -464,10 +516,17 @@ class _Run:
         result = _result_of(answer, "initialize")
         version = result.get("protocolVersion")
         if version != PROTOCOL_VERSION:
-            raise _Fatal(f"the agent answered protocol version {version!r}; keys need v2")
+            answered = shorten(repr(version), 40)
+            raise _Fatal(
+                f"not an ACP v2 Agent: initialize answered protocol version {answered} "
+                f"(idempotency keys need {PROTOCOL_VERSION})",
+                "not_v2",
+            )
         capabilities = result.get("capabilities")
         if not isinstance(capabilities, dict) or capabilities.get("session") is None:
-            raise _Fatal("the agent does not advertise capabilities.session")
+            raise _Fatal(
+                "not an ACP v2 Agent: its initialize answer has no capabilities.session", "not_v2"
+            )
 
     async def _new_session(self, connection: _Connection) -> None:
         answer = await self._call(
@@ -475,7 +534,7 @@ class _Run:
         )
         session_id = _result_of(answer, "session/new").get("sessionId")
         if not isinstance(session_id, str):
-            raise _Fatal(f"session/new answered no sessionId: {shorten(answer)}")
+            raise _Fatal(f"session/new answered no sessionId: {shorten(answer)}", "unreachable")
         self.report.session_id = session_id
         log.info("session created", session=session_id)
 
@@ -483,6 +542,7 @@ class _Run:
         assert self.report.session_id is not None
         resume = Resume(connection.number, final=final)
         connection.resume = resume
+        connection.replays += 1
         try:
             answer = await self._call(
                 connection,
@@ -498,7 +558,9 @@ class _Run:
             connection.resume = None
         error = answer.get("error")
         if isinstance(error, dict) and error.get("code") == ErrorCode.RESOURCE_NOT_FOUND:
-            raise _Fatal(f"the agent no longer knows session {self.report.session_id}")
+            raise _Fatal(
+                f"the agent no longer knows session {self.report.session_id}", "session_lost"
+            )
         _result_of(answer, "session/resume")
         self.report.resumes.append(resume)
         log.info(
@@ -516,7 +578,7 @@ class _Run:
             await self._initialize(connection)
             await self._new_session(connection)
         except _Failure as exc:
-            raise _Fatal(str(exc)) from exc
+            raise _Fatal(str(exc), "unreachable") from exc
 
     async def _reconnect(self, *, final: bool = False) -> _Connection:
         """Connect again (respawn), initialize and resume the session with a full replay."""
@@ -534,7 +596,9 @@ class _Run:
                 continue
             self.report.reconnects += 1
             return connection
-        raise _Fatal(f"could not reconnect in {self.options.max_attempts} tries: {last}")
+        raise _Fatal(
+            f"could not reconnect in {self.options.max_attempts} tries: {last}", "reconnect_failed"
+        )
 
     async def _resync(self, connection: _Connection) -> _Connection:
         """Initialize and resume again on the same connection (its Agent forgot it)."""
@@ -563,12 +627,15 @@ class _Run:
         message_id = update.get("messageId")
         if not isinstance(message_id, str):
             return
-        text = _text_of(update.get("content"))
-        if kind == "user_message":
-            self._texts[message_id] = text
-        else:
-            self._texts[message_id] = self._texts.get(message_id, "") + text
-        seen = SeenMessage(message_id, text, connection.number, replayed=resume is not None)
+        latest = len(self.report.submissions) - 1 if self.report.submissions else None
+        seen = SeenMessage(
+            message_id,
+            _text_of(update.get("content")),
+            connection.number,
+            connection.replays if resume is not None else 0,
+            latest,
+            chunk=kind == "user_message_chunk",
+        )
         self.report.user_messages.append(seen)
         if resume is not None and message_id not in resume.user_message_ids:
             resume.user_message_ids.append(message_id)
@@ -680,20 +747,6 @@ class _Run:
             self.report.history = list(resume.user_message_ids)
             return
 
-    def _judge(self) -> None:
-        """Fill each submission's copies in history and the duplicate count."""
-        report = self.report
-        ids = report.history if report.history is not None else report.user_message_ids()
-        copies: dict[str, list[str]] = {}
-        for message_id in ids:
-            copies.setdefault(self._texts.get(message_id, ""), []).append(message_id)
-        for submission in report.submissions:
-            submission.history_ids = list(copies.get(submission.text, []))
-        submitted = Counter(submission.text for submission in report.submissions)
-        report.duplicates = sum(
-            max(0, len(copies.get(text, [])) - count) for text, count in submitted.items()
-        )
-
     async def run(self) -> ClientReport:
         try:
             await self._open()
@@ -708,11 +761,46 @@ class _Run:
             if not self.report.submissions:
                 self.report.not_submitted = list(self.options.prompts)
             self.report.error = str(exc)
+            self.report.stop = exc.stop
             log.error("the client stopped", error=str(exc))
         finally:
             await self._drop()
-        self._judge()
+        judge(self.report)
         return self.report
+
+
+def judge(report: ClientReport) -> None:
+    """Give each user message seen to its submission; fill their messages and the duplicates.
+
+    A message answered to an attempt is that submission's. Any other belongs to the latest
+    submission sent before it was first seen whose text it has (in some stream: live, or one
+    replay). So a copy seen only live counts though the final replay leaves it out, and a late
+    copy of an earlier submission is not taken for the current one's. This is the ledger's
+    ``duplicate_insert`` from the Client's side: one submission, several ``messageId`` s.
+    """
+    streams: dict[tuple[int, int, str], str] = {}
+    for seen in report.user_messages:
+        stream = (seen.connection, seen.replay, seen.message_id)
+        streams[stream] = streams.get(stream, "") + seen.text if seen.chunk else seen.text
+    texts: dict[str, set[str]] = {}
+    for (_, _, message_id), text in streams.items():
+        texts.setdefault(message_id, set()).add(text)
+    owner: dict[str, int] = {}
+    for number, submission in enumerate(report.submissions):
+        for message_id in submission.answers:
+            owner.setdefault(message_id, number)
+    for seen in report.user_messages:
+        if seen.message_id in owner or seen.submission is None:
+            continue
+        for number in range(min(seen.submission, len(report.submissions) - 1), -1, -1):
+            if report.submissions[number].text in texts[seen.message_id]:
+                owner[seen.message_id] = number
+                break
+    order = list(dict.fromkeys([*report.user_message_ids(), *owner]))  # answers unseen last
+    for number, submission in enumerate(report.submissions):
+        submission.message_ids = [m for m in order if owner.get(m) == number]
+        submission.history_ids = [m for m in report.history or () if owner.get(m) == number]
+    report.duplicates = sum(max(0, len(s.message_ids) - 1) for s in report.submissions)
 
 
 def _settle(submission: Submission, attempt: Attempt, future: asyncio.Future[Answer]) -> None:
@@ -787,20 +875,18 @@ def render(report: ClientReport) -> str:
         f"session {report.session_id or '-'} over {report.transport}: "
         f"{report.connections} connection(s), {report.reconnects} reconnect{plural}, "
         f"{report.resyncs} resync(s)",
-        f"  {'#':>2}  {'prompt':<24}  {'key':<8}  {'messageId':<16}  {'in history':<10}  "
-        "attempts (#id@connection)",
+        f"  {'#':>2}  {'prompt':<24}  {'key':<8}  {'messageId':<16}  {'inserted':<8}  "
+        f"{'in history':<10}  attempts (#id@connection)",
     ]
     for number, submission in enumerate(report.submissions, start=1):
-        copies = len(submission.history_ids)
-        if report.history is None:
-            history = f"{copies} seen"  # not verified: what was seen, live or replayed
-        else:
-            history = f"{copies} cop" + ("y" if copies == 1 else "ies")
+        inserted = len(submission.message_ids)
+        times = f"{inserted} time" + ("" if inserted == 1 else "s")
+        history = "-" if report.history is None else str(len(submission.history_ids))
         message = submission.message_id or ("(no id)" if submission.confirmed else "unconfirmed")
         attempts = ", ".join(_attempt_text(attempt) for attempt in submission.attempts)
         lines.append(
             f"  {number:>2}  {_cell(repr(submission.text), 24):<24}  {submission.key[:8]:<8}  "
-            f"{_cell(message, 16):<16}  {history:<10}  {attempts}"
+            f"{_cell(message, 16):<16}  {times:<8}  {history:<10}  {attempts}"
         )
     seen = report.user_message_ids()
     in_history = (
@@ -810,13 +896,34 @@ def render(report: ClientReport) -> str:
         f"user messages: {len(seen)} seen (live and replayed), {in_history}; "
         f"duplicates: {report.duplicates}"
     )
+    twice = [(n, s) for n, s in enumerate(report.submissions, start=1) if s.inserted_twice]
+    for number, submission in twice:
+        ids = [_cell(message_id, 48) for message_id in submission.message_ids[:LISTED_IDS]]
+        more = len(submission.message_ids) - len(ids)
+        lines.append(
+            f"  #{number} inserted {len(submission.message_ids)} times: {', '.join(ids)}"
+            + (f" and {more} more" if more else "")
+        )
+    if report.history is not None:
+        missing = [
+            str(number)
+            for number, submission in enumerate(report.submissions, start=1)
+            if submission.confirmed and not submission.history_ids
+        ]
+        if missing:
+            lines.append(
+                f"note: confirmed but absent from the final replay: #{', #'.join(missing)} "
+                "(the Agent's replay of the session is incomplete)"
+            )
     unconfirmed = sum(1 for submission in report.submissions if not submission.confirmed)
     if report.ok:
         lines.append("OK: every submission confirmed, none inserted twice")
     else:
         problems = []
-        if report.duplicates:
-            problems.append(f"{report.duplicates} duplicate insert(s)")
+        if twice:
+            problems.append(
+                f"{len(twice)} submission{'' if len(twice) == 1 else 's'} inserted more than once"
+            )
         if unconfirmed:
             problems.append(f"{unconfirmed} unconfirmed submission(s)")
         if report.error is not None:

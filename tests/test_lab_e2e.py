@@ -235,6 +235,41 @@ async def test_the_reference_client_recovers_from_every_fault_action(
     assert len(report.history) == 3
 
 
+KEY_IGNORED: dict[str, dict[str, Any]] = {
+    "drop": {
+        "when": {"kind": "response", "method": "session/prompt"},
+        "schedule": {"nth": [1]},
+        "do": {"action": "drop"},
+    },
+    "duplicate": {
+        "when": {"kind": "request", "method": "session/prompt"},
+        "schedule": {"nth": [1]},
+        "do": {"action": "duplicate", "gap_ms": 5},
+    },
+}
+
+
+@pytest.mark.parametrize("action", sorted(KEY_IGNORED))
+async def test_the_reference_clients_verdict_agrees_with_the_ledger(
+    tmp_path: Path, action: str
+) -> None:
+    """An Agent that ignores keys inserts the first prompt twice (a retry after a lost answer, or
+    a replayed copy): the Client and the ledger name the same key, the Client exits 1."""
+    state = tmp_path / "proxy-state.json"
+    faults = fault_file(tmp_path, {"name": action, **KEY_IGNORED[action]})
+    argv = (*PROXY, "--faults", str(faults), "--state", str(state), "--", *AGENT, "--no-dedupe")
+    async with asyncio.timeout(TIMEOUT * 2):
+        report = await run_client(
+            ClientOptions(agent_argv=argv, prompts=("one", "two"), answer_timeout=1.0)
+        )
+    first, second = report.submissions
+    assert (report.duplicates, report.exit_status) == (1, 1)
+    assert len(first.message_ids) == 2
+    assert second.message_ids == [second.message_id]
+    findings = json.loads(state.read_text())["ledger"]["findings"]
+    assert [(f["check"], f["key"]) for f in findings] == [("duplicate_insert", first.key)]
+
+
 async def test_a_cancel_answered_unevenly_is_found_out(tmp_path: Path) -> None:
     """cancel_incomplete: after $/cancel_request, one request of the key got -32800, one a success."""
     hold = {

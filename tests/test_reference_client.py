@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,10 +20,19 @@ from pathlib import Path
 import pytest
 from harness import TIMEOUT, ProxyProcess
 
-from proxy.reference_client import ClientOptions, ClientReport, render, run_client
+from proxy.reference_client import (
+    ClientOptions,
+    ClientReport,
+    SeenMessage,
+    Submission,
+    judge,
+    render,
+    run_client,
+)
 
 AGENT = (sys.executable, "-m", "proxy", "agent")
 PROXY = (sys.executable, "-m", "proxy", "run")
+CLIENT = (sys.executable, "-m", "proxy", "client")
 CONFIG = Path(__file__).parent.parent / "config"
 LOSE_FIRST = CONFIG / "lose-first-prompt-response.yaml"
 AGENT_DIES = CONFIG / "agent-dies-with-prompt-pending.yaml"
@@ -74,11 +84,12 @@ def check_inserted_once(report: ClientReport, texts: tuple[str, ...] = TEXTS) ->
         assert submission.message_id is not None
         assert submission.answers == [submission.message_id]  # retries answered alike
         assert submission.history_ids == [submission.message_id]
+        assert submission.message_ids == [submission.message_id]
         request_ids = [a.request_id for a in submission.attempts]
         assert len(set(request_ids)) == len(request_ids)  # a new JSON-RPC id per attempt
     assert report.history == [s.message_id for s in report.submissions]
     assert report.duplicates == 0
-    assert report.ok
+    assert (report.ok, report.exit_status) == (True, 0)
 
 
 @pytest.fixture
@@ -250,8 +261,9 @@ async def test_an_agent_restarted_behind_the_proxy_is_initialized_and_resumed_ag
         AGENT_RESTARTS,
         agent=(*AGENT, "--store", str(tmp_path / "store")),
     )
-    # The kill comes 100 ms after the prompt, well before the Client's timeout.
-    report = await run(agent_argv=argv, prompts=TEXTS, answer_timeout=1.5)
+    # The kill comes 100 ms after the prompt, well before the Client's timeout; the timeout also
+    # leaves the new Agent (a Python start, seconds on a busy machine) time to answer the retry.
+    report = await run(agent_argv=argv, prompts=TEXTS, answer_timeout=5.0)
     check_inserted_once(report)
     assert (report.connections, report.reconnects, report.resyncs) == (1, 0, 1)
     assert outcomes(report, 0) == [
@@ -301,11 +313,177 @@ async def test_an_agent_that_ignores_keys_inserts_the_retry_again() -> None:
     assert original != again
     assert first.message_id == again
     assert live_ids(report, "first") == [original, again]
-    assert second.history_ids == [second.message_id]
+    assert first.message_ids == [original, again]
+    assert second.history_ids == second.message_ids == [second.message_id]
+    assert report.exit_status == 1
     text = render(report)
-    assert "2 copies" in text
-    assert "FAIL: 1 duplicate insert(s)" in text
+    assert f"#1 inserted 2 times: {original}, {again}" in text
+    assert "FAIL: 1 submission inserted more than once" in text
     assert report.to_json()["duplicates"] == 1
+
+
+def replay_without_the_retry(tmp_path: Path) -> Path:
+    """A fault file: the final replay loses the second ``first`` user message (the retry's copy).
+
+    ``user_message`` updates of ``first`` to the Client: the original and the retry's copy live,
+    then the original and the copy replayed by the final ``session/resume``: the 4th is dropped,
+    as an Agent whose replay leaves a message out would.
+    """
+    path = tmp_path / "replay-without-the-retry.yaml"
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "rules": [
+                    {
+                        "name": "replay-without-the-retry",
+                        "when": {
+                            "direction": "to_client",
+                            "kind": "notification",
+                            "method": "session/update",
+                            "params": {
+                                "update": {
+                                    "sessionUpdate": "user_message",
+                                    "content": [{"text": "first"}],
+                                }
+                            },
+                        },
+                        "schedule": {"nth": [4]},
+                        "do": {"action": "drop"},
+                    }
+                ],
+            }
+        )
+    )
+    return path
+
+
+def ledger_duplicates(state: Path) -> set[str]:
+    """The keys the proxy's ledger found ``duplicate_insert`` for (from ``--state``)."""
+    findings = json.loads(state.read_text())["ledger"]["findings"]
+    return {f["key"] for f in findings if f["check"] == "duplicate_insert"}
+
+
+async def test_a_duplicate_seen_live_counts_though_the_final_replay_lacks_it(
+    tmp_path: Path,
+) -> None:
+    """Every user message seen for a submission counts, not only the final replay's.
+
+    The first answer is lost, the Agent ignores keys and inserts the retry again; the final
+    replay misses the second copy. The Client saw both live: one duplicate, as the ledger says.
+    """
+    state = tmp_path / "state.json"
+    argv = through_proxy(
+        "--faults",
+        LOSE_FIRST,
+        "--faults",
+        replay_without_the_retry(tmp_path),
+        "--state",
+        state,
+        agent=(*AGENT, "--no-dedupe"),
+    )
+    report = await run(agent_argv=argv, prompts=TEXTS[:2], answer_timeout=1.0)
+    first, second = report.submissions
+    [original, again] = live_ids(report, "first")
+    assert report.history is not None
+    assert original in report.history
+    assert again not in report.history  # the replay left the copy out
+    assert report.duplicates == 1
+    assert first.history_ids == [original]
+    assert first.message_ids == [original, again]
+    assert second.message_ids == second.history_ids == [second.message_id]
+    assert (report.ok, report.exit_status) == (False, 1)
+    assert ledger_duplicates(state) == {first.key}
+    text = render(report)
+    assert "FAIL: 1 submission inserted more than once" in text
+
+
+def test_the_client_command_exits_1_on_a_duplicate(tmp_path: Path) -> None:
+    """``acp-proxy client`` prints the duplicate and exits 1, agreeing with the ledger."""
+    state = tmp_path / "state.json"
+    argv = through_proxy(
+        "--faults",
+        LOSE_FIRST,
+        "--faults",
+        replay_without_the_retry(tmp_path),
+        "--state",
+        state,
+        agent=(*AGENT, "--no-dedupe"),
+    )
+    done = subprocess.run(
+        [*CLIENT, "-p", "first", "-p", "second", "--answer-timeout", "1", "--json", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["duplicates"] == 1
+    first, second = report["submissions"]
+    assert len(first["messageIds"]) == 2
+    assert second["messageIds"] == [second["messageId"]]
+    assert ledger_duplicates(state) == {first["key"]}
+
+
+# -- the verdict, from what was seen ------------------------------------------------------------
+
+
+def judged(
+    submissions: list[Submission], seen: list[SeenMessage], history: list[str] | None
+) -> ClientReport:
+    report = ClientReport("stdio", submissions=submissions, user_messages=seen, history=history)
+    judge(report)
+    return report
+
+
+def test_a_message_in_chunks_is_put_together_per_stream() -> None:
+    """Chunks live and chunks replayed are two streams: the text is not doubled, one message."""
+    chunks = [
+        SeenMessage("m1", "fir", 1, 0, 0, chunk=True),
+        SeenMessage("m1", "st", 1, 0, 0, chunk=True),
+        SeenMessage("m1", "fir", 2, 1, 0, chunk=True),
+        SeenMessage("m1", "st", 2, 1, 0, chunk=True),
+        SeenMessage("m2", "fir", 2, 1, 0, chunk=True),
+        SeenMessage("m2", "st", 2, 1, 0, chunk=True),
+    ]
+    report = judged([Submission("first", "k1", answers=["m1"])], chunks, ["m1", "m2"])
+    [first] = report.submissions
+    assert first.message_ids == first.history_ids == ["m1", "m2"]  # m2: a copy, replayed
+    assert report.duplicates == 1
+
+
+def test_messages_go_to_the_submission_sent_latest_with_their_text() -> None:
+    """Two submissions of one text are two messages, not a duplicate; a late copy of an
+    earlier submission, seen while a later one is under way, is the earlier one's."""
+    submissions = [
+        Submission("same", "k1", answers=["m1"]),
+        Submission("other", "k2", answers=["m2"]),
+        Submission("same", "k3", answers=["m3"]),
+    ]
+    seen = [
+        SeenMessage("m1", "same", 1, 0, 0),
+        SeenMessage("m2", "other", 1, 0, 1),
+        SeenMessage("m1b", "same", 1, 0, 1),  # k1 inserted again, late
+        SeenMessage("m3", "same", 1, 0, 2),
+    ]
+    report = judged(submissions, seen, None)
+    assert [s.message_ids for s in report.submissions] == [["m1", "m1b"], ["m2"], ["m3"]]
+    assert [s.history_ids for s in report.submissions] == [[], [], []]  # not verified
+    assert report.duplicates == 1
+    assert "#1 inserted 2 times: m1, m1b" in render(report)
+
+
+def test_a_flood_of_copies_is_listed_in_bounded_text() -> None:
+    """A hostile Agent's many long messageIds: the JSON has all, the text a few, each cut."""
+    ids = [f"{n:03d}" + "x" * 10_000 for n in range(100)]
+    seen = [SeenMessage(message_id, "first", 1, 0, 0) for message_id in ids]
+    report = judged([Submission("first", "k1")], seen, None)
+    assert report.submissions[0].message_ids == ids
+    assert report.duplicates == 99
+    [line] = [line for line in render(report).splitlines() if "inserted 100 times" in line]
+    assert len(line) < 400
+    assert line.endswith(" and 95 more")
 
 
 # -- bad input and bad starts --------------------------------------------------------------------

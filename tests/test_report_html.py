@@ -77,19 +77,21 @@ class Page(HTMLParser):
         return {tag for tag, _ in self.elements}
 
 
-def demo_trace(directory: Path, *options: str) -> Path:
-    subprocess.run(
+def demo_trace(directory: Path, *options: str, status: int = 0) -> Path:
+    """Run the demo keeping its files; it exits ``status`` (1: it found a flaw)."""
+    done = subprocess.run(
         [sys.executable, "-m", "proxy", "demo", "--keep", str(directory), *options],
-        check=True,
+        check=False,
         capture_output=True,
         timeout=60,
     )
+    assert done.returncode == status, done.stderr
     return directory / "trace.jsonl"
 
 
 @pytest.fixture(scope="module")
 def bad_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return demo_trace(tmp_path_factory.mktemp("bad"), "--bad-agent")
+    return demo_trace(tmp_path_factory.mktemp("bad"), "--bad-agent", status=1)
 
 
 def records_of(path: Path) -> list[dict[str, Any]]:
