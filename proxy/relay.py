@@ -137,6 +137,11 @@ def corrupt(data: bytes, mode: str, draw: Iterator[int]) -> bytes:
     return data[:at] + b"\xc3\x28" + data[at:]
 
 
+def _refusal(detail: str) -> bytes:
+    """The proxy's answer to a message it will not relay (its sender's id unknown: ``null``)."""
+    return error_response(b"null", ErrorCode.INVALID_REQUEST, f"Invalid request: {detail}")
+
+
 class Relay:
     """The state of one link: pending requests both ways, held messages, which peers are gone."""
 
@@ -637,7 +642,9 @@ class Relay:
     def _invalid(
         self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
     ) -> None:
-        if invalid.response:  # strict: never forwarded (the sender cannot be answered)
+        if invalid.reason is InvalidReason.TOO_COMPLEX:
+            handling = self._refuse(direction, invalid, out)
+        elif invalid.response:  # strict: never forwarded (the sender cannot be answered)
             answer = None if self._strict else self._invalid_answer(direction, invalid, at, out)
             handling = Handling.DROPPED if answer is None else Handling.FORWARDED
             if answer is not None:
@@ -658,11 +665,17 @@ class Relay:
         self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
     ) -> bytes | None:
         """Record an invalid batch entry; what stays in the batch for the peer to answer."""
-        if invalid.response:
-            forward = None if self._strict else self._invalid_answer(direction, invalid, at, out)
+        forward = None
+        if invalid.reason is InvalidReason.TOO_COMPLEX:
+            handling = self._refuse(direction, invalid, out)
         else:
-            forward = self._invalid_forward(direction, invalid, at)
-        handling = Handling.DROPPED if forward is None else Handling.FORWARDED
+            if invalid.response:
+                forward = (
+                    None if self._strict else self._invalid_answer(direction, invalid, at, out)
+                )
+            else:
+                forward = self._invalid_forward(direction, invalid, at)
+            handling = Handling.DROPPED if forward is None else Handling.FORWARDED
         out.append(
             InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
         )
@@ -720,11 +733,17 @@ class Relay:
         detail = f"message of {size} bytes exceeds the proxy's limit of {limit} bytes"
         return [
             InvalidSeen(direction, InvalidReason.TOO_LARGE, size, detail, Handling.ANSWERED),
-            Send(
-                direction.source,
-                error_response(b"null", ErrorCode.INVALID_REQUEST, f"Invalid request: {detail}"),
-            ),
+            Send(direction.source, _refusal(detail)),
         ]
+
+    def _refuse(self, direction: Direction, invalid: Invalid, out: list[Command]) -> Handling:
+        """A message the proxy cannot relay (its id cannot be located within the scanner's
+        bounds) is never forwarded: a request is answered, as one too large is; an answer,
+        which the proxy cannot route, is dropped."""
+        if invalid.response:
+            return Handling.DROPPED
+        out.append(Send(direction.source, _refusal(invalid.detail)))
+        return Handling.ANSWERED
 
     # -- connections ----------------------------------------------------------------------------
 

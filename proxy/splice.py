@@ -12,8 +12,12 @@ Rules of this module:
   ``None`` or raise ``ValueError``, and callers parse before they scan, but for one: looking
   for the id a lenient peer would read in bytes that did not parse (``jsonrpc``), which
   catches the ``ValueError``.
-* It only jumps between structural bytes (quotes, brackets, braces) using compiled regular
-  expressions, so a 64 MiB string value costs one regex match, not a Python loop per byte.
+* Its cost is linear in the size of the input with a small constant, and bounded, whatever
+  the input's shape: strings are skipped with ``bytes.find`` and containers with one match of
+  a compiled pattern (possessive, so it never backtracks) that covers :data:`_SHALLOW` levels
+  of nesting; only the members read and the brackets of deeper containers (a run of them at a
+  time) take a step of Python each, and a walk takes at most :data:`MAX_STEPS` of them, or
+  raises :class:`ScanLimit` (a ``ValueError``). 60 MB of ``[[[[...]]]]`` take two steps.
 * Keys are compared after JSON unescaping: ``"\\u0069d"`` is the key ``id``.
 """
 
@@ -25,6 +29,8 @@ import re
 from collections.abc import Iterator, Sequence
 
 __all__ = [
+    "MAX_STEPS",
+    "ScanLimit",
     "Span",
     "array_elements",
     "find_member",
@@ -38,7 +44,61 @@ Span = tuple[int, int]
 
 _WS = re.compile(rb"[ \t\n\r]*")
 _SCALAR = re.compile(rb"[^,\]}\s]+")
-_STRUCTURAL = re.compile(rb'["\[\]{}]')
+
+MAX_STEPS = 100_000
+"""The most steps one walk may take, so that no message costs more than a bounded stretch of
+Python however it is shaped. A step is a member read, or a run of brackets that the compiled
+pattern does not skip (a container nested more than :data:`_SHALLOW` levels below the one being
+walked is entered or left in a step, and so is any depth of brackets in a row: ``[[[[...]]]]``
+takes two). Real ACP messages take a handful: their few top-level members are read one by one
+and everything inside them is skipped by one regular-expression match."""
+_SHALLOW = 8
+"""Nesting levels that one match of :data:`_RUN` skips."""
+
+
+class ScanLimit(ValueError):
+    """The bytes need more than :data:`MAX_STEPS` steps to walk.
+
+    :attr:`keys` holds the keys of the members of the object being walked that were met before
+    the limit (the one whose value was being skipped included), when they are known.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.keys: frozenset[str] = frozenset()
+
+
+def _shallow_run(levels: int) -> re.Pattern[bytes]:
+    """A pattern that skips, in one match, the values, separators and strings at one level and
+    every container nested at most ``levels`` deep inside them, stopping before anything else:
+    the bracket that closes the current container, a container nested deeper, an unterminated
+    string or the end. Possessive quantifiers: no backtracking, linear time."""
+    string = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+    atom = rb'[^"\[\]{}]++|' + string
+    level = atom
+    for _ in range(levels):
+        level = atom + rb"|[\[{](?:" + level + rb")*+[\]}]"
+    return re.compile(rb"(?s)(?:" + level + rb")*+")
+
+
+_RUN = _shallow_run(_SHALLOW)
+_OPENERS = re.compile(rb"[\[{]+")
+_CLOSERS = re.compile(rb"[\]}]+")
+_STRING = re.compile(rb'(?s)"[^"\\]*+(?:\\.[^"\\]*+)*+"')
+
+
+class _Steps:
+    """The step budget of one walk (:data:`MAX_STEPS`)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_STEPS
+
+    def take(self, at: int) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ScanLimit(f"more than {MAX_STEPS} nested containers or members (at byte {at})")
 
 
 def _skip_ws(raw: bytes, pos: int) -> int:
@@ -50,47 +110,66 @@ def _skip_ws(raw: bytes, pos: int) -> int:
 def _string_end(raw: bytes, pos: int) -> int:
     """The offset just past the string whose opening quote is at ``pos``.
 
-    Jumps from quote to quote with ``bytes.find`` (memchr speed: a 64 KiB string costs a few
-    microseconds, where a regular expression walks it byte by byte) and counts the backslashes
-    before each quote: an odd number escapes it.
+    Jumps to the next quote with ``bytes.find`` (memchr speed: a 64 KiB string costs a few
+    microseconds, where a regular expression walks it byte by byte); a quote right after a
+    backslash may be escaped, and then one match of the string pattern settles it in linear
+    time, however many backslashes there are.
     """
-    index = pos + 1
-    while True:
-        quote = raw.find(b'"', index)
-        if quote < 0:
-            raise ValueError(f"unterminated string at byte {pos}")
-        before = quote - 1
-        while raw[before] == 0x5C:  # backslash
-            before -= 1
-        if (quote - 1 - before) % 2 == 0:
-            return quote + 1
-        index = quote + 1
+    quote = raw.find(b'"', pos + 1)
+    if quote < 0:
+        raise ValueError(f"unterminated string at byte {pos}")
+    if raw[quote - 1] != 0x5C:  # no backslash before it: the string ends here
+        return quote + 1
+    match = _STRING.match(raw, pos)
+    if match is None:
+        raise ValueError(f"unterminated string at byte {pos}")
+    return match.end()
 
 
-def _skip_value(raw: bytes, pos: int) -> int:
+def _skip_value(raw: bytes, pos: int, steps: _Steps) -> int:
     """Return the offset just past the JSON value starting at ``pos``."""
     first = raw[pos : pos + 1]
     if first == b'"':
         return _string_end(raw, pos)
     if first in (b"{", b"["):
-        depth = 1
-        index = pos + 1
-        while depth:
-            match = _STRUCTURAL.search(raw, index)
-            if match is None:
-                raise ValueError(f"unterminated container at byte {pos}")
-            at = match.start()
-            char = raw[at]
-            if char == 0x22:  # '"'
-                index = _string_end(raw, at)
-                continue
-            depth += 1 if char in (0x7B, 0x5B) else -1  # '{' '['
-            index = at + 1
-        return index
+        return _container_end(raw, pos, steps)
     match = _SCALAR.match(raw, pos)
     if match is None:
         raise ValueError(f"no JSON value at byte {pos}")
     return match.end()
+
+
+def _container_end(raw: bytes, pos: int, steps: _Steps) -> int:
+    """The offset just past the container whose bracket is at ``pos``.
+
+    One match of :data:`_RUN` skips everything up to :data:`_SHALLOW` levels deep; the loop
+    steps only over the brackets of containers nested deeper, a run of them at a time, and
+    counts each step against the budget.
+    """
+    depth = 0
+    index = pos
+    while True:
+        char = raw[index : index + 1]
+        if char in (b"[", b"{"):
+            run = _OPENERS.match(raw, index)
+            assert run is not None  # it starts with an opening bracket
+            depth += run.end() - index
+            index = run.end()
+        elif char in (b"]", b"}"):
+            run = _CLOSERS.match(raw, index)
+            assert run is not None  # it starts with a closing bracket
+            if run.end() - index >= depth:
+                return index + depth
+            depth -= run.end() - index
+            index = run.end()
+        elif char == b'"':
+            raise ValueError(f"unterminated string at byte {index}")
+        else:
+            raise ValueError(f"unterminated container at byte {pos}")
+        steps.take(index)
+        skipped = _RUN.match(raw, index)
+        assert skipped is not None  # the pattern matches the empty string
+        index = skipped.end()
 
 
 def _decode_key(raw: bytes, start: int, end: int) -> str:
@@ -101,19 +180,24 @@ def _decode_key(raw: bytes, start: int, end: int) -> str:
     return body.decode("utf-8", "surrogatepass")
 
 
-def _members(raw: bytes, pos: int) -> Iterator[tuple[str, Span]]:
+def _members(raw: bytes, pos: int, steps: _Steps) -> Iterator[tuple[str, Span]]:
     """Yield ``(key, value span)`` for each member of the object whose ``{`` is at ``pos``."""
     index = _skip_ws(raw, pos + 1)
     if raw[index : index + 1] == b"}":
         return
     while True:
+        steps.take(index)
         key_end = _string_end(raw, index)
         key = _decode_key(raw, index, key_end)
         index = _skip_ws(raw, key_end)
         if raw[index : index + 1] != b":":
             raise ValueError(f"expected ':' at byte {index}")
         value_start = _skip_ws(raw, index + 1)
-        value_end = _skip_value(raw, value_start)
+        try:
+            value_end = _skip_value(raw, value_start, steps)
+        except ScanLimit as exc:
+            exc.keys |= {key}
+            raise
         yield key, (value_start, value_end)
         index = _skip_ws(raw, value_end)
         separator = raw[index : index + 1]
@@ -149,8 +233,12 @@ def members(raw: bytes, start: int = 0) -> dict[str, list[Span]]:
     if raw[pos : pos + 1] != b"{":
         return {}
     found: dict[str, list[Span]] = {}
-    for name, span in _members(raw, pos):
-        found.setdefault(name, []).append(span)
+    try:
+        for name, span in _members(raw, pos, _Steps()):
+            found.setdefault(name, []).append(span)
+    except ScanLimit as exc:
+        exc.keys |= found.keys()
+        raise
     return found
 
 
@@ -183,7 +271,7 @@ def _sole_member(raw: bytes, key: str) -> Span | None:
     if again or (b"\\" in raw and _escapes_of(key).search(raw)):
         return None
     value_start = match.end()
-    return value_start, _skip_value(raw, value_start)
+    return value_start, _skip_value(raw, value_start, _Steps())
 
 
 _SHORT = 4096
@@ -247,8 +335,10 @@ def array_elements(raw: bytes, start: int = 0) -> list[Span]:
     index = _skip_ws(raw, index + 1)
     if raw[index : index + 1] == b"]":
         return spans
+    steps = _Steps()
     while True:
-        end = _skip_value(raw, index)
+        steps.take(index)
+        end = _skip_value(raw, index, steps)
         spans.append((index, end))
         index = _skip_ws(raw, end)
         separator = raw[index : index + 1]

@@ -34,6 +34,7 @@ from proxy.events import (
 )
 from proxy.jsonrpc import InvalidReason, Kind
 from proxy.relay import MAX_INVALID_PENDING, Relay
+from proxy.splice import MAX_STEPS
 
 CLIENT, AGENT = Side.CLIENT, Side.AGENT
 T = TypeVar("T", bound=Observation)
@@ -562,6 +563,39 @@ class TestInvalidInput:
         assert answer["error"]["code"] == -32600
         assert "70000000" in answer["error"]["message"]
         assert observed(commands, InvalidSeen)[0].reason is InvalidReason.TOO_LARGE
+
+    @pytest.mark.parametrize("strict", [False, True])
+    def test_messages_too_complex_to_scan_are_answered_never_forwarded(self, strict: bool) -> None:
+        """A valid request whose id the scanner cannot locate within its bounds (more members
+        than its budget, "id" spelled twice) cannot have its id rewritten: its sender gets
+        -32600 under id null and nothing is forwarded; an answer of that shape is dropped."""
+        relay = Relay(strict=strict)
+        members = b'"a":1,' * MAX_STEPS
+        raw = b'{"jsonrpc":"2.0",' + members + b'"method":"m","id":1,"p":"id"}'
+        commands = feed(relay, CLIENT, raw)
+        answer = json.loads(only_send(commands, CLIENT))
+        assert answer["id"] is None
+        assert answer["error"]["code"] == -32600
+        assert "too complex to relay" in answer["error"]["message"]
+        seen = observed(commands, InvalidSeen)[0]
+        assert (seen.reason, seen.handling) == (InvalidReason.TOO_COMPLEX, Handling.ANSWERED)
+        answer_shaped = b'{"jsonrpc":"2.0",' + members + b'"result":{},"id":1,"p":"id"}'
+        commands = feed(relay, AGENT, answer_shaped)
+        assert sends(commands) == []
+        seen = observed(commands, InvalidSeen)[0]
+        assert (seen.reason, seen.handling) == (InvalidReason.TOO_COMPLEX, Handling.DROPPED)
+
+    def test_a_batch_element_too_complex_is_answered_apart(self) -> None:
+        """In a batch, an element too complex to relay is answered by the proxy; the rest of the
+        batch goes on."""
+        relay = Relay()
+        members = b'"a":1,' * MAX_STEPS
+        bad = b'{"jsonrpc":"2.0",' + members + b'"method":"m","id":1,"p":"id"}'
+        commands = feed(relay, CLIENT, b"[" + bad + b"," + request(b"2") + b"]")
+        (to_client, answer), (to_agent, forwarded) = sends(commands)
+        assert (to_client, to_agent) == (CLIENT, AGENT)
+        assert json.loads(answer)["error"]["code"] == -32600
+        assert forwarded == b"[" + request(b"0") + b"]"
 
     def test_bad_input_does_not_disturb_pending_requests(self) -> None:
         """After garbage, a pending request is still answered correctly."""

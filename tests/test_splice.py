@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.splice import array_elements, find_member, member_spans, splice
+from proxy.splice import (
+    MAX_STEPS,
+    ScanLimit,
+    array_elements,
+    find_member,
+    member_spans,
+    splice,
+)
 
 
 def text(raw: bytes, span: tuple[int, int] | None) -> bytes:
@@ -189,3 +196,76 @@ def test_fast_path_agrees_with_the_walk(
     )
     raw = ("{" + body + "}").encode("utf-8", "surrogatepass")
     assert member_spans(raw, "id", present=True) == member_spans(raw, "id")
+
+
+class TestBounds:
+    """A message of any shape costs a bounded, linear walk (DESIGN 10: nothing stalls the loop)."""
+
+    def test_nesting_in_runs_costs_two_steps(self) -> None:
+        """6 MB of nesting, opened and closed in runs, is walked in a step each way (the id after
+        it is found), and left unclosed it is found unterminated: neither is walked level by level."""
+        depth = 3_000_000
+        raw = b'{"params":' + b"[" * depth + b"]" * depth + b',"id":3}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b"3"]
+        with pytest.raises(ValueError, match="unterminated container at byte 10"):
+            member_spans(b'{"params":' + b"[" * 2 * depth + b',"id":3}', "id")
+
+    def test_a_run_of_closing_brackets_may_close_more_than_the_value(self) -> None:
+        """The value ends at its own closing bracket, inside a run of them."""
+        raw = b'{"a":{"params":[[[1]],{"b":[' + b"[" * 10 + b"]" * 10 + b']}]}, "id":2}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b"2"]
+        assert text(raw, find_member(raw, ("a", "params"))).endswith(b"]]]}]")
+
+    def test_shallow_containers_cost_no_steps(self) -> None:
+        """Millions of small containers, a few levels deep, are skipped by the compiled pattern:
+        the walk succeeds although it holds far more containers than the step budget."""
+        item = b'{"a":[[],{"b":[1,"]"]}],"c":"x"}'
+        count = 3 * MAX_STEPS
+        raw = b'{"params":[' + b",".join([item] * count) + b'],"id":"x","p":{"id":0}}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [b'"x"']
+
+    def test_more_steps_than_the_budget_are_refused(self) -> None:
+        """Containers nested deeper than the pattern skips, more of them than the budget allows,
+        are refused (each of them is a step)."""
+        deep = b"[1," * 12 + b"]" * 12
+        raw = b'{"params":[' + b",".join([deep] * MAX_STEPS) + b'],"id":1}'
+        with pytest.raises(ScanLimit, match=f"more than {MAX_STEPS}") as raised:
+            member_spans(raw, "id")
+        assert raised.value.keys == {"params"}
+
+    def test_more_members_than_the_budget_are_refused(self) -> None:
+        """An object of more top-level members than the budget is refused, not walked."""
+        raw = b"{" + b'"a":1,' * MAX_STEPS + b'"id":1}'
+        with pytest.raises(ScanLimit):
+            member_spans(raw, "id")
+
+    def test_a_long_run_of_backslashes_is_read_in_one_match(self) -> None:
+        """A string of millions of escaped backslashes ends where it ends (no step per byte)."""
+        value = b'"' + b"\\\\" * 5_000_000 + b'\\""'
+        raw = b'{"id":' + value + b',"x":"id"}'
+        assert [text(raw, s) for s in member_spans(raw, "id")] == [value]
+        assert [text(raw, s) for s in member_spans(raw, "id", present=True)] == [value]
+
+
+_DEEP_JSON = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='ab"\\[]{},: \n\u00e9', max_size=6),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children)
+    ),
+    max_leaves=40,
+)
+
+
+@given(_DEEP_JSON, st.integers(min_value=0, max_value=20), st.sampled_from([" ", "", "\n\t"]))
+def test_any_value_is_spanned_exactly_however_deep(value: object, wrap: int, space: str) -> None:
+    """Whatever a value holds and however deep (beyond what the pattern skips at once, in runs
+    of brackets or not), its span is exactly its bytes."""
+    encoded = json.dumps(value, separators=("," + space, ":" + space)).encode()
+    encoded = b"[" * wrap + encoded + b"]" * wrap
+    raw = b'{"x":' + encoded + b', "id":1}'
+    assert member_spans(raw, "x") == [(5, 5 + len(encoded))]
+    assert [text(raw, s) for s in member_spans(raw, "id")] == [b"1"]
+    assert array_elements(b"[" + encoded + b"," + encoded + b"]") == [
+        (1, 1 + len(encoded)),
+        (2 + len(encoded), 2 + 2 * len(encoded)),
+    ]

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from harness import ProxyProcess, captured, raw_agent, say
+from harness import TIMEOUT, ProxyProcess, captured, raw_agent, say
 
+from proxy.control import ControlClient
 from proxy.transports.stdio import send_signal
 
 Start = Callable[..., Awaitable[ProxyProcess]]
@@ -138,6 +139,24 @@ async def test_oversized_message_gets_an_error_and_the_link_goes_on(
     await barrier(proxy, "after")
     assert all(b'"yyy' not in line for line in captured(capture))
     assert "too_large" in proxy.stderr
+
+
+async def test_deeply_nested_messages_do_not_stall_the_proxy(start: Start, capture: Path) -> None:
+    """Two 60 MB messages nested millions of levels deep (one closed, one never closed) go on
+    to the Agent, and the control API answers while they are handled: the scanner walks runs of
+    brackets in a step (it once walked them level by level, for a minute per message)."""
+    proxy = await start(raw_agent(capture), "--log-format", "json", "--admin", "127.0.0.1:0")
+    control = ControlClient((await proxy.logged("control API listening"))["url"])
+    depth = 30_000_000
+    head = b'{"jsonrpc":"2.0","id":7,"method":"_x/deep","params":'
+    closed = head + b"[" * depth + b"]" * depth + b"}"
+    unclosed = head + b"[" * 2 * depth + b"}"
+    await proxy.send(closed, unclosed)
+    async with asyncio.timeout(TIMEOUT):
+        health = await asyncio.to_thread(control.health)
+    assert health["status"] == "ok"
+    await barrier(proxy, "after")
+    assert [len(line) for line in captured(capture)[:2]] == [len(closed), len(unclosed)]
 
 
 async def test_invalid_input_is_forwarded_untouched_by_default(start: Start, capture: Path) -> None:
