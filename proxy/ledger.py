@@ -336,13 +336,18 @@ class Ledger:
         if not isinstance(message_id, str):
             return
         digest = prompt_hash(update.get("content"))
-        for key in self._keys.get(session, ()):
-            entry = self.entries[(session, key)]
-            if entry.prompt == digest and message_id not in entry.inserts:
-                entry.inserts.append(message_id)
-                if message_id not in entry.message_ids:
-                    self._emit(KeyedMessage(session, key, message_id, "insert"), link)
-                self._check_duplicates(entry, link)
+        candidates = [
+            entry
+            for key in self._keys.get(session, ())
+            if (entry := self.entries[(session, key)]).prompt == digest
+        ]
+        entry = _inserted_for(candidates, message_id)
+        if entry is None or message_id in entry.inserts:
+            return
+        entry.inserts.append(message_id)
+        if message_id not in entry.message_ids:
+            self._emit(KeyedMessage(session, entry.key, message_id, "insert"), link)
+        self._check_duplicates(entry, link)
 
     # -- cancel, faults, echoes ------------------------------------------------------------------
 
@@ -458,6 +463,27 @@ class Ledger:
         for finding in data.get("findings", []):
             self.findings.append(finding)
             self._found.add((finding["check"], finding["session"], finding["key"]))
+
+
+def _inserted_for(candidates: list[Entry], message_id: str) -> Entry | None:
+    """Which submission a ``user_message`` insert of their (one) prompt text belongs to.
+
+    Two submissions may rightly carry the same text under two keys (the RFD: a new key for a
+    new submission), so an insert is never counted for both. It belongs to the entry that
+    already names its ``messageId`` (an answer, or the same insert replayed); else to the
+    oldest entry not inserted yet (inserts come in the order prompts were submitted); else it is
+    a second insert, of the entry tried last (the retry that made it).
+    """
+    for entry in candidates:
+        if message_id in entry.inserts or message_id in entry.message_ids:
+            return entry
+    for entry in candidates:
+        if not entry.inserts and not entry.message_ids:
+            return entry
+    tried = [entry for entry in candidates if entry.attempts]
+    if tried:
+        return max(tried, key=lambda entry: entry.attempts[-1].at)
+    return candidates[-1] if candidates else None
 
 
 def _needle(key: str) -> bytes:

@@ -168,6 +168,30 @@ def test_two_inserts_of_the_keyed_prompt_is_a_duplicate_insert() -> None:
     assert lab.checks() == ["duplicate_insert"]
 
 
+def test_two_submissions_of_the_same_text_are_two_messages_not_a_duplicate() -> None:
+    """The RFD: a new submission gets a new key even with the same text. Each insert belongs to
+    one submission, so two keys of one text each inserted once are no finding, replayed or not,
+    whether the inserts come before the answers or after them; a second insert for either is."""
+    lab = Lab()
+    first = lab.prompt(7, key="K1")
+    lab.inserted("M1")
+    lab.answer(first, "M1")
+    second = lab.prompt(8, key="K2")
+    lab.answer(second, "M2")
+    lab.inserted("M2")
+    lab.inserted("M1")  # a resume replays both
+    lab.inserted("M2")
+    assert lab.checks() == []
+    assert [(e["key"], e["inserts"]) for e in lab.ledger.summary()] == [
+        ("K1", ["M1"]),
+        ("K2", ["M2"]),
+    ]
+    lab.clock.now += 1
+    lab.prompt(9, key="K2")  # a retry of the second, inserted again
+    lab.inserted("M3")
+    assert [(f["check"], f["key"]) for f in lab.ledger.findings] == [("duplicate_insert", "K2")]
+
+
 def test_a_replayed_insert_is_not_a_duplicate() -> None:
     """session/resume replays the same messageId: one message."""
     lab = Lab()
