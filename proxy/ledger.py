@@ -336,12 +336,8 @@ class Ledger:
         if not isinstance(message_id, str):
             return
         digest = prompt_hash(update.get("content"))
-        candidates = [
-            entry
-            for key in self._keys.get(session, ())
-            if (entry := self.entries[(session, key)]).prompt == digest
-        ]
-        entry = _inserted_for(candidates, message_id)
+        entries = (self.entries[(session, key)] for key in self._keys.get(session, ()))
+        entry = _inserted_for([e for e in entries if e.prompt == digest], message_id)
         if entry is None or message_id in entry.inserts:
             return
         entry.inserts.append(message_id)
