@@ -77,8 +77,8 @@ class _SessionStream:
     """The GET that holds one session's stream."""
 
     task: asyncio.Task[None]
-    answered: asyncio.Event
-    """Set once the GET has been answered (any status) or has failed."""
+    settled: asyncio.Event
+    """Set once the GET has been answered (any status) or has ended."""
 
 
 class HttpUpstream:
@@ -252,8 +252,8 @@ class HttpUpstream:
         parsed = parse(data)
         message = parsed if isinstance(parsed, Message) else None
         session = self._session_of(message)
-        if session is not None and (answered := self._open_stream(session)) is not None:
-            await answered.wait()  # bounded: the GET's own timeout until its headers
+        if session is not None and (settled := self._open_stream(session)) is not None:
+            await settled.wait()  # bounded: the GET's own timeout until its headers
         headers = self._post_headers(session)
         try:
             status, body = await self._exchange(data, headers)
@@ -363,10 +363,11 @@ class HttpUpstream:
 
     def _open_stream(self, session: str) -> asyncio.Event | None:
         """Open the session's stream unless a GET holds it: an event set once that GET has been
-        answered, or None (no connection yet, or :data:`MAX_SESSION_STREAMS` are open)."""
+        answered or has ended, or None (no connection yet, or :data:`MAX_SESSION_STREAMS` are
+        open)."""
         stream = self._session_streams.get(session)
         if stream is not None and not stream.task.done():
-            return stream.answered
+            return stream.settled
         if self.connection_id is None or self._closing:
             return None
         if len(self._session_streams) >= MAX_SESSION_STREAMS:
@@ -382,10 +383,11 @@ class HttpUpstream:
                         session=session,
                     )
                 return None
-        answered = asyncio.Event()
-        task = self._spawn(self._stream(session, answered))
-        self._session_streams[session] = _SessionStream(task, answered)
-        return answered
+        settled = asyncio.Event()
+        task = self._spawn(self._stream(session, settled))
+        task.add_done_callback(lambda _: settled.set())  # cancelled before it ran, too
+        self._session_streams[session] = _SessionStream(task, settled)
+        return settled
 
     def _answered(self, response: aiohttp.ClientResponse) -> None:
         """The Agent's response headers are in: the cookies it set go back to the Client too
@@ -393,9 +395,9 @@ class HttpUpstream:
         if self._cookies is not None:
             self._cookies.add(response.headers.getall(hdrs.SET_COOKIE, ()))
 
-    async def _stream(self, session: str | None, answered: asyncio.Event) -> None:
-        """Read one stream (the connection's, or ``session``'s) until it ends; ``answered`` is
-        set once its GET has been answered or has failed."""
+    async def _stream(self, session: str | None, settled: asyncio.Event) -> None:
+        """Read one stream (the connection's, or ``session``'s) until it ends; ``settled`` is
+        set once its GET has been answered."""
         assert self.connection_id is not None
         headers = {
             **self._headers,
@@ -412,7 +414,7 @@ class HttpUpstream:
                 )
             async with response:
                 self._answered(response)
-                answered.set()
+                settled.set()
                 if response.status != 200:
                     refused = log.warning if session is None else log.info  # tried again
                     refused(
@@ -429,7 +431,6 @@ class HttpUpstream:
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.info("a stream from the agent ended", session=session, error=str(exc))
         finally:
-            answered.set()
             if session is None and not self._closing:
                 log.info("the agent's connection stream ended")
                 self._end()
