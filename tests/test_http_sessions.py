@@ -239,8 +239,9 @@ async def test_session_streams_toward_an_agent_are_bounded(monkeypatch: pytest.M
 class SavedSessionAgent:
     """Loads or resumes any session id, never made by ``session/new`` here (the Python SDK's own
     loopback tests use such an Agent): a load first says ``history`` chunks ``history-N``; a
-    prompt says ``hello`` and asks the Client's permission. ``refuse`` makes load and resume fail.
-    One instance serves every connection (they come one at a time)."""
+    prompt says ``hello`` and asks the Client's permission; the extension request ``_push``
+    says ``pushed`` in ``params.session``, as an Agent at work on its own would. ``refuse`` makes
+    load and resume fail. One instance serves every connection (they come one at a time)."""
 
     def __init__(self, history: int = 0) -> None:
         self.history = history
@@ -282,6 +283,11 @@ class SavedSessionAgent:
         assert isinstance(answer.outcome, AllowedOutcome)
         self.permissions.append(answer.outcome.option_id)
         return PromptResponse(stop_reason="end_turn")
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert method == "push"
+        await self._chunk(params["session"], "pushed")
+        return {}
 
     async def _chunk(self, session_id: str, value: str) -> None:
         chunk = AgentMessageChunk(content=TextContentBlock(text=value))
@@ -340,8 +346,9 @@ async def test_a_saved_session_is_loaded_twice_and_prompted_through_the_proxy(
     client_kind: str, upstream: str, history: int
 ) -> None:
     """``session/load`` of a session this connection never made, twice: the history comes
-    before the answer each time, and a prompt then streams its update and its permission
-    request (over ``--upstream http://`` it hung there: the session's stream was never opened)."""
+    before the answer each time, an update the Agent then sends on its own arrives, and a prompt
+    streams its update and its permission request (over ``--upstream http://`` it hung there:
+    the session's stream was never opened)."""
     agent = SavedSessionAgent(history)
     client = SimpleClient()
     async with loopback(agent, client_kind, upstream, client) as conn:
@@ -354,6 +361,8 @@ async def test_a_saved_session_is_loaded_twice_and_prompted_through_the_proxy(
                 loaded = await conn.load_session(cwd="/", session_id="saved-session")
                 assert loaded == LoadSessionResponse()
                 assert client.texts() == [f"history-{number}" for number in range(history)]
+                await conn.ext_method("push", {"session": "saved-session"})
+                await client.until(lambda: "pushed" in client.texts())
                 result = await conn.prompt(session_id="saved-session", prompt=[])
                 assert result.stop_reason == "end_turn"
                 assert agent.permissions == ["allow"] * (attempt + 1)
@@ -389,8 +398,9 @@ async def test_a_failed_load_can_be_retried_and_keeps_the_loaded_session(
 async def test_a_resumed_session_is_prompted_through_the_proxy(
     client_kind: str, upstream: str
 ) -> None:
-    """A refused ``session/resume`` can be retried; the resumed session's prompt streams its
-    update and its permission request (over ``--upstream http://`` it hung)."""
+    """A refused ``session/resume`` can be retried; an update the Agent sends on its own for the
+    resumed session arrives, and its prompt streams its update and its permission request (over
+    ``--upstream http://`` it hung)."""
     agent = SavedSessionAgent()
     client = SimpleClient()
     async with loopback(agent, client_kind, upstream, client) as conn:
@@ -402,6 +412,8 @@ async def test_a_resumed_session_is_prompted_through_the_proxy(
             agent.refuse = False
             resumed = await conn.resume_session(cwd="/", session_id="saved-session")
             assert resumed == ResumeSessionResponse()
+            await conn.ext_method("push", {"session": "saved-session"})
+            await client.until(lambda: "pushed" in client.texts())
             result = await conn.prompt(session_id="saved-session", prompt=[])
             assert result.stop_reason == "end_turn"
             assert agent.permissions == ["allow"]
