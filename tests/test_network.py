@@ -10,65 +10,27 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import cast
 
 import aiohttp
 import pytest
 import websockets
-from acp import PROTOCOL_VERSION, Client, spawn_agent_process
+from acp import PROTOCOL_VERSION
 from acp.client.connection import ClientSideConnection
 from acp.schema import TextContentBlock
-from harness import TIMEOUT, ProxyProcess
-from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws, run_sdk_http_agent
+from harness import TIMEOUT
+from peers.sdk_remote_client import (
+    SimpleClient,
+    listening_proxy,
+    run_sdk_http_agent,
+    sdk_client,
+    stdio_client,
+)
 from peers.stalling import ScriptedHttpAgent
 
 from proxy.transports.cookies import MAX_PENDING, CookieRoute, SetCookies
 
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
-LIMIT = 64 * 1024 * 1024
-
-
-@contextlib.asynccontextmanager
-async def listening_proxy(
-    listen: str, *options: str, agent: list[str] | None = None
-) -> AsyncIterator[tuple[ProxyProcess, str]]:
-    """A proxy listening on ``listen`` (port 0); yields it and the URL it logged."""
-    proxy = await ProxyProcess.start(
-        agent or [], "--log-format", "json", "--listen", listen, *options
-    )
-    try:
-        event = await proxy.logged("listening")
-        yield proxy, event["url"]
-    finally:
-        await proxy.stop()
-
-
-@contextlib.asynccontextmanager
-async def sdk_client(
-    kind: str, url: str, client: SimpleClient
-) -> AsyncIterator[ClientSideConnection]:
-    """The SDK Client over ``kind`` (http or ws) to ``url``."""
-    connect = connect_ws if kind == "ws" else connect_http
-    async with connect(url, client) as conn:
-        yield conn
-
-
-@contextlib.asynccontextmanager
-async def stdio_client(upstream: str, client: SimpleClient) -> AsyncIterator[ClientSideConnection]:
-    """The SDK Client launching ``acp-proxy run --upstream URL`` as its agent."""
-    async with spawn_agent_process(
-        cast(Client, client),
-        sys.executable,
-        "-m",
-        "proxy",
-        "run",
-        "--upstream",
-        upstream,
-        transport_kwargs={"limit": LIMIT, "stderr": None},
-    ) as (conn, _process):
-        yield conn
 
 
 async def exercise(conn: ClientSideConnection, client: SimpleClient) -> None:

@@ -19,8 +19,8 @@ from acp.http.client import AcpHttpStatusError
 from acp.schema import TextContentBlock
 from aiohttp import web
 from harness import TIMEOUT, log_events
-from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws
-from test_network import SDK_AGENT, listening_proxy
+from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws, listening_proxy
+from test_network import SDK_AGENT
 
 JSON = {"Content-Type": "application/json"}
 

@@ -275,6 +275,23 @@ async def test_http_timeout_bounds_a_stream_that_never_opens() -> None:
             assert log_events(process.stderr, "the agent's connection stream ended")
 
 
+async def test_http_timeout_bounds_the_wait_for_a_sessions_stream() -> None:
+    """A message naming a session waits for the GET of that session's stream to be answered
+    before it is POSTed; an Agent that never answers that GET delays the message by
+    --http-timeout at most, and the message still reaches it, with its Acp-Session-Id (the GET
+    is tried again once the message is accepted)."""
+    async with ScriptedHttpAgent(hang_session_streams=True) as agent:
+        async with proxy([], "--upstream", agent.url, "--http-timeout", SHORT) as process:
+            await process.send(request("init", "initialize", INITIALIZE))
+            assert (await process.recv_json())["id"] == "init"
+            await process.send(request(7, "_x/ping", {"sessionId": "sess-1"}))
+            assert (await process.recv_json())["id"] == 7
+            ended = await process.logged("a stream from the agent ended")
+            assert ended["session"] == "sess-1"
+        assert set(agent.session_streams) == {"sess-1"}  # once more after the POST, maybe
+        assert agent.posted_sessions == [None, "sess-1"]
+
+
 async def test_a_callers_bound_on_closing_an_http_upstream_holds() -> None:
     """Closing waits for the last POST; a caller that bounds that wait gets its TimeoutError
     (the wait used to swallow the cancel and go on waiting), and a sever then ends it at once."""

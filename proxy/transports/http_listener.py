@@ -9,8 +9,9 @@ Streamable HTTP as the SDKs speak it:
 * POST needs ``Content-Type: application/json`` (415); a batch is refused (501); ``initialize`` is
   answered 200 with the JSON-RPC response as the body and the ``Acp-Connection-Id`` header; every
   other POST needs a known connection id (400 without, 404 unknown) and is answered 202 once the
-  relay has taken the message (so an ``http_status`` fault can answer it instead). Session-scoped
-  methods need ``Acp-Session-Id`` equal to ``params.sessionId`` (400).
+  relay has taken the message (so an ``http_status`` fault can answer it instead).
+  ``Acp-Session-Id`` must equal ``params.sessionId``, and is required for the methods of
+  :data:`SESSION_ID_REQUIRED` (400).
 * GET with ``Accept: text/event-stream`` (406 otherwise) opens the connection stream, or with
   ``Acp-Session-Id`` a session stream (404 for a session never seen on the connection); a second
   receiver of the same stream gets 409. Streams are mailboxes: messages wait, bounded, until a
@@ -59,7 +60,13 @@ log = get_logger("proxy.http")
 
 CONNECTION_ID = "Acp-Connection-Id"
 SESSION_ID = "Acp-Session-Id"
-SESSION_SCOPED = frozenset(
+"""The session a POST is about: equal to its message's ``params.sessionId``
+(:attr:`~proxy.jsonrpc.Message.session`), wherever that is present. Toward an Agent every such
+POST carries it, whatever its method (the TypeScript SDK's server refuses one without it), and
+so does the answer to an Agent's request that named a session. From a Client it is taken
+wherever it comes if it equals ``params.sessionId``, and required for
+:data:`SESSION_ID_REQUIRED`."""
+SESSION_ID_REQUIRED = frozenset(
     {
         "session/prompt",
         "session/cancel",
@@ -68,7 +75,10 @@ SESSION_SCOPED = frozenset(
         "session/set_mode",
     }
 )
-"""Methods whose POST must carry ``Acp-Session-Id`` (the ones the SDK clients send it for)."""
+"""Methods whose POST from a Client must carry ``Acp-Session-Id``: those every SDK Client sends
+it for. The Python SDK's Client sends it for these only (not on ``session/load`` or
+``session/resume``), the TypeScript one whenever ``params.sessionId`` is present: requiring more
+would refuse the Python Client's own ``session/load``."""
 KEEPALIVE_SECONDS = 15.0
 INITIALIZE_TIMEOUT = 30.0
 """Seconds the Agent has to answer ``initialize`` (``--initialize-timeout``). An Agent answers
@@ -482,7 +492,7 @@ class Listener:
             self.connections.pop(connection_id, None)
             return _error(404, f"unknown {CONNECTION_ID}")
         session_header = request.headers.get(SESSION_ID)
-        if parsed.method in SESSION_SCOPED and not session_header:
+        if parsed.method in SESSION_ID_REQUIRED and not session_header:
             return _error(400, f"missing {SESSION_ID} header for {parsed.method}")
         if session_header and parsed.session is not None and session_header != parsed.session:
             return _error(400, f"Mismatched {SESSION_ID} and params.sessionId")

@@ -3,14 +3,24 @@
 It speaks as the SDK Clients do (wire brief 1.2): the first message (``initialize``) is POSTed
 without a connection id and answered 200 with the response as the body and an
 ``Acp-Connection-Id`` header, which every later request carries; then a GET opens the connection
-stream, and a GET with ``Acp-Session-Id`` opens a session's stream the first time a message
-names that session. Other messages are POSTed in order, one at a time (FIFO), with the session
-header on session-scoped requests and on answers to the Agent's session-scoped requests.
+stream. Other messages are POSTed in order, one at a time (FIFO). A message that names a session
+(its ``params.sessionId``, or for an answer the ``params.sessionId`` of the Agent's request it
+answers) is POSTed with ``Acp-Session-Id`` equal to it, whatever its method, as the TypeScript
+SDK's server requires. The first time a message to or from the Agent names a session, a GET with
+``Acp-Session-Id`` opens that session's stream; before a message to the Agent is POSTed, the GET
+of its session's stream has been answered, as the TypeScript Client does, so that what the Agent
+sends for the session while it handles the message (the history a ``session/load`` replays, the
+answer to a ``session/resume``) has a receiver. An Agent that refuses the stream of a session it
+does not know yet (the Python SDK's server, before a ``session/load`` or ``session/resume`` of a
+session made on another connection) gets the GET again once it has accepted the message; one
+that answers 404 to the header itself (the same server, for the same reason) gets the message
+once more without it.
 
 A failed POST is reported, not hidden: a request whose POST failed is answered with a JSON-RPC
 error -32603 whose ``data`` holds the HTTP status and body (as the TS SDK's Client does); 401,
 403, 404 and 410 mean the connection is gone, and the link ends. The end of the connection
-stream ends the link; a session stream that ends is opened again when a message names it.
+stream ends the link; a session stream that ends is opened again when a message names it. At
+most :data:`MAX_SESSION_STREAMS` session streams are open at once.
 Cookies are kept per connection (sticky sessions) and passed back to the Client
 (:mod:`proxy.transports.cookies`); the Client's auth headers are passed on.
 
@@ -26,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -37,7 +48,7 @@ from proxy.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response, parse
 from proxy.log import get_logger, shorten
 from proxy.sse import SseDecoder
 from proxy.transports.cookies import CookieSink
-from proxy.transports.http_listener import CONNECTION_ID, SESSION_ID, SESSION_SCOPED
+from proxy.transports.http_listener import CONNECTION_ID, SESSION_ID
 from proxy.transports.websocket import CONNECT_TIMEOUT
 
 __all__ = ["HttpUpstream", "connect_http"]
@@ -56,6 +67,18 @@ INBOX_HIGH_WATER = 4 * 1024 * 1024
 messages would let large messages pile up)."""
 OUTBOX_HIGH_WATER = 8 * 1024 * 1024
 """Bytes waiting to be POSTed before the Client's reader waits (backpressure)."""
+MAX_SESSION_STREAMS = 1024
+"""Session streams open at once on one connection (the TypeScript SDK's server buffers as many
+per connection): a message naming one more session is still POSTed, without a stream for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _SessionStream:
+    """The GET that holds one session's stream."""
+
+    task: asyncio.Task[None]
+    settled: asyncio.Event
+    """Set once the GET has been answered (any status) or has ended."""
 
 
 class HttpUpstream:
@@ -92,7 +115,8 @@ class HttpUpstream:
         self._queued = 0
         self._room = asyncio.Event()
         self._room.set()
-        self._streams: dict[str | None, asyncio.Task[None]] = {}
+        self._session_streams: dict[str, _SessionStream] = {}
+        self._streams_bound_logged = False
         self._agent_request_sessions: dict[IdKey, str] = {}
         self._ended = False
         self._closing = False
@@ -186,17 +210,21 @@ class HttpUpstream:
             self._ended = True
             self._inbox.put_nowait(None)
 
-    def _post_headers(self, message: Message | None) -> dict[str, str]:
+    def _session_of(self, message: Message | None) -> str | None:
+        """The session a message to the Agent names: its ``params.sessionId``, or for an answer
+        the ``params.sessionId`` of the Agent's request it answers."""
+        if message is None:
+            return None
+        if message.kind is Kind.REQUEST or message.kind is Kind.NOTIFICATION:
+            return message.session
+        if message.id_key is not None:
+            return self._agent_request_sessions.pop(message.id_key, None)
+        return None
+
+    def _post_headers(self, session: str | None) -> dict[str, str]:
         headers = {**self._headers, "Content-Type": "application/json"}
         if self.connection_id is not None:
             headers[CONNECTION_ID] = self.connection_id
-        session: str | None = None
-        if message is not None:
-            if message.kind is Kind.REQUEST or message.kind is Kind.NOTIFICATION:
-                if message.method in SESSION_SCOPED:
-                    session = message.session
-            elif message.id_key is not None:
-                session = self._agent_request_sessions.pop(message.id_key, None)
         if session is not None:
             headers[SESSION_ID] = session
         return headers
@@ -223,19 +251,20 @@ class HttpUpstream:
     async def _post(self, data: bytes) -> None:
         parsed = parse(data)
         message = parsed if isinstance(parsed, Message) else None
+        session = self._session_of(message)
+        if session is not None and (settled := self._open_stream(session)) is not None:
+            await settled.wait()  # bounded: the GET's own timeout until its headers
+        headers = self._post_headers(session)
         try:
-            async with self._http.post(
-                self.url, data=data, headers=self._post_headers(message), timeout=self._timeout
-            ) as response:
-                self._answered(response)
-                body = await response.read()
-                status = response.status
-                if self.connection_id is None and status == 200:
-                    self.connection_id = response.headers.get(CONNECTION_ID)
-                    if self.connection_id is None:
-                        log.error("the agent answered initialize without a connection id")
-                    else:
-                        self._streams[None] = self._spawn(self._stream(None))
+            status, body = await self._exchange(data, headers)
+            if status == 404 and session is not None:
+                log.info(
+                    "the agent refused Acp-Session-Id (404); POSTing the message again without it",
+                    session=session,
+                    body=shorten(body),
+                )
+                del headers[SESSION_ID]
+                status, body = await self._exchange(data, headers)
         except TimeoutError as exc:  # aiohttp's timeouts are TimeoutError too
             if isinstance(exc, aiohttp.ConnectionTimeoutError):
                 detail = f"could not connect within {self._connect_seconds:g} s"
@@ -253,6 +282,8 @@ class HttpUpstream:
             self._end()
             return
         if status in (200, 202):
+            if session is not None:
+                self._open_stream(session)  # refused before the Agent had this message: again
             if body.strip():
                 await self._incoming(body)
             return
@@ -260,6 +291,22 @@ class HttpUpstream:
         await self._failed(message, status, body)
         if status in GONE or self.connection_id is None:
             self._end()
+
+    async def _exchange(self, data: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
+        """POST ``data``: the status and body of the answer. The answer to ``initialize`` gives
+        the connection its id and opens its stream."""
+        async with self._http.post(
+            self.url, data=data, headers=headers, timeout=self._timeout
+        ) as response:
+            self._answered(response)
+            body = await response.read()
+            if self.connection_id is None and response.status == 200:
+                self.connection_id = response.headers.get(CONNECTION_ID)
+                if self.connection_id is None:
+                    log.error("the agent answered initialize without a connection id")
+                else:
+                    self._spawn(self._stream(None, asyncio.Event()))
+            return response.status, body
 
     async def _failed(
         self, message: Message | None, status: int, body: bytes, why: str | None = None
@@ -312,9 +359,35 @@ class HttpUpstream:
         if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
             sessions.append(result["sessionId"])
         for session in sessions:
-            stream = self._streams.get(session)
-            if stream is None or stream.done():
-                self._streams[session] = self._spawn(self._stream(session))
+            self._open_stream(session)
+
+    def _open_stream(self, session: str) -> asyncio.Event | None:
+        """Open the session's stream unless a GET holds it: an event set once that GET has been
+        answered or has ended, or None (no connection yet, or :data:`MAX_SESSION_STREAMS` are
+        open)."""
+        stream = self._session_streams.get(session)
+        if stream is not None and not stream.task.done():
+            return stream.settled
+        if self.connection_id is None or self._closing:
+            return None
+        if len(self._session_streams) >= MAX_SESSION_STREAMS:
+            self._session_streams = {
+                key: held for key, held in self._session_streams.items() if not held.task.done()
+            }
+            if len(self._session_streams) >= MAX_SESSION_STREAMS:
+                if not self._streams_bound_logged:
+                    self._streams_bound_logged = True
+                    log.warning(
+                        "too many session streams open; no stream for more sessions",
+                        limit=MAX_SESSION_STREAMS,
+                        session=session,
+                    )
+                return None
+        settled = asyncio.Event()
+        task = self._spawn(self._stream(session, settled))
+        task.add_done_callback(lambda _: settled.set())  # cancelled before it ran, too
+        self._session_streams[session] = _SessionStream(task, settled)
+        return settled
 
     def _answered(self, response: aiohttp.ClientResponse) -> None:
         """The Agent's response headers are in: the cookies it set go back to the Client too
@@ -322,7 +395,9 @@ class HttpUpstream:
         if self._cookies is not None:
             self._cookies.add(response.headers.getall(hdrs.SET_COOKIE, ()))
 
-    async def _stream(self, session: str | None) -> None:
+    async def _stream(self, session: str | None, settled: asyncio.Event) -> None:
+        """Read one stream (the connection's, or ``session``'s) until it ends; ``settled`` is
+        set once its GET has been answered."""
         assert self.connection_id is not None
         headers = {
             **self._headers,
@@ -339,9 +414,13 @@ class HttpUpstream:
                 )
             async with response:
                 self._answered(response)
+                settled.set()
                 if response.status != 200:
-                    log.warning(
-                        "the agent refused a stream", status=response.status, session=session
+                    refused = log.warning if session is None else log.info  # tried again
+                    refused(
+                        "the agent refused a stream",
+                        status=response.status,
+                        session=session,
                     )
                     return
                 async for chunk in response.content.iter_any():

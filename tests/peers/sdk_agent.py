@@ -2,6 +2,12 @@
 
 ``python tests/peers/sdk_agent.py [--preamble] [--exit-status N]``
 
+Sessions: ``session/new`` starts one with an empty history; every chunk a prompt says joins it.
+``session/load`` of a known session says each chunk of its history again, then answers ``{}``;
+``session/resume`` of a known session says one chunk ``resumed``, then answers ``{}`` (an
+unknown session: -32002). Served over HTTP (``sdk_http_agent.py``) the sessions are shared by
+every connection of the process, so a session made on one connection can be loaded on another.
+
 Prompt text (the first text block):
 
 - ``echo TEXT``: one agent message chunk ``TEXT``, then ``end_turn``.
@@ -37,18 +43,21 @@ import sys
 from typing import Any, cast
 from uuid import uuid4
 
-from acp import PROTOCOL_VERSION, Agent, run_agent
+from acp import PROTOCOL_VERSION, Agent, RequestError, run_agent
 from acp.connection import StreamDirection, StreamEvent
 from acp.interfaces import Client
 from acp.schema import (
+    AgentCapabilities,
     AgentMessageChunk,
     AllowedOutcome,
     ClientCapabilities,
     Implementation,
     InitializeResponse,
+    LoadSessionResponse,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
+    ResumeSessionResponse,
     TextContentBlock,
     ToolCallUpdate,
 )
@@ -81,6 +90,8 @@ class ScriptedAgent:
         self._response_ids: list[Any] = []
         self._requests: list[list[Any]] = []
         self._prompts: list[dict[str, Any]] = []
+        self._histories: dict[str, list[str]] = {}
+        """The chunks said in each session, by session id."""
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
@@ -117,11 +128,26 @@ class ScriptedAgent:
     ) -> InitializeResponse:
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
+            agent_capabilities=AgentCapabilities(load_session=True),
             agent_info=Implementation(name="sdk-agent", version="1"),
         )
 
     async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
-        return NewSessionResponse(session_id=f"sess-{uuid4().hex}")
+        session_id = f"sess-{uuid4().hex}"
+        self._histories[session_id] = []
+        return NewSessionResponse(session_id=session_id)
+
+    async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
+        for text in self._history(session_id):
+            await self._send_chunk(session_id, text)
+        return LoadSessionResponse()
+
+    async def resume_session(
+        self, session_id: str, cwd: str, **kwargs: Any
+    ) -> ResumeSessionResponse:
+        self._history(session_id)
+        await self._send_chunk(session_id, "resumed")
+        return ResumeSessionResponse()
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         text = "".join(block.text for block in prompt if isinstance(block, TextContentBlock))
@@ -151,7 +177,20 @@ class ScriptedAgent:
     async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
         logging.info("extension notification %s", method)
 
+    def _history(self, session_id: str) -> list[str]:
+        """The session's history; -32002 for a session this process never made."""
+        history = self._histories.get(session_id)
+        if history is None:
+            raise RequestError.resource_not_found(session_id)
+        return history
+
     async def _say(self, session_id: str, text: str) -> None:
+        """A chunk that joins the session's history (a session made elsewhere: none kept)."""
+        if (history := self._histories.get(session_id)) is not None:
+            history.append(text)
+        await self._send_chunk(session_id, text)
+
+    async def _send_chunk(self, session_id: str, text: str) -> None:
         assert self._conn is not None
         chunk = AgentMessageChunk(content=TextContentBlock(text=text))
         await self._conn.session_update(session_id=session_id, update=chunk)

@@ -8,7 +8,11 @@ path).
   exit they close it (HTTP: the SSE streams are cancelled and the connection DELETEd; WebSocket:
   close 1000).
 - :func:`run_sdk_http_agent` starts ``sdk_http_agent.py`` and yields once it has printed its
-  ``LISTENING`` line (never a sleep).
+  ``LISTENING`` line (never a sleep); :func:`run_node_agent` likewise the TypeScript SDK's
+  Agent, ``node/agent.mjs`` (:data:`NODE_AGENT_MISSING` says why it cannot run, if it cannot).
+- :func:`listening_proxy` runs ``acp-proxy run --listen URL``; :func:`sdk_client` connects the
+  SDK Client to it over HTTP or WebSocket; :func:`stdio_client` has the SDK Client launch
+  ``acp-proxy run --upstream URL`` as its Agent, over stdio.
 - :class:`SimpleClient` is a minimal Client: records agent message chunks, allows permissions.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx2
-from acp import Client, connect_to_agent
+from acp import Client, connect_to_agent, spawn_agent_process
 from acp.client.connection import ClientSideConnection
 from acp.connection import StreamObserver
 from acp.http import create_http_stream
@@ -37,10 +42,26 @@ from acp.schema import (
 )
 from acp.ws import create_websocket_stream
 from acp.ws.client import MemoryAcpCookieStore
-from harness import TIMEOUT
+from harness import TIMEOUT, ProxyProcess
 
 HTTP_AGENT = Path(__file__).parent / "sdk_http_agent.py"
+NODE_AGENT = Path(__file__).parent / "node" / "agent.mjs"
 LISTENING = "LISTENING "
+LIMIT = 64 * 1024 * 1024
+"""The longest line the SDK Client reads from a proxy it launches."""
+
+
+def _node_agent_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed (the TypeScript SDK's Agent runs on it)"
+    sdk = NODE_AGENT.parent / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
+    if not sdk.is_file():
+        return "the TypeScript SDK is not installed: run npm ci --prefix tests/peers/node"
+    return None
+
+
+NODE_AGENT_MISSING = _node_agent_missing()
+"""Why :func:`run_node_agent` cannot run here, or None (``.ci/run`` installs what it needs)."""
 
 
 def ws_url(url: str) -> str:
@@ -160,6 +181,50 @@ async def connect_ws(
         await conn.close()
 
 
+@contextlib.asynccontextmanager
+async def listening_proxy(
+    listen: str, *options: str, agent: list[str] | None = None
+) -> AsyncIterator[tuple[ProxyProcess, str]]:
+    """A proxy listening on ``listen`` (port 0); yields it and the URL it logged."""
+    proxy = await ProxyProcess.start(
+        agent or [], "--log-format", "json", "--listen", listen, *options
+    )
+    try:
+        event = await proxy.logged("listening")
+        yield proxy, event["url"]
+    finally:
+        await proxy.stop()
+
+
+@contextlib.asynccontextmanager
+async def sdk_client(
+    kind: str, url: str, client: SimpleClient
+) -> AsyncIterator[ClientSideConnection]:
+    """The SDK Client over ``kind`` (http or ws) to ``url``."""
+    connect = connect_ws if kind == "ws" else connect_http
+    async with connect(url, client) as conn:
+        yield conn
+
+
+@contextlib.asynccontextmanager
+async def stdio_client(
+    upstream: str, client: SimpleClient, *options: str
+) -> AsyncIterator[ClientSideConnection]:
+    """The SDK Client launching ``acp-proxy run --upstream URL OPTIONS`` as its agent."""
+    async with spawn_agent_process(
+        cast(Client, client),
+        sys.executable,
+        "-m",
+        "proxy",
+        "run",
+        "--upstream",
+        upstream,
+        *options,
+        transport_kwargs={"limit": LIMIT, "stderr": None},
+    ) as (conn, _process):
+        yield conn
+
+
 @dataclass
 class HttpAgent:
     """A running ``sdk_http_agent.py``."""
@@ -173,27 +238,36 @@ class HttpAgent:
         return ws_url(self.url)
 
 
-@contextlib.asynccontextmanager
-async def run_sdk_http_agent(*args: str) -> AsyncIterator[HttpAgent]:
+def run_sdk_http_agent(*args: str) -> contextlib.AbstractAsyncContextManager[HttpAgent]:
     """Start ``sdk_http_agent.py ARGS`` (stderr inherited) and yield once it is listening.
 
     Waits ``harness.TIMEOUT`` at most for the line. On exit the agent gets SIGTERM, then SIGKILL
     if it has not stopped within ``harness.TIMEOUT``.
     Anything it writes to stdout after the ``LISTENING`` line fails the exit.
     """
+    return _run_listening_agent(sys.executable, str(HTTP_AGENT), *args)
+
+
+def run_node_agent() -> contextlib.AbstractAsyncContextManager[HttpAgent]:
+    """Start the TypeScript SDK's Agent, ``node/agent.mjs``, as :func:`run_sdk_http_agent` does
+    (only where :data:`NODE_AGENT_MISSING` is None)."""
+    return _run_listening_agent("node", str(NODE_AGENT))
+
+
+@contextlib.asynccontextmanager
+async def _run_listening_agent(*argv: str) -> AsyncIterator[HttpAgent]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(HTTP_AGENT),
-        *args,
+        *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
     )
+    name = Path(argv[1]).name
     assert process.stdout is not None
     try:
         async with asyncio.timeout(TIMEOUT):
             line = (await process.stdout.readline()).decode()
         if not line.startswith(LISTENING):
-            msg = f"sdk_http_agent.py did not start: first stdout line {line!r}"
+            msg = f"{name} did not start: first stdout line {line!r}"
             raise RuntimeError(msg)
         yield HttpAgent(url=line.removeprefix(LISTENING).strip(), process=process)
     finally:
@@ -208,5 +282,5 @@ async def run_sdk_http_agent(*args: str) -> AsyncIterator[HttpAgent]:
             await process.wait()
             raise
     if rest:
-        msg = f"sdk_http_agent.py wrote more than its LISTENING line to stdout: {rest!r}"
+        msg = f"{name} wrote more than its LISTENING line to stdout: {rest!r}"
         raise AssertionError(msg)

@@ -9,8 +9,11 @@ Import it as ``from peers.stalling import ...``.
   that a new TCP connection never completes (connect hangs until the caller gives up).
 - :class:`ScriptedHttpAgent`: a Streamable HTTP Agent that answers ``initialize`` (200, with an
   ``Acp-Connection-Id``) and every other request (202, the answer on the connection stream),
-  except the methods it is told to hang on; its DELETE and its streams can hang too, and its
+  except the methods it is told to hang on; its DELETE and its streams (all, or the sessions'
+  ones) can hang too, and its
   connection stream can end as soon as it is opened. It records the methods POSTed and the DELETEs received.
+  It records the ``Acp-Session-Id`` of every POST and of every GET of a session's stream (which
+  stays open and empty).
   It sets the cookies it is told to (on a method's POST answer, its stream, its WebSocket ``101``),
   records the ``Cookie`` header of every request, and serves the same answers over a WebSocket.
 """
@@ -82,10 +85,16 @@ class ScriptedHttpAgent:
     hang_delete: bool = False
     hang_stream: bool = False
     """Never answer a GET (a stream is never opened)."""
+    hang_session_streams: bool = False
+    """Never answer the GET of a session's stream."""
     end_stream: bool = False
     """End the connection stream as soon as it is opened."""
     methods: list[str] = field(default_factory=list)
     """The method of every POST received, in order."""
+    posted_sessions: list[str | None] = field(default_factory=list)
+    """The ``Acp-Session-Id`` of every POST received, in order (``None``: none)."""
+    session_streams: list[str] = field(default_factory=list)
+    """The ``Acp-Session-Id`` of every GET of a session's stream, in order."""
     set_cookies: dict[str, str] = field(default_factory=dict)
     """A ``Set-Cookie`` value for the answer to a method's POST, to the connection stream's GET
     (key ``GET``) or to a WebSocket upgrade (key ``websocket``)."""
@@ -94,6 +103,7 @@ class ScriptedHttpAgent:
     deletes: int = 0
     url: str = ""
     _streams: dict[str, asyncio.Queue[bytes | None]] = field(default_factory=dict)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> ScriptedHttpAgent:
@@ -107,6 +117,7 @@ class ScriptedHttpAgent:
         return self
 
     async def __aexit__(self, *_: object) -> None:
+        self._stopping.set()
         for queue in self._streams.values():
             queue.put_nowait(None)
         assert self._runner is not None
@@ -136,6 +147,7 @@ class ScriptedHttpAgent:
         message: dict[str, Any] = await request.json()
         method = message.get("method")
         self.methods.append(str(method))
+        self.posted_sessions.append(request.headers.get("Acp-Session-Id"))
         if method in self.hang_on:
             await asyncio.Event().wait()
         if method == "initialize":
@@ -161,6 +173,14 @@ class ScriptedHttpAgent:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", **self._cookie("GET")}
         )
+        session = request.headers.get("Acp-Session-Id")
+        if session is not None:
+            self.session_streams.append(session)
+            if self.hang_session_streams:
+                await asyncio.Event().wait()
+            await response.prepare(request)
+            await self._stopping.wait()
+            return response
         await response.prepare(request)
         if not self.end_stream:
             while (data := await queue.get()) is not None:
