@@ -263,21 +263,28 @@ async def test_a_run_with_four_faults_and_a_known_bad_agent(
         {"rule": "refuse-unkeyed", "action": "error", "count": 1, "nodes": [str(trace)]},
         {"rule": "restart-now", "action": "restart_proxy", "count": 1, "nodes": [str(trace)]},
     ]
-    # Messages: p1, p2, p4 and p4's copy went to the Agent; p2 and p4 were answered; the copy's
-    # answer was swallowed (the only disposition other than relayed).
+    # Messages: p1, p2, p4 and p4's copy went to the Agent; p2 and p4 were answered. Not
+    # relayed: p3 (the proxy answered it), p1's answer (dropped), the copy's answer (swallowed).
     assert relayed_row(summary, "to_agent", "request", "session/prompt") == 4
     assert relayed_row(summary, "to_client", "response", "session/prompt") == 2
     assert relayed_row(summary, "to_client", "error", "_x/barrier") == 1
     assert summary["messages"]["not_relayed"] == [
         {
-            "disposition": "swallowed",
-            "direction": "to_client",
-            "kind": "response",
+            "disposition": disposition,
+            "direction": direction,
+            "kind": kind,
             "method": "session/prompt",
             "reason": None,
             "count": 1,
         }
+        for disposition, direction, kind in [
+            ("answered_by_proxy", "to_agent", "request"),
+            ("dropped", "to_client", "response"),
+            ("swallowed", "to_client", "response"),
+        ]
     ]
+    assert totals["messages_not_relayed"] == 3
+    assert ", 3 not relayed" in render_text(summary)
     assert summary["connections"] == [
         {"side": "agent", "transport": "stdio", "opened": 2, "closed": 2},
         {"side": "client", "transport": "stdio", "opened": 1, "closed": 1},
