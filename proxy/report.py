@@ -101,6 +101,7 @@ __all__ = [
     "render_text",
     "report_main",
     "retries_table",
+    "rules_text",
     "short_names",
     "summarize",
     "totals_rows",
@@ -441,7 +442,7 @@ class _Prompts:
         held: _Attempt | None = None
         if "hold" in record and direction == "to_agent" and kind == "request":
             held = self._held.pop(hold_key(node, self._run[node], record), None)
-            if held is not None and disposition == "undeliverable":
+            if held is not None and disposition == "undeliverable" and held.cut_at is None:
                 held.cut_at = float(record["time"])
                 held.cut_by = "undeliverable (the agent's connection had closed)"
         if direction == "to_agent" and kind == "request" and disposition == "relayed":

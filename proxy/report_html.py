@@ -597,7 +597,7 @@ class _Timeline:
         )
         kind = record.get("kind")
         what = record.get("method") or kind or "message"
-        text = f"\u23f8 held {_held_for(record)}: {what} {kind}" + _ids(record)
+        text = f"\u2016 held {_held_for(record)}: {what} {kind}" + _ids(record)
         if record.get("copy") is True:
             text += " (an injected copy)"
         size = record.get("size")
@@ -770,7 +770,7 @@ def _timeline(timeline: _Timeline) -> str:
         '<span class="k-agent">\u2190 Agent to Client</span>'
         "<span>\u2715 (grey) not relayed</span>"
         '<span class="k-fault">\u2715 fault at the proxy (rule, action)</span>'
-        '<span class="k-hold">\u23f8\u2506 held by a rule (delay, spaced copy), until sent</span>'
+        '<span class="k-hold">\u2016\u2506 held by a rule (delay, spaced copy), until sent</span>'
         '<span class="k-proxy">\u25cf restart, proxy run</span>'
         '<span class="k-fault">\u25c6 finding</span>'
         '<span class="k-retry">\u21ba retry, linked to the attempt it retries</span></p>'

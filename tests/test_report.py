@@ -1037,8 +1037,10 @@ def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed
 def test_a_held_prompt_and_its_spaced_copy_join_their_attempt_by_the_hold(tmp_path: Path) -> None:
     """A delayed prompt is relayed after another prompt overtook it: one attempt, joined to its
     fault by the ``held`` record, whose key is the one named just before its delivery; a copy
-    spaced by ``gap_ms`` is a copy of its attempt, not another attempt."""
+    spaced by ``gap_ms`` is a copy of its attempt, not another attempt. A held prompt whose Agent
+    was gone when its timer fired is lost."""
     slow = prompt_request(1.5, 1, "p1", 0, "S")
+    late = prompt_request(3.0, 1, "p5", 5, "S")
     copied = prompt_request(2.0, 1, "p3", 2, "S")
     copy = {**copied, "time": 2.05, "forwarded_id": 3, "copy": True, "hold": 7}
     trace = write_jsonl(
@@ -1056,6 +1058,9 @@ def test_a_held_prompt_and_its_spaced_copy_join_their_attempt_by_the_hold(tmp_pa
         prompt_request(2.01, 1, "p4", 4, "S"),
         copy,
         prompt_answer(2.1, 1, "p3", 3, "S"),
+        {**fault_on(3.0, "slow", "delay", late), "id": "p5"},
+        held(3.0, 1, 8, ["slow"], late),
+        {**late, "time": 3.5, "disposition": "undeliverable", "hold": 8},
     )
     summary = summarize(load_traces([trace]))
     assert [
@@ -1066,6 +1071,7 @@ def test_a_held_prompt_and_its_spaced_copy_join_their_attempt_by_the_hold(tmp_pa
         ("p2", True, [], 0, None),
         ("p3", True, ["twice"], 1, None),
         ("p4", True, [], 0, None),
+        ("p5", False, ["slow"], 0, None),
     ]
     by_id = {p["id"]: p for p in summary["prompts"]["list"]}
     assert (by_id["p1"]["outcome"], by_id["p1"]["time"], by_id["p3"]["outcome"]) == (
@@ -1073,7 +1079,11 @@ def test_a_held_prompt_and_its_spaced_copy_join_their_attempt_by_the_hold(tmp_pa
         1.0,
         "answered",
     )
-    assert summary["totals"]["prompts"] == 4
+    assert (by_id["p5"]["outcome"], by_id["p5"]["lost_by"]) == (
+        "lost",
+        "undeliverable (the agent's connection had closed)",
+    )
+    assert summary["totals"]["prompts"] == 5
 
 
 def test_nodes_are_named_by_their_shortest_distinct_path(tmp_path: Path) -> None:
