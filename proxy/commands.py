@@ -25,6 +25,7 @@ __all__ = [
     "FaultInjected",
     "Finding",
     "Handling",
+    "Held",
     "IdReused",
     "InitializeCached",
     "InitializeTimedOut",
@@ -43,6 +44,7 @@ __all__ = [
     "Sever",
     "SignalAgent",
     "StartTimer",
+    "Stopped",
     "Undeliverable",
     "Unroutable",
 ]
@@ -124,7 +126,10 @@ class Observation:
 
 @dataclass(frozen=True, slots=True)
 class Relayed(Observation):
-    """A message was forwarded (its id rewritten where it had one)."""
+    """A message was forwarded (its id rewritten where it had one): it left the proxy now.
+
+    A held message (:class:`Held`) is observed so when its timer fires and it is sent.
+    """
 
     direction: Direction
     kind: Kind
@@ -134,11 +139,52 @@ class Relayed(Observation):
     original_id: bytes | None = None
     forwarded_id: bytes | None = None
     duration: float | None = None
-    """For a response: seconds since its request was forwarded."""
+    """For an answer: seconds from its request's arrival at the proxy to this answer's
+    delivery (injected delays on either leg included)."""
     message: Message | None = field(default=None, compare=False, repr=False)
     """The message as it arrived (its body parsed), for observers that judge content."""
     copy: bool = False
     """An extra copy the proxy injected (``duplicate``), not a message of the sender's."""
+    hold: int | None = None
+    """The :class:`Held` this message was released from, if it was held."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held(Observation):
+    """A message was held behind a timer (a ``delay``, a ``duplicate`` copy spaced by
+    ``gap_ms``): nothing of it has left the proxy yet.
+
+    When the timer fires the message leaves, observed then as ``relayed`` with ``hold`` set to
+    this ``hold``, or it cannot (its peer is gone), observed as an :class:`Undeliverable` with
+    this ``hold``.
+    """
+
+    hold: int
+    """Names this hold on its link (the delivery carries it too)."""
+    rules: tuple[str, ...]
+    """The rules whose ``delay`` or ``gap_ms`` hold it."""
+    delay: float
+    """Seconds it is held."""
+    relayed: Relayed
+    """What will be observed when it leaves (a ``duration`` not yet counting the wait)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped(Observation):
+    """A fault stopped a message: it did not go on (the rule's :class:`FaultInjected` came
+    first). ``disposition``: ``dropped`` (``drop``), ``answered_by_proxy`` (``error``),
+    ``severed`` (``sever`` before forwarding), ``refused`` (``http_status`` without
+    ``forward``). Ids as on :class:`Relayed`: an answer's ``original_id`` is its requester's."""
+
+    direction: Direction
+    kind: Kind
+    method: str | None
+    session: str | None
+    size: int
+    original_id: bytes | None
+    forwarded_id: bytes | None
+    rule: str
+    disposition: str
 
 
 class Handling(enum.StrEnum):
@@ -197,11 +243,20 @@ class IdReused(Observation):
 
 @dataclass(frozen=True, slots=True)
 class Undeliverable(Observation):
-    """A message arrived for a peer whose connection is already closed; it was dropped."""
+    """A message arrived for a peer whose connection is already closed, or was held until after
+    it closed (``hold``: the :class:`Held` it was released from); it was dropped.
+
+    A held message is named (method, session, ids as on :class:`Relayed`).
+    """
 
     direction: Direction
     kind: Kind
     size: int
+    method: str | None = None
+    session: str | None = None
+    original_id: bytes | None = None
+    forwarded_id: bytes | None = None
+    hold: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

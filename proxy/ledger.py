@@ -1,7 +1,10 @@
 """The idempotency ledger (DESIGN 7): what the proxy saw of keyed prompts, and the RFD's findings.
 
 An observer of the relay, and itself pure: the clock is passed in, findings and attempts go out
-through ``emit`` as observations (metrics, trace and logs take them from there).
+through ``emit`` as observations (metrics, trace and logs take them from there). It judges what
+crossed the proxy when it crossed: a held message (``delay``, a spaced copy) counts when it is
+delivered (its :class:`~proxy.commands.Relayed`), not when it was held, so a keyed prompt held
+while its retry overtook it is the second attempt the Agent saw.
 
 For every ``session/prompt`` carrying ``idempotencyKey`` it records, per (session, key): the
 attempts (link, ids, time, a hash of the prompt), their outcomes (``messageId`` or error code) and
@@ -154,8 +157,10 @@ class Ledger:
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Take one observation of the relay (or of a link)."""
         match observation:
-            case Relayed(message=message, copy=True) if message is not None:
+            case Relayed(message=message, copy=True, kind=Kind.REQUEST) if message is not None:
                 self._copy(observation, message, link)
+            case Relayed(copy=True):
+                pass  # a copy of a notification or an answer: bytes the ledger has seen already
             case Relayed(message=message) if message is not None:
                 self._relayed(observation, message, link)
             case Relayed(direction=Direction.TO_CLIENT, kind=Kind.RESPONSE | Kind.ERROR):
@@ -236,12 +241,18 @@ class Ledger:
         self._emit(KeyedAttempt(session, retry, key, digest), link)
 
     def _copy(self, seen: Relayed, message: Message, link: int | None) -> None:
-        """A copy the proxy injected of a keyed prompt: not an attempt, but its answer counts."""
-        original = self._by_client_id.get((link, message.id_token or b""))
-        if original is not None and seen.forwarded_id is not None:
-            self._pending[(link, seen.forwarded_id)] = _Pending(
-                original.entry, Attempt(link, original.attempt.id, self._clock()), None, ""
-            )
+        """A copy the proxy injected of a keyed prompt: not an attempt, but its answer counts.
+
+        Its key's entry is found by its own session and key: a copy spaced by ``gap_ms`` may
+        leave after its original was answered (no longer pending)."""
+        params = message.params if isinstance(message.params, dict) else {}
+        session, key = params.get("sessionId"), params.get("idempotencyKey")
+        if not isinstance(session, str) or not isinstance(key, str):
+            return
+        entry = self.entries.get((session, key))
+        if entry is not None and seen.forwarded_id is not None:
+            attempt = Attempt(link, _id_value(message.id_token), self._clock())
+            self._pending[(link, seen.forwarded_id)] = _Pending(entry, attempt, None, "")
 
     def _answered(self, seen: Relayed, link: int | None) -> _Pending | None:
         """The prompt the answer ``seen`` is for, no longer pending (None: not one we track)."""

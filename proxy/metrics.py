@@ -120,7 +120,8 @@ class Metrics:
                 )
         self.durations = Histogram(
             "acp_proxy_request_duration_seconds",
-            "Time from forwarding a request to relaying its answer.",
+            "Time from a request's arrival at the proxy to its answer's delivery (held answers "
+            "count when they are sent; injected delays included).",
             ["method"],
             registry=registry,
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300),

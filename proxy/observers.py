@@ -19,6 +19,7 @@ from proxy.commands import (
     DuplicateSwallowed,
     FaultInjected,
     Finding,
+    Held,
     IdReused,
     InitializeTimedOut,
     InvalidSeen,
@@ -31,6 +32,7 @@ from proxy.commands import (
     Restarted,
     RulesCounted,
     RulesReloaded,
+    Stopped,
     Undeliverable,
     Unroutable,
 )
@@ -74,6 +76,10 @@ class Tally:
         match observation:
             case Relayed(direction=direction, kind=kind):
                 self.counts["messages", direction, kind] += 1
+            case Held(relayed=relayed):
+                self.counts["held", relayed.direction] += 1
+            case Stopped(direction=direction, disposition=disposition):
+                self.counts["stopped", direction, disposition] += 1
             case InvalidSeen(direction=direction, reason=reason):
                 self.counts["invalid", direction, reason] += 1
             case Orphaned(direction=direction):
@@ -122,7 +128,8 @@ class Tally:
 
 
 class LogObserver:
-    """One log line per noteworthy observation; each relayed message at debug level."""
+    """One log line per noteworthy observation; at debug level, each message relayed (when it
+    left the proxy), held or stopped by a fault."""
 
     def __init__(self, logger: Any = None) -> None:
         self._log = logger or get_logger("proxy.relay")
@@ -137,6 +144,7 @@ class LogObserver:
                 log = self._per_link[link] = self._log.bind(link=link)
         if isinstance(observation, Relayed):  # one per message: skip building the line
             if log.is_enabled_for(logging.DEBUG):
+                extra = {} if observation.hold is None else {"hold": observation.hold}
                 log.debug(
                     "relayed",
                     direction=observation.direction,
@@ -145,9 +153,34 @@ class LogObserver:
                     id=_text(observation.original_id),
                     forwarded_id=_text(observation.forwarded_id),
                     size=observation.size,
+                    **extra,
                 )
             return
         match observation:
+            case Held(relayed=held):
+                log.debug(
+                    "held",
+                    hold=observation.hold,
+                    rules=list(observation.rules),
+                    delay_ms=round(observation.delay * 1000, 3),
+                    direction=held.direction,
+                    kind=held.kind,
+                    method=held.method,
+                    id=_text(held.original_id),
+                    forwarded_id=_text(held.forwarded_id),
+                    copy=held.copy,
+                )
+            case Stopped():
+                log.debug(
+                    "not relayed",
+                    disposition=observation.disposition,
+                    rule=observation.rule,
+                    direction=observation.direction,
+                    kind=observation.kind,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                    forwarded_id=_text(observation.forwarded_id),
+                )
             case InvalidSeen():
                 log.warning(
                     "invalid message",
@@ -178,11 +211,19 @@ class LogObserver:
                     method=observation.method,
                 )
             case Undeliverable():
+                named = {}
+                if observation.hold is not None:
+                    named = {
+                        "method": observation.method,
+                        "id": _text(observation.original_id),
+                        "hold": observation.hold,
+                    }
                 log.warning(
                     "message for a closed peer dropped",
                     direction=observation.direction,
                     kind=observation.kind,
                     size=observation.size,
+                    **named,
                 )
             case Unroutable():
                 log.info("error with null id forwarded as is", direction=observation.direction)

@@ -39,12 +39,21 @@ is overtaken; undelayed ones keep their order), ``duplicate`` adds copies (a req
 their own ids, and only the first answer of the group is relayed), ``sever`` cuts a connection
 before or after forwarding, ``kill_agent`` and ``restart_proxy`` act after forwarding. In a batch,
 forwarded elements stay in the batch; delayed elements and copies follow as single messages.
+
+What the observations say happened, happened then: a message a fault stops is
+:class:`~proxy.commands.Stopped`; a held message (a delay, a copy spaced by ``gap_ms``) is
+:class:`~proxy.commands.Held` when it arrives, and its :class:`~proxy.commands.Relayed` comes when
+its timer fires and it is sent (an :class:`~proxy.commands.Undeliverable` when its peer left
+meanwhile), so that observations follow the order of the wire. An answer's duration runs from its
+request's arrival to its own delivery. Its id was mapped when it arrived: a held request's
+answer, a cancel of it, find it.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import assert_never
 
 from proxy.commands import (
@@ -56,6 +65,7 @@ from proxy.commands import (
     FailPost,
     FaultInjected,
     Handling,
+    Held,
     IdReused,
     InitializeCached,
     InitializeTimedOut,
@@ -69,6 +79,7 @@ from proxy.commands import (
     Sever,
     SignalAgent,
     StartTimer,
+    Stopped,
     Undeliverable,
     Unroutable,
 )
@@ -142,6 +153,20 @@ def _refusal(detail: str) -> bytes:
     return error_response(b"null", ErrorCode.INVALID_REQUEST, f"Invalid request: {detail}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """What a timer holds: commands to carry out, and the relay observation of the message among
+    them, made when it arrived (``at``)."""
+
+    commands: list[Command]
+    relayed: Relayed | None = None
+    at: float = 0.0
+
+
+_STOPPED = {"drop": "dropped", "error": "answered_by_proxy", "sever": "severed"}
+"""The disposition of a message each stopping action leaves behind (``http_status``: refused)."""
+
+
 class Relay:
     """The state of one link: pending requests both ways, held messages, which peers are gone."""
 
@@ -199,7 +224,7 @@ class Relay:
         """Peers whose stream to the proxy has ended (nothing more will come from them)."""
         self._closing: set[Side] = set()
         """Peers the proxy has closed its connection to (nothing more will be sent to them)."""
-        self._timers: dict[int, list[Command]] = {}
+        self._timers: dict[int, _Timed] = {}
         self._tokens = itertools.count()
         self._initialize_timeout = initialize_timeout
         self._deadlines: dict[int, bytes] = {}
@@ -226,8 +251,8 @@ class Relay:
                 return self._oversized(side.outbound, size, limit)
             case PeerClosed(side=side):
                 return self._peer_closed(side)
-            case TimerFired(token=token):
-                return self._release(token)
+            case TimerFired(token=token, at=at):
+                return self._release(token, at)
 
     # -- messages -------------------------------------------------------------------------------
 
@@ -275,10 +300,12 @@ class Relay:
             out.append(RulesCounted())
         if not decision.fired:
             return self._translate(direction, message, at, out), []
-        stop = False
+        stopped_by: tuple[str, str] | None = None
         stream_dropped = False
         mode: str | None = None
         delay = gap = 0.0
+        delayed_by: list[str] = []
+        spaced_by: list[str] = []
         copies = 0
         after: list[Command] = []
         for rule in decision.fired:
@@ -294,28 +321,32 @@ class Relay:
                     message.id_token,
                 )
             )
+            stops = False
             match action:
                 case Drop():
-                    stop = True
+                    stops = True
                 case ErrorReply(code=code, message=text, data=data):
                     assert message.id_token is not None  # the engine fires it on requests only
                     answer = error_response(message.id_token, code, text, data)
                     out.append(Send(direction.source, answer))
-                    stop = True
+                    stops = True
                 case Corrupt(mode=corrupt_mode):
                     mode = corrupt_mode
                 case Delay(ms=ms, jitter_ms=jitter_ms):
                     jitter = engine.rng.uniform(0.0, jitter_ms) if jitter_ms else 0.0
                     delay += (ms + jitter) / 1000
+                    delayed_by.append(rule.name)
                 case Duplicate(copies=count, gap_ms=gap_ms):
                     copies += count
                     gap = gap_ms / 1000
+                    if gap_ms:
+                        spaced_by.append(rule.name)
                 case SeverAction(side=side, when=when, close_code=close_code):
                     severs = [Sever(s, when == "after", close_code) for s in _SIDES[side]]
                     if when == "before":
                         self._closing.update(_SIDES[side])
                         out.extend(severs)
-                        stop = True
+                        stops = True
                     else:
                         after.extend(severs)
                 case KillAgent(signal=signum, after_ms=after_ms, respawn=respawn):
@@ -325,41 +356,80 @@ class Relay:
                     after.append(Restart(downtime_ms / 1000))
                 case HttpStatus(status=status, forward=forward):
                     out.append(FailPost(status))
-                    stop = stop or not forward
+                    stops = not forward
                 case CloseStream():
                     stream_dropped = True
                 case _:
                     assert_never(action)
-        if stop:
-            if message.kind in _ANSWERS and message.id_token is not None:
-                self._maps[direction.reverse].pop(message.id_token)  # the answer is lost
+            if stops and stopped_by is None:
+                stopped_by = (rule.name, _STOPPED.get(action.action, "refused"))
+        if stopped_by is not None:
+            out.append(self._stopped(direction, message, subject, *stopped_by))
             self._closing.update(c.side for c in after if isinstance(c, Sever))
             return [], after
-        forwards = self._translate(direction, message, at, out)
+        seen: list[Command] = []
+        forwards = self._translate(direction, message, at, seen)
+        relayed = next((c for c in seen if isinstance(c, Relayed)), None)
         if stream_dropped:
+            out.extend(seen)
             out.extend(DropStream(direction.destination, data) for data in forwards)
             return [], after
-        extra = self._copies(direction, message, forwards, copies, at, out=out) if copies else []
+        extra = []
+        if copies:
+            extra = self._copies(direction, message, relayed, forwards, count=copies, at=at)
         if mode is not None:
             draw = iter(lambda: engine.rng.randrange(0x21, 0x7F), None)
             forwards = [corrupt(data, mode, draw) for data in forwards]
-            extra = [corrupt(data, mode, draw) for data in extra]
+            extra = [(corrupt(data, mode, draw), seen_copy) for data, seen_copy in extra]
             if message.kind is Kind.REQUEST and forwards:
                 self._unanswerable(direction, message, len(forwards) + len(extra))
         destination = direction.destination
         now = forwards
         if delay > 0:
             now = []
-            after = [self._hold(delay, [Send(destination, data) for data in forwards] + after)]
+            out.extend(c for c in seen if c is not relayed)  # its relay waits for the timer
+            sends: list[Command] = [Send(destination, data) for data in forwards]
+            timer = self._hold(delay, sends + after, relayed, at)
+            if relayed is not None and forwards:
+                out.append(Held(timer.token, tuple(delayed_by), delay, relayed))
+            after = [timer]
         else:
+            out.extend(seen)
             self._closing.update(c.side for c in after if isinstance(c, Sever))
-        for index, copy in enumerate(extra, start=1):
+        for index, (copy, seen_copy) in enumerate(extra, start=1):
             when_due = delay + index * gap
             if when_due > 0:
-                after.append(self._hold(when_due, [Send(destination, copy)]))
+                timer = self._hold(when_due, [Send(destination, copy)], seen_copy, at)
+                if seen_copy is not None:
+                    rules = tuple(delayed_by + (spaced_by if gap else []))
+                    out.append(Held(timer.token, rules, when_due, seen_copy))
+                after.append(timer)
             else:
+                if seen_copy is not None:
+                    out.append(seen_copy)
                 now.append(copy)
         return now, after
+
+    def _stopped(
+        self, direction: Direction, message: Message, subject: Subject, rule: str, how: str
+    ) -> Stopped:
+        """A fault stopped ``message``; an answer's request is forgotten (its answer is lost)."""
+        original, forwarded = message.id_token, None
+        if message.kind in _ANSWERS and message.id_token is not None:
+            request = self._maps[direction.reverse].pop(message.id_token)
+            if request is not None:
+                original, forwarded = request.original_id, message.id_token
+        return Stopped(
+            direction,
+            message.kind,
+            subject.method,
+            subject.session,
+            len(message.raw),
+            original,
+            forwarded,
+            rule,
+            how,
+        )
 
     def _unanswerable(self, direction: Direction, message: Message, count: int) -> None:
         """The last ``count`` requests forwarded for ``message`` left corrupted: no peer can
@@ -403,22 +473,28 @@ class Relay:
         self,
         direction: Direction,
         message: Message,
+        relayed: Relayed | None,
         forwards: list[bytes],
+        *,
         count: int,
         at: float,
-        *,
-        out: list[Command],
-    ) -> list[bytes]:
-        """``count`` extra copies; a request's copies are new requests of one duplicate group."""
+    ) -> list[tuple[bytes, Relayed | None]]:
+        """``count`` extra copies, each with its relay observation; a request's copies are new
+        requests of one duplicate group."""
         if message.kind is not Kind.REQUEST:
-            return [data for data in forwards for _ in range(count)]
+            seen = None if relayed is None else replace(relayed, copy=True, duration=None)
+            return [
+                (data, seen if index == 0 else None)
+                for _ in range(count)
+                for index, data in enumerate(forwards)
+            ]
         assert message.id_token is not None
         assert message.id_key is not None
         assert message.method is not None
         requests = self._maps[direction]
         primary = requests.pending_with(message.id_key)[-1]
         group = primary.group = DuplicateGroup()
-        copies = []
+        copies: list[tuple[bytes, Relayed | None]] = []
         for _ in range(count):
             copy = requests.add(
                 message.id_token,
@@ -429,40 +505,64 @@ class Relay:
                 keyed=primary.keyed,
                 group=group,
             )
-            copies.append(splice(message.raw, [(s, copy.forwarded_id) for s in message.id_spans]))
-            out.append(
-                Relayed(
-                    direction,
-                    Kind.REQUEST,
-                    message.method,
-                    primary.session,
-                    len(message.raw),
-                    message.id_token,
-                    copy.forwarded_id,
-                    message=message,
-                    copy=True,
-                )
+            data = splice(message.raw, [(s, copy.forwarded_id) for s in message.id_spans])
+            seen = Relayed(
+                direction,
+                Kind.REQUEST,
+                message.method,
+                primary.session,
+                len(message.raw),
+                message.id_token,
+                copy.forwarded_id,
+                message=message,
+                copy=True,
             )
+            copies.append((data, seen))
         return copies
 
-    def _hold(self, delay: float, commands: list[Command]) -> StartTimer:
-        """Keep ``commands`` until a timer of ``delay`` seconds fires."""
+    def _hold(
+        self,
+        delay: float,
+        commands: list[Command],
+        relayed: Relayed | None = None,
+        at: float = 0.0,
+    ) -> StartTimer:
+        """Keep ``commands`` until a timer of ``delay`` seconds fires; ``relayed``: the relay
+        observation of the message they send, which arrived at ``at``."""
         token = next(self._tokens)
-        self._timers[token] = commands
+        self._timers[token] = _Timed(commands, relayed, at)
         size = sum(len(command.data) for command in commands if isinstance(command, Send))
         return StartTimer(delay, token, size)
 
-    def _release(self, token: int) -> list[Command]:
+    def _release(self, token: int, at: float) -> list[Command]:
+        """Timer ``token`` fired at ``at``: carry out what it held. A held message leaves now
+        (relayed, its answer's duration counting the wait), or is undeliverable."""
         if token in self._deadlines:
             return self._initialize_overdue(self._deadlines.pop(token))
+        timed = self._timers.pop(token, None)
+        if timed is None:
+            return []
+        relayed = timed.relayed
+        if relayed is not None:
+            duration = relayed.duration
+            if duration is not None:
+                duration += at - timed.at
+            relayed = replace(relayed, hold=token, duration=duration)
         out: list[Command] = []
-        for command in self._timers.pop(token, ()):
+        sent = lost = False
+        for command in timed.commands:
             if isinstance(command, Sever):
                 self._closing.add(command.side)
-            if isinstance(command, Send) and command.to in self._closing:
-                direction = Direction.TO_AGENT if command.to is Side.AGENT else Direction.TO_CLIENT
-                out.append(Undeliverable(direction, parse(command.data).kind, len(command.data)))
+            if not isinstance(command, Send):
+                out.append(command)
+            elif command.to in self._closing:
+                if not lost:
+                    lost = True
+                    out.append(_undeliverable(command, relayed, token))
             else:
+                if not sent and relayed is not None:
+                    out.append(relayed)
+                sent = True
                 out.append(command)
         return out
 
@@ -766,3 +866,20 @@ class Relay:
             self._closing.add(side.other)
             out.append(Close(side.other))
         return out
+
+
+def _undeliverable(send: Send, relayed: Relayed | None, hold: int) -> Undeliverable:
+    """A held message whose peer left before its timer fired; named when it was observed held."""
+    direction = Direction.TO_AGENT if send.to is Side.AGENT else Direction.TO_CLIENT
+    if relayed is None:
+        return Undeliverable(direction, parse(send.data).kind, len(send.data))
+    return Undeliverable(
+        direction,
+        relayed.kind,
+        relayed.size,
+        relayed.method,
+        relayed.session,
+        relayed.original_id,
+        relayed.forwarded_id,
+        hold,
+    )

@@ -17,16 +17,22 @@ What the trace contains, and so what the summary can say
 --------------------------------------------------------
 The trace has no payloads: a ``message`` record carries direction, kind, method, session, the
 sender's ``id``, the ``forwarded_id`` the proxy wrote on the next hop, its size and disposition,
-but never ``params``. So the report counts messages (by direction, kind and method; every
-disposition other than ``relayed`` apart), faults (by rule and action), connections, restarts and
-reloads exactly, and it reconstructs **prompts** (``session/prompt`` requests) from their records:
+but never ``params``. It is written when the message left the proxy: a message a rule held
+(``delay``, a ``duplicate`` copy spaced by ``gap_ms``) has a ``held`` record when it arrived and
+its ``message`` record, with the same ``hold``, when it was sent (or found its peer gone). So the
+report counts messages (by direction, kind and method; every disposition other than ``relayed``
+apart: dropped, answered by the proxy, severed, undeliverable..., and the held messages never
+sent, discarded by a restart or still held when the run or the trace ended), held messages (by
+rule, sent or not, and how long), faults (by rule and action), connections, restarts and reloads
+exactly, and it reconstructs **prompts** (``session/prompt`` requests) from their records:
 
 * an *attempt* is a ``session/prompt`` request the Client sent: a relayed request, or a fault on
   a request that never got relayed (``drop``, ``error``, ``sever`` before it). The records the
-  proxy writes for one message follow each other in its file (faults first, then the message,
-  then the copies of a ``duplicate``; a ``finding`` may come between), which is how a fault and
-  the request it hit are joined (``drop`` and ``error`` never forward, so a relayed request after
-  one of them is the Client's resend, a new attempt);
+  proxy writes for one message follow each other in its file (faults first, then the message or
+  its ``held`` record, then the copies of a ``duplicate`` or their ``held`` records; a
+  ``finding`` may come between), which is how a fault and the request it hit are joined (``drop``
+  and ``error`` never forward, so a relayed request after one of them is the Client's resend, a
+  new attempt); a held request is relayed later, joined to its attempt by its ``hold``;
 * its answer is the ``to_client`` response or error with the same node, link and
   ``forwarded_id`` (a fault on the answer carries that ``forwarded_id`` as its ``id``); answers
   to injected copies that the proxy swallowed are counted with it;
@@ -82,6 +88,8 @@ __all__ = [
     "faults_table",
     "findings_phrase",
     "findings_table",
+    "held_table",
+    "hold_key",
     "keys_note",
     "keys_table",
     "load_traces",
@@ -93,6 +101,7 @@ __all__ = [
     "render_text",
     "report_main",
     "retries_table",
+    "rules_text",
     "short_names",
     "summarize",
     "totals_rows",
@@ -246,6 +255,8 @@ class _Attempt:
     size: int | None = None
     copies: int = 0
     swallowed: int = 0
+    holds: int = 0
+    """Its ``held`` records (a delay, spaced copies): it, or its copies, left later."""
     faults: list[dict[str, Any]] = field(default_factory=list)
     answer: str | None = None
     answered_at: float | None = None
@@ -315,6 +326,19 @@ def wire_text(value: Any) -> str:
         return str(value)
 
 
+def hold_key(node: str, run: int, record: dict[str, Any]) -> tuple[str, int, str, str]:
+    """What names one hold: a ``held`` record and the ``message`` record of its delivery share
+    it (the node, the proxy run in its file, the link, the ``hold``)."""
+    return (node, run, wire_text(record.get("link")), wire_text(record.get("hold")))
+
+
+def rules_text(rules: Any) -> str:
+    """The rules of a ``held`` record as one text (``a, b``)."""
+    if isinstance(rules, list):
+        return ", ".join(str(rule) for rule in rules)
+    return "-" if rules is None else str(rules)
+
+
 def _fault_name(fault: dict[str, Any]) -> str:
     return f"{fault['action']} (rule {fault['rule']})"
 
@@ -337,6 +361,8 @@ class _Prompts:
         self._run: Counter[str] = Counter()
         self._keyed: dict[str, tuple[int, dict[str, Any]]] = {}
         """Per node: the last ``keyed`` record, and the position of the record before it."""
+        self._held: dict[tuple[str, int, str, str], _Attempt] = {}
+        """Prompt requests held by the proxy (:func:`hold_key`), until they are sent."""
 
     def step(self, record: dict[str, Any]) -> None:
         """Take the next record (the ledger's records never separate a message from its faults)."""
@@ -353,6 +379,8 @@ class _Prompts:
             self._run[node] += 1
         elif event == "message" and record.get("method") == PROMPT:
             self._message(node, record)
+        elif event == "held" and record.get("method") == PROMPT:
+            self._hold(node, record)
         elif event == "fault" and record.get("method") == PROMPT:
             self._fault(node, record)
         elif event == "restart":
@@ -398,15 +426,37 @@ class _Prompts:
     ) -> tuple[str, int, str, str]:
         return (node, self._run[node], wire_text(record.get("link")), wire_text(forwarded_id))
 
+    def _hold(self, node: str, record: dict[str, Any]) -> None:
+        """A prompt request held by the proxy: the attempt its faults (or its original, for a
+        spaced copy) began, found again by its hold when it is sent."""
+        if record.get("direction") != "to_agent" or record.get("kind") != "request":
+            return
+        attempt = self._previous(node, record) or self._new(node, record)
+        attempt.holds += 1
+        self._held[hold_key(node, self._run[node], record)] = attempt
+        self._last[node] = (self._position[node], attempt)
+
     def _message(self, node: str, record: dict[str, Any]) -> None:
         direction, kind = record.get("direction"), record.get("kind")
         disposition = record.get("disposition", "relayed")
+        held: _Attempt | None = None
+        if "hold" in record and direction == "to_agent" and kind == "request":
+            held = self._held.pop(hold_key(node, self._run[node], record), None)
+            if held is not None and disposition == "undeliverable" and held.cut_at is None:
+                held.cut_at = float(record["time"])
+                held.cut_by = "undeliverable (the agent's connection had closed)"
         if direction == "to_agent" and kind == "request" and disposition == "relayed":
-            attempt = self._previous(node, record)
+            attempt = held or self._previous(node, record)
             forwarded = record.get("forwarded_id")
-            if attempt is not None and any(f["action"] in STOPPING_ACTIONS for f in attempt.faults):
-                attempt = None  # that request was never forwarded: this is another one
-            if attempt is not None and attempt.relayed:
+            if (
+                held is None
+                and attempt is not None
+                and (attempt.holds or any(f["action"] in STOPPING_ACTIONS for f in attempt.faults))
+            ):
+                attempt = None  # that request was never forwarded, or only when released
+            if held is not None and held.relayed:
+                held.copies += 1  # a spaced copy, sent after its original
+            elif attempt is not None and attempt.relayed:
                 if not any(f["action"] == "duplicate" for f in attempt.faults):
                     attempt = None
                 else:
@@ -462,21 +512,23 @@ class _Prompts:
         A restart names the cause even when the Agent's closed connection was recorded first.
         """
         run, link, at = self._run[node], wire_text(record.get("link")), float(record["time"])
-        for key, attempt in list(self._pending.items()):
-            if key[:3] == (node, run, link):
-                if attempt.cut_at is None:
-                    attempt.cut_at = at
-                if attempt.cut_by is None or overrides:
-                    attempt.cut_by = why
-                if forget:
-                    del self._pending[key]
+        for table in (self._pending, self._held):
+            for key, attempt in list(table.items()):
+                if key[:3] == (node, run, link):
+                    if attempt.cut_at is None:
+                        attempt.cut_at = at
+                    if attempt.cut_by is None or overrides:
+                        attempt.cut_by = why
+                    if forget:
+                        del table[key]
 
     def _cut_all(self, node: str, at: float, why: str) -> None:
-        for key, attempt in list(self._pending.items()):
-            if key[0] == node:
-                if attempt.cut_at is None:
-                    attempt.cut_at, attempt.cut_by = at, why
-                del self._pending[key]
+        for table in (self._pending, self._held):
+            for key, attempt in list(table.items()):
+                if key[0] == node:
+                    if attempt.cut_at is None:
+                        attempt.cut_at, attempt.cut_by = at, why
+                    del table[key]
 
     def retries(self, start: float | None) -> list[dict[str, Any]]:
         """Mark and list the retries.
@@ -586,6 +638,75 @@ def _files_of(records: Sequence[dict[str, Any]]) -> list[_FileInfo]:
     return list(infos.values())
 
 
+_NEVER_SENT = "never_sent"
+"""The disposition of a held message that has no delivery record (``reason`` says why)."""
+
+
+class _Holds:
+    """Held messages: each ``held`` record joined to the record of its delivery (same
+    :func:`hold_key`), counted by direction, kind, method and rules, sent or not."""
+
+    def __init__(self) -> None:
+        self.count: Counter[tuple[str, str, str, str]] = Counter()
+        self.sent: Counter[tuple[str, str, str, str]] = Counter()
+        self.delays: defaultdict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+        self.never_sent: Counter[tuple[str, str, str, str, str]] = Counter()
+        """Held messages without a delivery, as rows of the messages not relayed."""
+        self._open: dict[tuple[str, int, str, str], tuple[str, str, str, str]] = {}
+        """Holds awaiting their delivery, and the row each is counted in."""
+        self._run: Counter[str] = Counter()
+
+    def step(self, record: dict[str, Any]) -> None:
+        node = str(record.get("node") or "-")
+        event = record["event"]
+        if event == "trace":
+            self._close(lambda key: key[0] == node, "the proxy run ended while it was held")
+            self._run[node] += 1
+        elif event == "restart":
+            run, link = self._run[node], wire_text(record.get("link"))
+            self._close(lambda key: key[:3] == (node, run, link), "a restart discarded it")
+        elif event == "held":
+            row = (
+                str(record.get("direction") or "-"),
+                str(record.get("kind") or "-"),
+                str(record.get("method") or "-"),
+                rules_text(record.get("rules")),
+            )
+            self.count[row] += 1
+            delay = record.get("delay_ms")
+            if isinstance(delay, int | float) and not isinstance(delay, bool):
+                self.delays[row].append(float(delay))
+            self._open[hold_key(node, self._run[node], record)] = row
+        elif event == "message" and "hold" in record:
+            held = self._open.pop(hold_key(node, self._run[node], record), None)
+            if held is not None and record.get("disposition", "relayed") == "relayed":
+                self.sent[held] += 1
+
+    def _close(self, match: Callable[[tuple[str, int, str, str]], bool], why: str) -> None:
+        for key in [key for key in self._open if match(key)]:
+            direction, kind, method, _ = self._open.pop(key)
+            self.never_sent[_NEVER_SENT, direction, kind, method, why] += 1
+
+    def finish(self) -> None:
+        """The trace ended: what is still held was never sent."""
+        self._close(lambda key: True, "still held when the trace ended")
+
+    def view(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "direction": direction,
+                "kind": kind,
+                "method": None if method == "-" else method,
+                "rules": rules,
+                "count": count,
+                "sent": self.sent[direction, kind, method, rules],
+                "not_sent": count - self.sent[direction, kind, method, rules],
+                "delay_ms": _spread(self.delays.get((direction, kind, method, rules), [])),
+            }
+            for (direction, kind, method, rules), count in sorted(self.count.items())
+        ]
+
+
 class _Counts:
     """Counts of every record but the prompts' reconstruction."""
 
@@ -606,10 +727,14 @@ class _Counts:
         self.reloads: Counter[str] = Counter()
         self.ignored: Counter[str] = Counter()
         self.findings: list[dict[str, Any]] = []
+        self.holds = _Holds()
 
     def step(self, record: dict[str, Any]) -> None:
         event = record["event"]
-        if event == "message":
+        self.holds.step(record)
+        if event == "held":
+            pass  # counted by the holds
+        elif event == "message":
             self._message(record)
         elif event == "fault":
             key = (str(record.get("rule")), str(record.get("action")))
@@ -667,6 +792,11 @@ class _Counts:
             }
         )
 
+    def finish(self) -> None:
+        """The trace ended: held messages never sent are counted as not relayed."""
+        self.holds.finish()
+        self.not_relayed.update(self.holds.never_sent)
+
     def messages(self) -> dict[str, Any]:
         return {
             "relayed": [
@@ -694,6 +824,7 @@ class _Counts:
                     self.not_relayed.items()
                 )
             ],
+            "held": self.holds.view(),
         }
 
     def faults_view(self) -> dict[str, Any]:
@@ -822,6 +953,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         prompts.step(record)
         counts.step(record)
         keys.step(record)
+    counts.finish()
     retries = prompts.retries(start)
     attempts = prompts.attempts
     outcomes = Counter(attempt.outcome() for attempt in attempts)
@@ -847,6 +979,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "messages_relayed": sum(counts.relayed.values()),
             "bytes_relayed": sum(counts.bytes.values()),
             "messages_not_relayed": sum(counts.not_relayed.values()),
+            "messages_held": sum(counts.holds.count.values()),
+            "messages_held_sent": sum(counts.holds.sent.values()),
             "faults": sum(counts.faults.values()),
             "connections_opened": sum(counts.opened.values()),
             "connections_closed": sum(counts.closed.values()),
@@ -982,12 +1116,17 @@ def totals_rows(summary: dict[str, Any], *, runs_and_reloads: bool = False) -> l
         kinds = ", ".join(f"{what} x{n}" for what, n in restarts["by_what"].items())
         abandoned = plural(restarts["abandoned_requests"], "request")
         restart_text += f" ({kinds}; {abandoned} abandoned)"
+    messages = (
+        f"{totals['messages_relayed']} relayed ({totals['bytes_relayed']} bytes), "
+        f"{totals['messages_not_relayed']} not relayed"
+    )
+    if totals["messages_held"]:
+        messages += (
+            f", {totals['messages_held']} held by rules "
+            f"({totals['messages_held_sent']} sent when released)"
+        )
     rows = [
-        [
-            "messages",
-            f"{totals['messages_relayed']} relayed ({totals['bytes_relayed']} bytes), "
-            f"{totals['messages_not_relayed']} not relayed",
-        ],
+        ["messages", messages],
         ["faults", f"{totals['faults']} injected"],
         [
             "connections",
@@ -1041,6 +1180,26 @@ def not_relayed_table(summary: dict[str, Any]) -> Table:
     return ["disposition", "direction", "kind", "method or reason", "count"], [
         [m["disposition"], m["direction"], m["kind"], m["method"] or m["reason"], m["count"]]
         for m in summary["messages"]["not_relayed"]
+    ]
+
+
+def held_table(summary: dict[str, Any]) -> Table:
+    """The messages rules held (``delay``, spaced ``duplicate`` copies), by rule: how many, how
+    many were sent when released, how long they were held."""
+    headers = ["direction", "kind", "method", "rules", "held", "sent", "not sent", "p50 ms"]
+    return [*headers, "max ms"], [
+        [
+            m["direction"],
+            m["kind"],
+            m["method"],
+            m["rules"],
+            m["count"],
+            m["sent"],
+            m["not_sent"],
+            None if m["delay_ms"] is None else m["delay_ms"]["median"],
+            None if m["delay_ms"] is None else m["delay_ms"]["max"],
+        ]
+        for m in summary["messages"]["held"]
     ]
 
 
@@ -1252,6 +1411,7 @@ class _Text:
     def messages(self) -> None:
         self.section("Messages relayed", *relayed_table(self.summary))
         self.section("Messages not relayed", *not_relayed_table(self.summary))
+        self.section("Messages held by rules (delay, spaced copies)", *held_table(self.summary))
 
     def connections(self) -> None:
         self.section("Connections", *connections_table(self.summary))

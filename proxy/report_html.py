@@ -7,11 +7,15 @@ retries, findings; their columns and rows are :mod:`proxy.report`'s) and a seque
 the trace, drawn as inline SVG with three lanes (Client, proxy, Agent):
 
 * every ``message`` record is an arrow in time order (``to_agent``: Client -> proxy -> Agent;
-  ``to_client``: Agent -> proxy -> Client); one that was not relayed (any other disposition) stops
-  at the proxy lane;
+  ``to_client``: Agent -> proxy -> Client); one that was not relayed (any other disposition:
+  dropped, answered by the proxy, severed, undeliverable...) stops at the proxy lane;
 * every ``fault`` record is an arrow from the sender that ends at the proxy lane with a cross,
-  labelled with its rule and action (a ``drop`` leaves no ``message`` record: this is all the trace
-  shows of the lost message);
+  labelled with its rule and action;
+* a message a rule held (a ``held`` record: ``delay``, a ``duplicate`` copy spaced by ``gap_ms``)
+  is drawn twice: when it arrived, an arrow from the sender that ends at the proxy lane with a
+  pause mark, labelled with the rules and the delay; when it really left (its ``message`` record,
+  same ``hold``), an arrow from the proxy lane to the receiver. Between the two, a dashed bar on
+  the proxy lane (``hold-bar``) shows the hold;
 * connections (on the Client or Agent lane), restarts, proxy runs, reloads and findings are
   markers on the lanes;
 * a relayed prompt is labelled with its idempotency key (from the ledger's ``keyed`` record);
@@ -21,11 +25,12 @@ the trace, drawn as inline SVG with three lanes (Client, proxy, Agent):
 * the findings only the merged traces show (``by: report``, :mod:`proxy.report_keys`) are rows
   at their time, named by the nodes involved.
 
-Each timeline row is an SVG group with the classes ``ev`` and its kind (``msg``, ``fault``,
-``conn``, ``restart``, ``run``, ``reload``, ``finding``) and the id ``row-N``; retry links have the
-class ``retry-link``. The page has inline CSS only: no script, no URL to fetch, no font or image.
-Every string from the trace is escaped. The timeline is bounded: past ``limit`` message records it
-stops, and says so.
+Each timeline row is an SVG group with the classes ``ev`` and its kind (``msg``, ``held``,
+``fault``, ``conn``, ``restart``, ``run``, ``reload``, ``finding``) and the id ``row-N``; a message
+sent from a hold has the class ``released`` too; retry links have the class ``retry-link``, hold
+bars ``hold-bar`` (``data-from`` and ``data-to``: the rows they join). The page has inline CSS
+only: no script, no URL to fetch, no font or image. Every string from the trace is escaped.
+The timeline is bounded: past ``limit`` message records it stops, and says so.
 
 :func:`write_html` is the command: load, summarise, write the page, and return the exit status of
 :func:`proxy.report.report_main` (0; 1 for a finding other than ``unkeyed_resend``; 2 when a trace
@@ -35,6 +40,7 @@ cannot be read, or the page cannot be written).
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,6 +57,8 @@ from proxy.report import (
     faults_table,
     findings_phrase,
     findings_table,
+    held_table,
+    hold_key,
     keys_note,
     keys_table,
     load_traces,
@@ -60,6 +68,7 @@ from proxy.report import (
     prompts_table,
     relayed_table,
     retries_table,
+    rules_text,
     short_names,
     summarize,
     totals_rows,
@@ -78,6 +87,8 @@ _X_CLIENT, _X_PROXY, _X_AGENT = 190, 400, 610
 _X_LABEL = 640
 _WIDTH = 1700
 _LABEL_CHARS = 150
+_NOTE_CHARS = 28
+"""How much of a hold's note fits between the proxy lane and the next."""
 
 _LANES = {"client": _X_CLIENT, "proxy": _X_PROXY, "agent": _X_AGENT}
 
@@ -136,11 +147,15 @@ svg .finding.warning .dot { fill: var(--warn); stroke: var(--warn); }
 svg .restart text.label, svg .run text.label { fill: var(--proxy); font-weight: 600; }
 svg .conn text.label, svg .reload text.label { fill: var(--muted); }
 svg .retry-link { stroke: var(--warn); stroke-width: 1.6; fill: none; stroke-dasharray: 2 3; }
+svg .hold-bar { stroke: var(--warn); stroke-width: 4; stroke-dasharray: 5 3; }
+svg .pause { fill: var(--warn); }
+svg .hold-note { fill: var(--warn); font-size: 11px; }
+svg .held .arrow { stroke-dasharray: 5 3; }
 svg .retry-note { fill: var(--warn); font-weight: 600; }
 .legend span { margin-right: 1.2rem; }
 .legend .k-client { color: var(--client); } .legend .k-agent { color: var(--agent); }
 .legend .k-fault { color: var(--fault); } .legend .k-retry { color: var(--warn); }
-.legend .k-proxy { color: var(--proxy); }
+.legend .k-proxy { color: var(--proxy); } .legend .k-hold { color: var(--warn); }
 """
 
 
@@ -265,6 +280,9 @@ def _messages(summary: dict[str, Any]) -> str:
         table_class="messages-not-relayed",
         empty="every message was relayed",
     )
+    held = _table(
+        *held_table(summary), table_class="messages-held", empty="no message held by a rule"
+    )
     connections = _table(
         *connections_table(summary), table_class="connections", empty="no connection recorded"
     )
@@ -273,6 +291,9 @@ def _messages(summary: dict[str, Any]) -> str:
         + relayed
         + "<h2>Messages not relayed</h2>"
         + not_relayed
+        + '<h2>Messages held by rules</h2><p class="note">delays and spaced duplicate copies: '
+        "each is in the messages relayed (or not relayed) when it left</p>"
+        + held
         + "<h2>Connections</h2>"
         + connections
     )
@@ -393,6 +414,13 @@ def _ids(record: dict[str, Any]) -> str:
     return f" id {wire_text(sent)}\u2192{wire_text(forwarded)}"
 
 
+def _held_for(record: dict[str, Any]) -> str:
+    """How long and by which rules a ``held`` record's message was held."""
+    delay = record.get("delay_ms")
+    how_long = f"{delay:.1f} ms" if _number(delay) else "a while"
+    return f"{how_long} by {rules_text(record.get('rules'))}"
+
+
 def _css_word(value: Any) -> str:
     """A value usable as one CSS class (anything else becomes ``other``)."""
     text = str(value)
@@ -421,6 +449,12 @@ class _Timeline:
         """(row of the lost attempt, row of its retry, title) for each retry link drawn."""
         self.keyed: dict[str, dict[str, Any]] = {}
         """Per node: its last ``keyed`` record, named on the prompt relayed right after it."""
+        self.runs: Counter[str] = Counter()
+        """Per node: the proxy runs seen so far (a hold is named within its run)."""
+        self.held_rows: dict[tuple[str, int, str, str], tuple[int, dict[str, Any]]] = {}
+        """Each hold awaiting its delivery: the row and record that drew it."""
+        self.bars: list[tuple[int, int, str]] = []
+        """(row of the hold, row of its delivery, title) for each hold bar drawn."""
 
     def add(self, records: Sequence[dict[str, Any]]) -> None:
         self.messages_total = sum(1 for r in records if r.get("event") == "message")
@@ -437,6 +471,8 @@ class _Timeline:
                     break
                 self.messages_seen += 1
                 self._message(record)
+            elif event == "held":
+                self._held(record)
             elif event == "fault":
                 self._fault(record)
             elif event == "connection":
@@ -444,6 +480,7 @@ class _Timeline:
             elif event == "restart":
                 self._restart(record)
             elif event == "trace":
+                self.runs[str(record.get("node") or "-")] += 1
                 self._marker(record, "run", "proxy", f"proxy run (trace v{record.get('version')})")
             elif event == "reload":
                 self._marker(
@@ -483,6 +520,10 @@ class _Timeline:
             key = (row.node, wire_text(record.get("link")), wire_text(record.get("id")), row.time)
             self.prompt_rows.setdefault(key, row.number)
 
+    def _hold_key(self, record: dict[str, Any]) -> tuple[str, int, str, str]:
+        node = str(record.get("node") or "-")
+        return hold_key(node, self.runs[node], record)
+
     def _message(self, record: dict[str, Any]) -> None:
         direction = _css_word(record.get("direction") or "-")
         disposition = str(record.get("disposition") or "relayed")
@@ -491,13 +532,19 @@ class _Timeline:
         classes = [direction, _css_word(kind), _css_word(disposition)]
         if not relayed:
             classes.append("stopped")
+        held = self.held_rows.pop(self._hold_key(record), None) if "hold" in record else None
+        if "hold" in record:
+            classes.append("released")
         row = self._row(record, "msg", *classes)
         y = self._y(row)
         start, end = _sender_receiver(record.get("direction"))
+        if "hold" in record:
+            start = _X_PROXY  # it reached the proxy when it was held
         if relayed:
             row.shapes += _arrow(start, end, y)
         else:
-            row.shapes += _arrow(start, _X_PROXY, y, head=False)
+            if start != _X_PROXY:
+                row.shapes += _arrow(start, _X_PROXY, y, head=False)
             row.shapes.append(_cross(_X_PROXY, y, "stop"))
         what = record.get("method") or kind or "message"
         text = f"{what} {kind}" if record.get("method") else str(what)
@@ -516,8 +563,49 @@ class _Timeline:
             text += f" \u2014 {disposition}, not relayed"
             if record.get("reason"):
                 text += f" ({record['reason']})"
+            elif record.get("rule") is not None:
+                text += f" (rule {record['rule']})"
+        if held is not None:
+            number, hold = held
+            note = f"held {_held_for(hold)} since #{number}"
+            text += f" \u2014 {note}"
+            self.bars.append((number, row.number, f"#{number} to #{row.number}: {note}"))
+        elif "hold" in record:
+            text += f" \u2014 released from hold {wire_text(record.get('hold'))}"
         row.label = self._prefix(record) + text
         row.title = wire_text({k: v for k, v in record.items() if k not in ("node", "line")})
+        self._remember_prompt(record, row)
+
+    def _held(self, record: dict[str, Any]) -> None:
+        """A message a rule held: it reached the proxy and waits there (a pause mark)."""
+        direction = record.get("direction")
+        row = self._row(record, "held", _css_word(direction or "-"), _css_word(record.get("kind")))
+        y = self._y(row)
+        start, _ = _sender_receiver(direction)
+        row.shapes += _arrow(start, _X_PROXY, y, head=False)
+        row.shapes += [
+            f'<rect class="pause" x="{_X_PROXY - 5}" y="{y - 6}" width="3" height="12"/>',
+            f'<rect class="pause" x="{_X_PROXY + 2}" y="{y - 6}" width="3" height="12"/>',
+        ]
+        note = _held_for(record)
+        if len(note) > _NOTE_CHARS:
+            note = note[: _NOTE_CHARS - 1] + "\u2026"
+        # on the empty side of the proxy lane: where the message has not gone yet
+        x, anchor = (_X_PROXY + 10, "start") if start < _X_PROXY else (_X_PROXY - 10, "end")
+        row.shapes.append(
+            f'<text class="hold-note" x="{x}" y="{y - 5}" text-anchor="{anchor}">{_e(note)}</text>'
+        )
+        kind = record.get("kind")
+        what = record.get("method") or kind or "message"
+        text = f"\u2016 held {_held_for(record)}: {what} {kind}" + _ids(record)
+        if record.get("copy") is True:
+            text += " (an injected copy)"
+        size = record.get("size")
+        if _number(size):
+            text += f" {size} B"
+        row.label = self._prefix(record) + text
+        row.title = wire_text({k: v for k, v in record.items() if k not in ("node", "line")})
+        self.held_rows[self._hold_key(record)] = (row.number, record)
         self._remember_prompt(record, row)
 
     def _key(self, record: dict[str, Any]) -> str | None:
@@ -646,6 +734,14 @@ class _Timeline:
                 + "".join(row.shapes)
                 + f'<text class="label" x="{_X_LABEL}" y="{y + 4}">{_e(label)}</text></g>'
             )
+        for held, sent, note in self.bars:
+            y1 = _TOP + (held - 1) * _ROW + _ROW // 2
+            y2 = _TOP + (sent - 1) * _ROW + _ROW // 2
+            out.append(
+                f'<line class="hold-bar" data-from="{held}" data-to="{sent}" '
+                f'x1="{_X_PROXY}" y1="{y1 + 7}" x2="{_X_PROXY}" y2="{y2}">'
+                f"<title>{_e(note)}</title></line>"
+            )
         for lost, at, note in self.links:
             y1 = _TOP + (lost - 1) * _ROW + _ROW // 2
             y2 = _TOP + (at - 1) * _ROW + _ROW // 2
@@ -674,6 +770,7 @@ def _timeline(timeline: _Timeline) -> str:
         '<span class="k-agent">\u2190 Agent to Client</span>'
         "<span>\u2715 (grey) not relayed</span>"
         '<span class="k-fault">\u2715 fault at the proxy (rule, action)</span>'
+        '<span class="k-hold">\u2016\u2506 held by a rule (delay, spaced copy), until sent</span>'
         '<span class="k-proxy">\u25cf restart, proxy run</span>'
         '<span class="k-fault">\u25c6 finding</span>'
         '<span class="k-retry">\u21ba retry, linked to the attempt it retries</span></p>'

@@ -1,7 +1,10 @@
 """The JSONL trace (``--trace FILE``) and the live event feed (``/api/events``).
 
 One JSON object per line for every message (both hops: the sender's id and the id the proxy wrote
-on the next hop), every fault, connection event, restart and finding. Each line is written with a
+on the next hop), every fault, connection event, restart and finding. A message's ``message``
+record is written when the message leaves the proxy: a held one (``delay``, a spaced ``duplicate``
+copy) has a ``held`` record when it arrives and its ``message`` record, carrying the same ``hold``,
+when it is sent, so the order of the records is the order on the wire. Each line is written with a
 single ``write`` and flushed, so a crash loses at most the line being written. The schema is in
 the README ("Trace events"); ``report`` reads it back.
 """
@@ -23,6 +26,7 @@ from proxy.commands import (
     DuplicateSwallowed,
     FaultInjected,
     Finding,
+    Held,
     InitializeCached,
     InitializeTimedOut,
     InvalidSeen,
@@ -33,6 +37,7 @@ from proxy.commands import (
     Relayed,
     Restarted,
     RulesReloaded,
+    Stopped,
     Undeliverable,
     Unroutable,
 )
@@ -52,14 +57,45 @@ def _id(token: bytes | None) -> Any:
         return token.decode("utf-8", "replace")
 
 
+def _message(relayed: Relayed) -> dict[str, Any]:
+    """The fields that name a message: where it goes, what it is, its ids, its size."""
+    return {
+        "direction": relayed.direction.value,
+        "kind": relayed.kind.value,
+        "method": relayed.method,
+        "session": relayed.session,
+        "id": _id(relayed.original_id),
+        "forwarded_id": _id(relayed.forwarded_id),
+        "size": relayed.size,
+    }
+
+
 def trace_record(observation: Observation, link: int | None, now: float) -> dict[str, Any] | None:
     """The trace line of one observation, or ``None`` for those the trace does not keep."""
     base: dict[str, Any] = {"time": now, "link": link}
     match observation:
         case Relayed():
+            record = {"event": "message", "disposition": "relayed", **_message(observation)}
+            if observation.duration is not None:
+                record["duration_ms"] = round(observation.duration * 1000, 3)
+            if observation.copy:
+                record["copy"] = True
+            if observation.hold is not None:
+                record["hold"] = observation.hold
+        case Held(relayed=held):
+            record = {
+                "event": "held",
+                "hold": observation.hold,
+                "rules": list(observation.rules),
+                "delay_ms": round(observation.delay * 1000, 3),
+                **_message(held),
+            }
+            if held.copy:
+                record["copy"] = True
+        case Stopped():
             record = {
                 "event": "message",
-                "disposition": "relayed",
+                "disposition": observation.disposition,
                 "direction": observation.direction.value,
                 "kind": observation.kind.value,
                 "method": observation.method,
@@ -67,9 +103,8 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "id": _id(observation.original_id),
                 "forwarded_id": _id(observation.forwarded_id),
                 "size": observation.size,
+                "rule": observation.rule,
             }
-            if observation.duration is not None:
-                record["duration_ms"] = round(observation.duration * 1000, 3)
         case InvalidSeen():
             record = {
                 "event": "message",
@@ -96,6 +131,12 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "kind": observation.kind.value,
                 "size": observation.size,
             }
+            if observation.hold is not None:
+                record["method"] = observation.method
+                record["session"] = observation.session
+                record["id"] = _id(observation.original_id)
+                record["forwarded_id"] = _id(observation.forwarded_id)
+                record["hold"] = observation.hold
         case Unroutable():
             record = {
                 "event": "message",

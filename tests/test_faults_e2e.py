@@ -43,6 +43,8 @@ from harness import (
     say,
 )
 
+from proxy.report import report_main
+
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
 """argv of the Agent built on the official SDK (see ``tests/peers/sdk_agent.py``)."""
 LIMIT = 64 * 1024 * 1024
@@ -520,6 +522,77 @@ async def test_delayed_messages_are_overtaken_and_still_arrive(
     assert await barrier(proxy, "b") == []
     assert len(faults_of(proxy.stderr, "slow-request")) == 1
     assert len(faults_of(proxy.stderr, "slow-update")) == 1
+
+
+async def test_a_delayed_request_is_logged_traced_and_reported_when_it_left(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """delay, as a user sees it afterwards: the debug log and the trace say the request was held
+    when it arrived and relayed when its timer fired, after the request that overtook it. The
+    rule holds its answer too (an answer takes its request's method): the answer's duration
+    counts both holds. ``report`` counts each message once, and both as held by the rule."""
+    faults = fault_file(
+        tmp_path,
+        rule("slow-request", {"action": "delay", "ms": 300}, None, method="_x/slow"),
+    )
+    trace = tmp_path / "trace.jsonl"
+    proxy = await start(
+        raw_agent(capture), "--faults", str(faults), "--trace", str(trace), "--log-level", "debug"
+    )
+    await proxy.send(request("slow", "_x/slow"), request("fast", "_x/fast"))
+    assert (await proxy.recv_json())["id"] == "fast"
+    assert (await proxy.recv_json())["id"] == "slow"
+    await proxy.close_stdin()
+    assert await proxy.wait() == 0
+
+    lines = [json.loads(text) for text in proxy.stderr.splitlines() if text.startswith("{")]
+    logged = [
+        (line["event"], line.get("method"), line.get("hold"))
+        for line in lines
+        if line.get("event") in ("held", "relayed") and line.get("direction") == "to_agent"
+    ]
+    hold = logged[0][2]
+    assert logged == [
+        ("held", "_x/slow", hold),
+        ("relayed", "_x/fast", None),
+        ("relayed", "_x/slow", hold),
+    ]
+
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    to_agent = [
+        (r["event"], r["method"], r.get("hold"))
+        for r in records
+        if r.get("direction") == "to_agent"
+    ]
+    assert to_agent == [
+        ("fault", "_x/slow", None),
+        ("held", "_x/slow", hold),
+        ("message", "_x/fast", None),
+        ("message", "_x/slow", hold),
+    ]
+    [answer] = [r for r in records if r["event"] == "message" and r.get("id") == "slow"][1:]
+    assert (answer["kind"], answer["disposition"]) == ("response", "relayed")
+    assert answer["duration_ms"] >= 600.0  # the request's hold and its own
+    assert "hold" in answer
+
+    output, status = report_main([trace], as_json=True)
+    assert status == 0
+    summary = json.loads(output)
+    assert summary["totals"]["messages_held"] == summary["totals"]["messages_held_sent"] == 2
+    assert summary["totals"]["messages_not_relayed"] == 0
+    assert [
+        (m["direction"], m["kind"], m["method"], m["rules"], m["sent"])
+        for m in summary["messages"]["held"]
+    ] == [
+        ("to_agent", "request", "_x/slow", "slow-request", 1),
+        ("to_client", "response", "_x/slow", "slow-request", 1),
+    ]
+    slow = [
+        m
+        for m in summary["messages"]["relayed"]
+        if (m["direction"], m["method"]) == ("to_agent", "_x/slow")
+    ]
+    assert [m["count"] for m in slow] == [1]
 
 
 # == error =========================================================================================

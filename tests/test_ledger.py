@@ -6,6 +6,8 @@ import json
 import random
 from typing import Any
 
+import pytest
+
 from proxy.commands import (
     Command,
     Finding,
@@ -14,8 +16,9 @@ from proxy.commands import (
     Observation,
     Restarted,
     Send,
+    StartTimer,
 )
-from proxy.events import MessageReceived, Side
+from proxy.events import Event, MessageReceived, Side, TimerFired
 from proxy.faultfile import Rule
 from proxy.faults import FaultEngine
 from proxy.ledger import Ledger
@@ -43,14 +46,23 @@ class Lab:
         )
         parsed = [Rule.model_validate({"name": f"r{i}", **rule}) for i, rule in enumerate(rules)]
         self.relay = Relay(engine=FaultEngine(parsed, random.Random(1)) if parsed else None)
+        self.timers: list[StartTimer] = []
+        """Timers the relay started, in order (:meth:`fire` one)."""
 
     def feed(self, side: Side, message: dict[str, Any]) -> list[bytes]:
-        commands: list[Command] = self.relay.handle(
-            MessageReceived(side, json.dumps(message).encode(), self.clock.now)
-        )
+        return self.handle(MessageReceived(side, json.dumps(message).encode(), self.clock.now))
+
+    def fire(self, timer: StartTimer) -> list[bytes]:
+        """The timer fires now."""
+        return self.handle(TimerFired(timer.token, self.clock.now))
+
+    def handle(self, event: Event) -> list[bytes]:
+        commands: list[Command] = self.relay.handle(event)
         for command in commands:
             if isinstance(command, Observation):
                 self.ledger.observe(command, 1)
+            elif isinstance(command, StartTimer):
+                self.timers.append(command)
         return [c.data for c in commands if isinstance(c, Send)]
 
     def prompt(self, request_id: Any, key: Any = "K1", text: str = "A", session: str = "S") -> int:
@@ -132,6 +144,69 @@ def test_each_message_named_for_a_key_is_told_once() -> None:
     assert [
         (o.session, o.key, o.message_id, o.via) for o in lab.emitted if isinstance(o, KeyedMessage)
     ] == [("S", "K1", "M1", "insert"), ("S", "K1", "M2", "answer")]
+
+
+def test_a_held_prompt_is_an_attempt_when_it_reaches_the_agent() -> None:
+    """A delayed prompt counts when it is delivered, not when it was held: its retry, sent later
+    but delivered first, is the first attempt the Agent saw, and the held one the retry."""
+    lab = Lab(
+        {
+            "when": {"method": "session/prompt"},
+            "schedule": {"nth": [1]},
+            "do": {"action": "delay", "ms": 100},
+        }
+    )
+    prompt = {"sessionId": "S", "idempotencyKey": "K1", "prompt": [{"type": "text", "text": "A"}]}
+    held = {"jsonrpc": "2.0", "id": 7, "method": "session/prompt", "params": prompt}
+    assert lab.feed(CLIENT, held) == []
+    assert lab.ledger.summary() == []
+    lab.clock.now += 0.05
+    lab.prompt(8)
+    lab.clock.now += 0.05
+    [timer] = lab.timers
+    [released] = lab.fire(timer)
+    assert json.loads(released)["id"] == 0
+    [entry] = lab.ledger.summary()
+    assert [a["id"] for a in entry["attempts"]] == [8, 7]
+    assert [a["at"] for a in entry["attempts"]] == pytest.approx([1000.05, 1000.1])
+    assert [o.retry for o in lab.emitted if isinstance(o, KeyedAttempt)] == [False, True]
+
+
+@pytest.mark.parametrize("delay_ms", [0, 50])
+def test_a_spaced_copy_sent_after_its_original_was_answered_still_counts(delay_ms: int) -> None:
+    """duplicate with gap_ms (and a delay, or none): the original is answered before its copy
+    leaves the proxy; the copy's answer, swallowed, with another messageId, is still a duplicate
+    insert of that key."""
+    rules: list[dict[str, Any]] = [
+        {"when": {"kind": "request"}, "do": {"action": "duplicate", "gap_ms": 10}}
+    ]
+    if delay_ms:
+        rules.insert(
+            0,
+            {
+                "when": {"kind": "request"},
+                "do": {"action": "delay", "ms": delay_ms},
+                "continue": True,
+            },
+        )
+    lab = Lab(*rules)
+    prompt = {"sessionId": "S", "idempotencyKey": "K1", "prompt": [{"type": "text", "text": "A"}]}
+    request = {"jsonrpc": "2.0", "id": 7, "method": "session/prompt", "params": prompt}
+    forwarded = lab.feed(CLIENT, request)
+    if delay_ms:
+        original, copy = lab.timers
+        forwarded = lab.fire(original)
+    else:
+        [copy] = lab.timers
+    assert [json.loads(data)["id"] for data in forwarded] == [0]
+    lab.answer(0, "M1")
+    [copied] = lab.fire(copy)
+    assert json.loads(copied)["id"] == 1
+    assert lab.answer(1, "M2") == []  # swallowed
+    assert lab.checks() == ["duplicate_insert"]
+    [entry] = lab.ledger.summary()
+    assert entry["message_ids"] == ["M1", "M2"]
+    assert len(entry["attempts"]) == 1
 
 
 def test_the_answer_to_an_injected_copy_is_told_as_such() -> None:

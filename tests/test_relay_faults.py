@@ -12,6 +12,7 @@ from proxy.commands import (
     Command,
     DuplicateSwallowed,
     FaultInjected,
+    Held,
     Observation,
     Relayed,
     Restart,
@@ -20,6 +21,7 @@ from proxy.commands import (
     Sever,
     SignalAgent,
     StartTimer,
+    Stopped,
     Undeliverable,
 )
 from proxy.events import Direction, MessageReceived, PeerClosed, Side, TimerFired
@@ -199,6 +201,136 @@ class TestDelay:
         assert of(released, Undeliverable)[0].kind is Kind.NOTIFICATION
 
 
+class TestHeldMessages:
+    """A held message is observed twice: held when it arrives, relayed when it really leaves."""
+
+    def test_a_delayed_notification_is_relayed_after_the_one_that_overtook_it(self) -> None:
+        """Held (rule, delay, link to the delivery) at arrival; the overtaking message's Relayed
+        and Send; then, when the timer fires, the held one's Relayed and Send: the order of the
+        observations is the order on the wire."""
+        relay = relay_with(
+            {
+                "when": {"method": "session/update"},
+                "schedule": {"nth": [1]},
+                "do": {"action": "delay", "ms": 250},
+            }
+        )
+        second = UPDATE.replace(b"{}}}", b'{"n":2}}}')
+        first = feed(relay, AGENT, UPDATE, at=10.0)
+        [timer] = of(first, StartTimer)
+        [held] = of(first, Held)
+        assert of(first, Relayed) == []
+        assert (held.hold, held.rules) == (timer.token, ("r0",))
+        assert held.delay == pytest.approx(0.25)
+        assert (held.relayed.direction, held.relayed.kind, held.relayed.method) == (
+            Direction.TO_CLIENT,
+            Kind.NOTIFICATION,
+            "session/update",
+        )
+        overtaking = feed(relay, AGENT, second, at=10.1)
+        released = relay.handle(TimerFired(timer.token, 10.25))
+        wire = [
+            (type(c).__name__, c.data if isinstance(c, Send) else getattr(c, "hold", None))
+            for c in [*first, *overtaking, *released]
+            if isinstance(c, Held | Relayed | Send)
+        ]
+        assert wire == [
+            ("Held", timer.token),
+            ("Relayed", None),
+            ("Send", second),
+            ("Relayed", timer.token),
+            ("Send", UPDATE),
+        ]
+
+    def test_a_held_answers_duration_ends_when_it_is_delivered(self) -> None:
+        """The duration of a delayed answer runs from its request's arrival to its delivery."""
+        relay = relay_with({"when": {"kind": "response"}, "do": {"action": "delay", "ms": 500}})
+        feed(relay, CLIENT, PROMPT, at=1.0)
+        arrived = feed(relay, AGENT, answer(b"0"), at=3.0)
+        [held] = of(arrived, Held)
+        assert held.relayed.duration == pytest.approx(2.0)
+        [timer] = of(arrived, StartTimer)
+        [relayed] = of(relay.handle(TimerFired(timer.token, 3.5)), Relayed)
+        assert (relayed.original_id, relayed.forwarded_id) == (b'"p1"', b"0")
+        assert relayed.duration == pytest.approx(2.5)
+
+    def test_spaced_copies_are_held_each_and_relayed_when_sent(self) -> None:
+        """duplicate with gap_ms: the original is relayed now, each copy is held, then relayed
+        as a copy when its timer fires (notifications as requests: every copy is observed)."""
+        relay = relay_with({"do": {"action": "duplicate", "copies": 2, "gap_ms": 20}})
+        commands = feed(relay, AGENT, UPDATE)
+        [original] = of(commands, Relayed)
+        assert not original.copy
+        holds = of(commands, Held)
+        assert [(h.rules, h.relayed.copy) for h in holds] == [(("r0",), True)] * 2
+        for timer, held in zip(of(commands, StartTimer), holds, strict=True):
+            released = relay.handle(TimerFired(timer.token, 1.0))
+            [relayed] = of(released, Relayed)
+            assert (relayed.copy, relayed.hold) == (True, held.hold)
+            assert sends(released) == [(CLIENT, UPDATE)]
+
+    def test_a_held_message_for_a_closed_peer_says_which_message_was_lost(self) -> None:
+        """Released after its peer left: no Relayed, an Undeliverable naming the message and
+        its hold."""
+        relay = relay_with({"when": {"kind": "request"}, "do": {"action": "delay", "ms": 5}})
+        [timer] = of(feed(relay, CLIENT, PROMPT), StartTimer)
+        relay.handle(PeerClosed(CLIENT, 0.1))
+        released = relay.handle(TimerFired(timer.token, 0.2))
+        assert of(released, Relayed) == []
+        [lost] = of(released, Undeliverable)
+        assert (lost.method, lost.original_id, lost.forwarded_id, lost.hold) == (
+            "session/prompt",
+            b'"p1"',
+            b"0",
+            timer.token,
+        )
+
+
+class TestStopped:
+    """A message a fault stopped is observed as not relayed, with how and by which rule."""
+
+    @pytest.mark.parametrize(
+        ("do", "disposition"),
+        [
+            ({"action": "drop"}, "dropped"),
+            ({"action": "error"}, "answered_by_proxy"),
+            ({"action": "sever", "side": "agent", "when": "before"}, "severed"),
+        ],
+    )
+    def test_a_stopped_request(self, do: dict[str, Any], disposition: str) -> None:
+        relay = relay_with({"when": {"method": "session/prompt"}, "do": do})
+        [stopped] = of(feed(relay, CLIENT, PROMPT), Stopped)
+        assert stopped == Stopped(
+            Direction.TO_AGENT,
+            Kind.REQUEST,
+            "session/prompt",
+            "S",
+            len(PROMPT),
+            b'"p1"',
+            None,
+            "r0",
+            disposition,
+        )
+
+    def test_a_dropped_answer_names_its_request(self) -> None:
+        relay = relay_with({"when": {"kind": "response"}, "do": {"action": "drop"}})
+        feed(relay, CLIENT, PROMPT)
+        [stopped] = of(feed(relay, AGENT, answer(b"0")), Stopped)
+        assert (stopped.method, stopped.original_id, stopped.forwarded_id) == (
+            "session/prompt",
+            b'"p1"',
+            b"0",
+        )
+        assert stopped.disposition == "dropped"
+
+    def test_sever_after_and_delay_stop_nothing(self) -> None:
+        relay = relay_with(
+            {"do": {"action": "delay", "ms": 1}, "continue": True},
+            {"do": {"action": "sever", "side": "agent", "when": "after"}},
+        )
+        assert of(feed(relay, CLIENT, PROMPT), Stopped) == []
+
+
 class TestDuplicate:
     def test_request_copies_get_their_own_ids_and_one_answer_returns(self) -> None:
         """The agent sees the retry under a new id; the client gets the first answer only."""
@@ -328,7 +460,7 @@ class TestKillAndRestart:
         [timer] = effects(feed(relay, CLIENT, PROMPT))
         assert isinstance(timer, StartTimer)
         released = relay.handle(TimerFired(timer.token, 1.0))
-        assert [type(c) for c in released] == [Send, Sever]
+        assert [type(c) for c in effects(released)] == [Send, Sever]
 
 
 class TestCorrupt:

@@ -114,7 +114,7 @@ def header(at: float) -> dict[str, Any]:
 
 
 def prompt_request(
-    at: float, link: int, request_id: Any, forwarded: int, session: str
+    at: float, link: int, request_id: Any, forwarded: int | None, session: str
 ) -> dict[str, Any]:
     return {
         "time": at,
@@ -263,21 +263,28 @@ async def test_a_run_with_four_faults_and_a_known_bad_agent(
         {"rule": "refuse-unkeyed", "action": "error", "count": 1, "nodes": [str(trace)]},
         {"rule": "restart-now", "action": "restart_proxy", "count": 1, "nodes": [str(trace)]},
     ]
-    # Messages: p1, p2, p4 and p4's copy went to the Agent; p2 and p4 were answered; the copy's
-    # answer was swallowed (the only disposition other than relayed).
+    # Messages: p1, p2, p4 and p4's copy went to the Agent; p2 and p4 were answered. Not
+    # relayed: p3 (the proxy answered it), p1's answer (dropped), the copy's answer (swallowed).
     assert relayed_row(summary, "to_agent", "request", "session/prompt") == 4
     assert relayed_row(summary, "to_client", "response", "session/prompt") == 2
     assert relayed_row(summary, "to_client", "error", "_x/barrier") == 1
     assert summary["messages"]["not_relayed"] == [
         {
-            "disposition": "swallowed",
-            "direction": "to_client",
-            "kind": "response",
+            "disposition": disposition,
+            "direction": direction,
+            "kind": kind,
             "method": "session/prompt",
             "reason": None,
             "count": 1,
         }
+        for disposition, direction, kind in [
+            ("answered_by_proxy", "to_agent", "request"),
+            ("dropped", "to_client", "response"),
+            ("swallowed", "to_client", "response"),
+        ]
     ]
+    assert totals["messages_not_relayed"] == 3
+    assert ", 3 not relayed" in render_text(summary)
     assert summary["connections"] == [
         {"side": "agent", "transport": "stdio", "opened": 2, "closed": 2},
         {"side": "client", "transport": "stdio", "opened": 1, "closed": 1},
@@ -886,6 +893,199 @@ def test_a_resend_under_the_same_id_after_a_dropped_request_is_a_retry(tmp_path:
     )
 
 
+def note(at: float, link: int, method: str, **fields: Any) -> dict[str, Any]:
+    """A ``message`` record of a notification to the Client (relayed unless told)."""
+    return {
+        "time": at,
+        "link": link,
+        "event": "message",
+        "disposition": "relayed",
+        "direction": "to_client",
+        "kind": "notification",
+        "method": method,
+        "session": "S",
+        "id": None,
+        "forwarded_id": None,
+        "size": 40,
+        **fields,
+    }
+
+
+def held(at: float, link: int, hold: int, rules: list[str], base: dict[str, Any]) -> dict[str, Any]:
+    """The ``held`` record of the message ``base`` names, held 500 ms by ``rules``."""
+    fields = {k: v for k, v in base.items() if k not in ("event", "disposition", "duration_ms")}
+    return {
+        **fields,
+        "time": at,
+        "link": link,
+        "event": "held",
+        "hold": hold,
+        "rules": rules,
+        "delay_ms": 500.0,
+    }
+
+
+def fault_on(at: float, rule: str, action: str, base: dict[str, Any]) -> dict[str, Any]:
+    """The ``fault`` record of ``rule`` on the message ``base`` names."""
+    return {
+        "time": at,
+        "link": base["link"],
+        "event": "fault",
+        "rule": rule,
+        "action": action,
+        "direction": base["direction"],
+        "kind": base["kind"],
+        "method": base["method"],
+        "session": base["session"],
+        "id": base["id"],
+    }
+
+
+def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed(
+    tmp_path: Path,
+) -> None:
+    """A held notification is relayed once, at its delivery; every message that did not go on is
+    counted as not relayed: a drop, an error answered by the proxy, a held message whose peer had
+    gone, one a restart discarded, one still held when the trace ended."""
+    late = note(1.5, 1, "_x/late")
+    fast = {**prompt_answer(1.1, 1, "f", 1, "S"), "method": "_x/fast"}
+    dropped = note(1.6, 1, "_x/b", disposition="dropped", rule="lose")
+    refused = {
+        **prompt_request(1.7, 1, 5, None, "S"),
+        "method": "_x/r",
+        "disposition": "answered_by_proxy",
+        "rule": "refuse",
+    }
+    question = {**prompt_request(2.0, 1, 6, 3, "S"), "method": "_x/q"}
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        header(0.5),
+        fault_on(1.0, "late", "delay", late),
+        held(1.0, 1, 3, ["late"], late),
+        fast,  # the answer that overtook it
+        {**late, "hold": 3},  # sent when its timer fired
+        fault_on(1.6, "lose", "drop", dropped),
+        dropped,
+        fault_on(1.7, "refuse", "error", refused),
+        refused,
+        held(2.0, 1, 4, ["slow-q"], question),
+        {**question, "time": 2.5, "disposition": "undeliverable", "hold": 4},
+        held(2.6, 2, 0, ["late"], {**late, "link": 2}),
+        {"time": 2.7, "link": 2, "event": "restart", "what": "agent", "abandoned": 0},
+        held(2.8, 1, 5, ["late"], late),
+    )
+    summary = summarize(load_traces([trace]))
+    totals = summary["totals"]
+    assert (totals["messages_relayed"], totals["bytes_relayed"]) == (2, 100)
+    assert totals["messages_not_relayed"] == 5
+    assert (totals["messages_held"], totals["messages_held_sent"]) == (4, 1)
+    assert totals["ignored_records"] == 0
+    assert relayed_row(summary, "to_client", "notification", "_x/late") == 1
+    assert [
+        (m["disposition"], m["direction"], m["method"], m["reason"], m["count"])
+        for m in summary["messages"]["not_relayed"]
+    ] == [
+        ("answered_by_proxy", "to_agent", "_x/r", None, 1),
+        ("dropped", "to_client", "_x/b", None, 1),
+        ("never_sent", "to_client", "_x/late", "a restart discarded it", 1),
+        ("never_sent", "to_client", "_x/late", "still held when the trace ended", 1),
+        ("undeliverable", "to_agent", "_x/q", None, 1),
+    ]
+    assert summary["messages"]["held"] == [
+        {
+            "direction": "to_agent",
+            "kind": "request",
+            "method": "_x/q",
+            "rules": "slow-q",
+            "count": 1,
+            "sent": 0,
+            "not_sent": 1,
+            "delay_ms": {"min": 500.0, "median": 500.0, "max": 500.0},
+        },
+        {
+            "direction": "to_client",
+            "kind": "notification",
+            "method": "_x/late",
+            "rules": "late",
+            "count": 3,
+            "sent": 1,
+            "not_sent": 2,
+            "delay_ms": {"min": 500.0, "median": 500.0, "max": 500.0},
+        },
+    ]
+    text = render_text(summary)
+    assert (
+        "  messages     2 relayed (100 bytes), 5 not relayed, 4 held by rules "
+        "(1 sent when released)"
+    ) in text
+    held_section = text.split("Messages held by rules (delay, spaced copies)\n")[1]
+    assert held_section.splitlines()[2].split() == [
+        "to_client",
+        "notification",
+        "_x/late",
+        "late",
+        "3",
+        "1",
+        "2",
+        "500.0",
+        "500.0",
+    ]
+    output, status = report_main([trace], as_json=True)
+    assert (status, json.loads(output)["totals"]["messages_not_relayed"]) == (0, 5)
+
+
+def test_a_held_prompt_and_its_spaced_copy_join_their_attempt_by_the_hold(tmp_path: Path) -> None:
+    """A delayed prompt is relayed after another prompt overtook it: one attempt, joined to its
+    fault by the ``held`` record, whose key is the one named just before its delivery; a copy
+    spaced by ``gap_ms`` is a copy of its attempt, not another attempt. A held prompt whose Agent
+    was gone when its timer fired is lost."""
+    slow = prompt_request(1.5, 1, "p1", 0, "S")
+    late = prompt_request(3.0, 1, "p5", 5, "S")
+    copied = prompt_request(2.0, 1, "p3", 2, "S")
+    copy = {**copied, "time": 2.05, "forwarded_id": 3, "copy": True, "hold": 7}
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        header(0.5),
+        {**fault_on(1.0, "slow", "delay", slow), "id": "p1"},
+        held(1.0, 1, 2, ["slow"], slow),
+        prompt_request(1.1, 1, "p2", 1, "S"),  # sent later, relayed first
+        {"time": 1.5, "link": 1, "event": "keyed", "session": "S", "key": "K1", "prompt": "d"},
+        {**slow, "hold": 2},
+        prompt_answer(1.6, 1, "p1", 0, "S"),
+        fault_on(2.0, "twice", "duplicate", copied),
+        copied,
+        held(2.0, 1, 7, ["twice"], {**copy, "time": 2.0}),
+        prompt_request(2.01, 1, "p4", 4, "S"),
+        copy,
+        prompt_answer(2.1, 1, "p3", 3, "S"),
+        {**fault_on(3.0, "slow", "delay", late), "id": "p5"},
+        held(3.0, 1, 8, ["slow"], late),
+        {**late, "time": 3.5, "disposition": "undeliverable", "hold": 8},
+    )
+    summary = summarize(load_traces([trace]))
+    assert [
+        (p["id"], p["relayed"], [f["rule"] for f in p["faults"]], p["copies"], p["key"])
+        for p in summary["prompts"]["list"]
+    ] == [
+        ("p1", True, ["slow"], 0, "K1"),
+        ("p2", True, [], 0, None),
+        ("p3", True, ["twice"], 1, None),
+        ("p4", True, [], 0, None),
+        ("p5", False, ["slow"], 0, None),
+    ]
+    by_id = {p["id"]: p for p in summary["prompts"]["list"]}
+    assert (by_id["p1"]["outcome"], by_id["p1"]["time"], by_id["p3"]["outcome"]) == (
+        "answered",
+        1.0,
+        "answered",
+    )
+    assert (by_id["p5"]["outcome"], by_id["p5"]["lost_by"]) == (
+        "lost",
+        "undeliverable (the agent's connection had closed)",
+    )
+    assert summary["totals"]["prompts"] == 5
+
+
 def test_nodes_are_named_by_their_shortest_distinct_path(tmp_path: Path) -> None:
     """Two files of the same name: the text names them by directory too; JSON keeps the paths."""
     (tmp_path / "x").mkdir()
@@ -1030,7 +1230,17 @@ json_values = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(), inner)),
     max_leaves=5,
 )
-EVENTS = ["message", "fault", "keyed", "keyed_message", "finding", "trace", "connection"]
+EVENTS = [
+    "message",
+    "held",
+    "fault",
+    "keyed",
+    "keyed_message",
+    "finding",
+    "trace",
+    "connection",
+    "restart",
+]
 PLAUSIBLE: dict[str, list[Any]] = {
     "node": ["a.jsonl", "b.jsonl"],
     "link": [1, 2],
@@ -1044,7 +1254,10 @@ PLAUSIBLE: dict[str, list[Any]] = {
     "id": [1, 2, "p"],
     "forwarded_id": [1, 2],
     "action": ["drop", "duplicate", "error", "sever", "delay", "corrupt"],
-    "disposition": ["relayed", "swallowed", "undeliverable"],
+    "disposition": ["relayed", "swallowed", "undeliverable", "dropped"],
+    "hold": [0, 1],
+    "rules": [["slow"], ["slow", "twice"]],
+    "delay_ms": [500.0, 20],
     "check": ["duplicate_insert", "unkeyed_resend"],
     "state": ["open", "closed"],
     "side": ["client", "agent"],

@@ -145,6 +145,14 @@ def test_a_demo_trace_of_the_bad_agent(bad_trace: Path, tmp_path: Path) -> None:
     first = page.with_class("msg", "g")[0]
     assert "to_agent" in page.elements[first][1]["class"].split()
     assert len(page.with_class("cross", "path")) == len(faults)
+    # The copy of the duplicated prompt, spaced by gap_ms: held, then sent, joined by a bar.
+    (held,) = [r for r in records if r["event"] == "held"]
+    assert (held["rules"], held["copy"]) == (["replay-third-prompt"], True)
+    assert len(page.with_class("held", "g")) == 1
+    (bar,) = page.with_class("hold-bar", "line")
+    sent_row = page.elements[bar][1]["data-to"]
+    (sent,) = [i for i, (_, a) in enumerate(page.elements) if a.get("id") == f"row-{sent_row}"]
+    assert "released" in page.elements[sent][1]["class"].split()
 
     # Retries are linked to the attempt they retry (a row of the timeline that precedes them).
     summary = summarize(load_traces([bad_trace]))
@@ -287,6 +295,74 @@ def test_every_string_from_the_trace_is_escaped(tmp_path: Path) -> None:
     assert "</table><script>d</script>" in page.text(findings)
     assert len(page.with_class("msg", "g")) == 2
     assert len(page.with_class("stopped", "g")) == 1  # the invalid one stops at the proxy
+
+
+def test_a_held_message_is_drawn_when_it_left_with_the_hold_visible(tmp_path: Path) -> None:
+    """A delayed notification: a row when it was held (a pause at the proxy, the rule and the
+    delay), the answer that overtook it, then its own row when it left, from the proxy lane to
+    the Client, joined to the hold by a bar on the proxy lane. A dropped message is counted in
+    the totals as not relayed, and the held one in the table of held messages."""
+    late = message(1.5, "_x/late", "to_client", kind="notification", id=None, forwarded_id=None)
+    fault = {
+        "time": 1.0,
+        "link": 1,
+        "event": "fault",
+        "rule": "late-rule",
+        "action": "delay",
+        "direction": "to_client",
+        "kind": "notification",
+        "method": "_x/late",
+        "session": "s1",
+        "id": None,
+    }
+    held = {**late, "time": 1.0, "event": "held", "hold": 4, "rules": ["late-rule"]}
+    held.pop("disposition")
+    held["delay_ms"] = 500.0
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        {"time": 0.5, "event": "trace", "version": 1},
+        fault,
+        held,
+        message(1.1, "_x/fast", "to_client", kind="response", id="f", forwarded_id=2),
+        {**late, "hold": 4},
+        {**fault, "time": 1.6, "rule": "lose", "action": "drop", "method": "_x/b"},
+        {**late, "time": 1.6, "method": "_x/b", "disposition": "dropped", "rule": "lose"},
+    )
+    records = load_traces([trace])
+    page = Page(render_html(records, summarize(records)))
+    rows = [
+        (page.elements[i][1]["id"], page.elements[i][1]["class"].split()[1], page.text(i))
+        for i in page.with_class("ev", "g")
+    ]
+    kinds = [(row_id, kind) for row_id, kind, _ in rows]
+    assert kinds[1:6] == [
+        ("row-2", "fault"),
+        ("row-3", "held"),
+        ("row-4", "msg"),  # the answer that overtook it
+        ("row-5", "msg"),  # the held notification, when it left
+        ("row-6", "fault"),
+    ]
+    assert "held 500.0 ms by late-rule" in rows[2][2]
+    assert "_x/fast" in rows[3][2]
+    assert "_x/late" in rows[4][2]
+    assert "held 500.0 ms by late-rule since #3" in rows[4][2]
+    (released,) = page.with_class("released", "g")
+    assert page.elements[released][1]["id"] == "row-5"
+    (bar,) = page.with_class("hold-bar", "line")
+    attrs = page.elements[bar][1]
+    assert (attrs["data-from"], attrs["data-to"]) == ("3", "5")
+    assert attrs["x1"] == attrs["x2"]  # on the proxy lane
+    assert "late-rule" in page.text(bar)
+    (note,) = page.with_class("hold-note", "text")
+    assert page.text(note) == "500.0 ms by late-rule"
+    (totals,) = page.with_class("totals", "table")
+    assert "2 relayed (20 bytes), 1 not relayed, 1 held by rules (1 sent when released)" in (
+        page.text(totals)
+    )
+    (not_relayed,) = page.with_class("messages-not-relayed", "table")
+    assert "dropped" in page.text(not_relayed)
+    (held_table,) = page.with_class("messages-held", "table")
+    assert "late-rule" in page.text(held_table)
 
 
 def test_a_key_is_named_only_on_the_prompt_right_after_it(tmp_path: Path) -> None:

@@ -18,10 +18,10 @@ import orjson
 import pytest
 from harness import ProxyProcess, encode, notification, raw_agent, request, say
 
-from proxy.commands import KeyedAttempt, KeyedMessage, Relayed
+from proxy.commands import Held, KeyedAttempt, KeyedMessage, Relayed, Stopped, Undeliverable
 from proxy.events import Direction
 from proxy.jsonrpc import Kind
-from proxy.trace import TraceWriter
+from proxy.trace import TraceWriter, trace_record
 
 SESSION = "sess-trace"
 
@@ -72,7 +72,8 @@ async def proxies() -> AsyncIterator[list[ProxyProcess]]:
 
 
 async def test_trace_of_a_run_record_by_record(proxies: list[ProxyProcess], tmp_path: Path) -> None:
-    """Header, connections, each message with both ids, faults, a restart, closes; flushed live."""
+    """Header, connections, each message with both ids, faults (and the message a drop
+    stopped), a restart, closes; flushed live."""
     faults = tmp_path / "faults.json"
     faults.write_text(
         json.dumps(
@@ -157,9 +158,12 @@ async def test_trace_of_a_run_record_by_record(proxies: list[ProxyProcess], tmp_
             len(question),
         ),
         ("fault", "lose-b", "drop", "notification", "_x/b"),
+        ("message", "notification", "_x/b", None, None, None, len(b)),  # dropped, not relayed
         ("message", "notification", "_x/a", None, None, SESSION, len(a)),
         ("message", "response", "_test/barrier", "barrier", 1, None, barrier_size),
     ]
+    dropped = [r for r in live if r.get("method") == "_x/b" and r["event"] == "message"]
+    assert [(r["disposition"], r["rule"]) for r in dropped] == [("dropped", "lose-b")]
     durations = [r for r in live if r.get("kind") == "response"]
     assert all(r["duration_ms"] >= 0 for r in durations)
     # The restart: the old Agent's connection closed, the restart, the new one opened, in order.
@@ -178,6 +182,137 @@ async def test_trace_of_a_run_record_by_record(proxies: list[ProxyProcess], tmp_
         ("connection", "closed", "agent", "stdio"),
         ("connection", "closed", "client", "stdio"),
     ]
+
+
+async def test_a_held_message_is_traced_when_held_and_when_sent(
+    proxies: list[ProxyProcess], tmp_path: Path
+) -> None:
+    """delay: a ``held`` record when the Agent's notification arrives, then the answer that
+    overtook it, then the notification's ``message`` record, with the same ``hold``, when it was
+    sent: the order of the trace is the order in which the Client read them."""
+    faults = tmp_path / "faults.json"
+    faults.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "rules": [
+                    {
+                        "name": "late-update",
+                        "when": {"direction": "to_client", "method": "_x/late"},
+                        "do": {"action": "delay", "ms": 500},
+                    }
+                ],
+            }
+        )
+    )
+    trace = tmp_path / "trace.jsonl"
+    agent = raw_agent(tmp_path / "agent.jsonl")
+    proxy = await ProxyProcess.start(agent, "--faults", str(faults), "--trace", str(trace))
+    proxies.append(proxy)
+    late = notification("_x/late", {"sessionId": SESSION})
+    await proxy.send(say(late), request("fast", "_x/fast"))
+    assert json.loads(await proxy.recv())["id"] == "fast"
+    assert await proxy.recv() == late
+    await proxy.close_stdin()
+    assert await proxy.wait() == 0
+
+    to_client = [r for r in read_trace(trace) if r.get("direction") == "to_client"]
+    assert [(r["event"], r["method"], r.get("disposition")) for r in to_client] == [
+        ("fault", "_x/late", None),
+        ("held", "_x/late", None),
+        ("message", "_x/fast", "relayed"),
+        ("message", "_x/late", "relayed"),
+    ]
+    _, held, answer, sent = to_client
+    assert {k: v for k, v in held.items() if k not in ("time", "link", "hold")} == {
+        "event": "held",
+        "rules": ["late-update"],
+        "delay_ms": 500.0,
+        "direction": "to_client",
+        "kind": "notification",
+        "method": "_x/late",
+        "session": SESSION,
+        "id": None,
+        "forwarded_id": None,
+        "size": len(late),
+    }
+    assert sent["hold"] == held["hold"]
+    assert "hold" not in answer
+    assert held["time"] <= answer["time"] <= sent["time"]
+    assert sent["time"] - held["time"] >= 0.5
+
+
+def test_held_stopped_and_undeliverable_records() -> None:
+    """What each record carries: the hold with its rules and delay; a copy marked; a message a
+    fault stopped with its disposition and rule; a held message that found its peer gone."""
+    prompt = Relayed(
+        Direction.TO_AGENT, Kind.REQUEST, "session/prompt", "S", 90, b'"p1"', b"4", copy=True
+    )
+    held = trace_record(Held(7, ("slow", "twice"), 0.25, prompt), 3, 5.0)
+    assert held == {
+        "time": 5.0,
+        "link": 3,
+        "event": "held",
+        "hold": 7,
+        "rules": ["slow", "twice"],
+        "delay_ms": 250.0,
+        "direction": "to_agent",
+        "kind": "request",
+        "method": "session/prompt",
+        "session": "S",
+        "id": "p1",
+        "forwarded_id": 4,
+        "size": 90,
+        "copy": True,
+    }
+    sent = trace_record(Relayed(**{**_fields(prompt), "hold": 7}), 3, 5.25)
+    assert sent is not None
+    assert (sent["event"], sent["disposition"], sent["hold"], sent["copy"]) == (
+        "message",
+        "relayed",
+        7,
+        True,
+    )
+    stopped = Stopped(
+        Direction.TO_CLIENT,
+        Kind.RESPONSE,
+        "session/prompt",
+        "S",
+        40,
+        b'"p1"',
+        b"4",
+        "lose",
+        "dropped",
+    )
+    assert trace_record(stopped, 3, 6.0) == {
+        "time": 6.0,
+        "link": 3,
+        "event": "message",
+        "disposition": "dropped",
+        "direction": "to_client",
+        "kind": "response",
+        "method": "session/prompt",
+        "session": "S",
+        "id": "p1",
+        "forwarded_id": 4,
+        "size": 40,
+        "rule": "lose",
+    }
+    lost = Undeliverable(
+        Direction.TO_AGENT, Kind.REQUEST, 90, "session/prompt", "S", b'"p1"', b"4", hold=7
+    )
+    record = trace_record(lost, 3, 7.0)
+    assert record is not None
+    assert (record["disposition"], record["method"], record["id"], record["hold"]) == (
+        "undeliverable",
+        "session/prompt",
+        "p1",
+        7,
+    )
+
+
+def _fields(relayed: Relayed) -> dict[str, Any]:
+    return {name: getattr(relayed, name) for name in Relayed.__dataclass_fields__}
 
 
 async def test_trace_to_stdout_is_refused_in_stdio_mode(
