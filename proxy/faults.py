@@ -2,11 +2,15 @@
 
 :meth:`FaultEngine.decide` gets a :class:`Subject` (what the relay knows about one message) and
 the time since the proxy started, and returns the rules that fire, in file order: the first rule
-whose ``when`` and ``schedule`` both pass acts, and evaluation goes on past it only when it says
-``continue: true``. Counters (for ``nth``, ``after``, ``every``, ``times``) count the matches of
-each rule's ``when``, per rule, across links and restarts; the random stream is one
-``random.Random`` seeded from the fault file or ``--seed``, so the same seed and the same traffic
-give the same faults. Carrying the actions out is the relay's job (:mod:`proxy.relay`).
+whose ``when`` and ``schedule`` both pass acts, and later rules act too only while each rule that
+acted says ``continue: true``. Counters (for ``nth``, ``after``, ``every``, ``times``) are per
+rule, across links and restarts: ``matched`` counts every message the rule's own ``when``
+matches, whether or not an earlier rule acted on it (so two rules ``nth: [1]`` and ``nth: [2]``
+on the same messages act on the first and the second), and ``fired`` the times the rule acted.
+The random stream is one ``random.Random`` seeded from the fault file or ``--seed``; a
+``probability`` is drawn only for a rule that could still act and whose schedule is otherwise
+due, so the same seed and the same traffic give the same faults. Carrying the actions out is the
+relay's job (:mod:`proxy.relay`).
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ NOTHING = Decision((), counted=False)
 
 @dataclass(slots=True)
 class RuleState:
-    """A rule's counters: matches of its ``when`` and times it fired."""
+    """A rule's counters: messages its ``when`` matched (whether or not an earlier rule acted on
+    them), and times it fired (acted)."""
 
     matched: int = 0
     fired: int = 0
@@ -167,7 +172,10 @@ class FaultEngine:
         self.states = {c.rule.name: RuleState() for c in self._rules}
 
     def decide(self, subject: Subject, elapsed_ms: float) -> Decision:
-        """The rules that fire for ``subject``, in order; counts every rule that matched."""
+        """The rules that fire for ``subject``, in order; counts every rule that matched.
+
+        Once a rule acts without ``continue: true``, the rules after it still count the message
+        as a match of theirs but neither act nor draw from the random stream."""
         shape = (subject.direction, subject.kind, subject.downstream, subject.method)
         candidates = self._candidates.get(shape)
         if candidates is None:
@@ -177,6 +185,7 @@ class FaultEngine:
             self._candidates[shape] = candidates
         fired: list[Rule] = []
         counted = False
+        open_to_more = True  # no rule has acted yet, or each that acted said continue: true
         for compiled in candidates:
             rule = compiled.rule
             if not _details_match(compiled, subject):
@@ -184,12 +193,13 @@ class FaultEngine:
             counted = True
             state = self.states[rule.name]
             state.matched += 1
-            if not self._due(compiled, rule.schedule, state.matched, state.fired, elapsed_ms):
+            if not open_to_more or not self._due(
+                compiled, rule.schedule, state.matched, state.fired, elapsed_ms
+            ):
                 continue
             state.fired += 1
             fired.append(rule)
-            if not rule.continue_:
-                break
+            open_to_more = rule.continue_
         return Decision(tuple(fired), counted) if counted else NOTHING
 
     def _due(

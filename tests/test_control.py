@@ -259,6 +259,23 @@ async def test_rules_are_validated_added_replaced_deleted_and_reset(
     assert await off(control.counters) == {"file-drop-a": RuleCounters(1, 1)}
 
 
+async def test_two_rules_on_one_match_each_count_it(start: Start, capture: Path) -> None:
+    """Issue 12.6 through /api/rules: rules nth: [1] and nth: [2] on the same messages act on
+    the first and the second; the counters show every match of each rule's own when, and the
+    times each acted."""
+    proxy, control = await start(raw_agent(capture))
+    first = {**drop("drop-first", "_x/n"), "schedule": {"nth": [1]}}
+    second = {**drop("drop-second", "_x/n"), "schedule": {"nth": [2]}}
+    await off(control.set_rules, [first, second])
+    numbered = [notification("_x/n", {"n": n}) for n in range(1, 5)]
+    await proxy.send(say(*numbered))
+    assert await barrier(proxy, "1") == numbered[2:]
+    assert await off(control.counters) == {
+        "drop-first": RuleCounters(matched=4, fired=1),
+        "drop-second": RuleCounters(matched=4, fired=1),
+    }
+
+
 async def test_every_error_is_json_with_its_status(start: Start, capture: Path) -> None:
     """Unknown routes and methods, bad bodies, a body over the limit, bad actions: JSON errors."""
     proxy, control = await start(raw_agent(capture))

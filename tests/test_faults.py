@@ -191,10 +191,39 @@ class TestSchedule:
 
 class TestOrder:
     def test_first_matching_rule_acts(self) -> None:
-        """Rules are evaluated in file order; the first that fires stops the evaluation."""
+        """Rules are evaluated in file order; the first that fires is the only one that acts,
+        and the rules after it still count the message as a match of theirs."""
         engine = FaultEngine([rule("a"), rule("b")])
         assert fires(engine, PROMPT) == ["a"]
-        assert engine.states["b"].matched == 0
+        assert (engine.states["b"].matched, engine.states["b"].fired) == (1, 0)
+
+    def test_two_rules_on_one_match_count_it_each(self) -> None:
+        """Issue 12.6: rules nth: [1] and nth: [2] with the same when act on the first and the
+        second matching message (each counts the matches of its own when), not the third."""
+        engine = FaultEngine(
+            [rule("first", schedule={"nth": [1]}), rule("second", schedule={"nth": [2]})]
+        )
+        assert [fires(engine, PROMPT) for _ in range(4)] == [["first"], ["second"], [], []]
+        counters = {name: (s.matched, s.fired) for name, s in engine.states.items()}
+        assert counters == {"first": (4, 1), "second": (4, 1)}
+
+    def test_a_match_taken_by_an_earlier_rule_still_counts(self) -> None:
+        """A later rule's nth names its own matches: the one an earlier rule acted on is gone
+        for it (a catch-all placed first hides it, but does not shift its count)."""
+        engine = FaultEngine(
+            [rule("all", schedule={"times": 2}), rule("third", schedule={"nth": [3]})]
+        )
+        assert [fires(engine, PROMPT) for _ in range(4)] == [["all"], ["all"], ["third"], []]
+
+    def test_no_draw_for_a_rule_that_cannot_act(self) -> None:
+        """A probability is drawn only for a rule that could still act: the same seed gives the
+        same faults whatever earlier rules take, and the stream stays where it was."""
+        rng = random.Random(3)
+        state = rng.getstate()
+        engine = FaultEngine([rule("always"), rule("coin", schedule={"probability": 0.5})], rng)
+        assert pattern(engine, PROMPT, 10) == [True] * 10
+        assert rng.getstate() == state
+        assert engine.states["coin"].matched == 10
 
     def test_continue_lets_later_rules_act(self) -> None:
         """continue: true evaluates the next rules too."""
@@ -221,7 +250,7 @@ class TestReplaceAndState:
         fires(engine, PROMPT)
         engine.replace([rule("a", schedule={"nth": [2]}), rule("b")])
         assert fires(engine, PROMPT) == ["a"]
-        assert engine.states["b"].matched == 0
+        assert (engine.states["a"].matched, engine.states["b"].matched) == (2, 1)
         engine.replace([rule("b")])
         assert set(engine.states) == {"b"}
 
