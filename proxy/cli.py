@@ -51,6 +51,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: flags without a type, option names beside their help at any width
+    # (rich's table gives `<bool>` to every flag and a narrow help column at 80 columns).
+    rich_markup_mode=None,
 )
 
 
@@ -129,6 +132,7 @@ def run(
         list[Path] | None,
         typer.Option(
             "--faults",
+            metavar="FILE",
             help="Fault file (YAML or JSON); may be given more than once.",
             dir_okay=False,
         ),
@@ -162,9 +166,7 @@ def run(
     ] = None,
     admin_allow_remote: Annotated[
         bool,
-        typer.Option(
-            "--admin-allow-remote", help="Let --admin bind to an address that is not loopback."
-        ),
+        typer.Option("--admin-allow-remote", help="Let --admin bind to a non-loopback address."),
     ] = False,
     trace: Annotated[
         Path | None,
