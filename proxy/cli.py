@@ -30,7 +30,7 @@ from proxy.check_agent import (
 )
 from proxy.demo import run_demo
 from proxy.errors import ConfigError
-from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
+from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files, rule_notes
 from proxy.hostport import parse_host_port
 from proxy.log import configure_logging
 from proxy.reference_agent import AgentOptions, serve_agent
@@ -551,14 +551,24 @@ def bench(
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Fault files to check.", dir_okay=False)],
 ) -> None:
-    """Check fault files: exit 0, or 2 with every error located (file, line, rule, field)."""
+    """Check fault files: exit 0, or 2 with every error located (file, line, rule, field).
+
+    What is valid but worth a word (an action that fires only for Clients on Streamable HTTP, an
+    old field name) is a note on stderr; the verdict goes to stdout.
+    """
     try:
         rules, seed = load_fault_files(files)
     except FaultFileError as exc:
         _print_errors(exc)
         raise typer.Exit(2) from None
+    for note in rule_notes(rules):
+        typer.echo(f"note: {note}", err=True)
     seed_text = "no seed" if seed is None else f"seed {seed}"
-    typer.echo(f"ok: {len(rules)} rules in {len(files)} files, {seed_text}", err=True)
+    typer.echo(f"ok: {_counted(len(rules), 'rule')} in {_counted(len(files), 'file')}, {seed_text}")
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 @app.command()

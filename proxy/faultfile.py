@@ -4,6 +4,8 @@ A fault file is data: ``rules``, each a ``when`` (which messages), a ``schedule`
 occurrences) and a ``do`` (one action of a discriminated union). Every model forbids unknown
 fields, so a typo is an error, never a silently ignored key. :func:`load_fault_files` turns every
 problem into a :class:`FaultFileError` that names the file, the line, the rule and the field.
+What is valid but worth a word (an old field name, an action that needs Clients on Streamable
+HTTP) is a :class:`Note` of :func:`rule_notes`.
 """
 
 from __future__ import annotations
@@ -11,20 +13,24 @@ from __future__ import annotations
 import json
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -49,6 +55,7 @@ __all__ = [
     "HttpStatus",
     "KillAgent",
     "Location",
+    "Note",
     "RestartProxy",
     "Rule",
     "Schedule",
@@ -59,6 +66,7 @@ __all__ = [
     "fault_file_schema",
     "load_fault_files",
     "parse_fault_file",
+    "rule_notes",
     "signal_number",
     "validate_rules",
     "validated",
@@ -205,12 +213,37 @@ CloseCode = Annotated[
 
 
 class Sever(_Model):
-    """Cut the connection to ``side`` before or after forwarding the message."""
+    """Cut the connection to ``side`` at ``moment``: before or after forwarding the message.
+
+    ``moment`` was called ``when`` (easily read as the rule's own ``when``); the old name is still
+    accepted, and :func:`rule_notes` tells the rule to use the new one.
+    """
 
     action: Literal["sever"]
     side: Literal["client", "agent", "both"] = "both"
-    when: Literal["before", "after"] = "before"
+    moment: Literal["before", "after"] = Field(
+        "before",
+        validation_alias=AliasChoices("moment", "when"),
+        description="before or after forwarding the message",
+    )
     close_code: CloseCode = 1001
+    _old_name: bool = PrivateAttr(False)
+    """The rule said ``when`` for ``moment``."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _renamed(cls, data: Any, handler: ModelWrapValidatorHandler[Sever]) -> Sever:
+        old = isinstance(data, dict) and "when" in data
+        if old and "moment" in data:
+            raise ValueError("give 'moment' only ('when' is its old name)")
+        sever = handler(data)
+        sever._old_name = old
+        return sever
+
+    @property
+    def old_name(self) -> bool:
+        """The rule used ``when``, the old name of ``moment``."""
+        return self._old_name
 
 
 def signal_number(value: Any) -> int:
@@ -335,6 +368,38 @@ def fault_file_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "acp-fault-proxy fault file"
     return schema
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something valid in a rule that its author should hear of when it is loaded."""
+
+    rule: str
+    field: str
+    message: str
+    needs_http: bool = False
+    """The rule acts only on Clients that connect over Streamable HTTP: moot on such a listener,
+    a rule that can never fire on any other."""
+
+    def __str__(self) -> str:
+        return f"rule {self.rule!r}: {self.field}: {self.message}"
+
+
+HTTP_ONLY = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
+"""Why an ``http_status`` or ``close_stream`` rule may never fire."""
+
+
+def rule_notes(rules: Iterable[Rule]) -> list[Note]:
+    """The notes of ``rules``, in order: HTTP-only actions, and ``sever``'s old ``when``."""
+    notes = []
+    for rule in rules:
+        action = rule.do
+        if isinstance(action, HttpStatus | CloseStream):
+            notes.append(Note(rule.name, "do.action", f"{action.action} {HTTP_ONLY}", True))
+        elif isinstance(action, Sever) and action.old_name:
+            message = "'when' is the old name of 'moment' (before or after forwarding); rename it"
+            notes.append(Note(rule.name, "do.when", message))
+    return notes
 
 
 # -- loading with located errors ---------------------------------------------------------------

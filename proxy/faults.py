@@ -18,12 +18,21 @@ from __future__ import annotations
 import fnmatch
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.events import Direction
-from proxy.faultfile import CloseStream, ErrorReply, HttpStatus, Rule, Schedule, When
+from proxy.faultfile import (
+    CloseStream,
+    ErrorReply,
+    HttpStatus,
+    Note,
+    Rule,
+    Schedule,
+    When,
+    rule_notes,
+)
 from proxy.jsonrpc import Kind
 
 __all__ = ["Decision", "FaultEngine", "RuleState", "Subject", "matches_params"]
@@ -132,14 +141,24 @@ def _details_match(compiled: _Compiled, subject: Subject) -> bool:
 
 
 class FaultEngine:
-    """Rules, their counters and the random stream of one experiment."""
+    """Rules, their counters and the random stream of one experiment.
+
+    ``listener`` is how Clients connect (``stdio``, ``http`` or ``ws``); ``on_note`` hears, once
+    whenever a rule is loaded (or changed), each of its :class:`~proxy.faultfile.Note`: an old
+    field name, or an action that needs Clients on Streamable HTTP, unless they connect so.
+    """
 
     def __init__(
         self,
         rules: Sequence[Rule] = (),
         rng: random.Random | None = None,
+        *,
+        listener: str = "stdio",
+        on_note: Callable[[Note], None] | None = None,
     ) -> None:
         self.rng = rng or random.Random(0)
+        self.listener = listener
+        self._on_note = on_note
         self.states: dict[str, RuleState] = {}
         self._rules: tuple[_Compiled, ...] = ()
         self._candidates: dict[tuple[Direction, Kind, str, str | None], tuple[_Compiled, ...]] = {}
@@ -153,7 +172,15 @@ class FaultEngine:
         return [compiled.rule for compiled in self._rules]
 
     def replace(self, rules: Iterable[Rule]) -> None:
-        """Swap the rule set at once; counters of rules kept by name survive."""
+        """Swap the rule set at once; counters of rules kept by name survive. The notes of the
+        rules that are new (or changed) go to ``on_note``."""
+        rules = list(rules)
+        if self._on_note is not None:
+            before = {c.rule.name: c.rule for c in self._rules}
+            fresh = [rule for rule in rules if before.get(rule.name) != rule]
+            for note in rule_notes(fresh):
+                if not (note.needs_http and self.listener == "http"):
+                    self._on_note(note)
         compiled = tuple(
             _Compiled(
                 rule,

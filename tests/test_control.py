@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -274,6 +275,44 @@ async def test_two_rules_on_one_match_each_count_it(start: Start, capture: Path)
         "drop-first": RuleCounters(matched=4, fired=1),
         "drop-second": RuleCounters(matched=4, fired=1),
     }
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Replace ``path`` in one step, so the watcher never reads half a file."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+async def test_rules_that_cannot_fire_here_are_warned_once_at_load(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """On a stdio listener, every http_status or close_stream rule loaded (from the file at start,
+    over PUT or POST, by a --watch reload) is accepted and logged once as a rule that can never
+    fire, with its name and why; sever's old `when` is logged as a name to change."""
+    fail_post = {"name": "fail-post", "do": {"action": "http_status", "status": 503}}
+    faults = fault_file(tmp_path, fail_post, drop("drop-a", "_x/a"))
+    proxy, control = await start(raw_agent(capture), "--faults", str(faults), "--watch")
+    cut_stream = {"name": "cut-stream", "do": {"action": "close_stream"}}
+    await off(control.set_rules, [fail_post, cut_stream])  # fail-post kept: not told again
+    old_sever = {"name": "cut", "do": {"action": "sever", "side": "client", "when": "after"}}
+    await off(control.add_rule, old_sever)
+    assert await off(control.rules) == [
+        fail_post,
+        cut_stream,
+        {"name": "cut", "do": {"action": "sever", "side": "client", "moment": "after"}},
+    ]
+    fail_again = {"name": "fail-again", "do": {"action": "http_status", "status": 502}}
+    replace_file(faults, yaml.safe_dump({"version": 1, "rules": [fail_post, fail_again]}))
+    await proxy.logged("fault files reloaded")
+    never = log_events(proxy.stderr, "a rule can never fire here")
+    assert [event["rule"] for event in never] == ["fail-post", "cut-stream", "fail-again"]
+    http = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
+    assert never[0]["why"] == f"http_status {http}; they connect over stdio"
+    assert never[1]["why"] == f"close_stream {http}; they connect over stdio"
+    [renamed] = log_events(proxy.stderr, "a rule needs a change")
+    assert (renamed["rule"], renamed["field"]) == ("cut", "do.when")
+    assert "'when' is the old name of 'moment'" in renamed["note"]
 
 
 async def test_every_error_is_json_with_its_status(start: Start, capture: Path) -> None:

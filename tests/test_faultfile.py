@@ -14,11 +14,14 @@ from proxy.faultfile import (
     Delay,
     FaultFileError,
     KillAgent,
+    Note,
     Rule,
+    Sever,
     dump_rules,
     fault_file_schema,
     load_fault_files,
     parse_fault_file,
+    rule_notes,
     validate_rules,
 )
 
@@ -271,17 +274,44 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_validate_command(tmp_path: Path) -> None:
-    """validate: 0 for good files; 2 with every located error for bad ones."""
-    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    """validate: 0 and a grammatical verdict on stdout for good files; 2 with every located
+    error on stderr (and nothing on stdout) for bad ones."""
+    good, one, bad = tmp_path / "good.yaml", tmp_path / "one.json", tmp_path / "bad.yaml"
     good.write_text(GOOD)
+    one.write_text('{"version": 1, "rules": [{"name": "only", "do": {"action": "drop"}}]}')
     bad.write_text("version: 1\nrules:\n  - name: x\n    do: {action: delay, ms: -1}\n")
     done = cli("validate", str(good))
-    assert done.returncode == 0, done.stderr
-    assert "ok: 2 rules" in done.stderr
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok: 2 rules in 1 file, seed 7\n", "")
+    done = cli("validate", str(one))
+    assert (done.returncode, done.stdout) == (0, "ok: 1 rule in 1 file, no seed\n")
+    done = cli("validate", str(good), str(one))
+    assert (done.returncode, done.stdout) == (0, "ok: 3 rules in 2 files, seed 7\n")
     done = cli("validate", str(good), str(bad))
     assert done.returncode == 2
     assert f"{bad}:4: rule 'x': do.ms: Input should be greater than or equal to 0" in done.stderr
     assert done.stdout == ""
+
+
+def test_validate_notes_rules_that_need_http_and_old_names(tmp_path: Path) -> None:
+    """validate accepts, with a note each, the HTTP-only actions (it does not know where Clients
+    will connect) and sever's old `when`."""
+    path = tmp_path / "notes.yaml"
+    path.write_text(
+        "version: 1\nrules:\n"
+        "  - {name: fail-post, do: {action: http_status, status: 503}}\n"
+        "  - {name: cut-stream, do: {action: close_stream}}\n"
+        "  - {name: cut, do: {action: sever, side: client, when: after}}\n"
+        "  - {name: quiet, do: {action: sever, side: client, moment: after}}\n"
+    )
+    done = cli("validate", str(path))
+    assert (done.returncode, done.stdout) == (0, "ok: 4 rules in 1 file, no seed\n")
+    http = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
+    assert done.stderr.splitlines() == [
+        f"note: rule 'fail-post': do.action: http_status {http}",
+        f"note: rule 'cut-stream': do.action: close_stream {http}",
+        "note: rule 'cut': do.when: 'when' is the old name of 'moment' (before or after "
+        "forwarding); rename it",
+    ]
 
 
 def test_run_refuses_a_bad_file_before_starting(tmp_path: Path) -> None:
@@ -303,3 +333,50 @@ def test_schema_command_prints_json() -> None:
     schema = json.loads(done.stdout)
     assert schema["title"] == "acp-fault-proxy fault file"
     assert "rules" in schema["properties"]
+
+
+# -- sever's moment ------------------------------------------------------------------------------
+
+
+def test_sever_moment_and_its_old_name() -> None:
+    """`moment` says when a sever cuts; `when` still works, noted; both at once is an error; the
+    rule is written back (and described by the schema) with `moment` only."""
+    [new, old] = validate_rules(
+        [
+            {"name": "new", "do": {"action": "sever", "moment": "after"}},
+            {"name": "old", "do": {"action": "sever", "when": "after"}},
+        ]
+    )
+    assert isinstance(new.do, Sever)
+    assert isinstance(old.do, Sever)
+    assert (new.do.moment, old.do.moment) == ("after", "after")
+    assert (new.do.old_name, old.do.old_name) == (False, True)
+    assert dump_rules([old]) == [{"name": "old", "do": {"action": "sever", "moment": "after"}}]
+    assert [note.rule for note in rule_notes([new, old])] == ["old"]
+    with pytest.raises(FaultFileError) as both:
+        validate_rules(
+            [{"name": "b", "do": {"action": "sever", "when": "after", "moment": "after"}}]
+        )
+    assert str(both.value) == "request: rule 'b': do: give 'moment' only ('when' is its old name)"
+    text = "version: 1\nrules:\n  - name: s\n    do:\n      action: sever\n      when: later\n"
+    assert errors_of(text) == ["f.yaml:6: rule 's': do.when: Input should be 'before' or 'after'"]
+    sever = fault_file_schema()["$defs"]["Sever"]["properties"]
+    assert "moment" in sever
+    assert "when" not in sever
+
+
+def test_notes_of_http_only_actions() -> None:
+    """http_status and close_stream rules carry a note that they need Clients on HTTP."""
+    rules = validate_rules(
+        [
+            {"name": "s", "do": {"action": "http_status", "status": 502}},
+            {"name": "d", "do": {"action": "drop"}},
+            {"name": "c", "do": {"action": "close_stream"}},
+        ]
+    )
+    notes = rule_notes(rules)
+    assert [(note.rule, note.field, note.needs_http) for note in notes] == [
+        ("s", "do.action", True),
+        ("c", "do.action", True),
+    ]
+    assert all(isinstance(note, Note) for note in notes)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.events import Direction
-from proxy.faultfile import Rule
+from proxy.faultfile import Note, Rule
 from proxy.faults import FaultEngine, Subject, matches_params
 from proxy.jsonrpc import Kind
 
@@ -293,3 +293,54 @@ class TestReplaceAndState:
         restored.restore(snapshot)
         assert pattern(restored, PROMPT, 20) == expected
         assert restored.states["once"].fired == 1
+
+
+HTTP_ONLY = (
+    {"name": "fail-post", "do": {"action": "http_status", "status": 503}},
+    {"name": "cut-stream", "do": {"action": "close_stream"}},
+)
+
+
+class TestNotes:
+    @staticmethod
+    def engine(listener: str) -> tuple[FaultEngine, list[Note]]:
+        heard: list[Note] = []
+        return FaultEngine(listener=listener, on_note=heard.append), heard
+
+    @pytest.mark.parametrize("listener", ["stdio", "ws"])
+    def test_http_only_rules_are_told_where_clients_are_not_on_http(self, listener: str) -> None:
+        """Loaded where Clients connect over stdio or WebSocket, each http_status or close_stream
+        rule is told once: it can never fire there."""
+        engine, heard = self.engine(listener)
+        engine.replace([rule("drop"), *map(Rule.model_validate, HTTP_ONLY)])
+        assert [(note.rule, note.needs_http) for note in heard] == [
+            ("fail-post", True),
+            ("cut-stream", True),
+        ]
+
+    def test_nothing_is_told_on_an_http_listener(self) -> None:
+        """On a Streamable HTTP listener the same rules can fire: no note."""
+        engine, heard = self.engine("http")
+        engine.replace(map(Rule.model_validate, HTTP_ONLY))
+        assert heard == []
+
+    def test_once_per_rule_loaded(self) -> None:
+        """A rule is told of when it is loaded or changed, not again when other rules change
+        around it (a reload, a rule added or removed over the control API)."""
+        engine, heard = self.engine("stdio")
+        fail_post, cut_stream = map(Rule.model_validate, HTTP_ONLY)
+        engine.replace([fail_post])
+        engine.replace([fail_post, cut_stream])
+        engine.replace([cut_stream])
+        changed = Rule.model_validate(
+            {**HTTP_ONLY[0], "do": {"action": "http_status", "status": 502}}
+        )
+        engine.replace([changed, cut_stream])
+        assert [note.rule for note in heard] == ["fail-post", "cut-stream", "fail-post"]
+
+    def test_an_old_name_is_told_on_any_listener(self) -> None:
+        """sever's old `when` is told wherever Clients connect."""
+        old = Rule.model_validate({"name": "cut", "do": {"action": "sever", "when": "after"}})
+        engine, heard = self.engine("http")
+        engine.replace([old])
+        assert [(note.rule, note.field) for note in heard] == [("cut", "do.when")]

@@ -265,14 +265,14 @@ class TestSever:
     def test_before_forwarding(self, side: str, expected: list[Side]) -> None:
         """sever before: the message is lost and the connections are cut without flushing."""
         relay = relay_with(
-            {"do": {"action": "sever", "side": side, "when": "before", "close_code": 4000}}
+            {"do": {"action": "sever", "side": side, "moment": "before", "close_code": 4000}}
         )
         commands = feed(relay, CLIENT, PROMPT)
         assert effects(commands) == [Sever(s, False, 4000) for s in expected]
 
     def test_after_forwarding(self) -> None:
         """sever after: the message is sent, then the connection is cut after a flush."""
-        relay = relay_with({"do": {"action": "sever", "side": "client", "when": "after"}})
+        relay = relay_with({"do": {"action": "sever", "side": "client", "moment": "after"}})
         commands = feed(relay, CLIENT, PROMPT)
         assert [type(c) for c in effects(commands)] == [Send, Sever]
         assert effects(commands)[1] == Sever(CLIENT, True, 1001)
@@ -282,7 +282,7 @@ class TestSever:
         relay = relay_with(
             {
                 "when": {"method": "session/prompt"},
-                "do": {"action": "sever", "side": "client", "when": "after"},
+                "do": {"action": "sever", "side": "client", "moment": "after"},
             }
         )
         feed(relay, CLIENT, PROMPT)
@@ -323,7 +323,7 @@ class TestKillAndRestart:
         """delay + sever after: the cut happens after the delayed message is sent."""
         relay = relay_with(
             {"do": {"action": "delay", "ms": 10}, "continue": True},
-            {"do": {"action": "sever", "side": "agent", "when": "after"}},
+            {"do": {"action": "sever", "side": "agent", "moment": "after"}},
         )
         [timer] = effects(feed(relay, CLIENT, PROMPT))
         assert isinstance(timer, StartTimer)
