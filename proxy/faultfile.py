@@ -6,6 +6,11 @@ fields, so a typo is an error, never a silently ignored key. :func:`load_fault_f
 problem into a :class:`FaultFileError` that names the file, the line, the rule and the field.
 What is valid but worth a word (an old field name, an action that needs Clients on Streamable
 HTTP) is a :class:`Note` of :func:`rule_notes`.
+
+A fault file cannot explode: it is at most :data:`MAX_FILE_BYTES`, holds at most
+:data:`MAX_RULES` rules (every file of a run together, and the control API's rules too), and
+its YAML aliases may add at most :data:`MAX_ALIASED_VALUES` values (each use of an alias copies
+what it names: a few hundred bytes of nested aliases would otherwise expand to gigabytes).
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ from proxy.errors import ConfigError
 from proxy.jsonrpc import error_response
 
 __all__ = [
+    "MAX_ALIASED_VALUES",
     "MAX_DOWNTIME_MS",
+    "MAX_FILE_BYTES",
+    "MAX_RULES",
     "Action",
     "CloseCode",
     "CloseStream",
@@ -66,11 +74,20 @@ __all__ = [
     "fault_file_schema",
     "load_fault_files",
     "parse_fault_file",
+    "read_fault_file",
     "rule_notes",
     "signal_number",
     "validate_rules",
     "validated",
 ]
+
+
+MAX_FILE_BYTES = 1024 * 1024
+"""The largest fault file read, in bytes (as the control API's largest body)."""
+MAX_RULES = 1000
+"""The most rules a run holds: every fault file together, or the control API's rule set."""
+MAX_ALIASED_VALUES = 10_000
+"""The most values a fault file's YAML aliases may add (each use copies what it names)."""
 
 
 class _Model(BaseModel):
@@ -346,7 +363,7 @@ class FaultFile(_Model):
 
     version: Literal[1]
     seed: int | None = Field(None, description="seed of every random draw; same seed, same faults")
-    rules: list[Rule] = Field(min_length=1)
+    rules: list[Rule] = Field(min_length=1, max_length=MAX_RULES)
 
     @model_validator(mode="after")
     def _unique_names(self) -> FaultFile:
@@ -405,6 +422,53 @@ def rule_notes(rules: Iterable[Rule]) -> list[Note]:
 # -- loading with located errors ---------------------------------------------------------------
 
 
+class _Refused(yaml.MarkedYAMLError):
+    """YAML whose aliases would expand beyond :data:`MAX_ALIASED_VALUES`, or into themselves."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases that add more than :data:`MAX_ALIASED_VALUES`
+    values in all, while composing: before anything is expanded.
+
+    Each node's size (the values it holds once its aliases are expanded) is known when it is
+    complete; every alias adds the size of the node it names. The count is exact (the expanded
+    document has as many values as the text, plus what the aliases add) and linear in the text.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}
+        """Per complete node (by id: every node stays alive in the tree), its expanded size."""
+        self._aliased = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if not self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if node is not None:
+                self._sizes[id(node)] = self._size(node)
+            return node
+        mark = self.peek_event().start_mark  # type: ignore[no-untyped-call] # (stubs)
+        named = super().compose_node(parent, index)
+        size = self._sizes.get(id(named))
+        if size is None:
+            raise _Refused(problem="an alias inside the value it names", problem_mark=mark)
+        self._aliased += size
+        if self._aliased > MAX_ALIASED_VALUES:
+            problem = (
+                f"aliases expand to more than {MAX_ALIASED_VALUES:,} values "
+                "(each use of an alias copies what it names)"
+            )
+            raise _Refused(problem=problem, problem_mark=mark)
+        return named
+
+    def _size(self, node: yaml.Node) -> int:
+        if isinstance(node, yaml.SequenceNode):
+            return 1 + sum(self._sizes[id(item)] for item in node.value)
+        if isinstance(node, yaml.MappingNode):
+            return 1 + sum(self._sizes[id(k)] + self._sizes[id(v)] for k, v in node.value)
+        return 1
+
+
 class Location(BaseModel):
     """Where an error is: file, line (when known), rule and field."""
 
@@ -446,7 +510,7 @@ def _field_path(loc: Sequence[int | str]) -> str:
 
 def _yaml_lines(text: str) -> yaml.Node | None:
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=_BoundedLoader)
     except (yaml.YAMLError, RecursionError):
         return None
 
@@ -493,10 +557,34 @@ def _clean_loc(loc: Sequence[int | str], data: Any) -> list[int | str]:
     return cleaned
 
 
+def _too_large(name: str) -> FaultFileError:
+    message = f"over {MAX_FILE_BYTES:,} bytes: a fault file is at most that"
+    return FaultFileError([Location(file=name, message=message)])
+
+
+def _too_many(rules: Any, name: str, tree: yaml.Node | None = None) -> None:
+    """Refuse a list of more than :data:`MAX_RULES` rules before validating any of them."""
+    if isinstance(rules, list) and len(rules) > MAX_RULES:
+        located = Location(
+            file=name,
+            line=_line_of(tree, ("rules",)) if tree is not None else None,
+            field="rules",
+            message=f"{len(rules):,} rules: at most {MAX_RULES:,}",
+        )
+        raise FaultFileError([located])
+
+
 def parse_fault_file(text: str, name: str) -> FaultFile:
     """Parse and validate one fault file's text (YAML, of which JSON is a subset)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise _too_large(name)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
+    except _Refused as exc:
+        mark = exc.problem_mark
+        line = None if mark is None else mark.line + 1
+        located = Location(file=name, line=line, message=str(exc.problem))
+        raise FaultFileError([located]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = None if mark is None else mark.line + 1
@@ -510,6 +598,8 @@ def parse_fault_file(text: str, name: str) -> FaultFile:
     if not isinstance(data, dict):
         message = "a fault file is a mapping with version and rules"
         raise FaultFileError([Location(file=name, line=1, message=message)])
+    if isinstance(data.get("rules"), list) and len(data["rules"]) > MAX_RULES:
+        _too_many(data["rules"], name, _yaml_lines(text))
     try:
         return FaultFile.model_validate(data)
     except ValidationError as exc:
@@ -591,15 +681,25 @@ def validated(model: type[M], data: Any, source: str = "request") -> M:
 
 
 def validate_rules(data: Any, source: str = "request") -> list[Rule]:
-    """Rules given as plain data (the control API): validated as in a fault file, errors located."""
+    """Rules given as plain data (the control API): validated as in a fault file, errors located;
+    at most :data:`MAX_RULES`."""
+    _too_many(data, source)
     return validated(_RuleList, {"rules": data}, source).rules
+
+
+def read_fault_file(path: str | Path) -> bytes:
+    """A fault file's bytes, read no further than one byte past :data:`MAX_FILE_BYTES` (enough to
+    tell that it is too large, whatever it is: a huge file, a device). Raises ``OSError``."""
+    with Path(path).open("rb") as file:
+        return file.read(MAX_FILE_BYTES + 1)
 
 
 def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | None]:
     """Load and validate every file; return all rules in order and the seed.
 
     Every error of every file is collected before raising one :class:`FaultFileError`.
-    Rule names must be unique across files; the first file that sets a seed gives it.
+    Rule names must be unique across files; the first file that sets a seed gives it; all the
+    files together hold at most :data:`MAX_RULES` rules.
     """
     rules: list[Rule] = []
     seed: int | None = None
@@ -608,12 +708,13 @@ def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | Non
     for path in paths:
         name = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            data = read_fault_file(path)
+            if len(data) > MAX_FILE_BYTES:
+                raise _too_large(name)
+            parsed = parse_fault_file(data.decode("utf-8"), name)
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(Location(file=name, message=f"cannot read: {exc}"))
             continue
-        try:
-            parsed = parse_fault_file(text, name)
         except FaultFileError as exc:
             errors.extend(exc.errors)
             continue
@@ -631,6 +732,10 @@ def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | Non
         rules.extend(parsed.rules)
         if seed is None:
             seed = parsed.seed
+    if len(rules) > MAX_RULES and not errors:
+        files = ", ".join(str(path) for path in paths)
+        message = f"{len(rules):,} rules in all: at most {MAX_RULES:,}"
+        errors.append(Location(file=files, message=message))
     if errors:
         raise FaultFileError(errors)
     return rules, seed

@@ -315,6 +315,59 @@ async def test_rules_that_cannot_fire_here_are_warned_once_at_load(
     assert "'when' is the old name of 'moment'" in renamed["note"]
 
 
+async def test_a_large_legal_file_stays_bounded_and_so_do_the_api_rules(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """Issue 13.5: with the most rules a run holds, aliases adding nearly the most values they
+    may, GET /api/rules stays small (an alias bomb once made it 80 MB); the control API adds no
+    rule past the bound and takes no list longer than it."""
+    shared = "{direction: to_client, kind: notification, method: _x/never, params: {a: [1, 2, 3]}}"
+    lines = ["version: 1", "rules:", f"  - {{name: r0, when: &w {shared}, do: {{action: drop}}}}"]
+    lines += [f"  - {{name: r{n}, when: *w, do: {{action: drop}}}}" for n in range(1, 700)]
+    lines += [f"  - {{name: r{n}, do: {{action: drop}}}}" for n in range(700, 1000)]
+    faults = tmp_path / "large.yaml"
+    faults.write_text("\n".join(lines) + "\n")  # 699 aliases of 14 values: 9,786 values added
+    _proxy, control = await start(raw_agent(capture), "--faults", str(faults))
+    answer = await off(call, control.base_url, "GET", "/api/rules")
+    assert answer.status == 200
+    assert len(answer.json()["rules"]) == 1000
+    assert len(answer.body) < MAX_BODY  # as small as the largest body the API takes
+    full = await off(call, control.base_url, "POST", "/api/rules", encode(drop("one-more", "_x")))
+    assert_error(full, 409, "there are 1,000 rules already: the most a run holds")
+    too_many = json.dumps([drop(f"d{n}", "_x") for n in range(1001)]).encode()
+    body = assert_error(
+        await off(call, control.base_url, "PUT", "/api/rules", too_many), 400, "invalid rules"
+    )
+    assert body["errors"] == ["request: rules: 1,001 rules: at most 1,000"]
+    assert len(await off(control.rules)) == 1000
+
+
+async def test_a_reload_into_an_alias_bomb_keeps_the_last_good_rules(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """--watch: an edit that turns the file into an alias bomb is refused at once, located, and
+    the rules stay as they were."""
+    faults = fault_file(tmp_path, drop("drop-a", "_x/a"))
+    proxy, control = await start(raw_agent(capture), "--faults", str(faults), "--watch")
+    levels = [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, 9)]
+    bomb = "\n".join(
+        [
+            "version: 1",
+            "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]",
+            *levels,
+            "rules:",
+            "  - {name: laugh, when: {params: {x: *l8}}, do: {action: drop}}",
+        ]
+    )
+    replace_file(faults, bomb + "\n")
+    refused = await proxy.logged("fault file reload refused; keeping the last good rules")
+    assert refused["error"] == (
+        f"{faults}:6: aliases expand to more than 10,000 values "
+        "(each use of an alias copies what it names)"
+    )
+    assert await off(control.rules) == [drop("drop-a", "_x/a")]
+
+
 async def test_every_error_is_json_with_its_status(start: Start, capture: Path) -> None:
     """Unknown routes and methods, bad bodies, a body over the limit, bad actions: JSON errors."""
     proxy, control = await start(raw_agent(capture))

@@ -11,6 +11,9 @@ import pytest
 from harness import TIMEOUT
 
 from proxy.faultfile import (
+    MAX_ALIASED_VALUES,
+    MAX_FILE_BYTES,
+    MAX_RULES,
     Delay,
     FaultFileError,
     KillAgent,
@@ -380,3 +383,103 @@ def test_notes_of_http_only_actions() -> None:
         ("c", "do.action", True),
     ]
     assert all(isinstance(note, Note) for note in notes)
+
+
+# -- fault files cannot explode ------------------------------------------------------------------
+
+
+def laughs(levels: int, length: int) -> str:
+    """A "billion laughs": each level an alias list of nine of the level below, the last used in
+    a rule's params; padded with a comment to ``length`` bytes."""
+    lines = ["version: 1", "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, levels)]
+    lines += [
+        "rules:",
+        f"  - {{name: laugh, when: {{params: {{x: *l{levels - 1}}}}}, do: {{action: drop}}}}",
+    ]
+    text = "\n".join(lines) + "\n"
+    padding = length - len(text.encode())
+    assert padding >= 2
+    return text + "#" * (padding - 1) + "\n"
+
+
+@pytest.mark.parametrize(("length", "levels"), [(432, 6), (602, 9)])
+def test_alias_bombs_are_refused_at_the_alias(length: int, levels: int) -> None:
+    """Issue 13.5: the 432- and 602-byte alias bombs (9**6 and 9**9 values once expanded) are
+    refused while the YAML is read, at the alias that crosses the bound, before any expansion."""
+    text = laughs(levels, length)
+    assert len(text.encode()) == length
+    errors = errors_of(text)
+    bound = f"{MAX_ALIASED_VALUES:,}"
+    # l1 to l3 add 9 * (10 + 91 + 820) = 8,289 values; l4's first *l3 (7,381 more) crosses it
+    assert errors == [
+        f"f.yaml:6: aliases expand to more than {bound} values "
+        "(each use of an alias copies what it names)"
+    ]
+
+
+def test_a_recursive_alias_is_refused() -> None:
+    """An alias inside the node it names would be a structure without end."""
+    assert errors_of("version: 1\nx: &a [1, *a]\nrules: []\n") == [
+        "f.yaml:2: an alias inside the value it names"
+    ]
+
+
+def test_aliases_within_the_bound_load() -> None:
+    """Sharing a `when` between rules through an alias (the use aliases are for) still works."""
+    text = (
+        "version: 1\nrules:\n"
+        "  - {name: a, when: &prompt {kind: request, method: session/prompt}, do: {action: drop}}\n"
+        "  - {name: b, when: *prompt, do: {action: delay, ms: 5}}\n"
+    )
+    first, second = parse_fault_file(text, "f.yaml").rules
+    assert first.when == second.when
+    assert second.when.method == "session/prompt"
+
+
+def many_rules(count: int) -> str:
+    return "version: 1\nrules:\n" + "".join(
+        f"  - {{name: r{n}, do: {{action: drop}}}}\n" for n in range(count)
+    )
+
+
+def test_at_most_max_rules(tmp_path: Path) -> None:
+    """A file, the files of a run together, and the control API's rules hold at most MAX_RULES
+    rules; one more is refused, located, before any rule is validated."""
+    assert len(parse_fault_file(many_rules(MAX_RULES), "f.yaml").rules) == MAX_RULES
+    assert errors_of(many_rules(MAX_RULES + 1)) == ["f.yaml:3: rules: 1,001 rules: at most 1,000"]
+    half = tmp_path / "half.yaml"
+    half.write_text(many_rules(MAX_RULES // 2 + 1))
+    other = tmp_path / "other.json"
+    other.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "rules": [{"name": f"o{n}", "do": {"action": "drop"}} for n in range(500)],
+            }
+        )
+    )
+    with pytest.raises(FaultFileError) as together:
+        load_fault_files([half, other])
+    assert str(together.value) == f"{half}, {other}: 1,001 rules in all: at most 1,000"
+    data = [{"name": f"r{n}", "do": {"action": "nope"}} for n in range(MAX_RULES + 1)]
+    with pytest.raises(FaultFileError) as api:
+        validate_rules(data)
+    assert [str(error) for error in api.value.errors] == [
+        "request: rules: 1,001 rules: at most 1,000"
+    ]
+
+
+def test_a_file_over_the_size_bound_is_refused_unread(tmp_path: Path) -> None:
+    """A fault file over MAX_FILE_BYTES is refused, read no further than the bound (a device
+    that never ends included)."""
+    large = tmp_path / "large.yaml"
+    large.write_text(many_rules(1) + "#" * MAX_FILE_BYTES + "\n")
+    message = f"over {MAX_FILE_BYTES:,} bytes: a fault file is at most that"
+    with pytest.raises(FaultFileError) as refused:
+        load_fault_files([large])
+    assert str(refused.value) == f"{large}: {message}"
+    with pytest.raises(FaultFileError) as endless:
+        load_fault_files(["/dev/zero"])
+    assert str(endless.value) == f"/dev/zero: {message}"
+    assert errors_of("#" * (MAX_FILE_BYTES + 1)) == [f"f.yaml: {message}"]
