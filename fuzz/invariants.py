@@ -498,7 +498,7 @@ FUZZ_RULES: list[Rule] = validate_rules(
         {
             "name": "sever",
             "when": {"method": "x/sever"},
-            "do": {"action": "sever", "side": "agent", "when": "after"},
+            "do": {"action": "sever", "side": "agent", "moment": "after"},
         },
         {
             "name": "kill",

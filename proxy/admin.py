@@ -30,6 +30,7 @@ from proxy.commands import Sever, SignalAgent
 from proxy.errors import ConfigError
 from proxy.events import Direction, Side
 from proxy.faultfile import (
+    MAX_RULES,
     CloseCode,
     Downtime,
     FaultFileError,
@@ -279,6 +280,8 @@ class AdminServer:
         [rule] = _rules([body])
         if any(existing.name == rule.name for existing in self._engine.rules):
             raise ApiError(409, f"a rule named {rule.name!r} already exists")
+        if len(self._engine.rules) >= MAX_RULES:
+            raise ApiError(409, f"there are {MAX_RULES:,} rules already: the most a run holds")
         self._engine.replace([*self._engine.rules, rule])
         return web.json_response(self._rules_body(), status=201)
 

@@ -18,7 +18,7 @@ from proxy.admin import AdminServer, Runtime
 from proxy.commands import Restart
 from proxy.endpoint import Signalable
 from proxy.events import Direction, Side
-from proxy.faultfile import load_fault_files
+from proxy.faultfile import Note, load_fault_files
 from proxy.faults import FaultEngine
 from proxy.ledger import Ledger
 from proxy.link import Link
@@ -97,14 +97,30 @@ class RunOptions:
 
 
 def build_engine(options: RunOptions) -> FaultEngine:
-    """The fault engine of a run: rules from the files, seeded (a random seed is logged)."""
+    """The fault engine of a run: rules from the files, seeded (a random seed is logged). Each
+    rule loaded, from the files, a reload or the control API, has its notes logged."""
     rules, file_seed = load_fault_files(options.faults) if options.faults else ([], None)
     seed = options.seed if options.seed is not None else file_seed
     if seed is None:
         seed = secrets.randbelow(2**32)
         if rules:
             log.info("no seed given; pass --seed to reproduce this run", seed=seed)
-    return FaultEngine(rules, random.Random(seed))
+    listener = options.listen.scheme
+    return FaultEngine(
+        rules,
+        random.Random(seed),
+        listener=listener,
+        on_note=functools.partial(_log_note, listener),
+    )
+
+
+def _log_note(listener: str, note: Note) -> None:
+    """A warning for one note of a rule just loaded."""
+    if note.needs_http:
+        why = f"{note.message}; they connect over {listener}"
+        log.warning("a rule can never fire here", rule=note.rule, why=why)
+    else:
+        log.warning("a rule needs a change", rule=note.rule, field=note.field, note=note.message)
 
 
 class _Links:

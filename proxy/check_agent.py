@@ -527,7 +527,7 @@ async def t2(lab: Lab) -> str:
         "name": "lose-and-sever",
         "when": {"direction": "to_client", "kind": "response", "method": "session/prompt"},
         "schedule": {"nth": [1]},
-        "do": {"action": "sever", "side": "client", "when": "before"},
+        "do": {"action": "sever", "side": "client", "moment": "before"},
     }
     await lab.start([sever], network=True)
     conversation = await lab.connect()

@@ -30,7 +30,7 @@ from proxy.check_agent import (
 )
 from proxy.demo import run_demo
 from proxy.errors import ConfigError
-from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
+from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files, rule_notes
 from proxy.hostport import parse_host_port
 from proxy.log import configure_logging
 from proxy.reference_agent import AgentOptions, serve_agent
@@ -51,6 +51,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: flags without a type, option names beside their help at any width
+    # (rich's table gives `<bool>` to every flag and a narrow help column at 80 columns).
+    rich_markup_mode=None,
 )
 
 
@@ -129,6 +132,7 @@ def run(
         list[Path] | None,
         typer.Option(
             "--faults",
+            metavar="FILE",
             help="Fault file (YAML or JSON); may be given more than once.",
             dir_okay=False,
         ),
@@ -162,9 +166,7 @@ def run(
     ] = None,
     admin_allow_remote: Annotated[
         bool,
-        typer.Option(
-            "--admin-allow-remote", help="Let --admin bind to an address that is not loopback."
-        ),
+        typer.Option("--admin-allow-remote", help="Let --admin bind to a non-loopback address."),
     ] = False,
     trace: Annotated[
         Path | None,
@@ -600,14 +602,24 @@ def bench(
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Fault files to check.", dir_okay=False)],
 ) -> None:
-    """Check fault files: exit 0, or 2 with every error located (file, line, rule, field)."""
+    """Check fault files: exit 0, or 2 with every error located (file, line, rule, field).
+
+    What is valid but worth a word (an action that fires only for Clients on Streamable HTTP, an
+    old field name) is a note on stderr; the verdict goes to stdout.
+    """
     try:
         rules, seed = load_fault_files(files)
     except FaultFileError as exc:
         _print_errors(exc)
         raise typer.Exit(2) from None
+    for note in rule_notes(rules):
+        typer.echo(f"note: {note}", err=True)
     seed_text = "no seed" if seed is None else f"seed {seed}"
-    typer.echo(f"ok: {len(rules)} rules in {len(files)} files, {seed_text}", err=True)
+    typer.echo(f"ok: {_counted(len(rules), 'rule')} in {_counted(len(files), 'file')}, {seed_text}")
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 @app.command()

@@ -60,7 +60,8 @@ class ControlError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class RuleCounters:
-    """How often a rule matched a message and how often it fired (its schedule let it act)."""
+    """How many messages a rule's ``when`` matched (whether or not an earlier rule acted on
+    them), and how many times it fired (it acted)."""
 
     matched: int
     fired: int

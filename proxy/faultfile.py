@@ -4,6 +4,13 @@ A fault file is data: ``rules``, each a ``when`` (which messages), a ``schedule`
 occurrences) and a ``do`` (one action of a discriminated union). Every model forbids unknown
 fields, so a typo is an error, never a silently ignored key. :func:`load_fault_files` turns every
 problem into a :class:`FaultFileError` that names the file, the line, the rule and the field.
+What is valid but worth a word (an old field name, an action that needs Clients on Streamable
+HTTP) is a :class:`Note` of :func:`rule_notes`.
+
+A fault file cannot explode: it is at most :data:`MAX_FILE_BYTES`, holds at most
+:data:`MAX_RULES` rules (every file of a run together, and the control API's rules too), and
+its YAML aliases may add at most :data:`MAX_ALIASED_VALUES` values (each use of an alias copies
+what it names: a few hundred bytes of nested aliases would otherwise expand to gigabytes).
 """
 
 from __future__ import annotations
@@ -11,20 +18,24 @@ from __future__ import annotations
 import json
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -34,7 +45,10 @@ from proxy.errors import ConfigError
 from proxy.jsonrpc import error_response
 
 __all__ = [
+    "MAX_ALIASED_VALUES",
     "MAX_DOWNTIME_MS",
+    "MAX_FILE_BYTES",
+    "MAX_RULES",
     "Action",
     "CloseCode",
     "CloseStream",
@@ -49,6 +63,7 @@ __all__ = [
     "HttpStatus",
     "KillAgent",
     "Location",
+    "Note",
     "RestartProxy",
     "Rule",
     "Schedule",
@@ -59,10 +74,20 @@ __all__ = [
     "fault_file_schema",
     "load_fault_files",
     "parse_fault_file",
+    "read_fault_file",
+    "rule_notes",
     "signal_number",
     "validate_rules",
     "validated",
 ]
+
+
+MAX_FILE_BYTES = 1024 * 1024
+"""The largest fault file read, in bytes (as the control API's largest body)."""
+MAX_RULES = 1000
+"""The most rules a run holds: every fault file together, or the control API's rule set."""
+MAX_ALIASED_VALUES = 10_000
+"""The most values a fault file's YAML aliases may add (each use copies what it names)."""
 
 
 class _Model(BaseModel):
@@ -205,12 +230,37 @@ CloseCode = Annotated[
 
 
 class Sever(_Model):
-    """Cut the connection to ``side`` before or after forwarding the message."""
+    """Cut the connection to ``side`` at ``moment``: before or after forwarding the message.
+
+    ``moment`` was called ``when`` (easily read as the rule's own ``when``); the old name is still
+    accepted, and :func:`rule_notes` tells the rule to use the new one.
+    """
 
     action: Literal["sever"]
     side: Literal["client", "agent", "both"] = "both"
-    when: Literal["before", "after"] = "before"
+    moment: Literal["before", "after"] = Field(
+        "before",
+        validation_alias=AliasChoices("moment", "when"),
+        description="before or after forwarding the message",
+    )
     close_code: CloseCode = 1001
+    _old_name: bool = PrivateAttr(False)
+    """The rule said ``when`` for ``moment``."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _renamed(cls, data: Any, handler: ModelWrapValidatorHandler[Sever]) -> Sever:
+        old = isinstance(data, dict) and "when" in data
+        if old and "moment" in data:
+            raise ValueError("give 'moment' only ('when' is its old name)")
+        sever = handler(data)
+        sever._old_name = old
+        return sever
+
+    @property
+    def old_name(self) -> bool:
+        """The rule used ``when``, the old name of ``moment``."""
+        return self._old_name
 
 
 def signal_number(value: Any) -> int:
@@ -313,7 +363,7 @@ class FaultFile(_Model):
 
     version: Literal[1]
     seed: int | None = Field(None, description="seed of every random draw; same seed, same faults")
-    rules: list[Rule] = Field(min_length=1)
+    rules: list[Rule] = Field(min_length=1, max_length=MAX_RULES)
 
     @model_validator(mode="after")
     def _unique_names(self) -> FaultFile:
@@ -337,7 +387,86 @@ def fault_file_schema() -> dict[str, Any]:
     return schema
 
 
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something valid in a rule that its author should hear of when it is loaded."""
+
+    rule: str
+    field: str
+    message: str
+    needs_http: bool = False
+    """The rule acts only on Clients that connect over Streamable HTTP: moot on such a listener,
+    a rule that can never fire on any other."""
+
+    def __str__(self) -> str:
+        return f"rule {self.rule!r}: {self.field}: {self.message}"
+
+
+HTTP_ONLY = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
+"""Why an ``http_status`` or ``close_stream`` rule may never fire."""
+
+
+def rule_notes(rules: Iterable[Rule]) -> list[Note]:
+    """The notes of ``rules``, in order: HTTP-only actions, and ``sever``'s old ``when``."""
+    notes = []
+    for rule in rules:
+        action = rule.do
+        if isinstance(action, HttpStatus | CloseStream):
+            notes.append(Note(rule.name, "do.action", f"{action.action} {HTTP_ONLY}", True))
+        elif isinstance(action, Sever) and action.old_name:
+            message = "'when' is the old name of 'moment' (before or after forwarding); rename it"
+            notes.append(Note(rule.name, "do.when", message))
+    return notes
+
+
 # -- loading with located errors ---------------------------------------------------------------
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """YAML whose aliases would expand beyond :data:`MAX_ALIASED_VALUES`, or into themselves."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases that add more than :data:`MAX_ALIASED_VALUES`
+    values in all, while composing: before anything is expanded.
+
+    Each node's size (the values it holds once its aliases are expanded) is known when it is
+    complete; every alias adds the size of the node it names. The count is exact (the expanded
+    document has as many values as the text, plus what the aliases add) and linear in the text.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}
+        """Per complete node (by id: every node stays alive in the tree), its expanded size."""
+        self._aliased = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if not self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if node is not None:
+                self._sizes[id(node)] = self._size(node)
+            return node
+        mark = self.peek_event().start_mark  # type: ignore[no-untyped-call] # (stubs)
+        named = super().compose_node(parent, index)
+        size = self._sizes.get(id(named))
+        if size is None:
+            raise _Refused(problem="an alias inside the value it names", problem_mark=mark)
+        self._aliased += size
+        if self._aliased > MAX_ALIASED_VALUES:
+            problem = (
+                f"aliases expand to more than {MAX_ALIASED_VALUES:,} values "
+                "(each use of an alias copies what it names)"
+            )
+            raise _Refused(problem=problem, problem_mark=mark)
+        return named
+
+    def _size(self, node: yaml.Node) -> int:
+        if isinstance(node, yaml.SequenceNode):
+            return 1 + sum(self._sizes[id(item)] for item in node.value)
+        if isinstance(node, yaml.MappingNode):
+            return 1 + sum(self._sizes[id(k)] + self._sizes[id(v)] for k, v in node.value)
+        return 1
 
 
 class Location(BaseModel):
@@ -381,7 +510,7 @@ def _field_path(loc: Sequence[int | str]) -> str:
 
 def _yaml_lines(text: str) -> yaml.Node | None:
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=_BoundedLoader)
     except (yaml.YAMLError, RecursionError):
         return None
 
@@ -428,10 +557,34 @@ def _clean_loc(loc: Sequence[int | str], data: Any) -> list[int | str]:
     return cleaned
 
 
+def _too_large(name: str) -> FaultFileError:
+    message = f"over {MAX_FILE_BYTES:,} bytes: a fault file is at most that"
+    return FaultFileError([Location(file=name, message=message)])
+
+
+def _too_many(rules: Any, name: str, tree: yaml.Node | None = None) -> None:
+    """Refuse a list of more than :data:`MAX_RULES` rules before validating any of them."""
+    if isinstance(rules, list) and len(rules) > MAX_RULES:
+        located = Location(
+            file=name,
+            line=_line_of(tree, ("rules",)) if tree is not None else None,
+            field="rules",
+            message=f"{len(rules):,} rules: at most {MAX_RULES:,}",
+        )
+        raise FaultFileError([located])
+
+
 def parse_fault_file(text: str, name: str) -> FaultFile:
     """Parse and validate one fault file's text (YAML, of which JSON is a subset)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise _too_large(name)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
+    except _Refused as exc:
+        mark = exc.problem_mark
+        line = None if mark is None else mark.line + 1
+        located = Location(file=name, line=line, message=str(exc.problem))
+        raise FaultFileError([located]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = None if mark is None else mark.line + 1
@@ -445,6 +598,8 @@ def parse_fault_file(text: str, name: str) -> FaultFile:
     if not isinstance(data, dict):
         message = "a fault file is a mapping with version and rules"
         raise FaultFileError([Location(file=name, line=1, message=message)])
+    if isinstance(data.get("rules"), list) and len(data["rules"]) > MAX_RULES:
+        _too_many(data["rules"], name, _yaml_lines(text))
     try:
         return FaultFile.model_validate(data)
     except ValidationError as exc:
@@ -526,15 +681,25 @@ def validated(model: type[M], data: Any, source: str = "request") -> M:
 
 
 def validate_rules(data: Any, source: str = "request") -> list[Rule]:
-    """Rules given as plain data (the control API): validated as in a fault file, errors located."""
+    """Rules given as plain data (the control API): validated as in a fault file, errors located;
+    at most :data:`MAX_RULES`."""
+    _too_many(data, source)
     return validated(_RuleList, {"rules": data}, source).rules
+
+
+def read_fault_file(path: str | Path) -> bytes:
+    """A fault file's bytes, read no further than one byte past :data:`MAX_FILE_BYTES` (enough to
+    tell that it is too large, whatever it is: a huge file, a device). Raises ``OSError``."""
+    with Path(path).open("rb") as file:
+        return file.read(MAX_FILE_BYTES + 1)
 
 
 def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | None]:
     """Load and validate every file; return all rules in order and the seed.
 
     Every error of every file is collected before raising one :class:`FaultFileError`.
-    Rule names must be unique across files; the first file that sets a seed gives it.
+    Rule names must be unique across files; the first file that sets a seed gives it; all the
+    files together hold at most :data:`MAX_RULES` rules.
     """
     rules: list[Rule] = []
     seed: int | None = None
@@ -543,12 +708,13 @@ def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | Non
     for path in paths:
         name = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            data = read_fault_file(path)
+            if len(data) > MAX_FILE_BYTES:
+                raise _too_large(name)
+            parsed = parse_fault_file(data.decode("utf-8"), name)
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(Location(file=name, message=f"cannot read: {exc}"))
             continue
-        try:
-            parsed = parse_fault_file(text, name)
         except FaultFileError as exc:
             errors.extend(exc.errors)
             continue
@@ -566,6 +732,10 @@ def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | Non
         rules.extend(parsed.rules)
         if seed is None:
             seed = parsed.seed
+    if len(rules) > MAX_RULES and not errors:
+        files = ", ".join(str(path) for path in paths)
+        message = f"{len(rules):,} rules in all: at most {MAX_RULES:,}"
+        errors.append(Location(file=files, message=message))
     if errors:
         raise FaultFileError(errors)
     return rules, seed

@@ -2,11 +2,15 @@
 
 :meth:`FaultEngine.decide` gets a :class:`Subject` (what the relay knows about one message) and
 the time since the proxy started, and returns the rules that fire, in file order: the first rule
-whose ``when`` and ``schedule`` both pass acts, and evaluation goes on past it only when it says
-``continue: true``. Counters (for ``nth``, ``after``, ``every``, ``times``) count the matches of
-each rule's ``when``, per rule, across links and restarts; the random stream is one
-``random.Random`` seeded from the fault file or ``--seed``, so the same seed and the same traffic
-give the same faults. Carrying the actions out is the relay's job (:mod:`proxy.relay`).
+whose ``when`` and ``schedule`` both pass acts, and later rules act too only while each rule that
+acted says ``continue: true``. Counters (for ``nth``, ``after``, ``every``, ``times``) are per
+rule, across links and restarts: ``matched`` counts every message the rule's own ``when``
+matches, whether or not an earlier rule acted on it (so two rules ``nth: [1]`` and ``nth: [2]``
+on the same messages act on the first and the second), and ``fired`` the times the rule acted.
+The random stream is one ``random.Random`` seeded from the fault file or ``--seed``; a
+``probability`` is drawn only for a rule that could still act and whose schedule is otherwise
+due, so the same seed and the same traffic give the same faults. Carrying the actions out is the
+relay's job (:mod:`proxy.relay`).
 """
 
 from __future__ import annotations
@@ -14,12 +18,21 @@ from __future__ import annotations
 import fnmatch
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.events import Direction
-from proxy.faultfile import CloseStream, ErrorReply, HttpStatus, Rule, Schedule, When
+from proxy.faultfile import (
+    CloseStream,
+    ErrorReply,
+    HttpStatus,
+    Note,
+    Rule,
+    Schedule,
+    When,
+    rule_notes,
+)
 from proxy.jsonrpc import Kind
 
 __all__ = ["Decision", "FaultEngine", "RuleState", "Subject", "matches_params"]
@@ -52,7 +65,8 @@ NOTHING = Decision((), counted=False)
 
 @dataclass(slots=True)
 class RuleState:
-    """A rule's counters: matches of its ``when`` and times it fired."""
+    """A rule's counters: messages its ``when`` matched (whether or not an earlier rule acted on
+    them), and times it fired (acted)."""
 
     matched: int = 0
     fired: int = 0
@@ -127,14 +141,24 @@ def _details_match(compiled: _Compiled, subject: Subject) -> bool:
 
 
 class FaultEngine:
-    """Rules, their counters and the random stream of one experiment."""
+    """Rules, their counters and the random stream of one experiment.
+
+    ``listener`` is how Clients connect (``stdio``, ``http`` or ``ws``); ``on_note`` hears, once
+    whenever a rule is loaded (or changed), each of its :class:`~proxy.faultfile.Note`: an old
+    field name, or an action that needs Clients on Streamable HTTP, unless they connect so.
+    """
 
     def __init__(
         self,
         rules: Sequence[Rule] = (),
         rng: random.Random | None = None,
+        *,
+        listener: str = "stdio",
+        on_note: Callable[[Note], None] | None = None,
     ) -> None:
         self.rng = rng or random.Random(0)
+        self.listener = listener
+        self._on_note = on_note
         self.states: dict[str, RuleState] = {}
         self._rules: tuple[_Compiled, ...] = ()
         self._candidates: dict[tuple[Direction, Kind, str, str | None], tuple[_Compiled, ...]] = {}
@@ -148,7 +172,15 @@ class FaultEngine:
         return [compiled.rule for compiled in self._rules]
 
     def replace(self, rules: Iterable[Rule]) -> None:
-        """Swap the rule set at once; counters of rules kept by name survive."""
+        """Swap the rule set at once; counters of rules kept by name survive. The notes of the
+        rules that are new (or changed) go to ``on_note``."""
+        rules = list(rules)
+        if self._on_note is not None:
+            before = {c.rule.name: c.rule for c in self._rules}
+            fresh = [rule for rule in rules if before.get(rule.name) != rule]
+            for note in rule_notes(fresh):
+                if not (note.needs_http and self.listener == "http"):
+                    self._on_note(note)
         compiled = tuple(
             _Compiled(
                 rule,
@@ -167,7 +199,10 @@ class FaultEngine:
         self.states = {c.rule.name: RuleState() for c in self._rules}
 
     def decide(self, subject: Subject, elapsed_ms: float) -> Decision:
-        """The rules that fire for ``subject``, in order; counts every rule that matched."""
+        """The rules that fire for ``subject``, in order; counts every rule that matched.
+
+        Once a rule acts without ``continue: true``, the rules after it still count the message
+        as a match of theirs but neither act nor draw from the random stream."""
         shape = (subject.direction, subject.kind, subject.downstream, subject.method)
         candidates = self._candidates.get(shape)
         if candidates is None:
@@ -177,6 +212,7 @@ class FaultEngine:
             self._candidates[shape] = candidates
         fired: list[Rule] = []
         counted = False
+        open_to_more = True  # no rule has acted yet, or each that acted said continue: true
         for compiled in candidates:
             rule = compiled.rule
             if not _details_match(compiled, subject):
@@ -184,12 +220,13 @@ class FaultEngine:
             counted = True
             state = self.states[rule.name]
             state.matched += 1
-            if not self._due(compiled, rule.schedule, state.matched, state.fired, elapsed_ms):
+            if not open_to_more or not self._due(
+                compiled, rule.schedule, state.matched, state.fired, elapsed_ms
+            ):
                 continue
             state.fired += 1
             fired.append(rule)
-            if not rule.continue_:
-                break
+            open_to_more = rule.continue_
         return Decision(tuple(fired), counted) if counted else NOTHING
 
     def _due(

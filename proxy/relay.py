@@ -341,9 +341,9 @@ class Relay:
                     gap = gap_ms / 1000
                     if gap_ms:
                         spaced_by.append(rule.name)
-                case SeverAction(side=side, when=when, close_code=close_code):
-                    severs = [Sever(s, when == "after", close_code) for s in _SIDES[side]]
-                    if when == "before":
+                case SeverAction(side=side, moment=moment, close_code=close_code):
+                    severs = [Sever(s, moment == "after", close_code) for s in _SIDES[side]]
+                    if moment == "before":
                         self._closing.update(_SIDES[side])
                         out.extend(severs)
                         stops = True

@@ -1,10 +1,11 @@
 """``--watch``: reload the fault files when they change, keeping the last good rules on error.
 
 The files are polled (a stat every ``interval`` seconds; no extra dependency, works on every
-file system); when a stat changes, the contents are compared with those last loaded. A reload
-that validates replaces the engine's rules in one step, between two messages; counters of rules
-that keep their name carry over. A bad edit is logged with its located errors and changes
-nothing.
+file system); when a stat changes, the contents are compared with those last loaded (each read
+no further than the largest fault file). The files are parsed in a worker thread, so the relay
+keeps going meanwhile; a reload that validates replaces the engine's rules in one step, between
+two messages; counters of rules that keep their name carry over. A bad edit is logged with its
+located errors and changes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from proxy.commands import RulesReloaded
-from proxy.faultfile import FaultFileError, load_fault_files
+from proxy.faultfile import FaultFileError, load_fault_files, read_fault_file
 from proxy.faults import FaultEngine
 from proxy.log import get_logger
 from proxy.observers import Observer
@@ -38,10 +39,13 @@ def _stamp(path: Path) -> Stamp:
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
-def reload_fault_files(paths: Sequence[Path], engine: FaultEngine, observer: Observer) -> bool:
-    """Load ``paths`` and swap the engine's rules; on error keep them. Returns success."""
+async def reload_fault_files(
+    paths: Sequence[Path], engine: FaultEngine, observer: Observer
+) -> bool:
+    """Load ``paths`` (in a thread) and swap the engine's rules; on error keep them. Returns
+    success."""
     try:
-        rules, _seed = load_fault_files(paths)
+        rules, _seed = await asyncio.to_thread(load_fault_files, paths)
     except FaultFileError as exc:
         for error in exc.errors:
             log.error("fault file reload refused; keeping the last good rules", error=str(error))
@@ -57,7 +61,7 @@ def _contents(paths: Sequence[Path]) -> list[bytes | None]:
     contents: list[bytes | None] = []
     for path in paths:
         try:
-            contents.append(path.read_bytes())
+            contents.append(read_fault_file(path))
         except OSError:
             contents.append(None)
     return contents
@@ -85,4 +89,4 @@ async def watch_fault_files(
                 log.info("fault files touched, their contents unchanged: nothing reloaded")
                 continue
             contents = now
-            reload_fault_files(files, engine, observer)
+            await reload_fault_files(files, engine, observer)

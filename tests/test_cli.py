@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,60 @@ def test_run_help_names_the_options() -> None:
     out = acp_proxy("run", "--help").stdout.decode()
     for option in ("--max-message-bytes", "--strict", "--log-format", "--log-level", "AGENT_CMD"):
         assert option in out
+
+
+def help_at(columns: int, *command: str) -> str:
+    """``--help`` of ``command`` in a terminal ``columns`` wide."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", *command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        env={**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def lone_words(options_help: str) -> list[str]:
+    """Lines of the help column holding one word of prose: the help of an option wrapped badly
+    (a lone end of a bracketed ``[default: ...]``, ``[env var: ...]`` is click's, and allowed)."""
+    lines = options_help.splitlines()
+    indents = [len(line) - len(line.lstrip()) for line in lines if line.startswith(" " * 8)]
+    assert indents, options_help
+    column = min(indents)  # where the help of every option starts
+    lone: list[str] = []
+    brackets = 0  # [ opened and not yet closed in the current option's help
+    for line in lines:
+        text = line[column:]
+        if line.strip() and not line.startswith(" " * column):  # an option's names
+            brackets = 0
+            if line[column - 2 : column] != "  ":  # names too long: the help starts below
+                text = ""
+        if len(text.split()) == 1 and brackets == 0:
+            lone.append(line)
+        brackets += text.count("[") - text.count("]")
+    return lone
+
+
+def test_run_help_reads_well_at_80_columns() -> None:
+    """run --help at 80 columns: every line fits, no flag shows a type (`<bool>`), and no word
+    of an option's help stands alone on a line."""
+    text = help_at(80, "run")
+    assert "<bool>" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    options = text.split("\nOptions:\n", 1)[1]
+    assert "  --strict  " in options  # a flag: its name, then its help
+    assert "  --faults FILE  " in options
+    assert lone_words(options) == []
+
+
+def test_no_command_shows_a_type_on_a_flag() -> None:
+    """No command's help gives a flag (--json, --strict, --help...) a `<bool>` type."""
+    commands = ["run", "validate", "schema", "agent", "check-agent", "client", "demo", "report"]
+    for command in ([], *([name] for name in commands), ["bench"]):
+        assert "<bool>" not in help_at(80, *command), command
 
 
 def test_run_without_an_agent_is_a_usage_error() -> None:

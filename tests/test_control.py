@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -257,6 +258,114 @@ async def test_rules_are_validated_added_replaced_deleted_and_reset(
     await proxy.send(say(A, B, C))
     assert await barrier(proxy, "5") == [B, C]
     assert await off(control.counters) == {"file-drop-a": RuleCounters(1, 1)}
+
+
+async def test_two_rules_on_one_match_each_count_it(start: Start, capture: Path) -> None:
+    """Issue 12.6 through /api/rules: rules nth: [1] and nth: [2] on the same messages act on
+    the first and the second; the counters show every match of each rule's own when, and the
+    times each acted."""
+    proxy, control = await start(raw_agent(capture))
+    first = {**drop("drop-first", "_x/n"), "schedule": {"nth": [1]}}
+    second = {**drop("drop-second", "_x/n"), "schedule": {"nth": [2]}}
+    await off(control.set_rules, [first, second])
+    numbered = [notification("_x/n", {"n": n}) for n in range(1, 5)]
+    await proxy.send(say(*numbered))
+    assert await barrier(proxy, "1") == numbered[2:]
+    assert await off(control.counters) == {
+        "drop-first": RuleCounters(matched=4, fired=1),
+        "drop-second": RuleCounters(matched=4, fired=1),
+    }
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Replace ``path`` in one step, so the watcher never reads half a file."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+async def test_rules_that_cannot_fire_here_are_warned_once_at_load(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """On a stdio listener, every http_status or close_stream rule loaded (from the file at start,
+    over PUT or POST, by a --watch reload) is accepted and logged once as a rule that can never
+    fire, with its name and why; sever's old `when` is logged as a name to change."""
+    fail_post = {"name": "fail-post", "do": {"action": "http_status", "status": 503}}
+    faults = fault_file(tmp_path, fail_post, drop("drop-a", "_x/a"))
+    proxy, control = await start(raw_agent(capture), "--faults", str(faults), "--watch")
+    cut_stream = {"name": "cut-stream", "do": {"action": "close_stream"}}
+    await off(control.set_rules, [fail_post, cut_stream])  # fail-post kept: not told again
+    old_sever = {"name": "cut", "do": {"action": "sever", "side": "client", "when": "after"}}
+    await off(control.add_rule, old_sever)
+    assert await off(control.rules) == [
+        fail_post,
+        cut_stream,
+        {"name": "cut", "do": {"action": "sever", "side": "client", "moment": "after"}},
+    ]
+    fail_again = {"name": "fail-again", "do": {"action": "http_status", "status": 502}}
+    replace_file(faults, yaml.safe_dump({"version": 1, "rules": [fail_post, fail_again]}))
+    await proxy.logged("fault files reloaded")
+    never = log_events(proxy.stderr, "a rule can never fire here")
+    assert [event["rule"] for event in never] == ["fail-post", "cut-stream", "fail-again"]
+    http = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
+    assert never[0]["why"] == f"http_status {http}; they connect over stdio"
+    assert never[1]["why"] == f"close_stream {http}; they connect over stdio"
+    [renamed] = log_events(proxy.stderr, "a rule needs a change")
+    assert (renamed["rule"], renamed["field"]) == ("cut", "do.when")
+    assert "'when' is the old name of 'moment'" in renamed["note"]
+
+
+async def test_a_large_legal_file_stays_bounded_and_so_do_the_api_rules(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """Issue 13.5: with the most rules a run holds, aliases adding nearly the most values they
+    may, GET /api/rules stays small (an alias bomb once made it 80 MB); the control API adds no
+    rule past the bound and takes no list longer than it."""
+    shared = "{direction: to_client, kind: notification, method: _x/never, params: {a: [1, 2, 3]}}"
+    lines = ["version: 1", "rules:", f"  - {{name: r0, when: &w {shared}, do: {{action: drop}}}}"]
+    lines += [f"  - {{name: r{n}, when: *w, do: {{action: drop}}}}" for n in range(1, 700)]
+    lines += [f"  - {{name: r{n}, do: {{action: drop}}}}" for n in range(700, 1000)]
+    faults = tmp_path / "large.yaml"
+    faults.write_text("\n".join(lines) + "\n")  # 699 aliases of 14 values: 9,786 values added
+    _proxy, control = await start(raw_agent(capture), "--faults", str(faults))
+    answer = await off(call, control.base_url, "GET", "/api/rules")
+    assert answer.status == 200
+    assert len(answer.json()["rules"]) == 1000
+    assert len(answer.body) < MAX_BODY  # as small as the largest body the API takes
+    full = await off(call, control.base_url, "POST", "/api/rules", encode(drop("one-more", "_x")))
+    assert_error(full, 409, "there are 1,000 rules already: the most a run holds")
+    too_many = json.dumps([drop(f"d{n}", "_x") for n in range(1001)]).encode()
+    body = assert_error(
+        await off(call, control.base_url, "PUT", "/api/rules", too_many), 400, "invalid rules"
+    )
+    assert body["errors"] == ["request: rules: 1,001 rules: at most 1,000"]
+    assert len(await off(control.rules)) == 1000
+
+
+async def test_a_reload_into_an_alias_bomb_keeps_the_last_good_rules(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """--watch: an edit that turns the file into an alias bomb is refused at once, located, and
+    the rules stay as they were."""
+    faults = fault_file(tmp_path, drop("drop-a", "_x/a"))
+    proxy, control = await start(raw_agent(capture), "--faults", str(faults), "--watch")
+    levels = [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, 9)]
+    bomb = "\n".join(
+        [
+            "version: 1",
+            "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]",
+            *levels,
+            "rules:",
+            "  - {name: laugh, when: {params: {x: *l8}}, do: {action: drop}}",
+        ]
+    )
+    replace_file(faults, bomb + "\n")
+    refused = await proxy.logged("fault file reload refused; keeping the last good rules")
+    assert refused["error"] == (
+        f"{faults}:6: aliases expand to more than 10,000 values "
+        "(each use of an alias copies what it names)"
+    )
+    assert await off(control.rules) == [drop("drop-a", "_x/a")]
 
 
 async def test_every_error_is_json_with_its_status(start: Start, capture: Path) -> None:

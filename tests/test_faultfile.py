@@ -11,14 +11,20 @@ import pytest
 from harness import TIMEOUT
 
 from proxy.faultfile import (
+    MAX_ALIASED_VALUES,
+    MAX_FILE_BYTES,
+    MAX_RULES,
     Delay,
     FaultFileError,
     KillAgent,
+    Note,
     Rule,
+    Sever,
     dump_rules,
     fault_file_schema,
     load_fault_files,
     parse_fault_file,
+    rule_notes,
     validate_rules,
 )
 
@@ -271,17 +277,44 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_validate_command(tmp_path: Path) -> None:
-    """validate: 0 for good files; 2 with every located error for bad ones."""
-    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    """validate: 0 and a grammatical verdict on stdout for good files; 2 with every located
+    error on stderr (and nothing on stdout) for bad ones."""
+    good, one, bad = tmp_path / "good.yaml", tmp_path / "one.json", tmp_path / "bad.yaml"
     good.write_text(GOOD)
+    one.write_text('{"version": 1, "rules": [{"name": "only", "do": {"action": "drop"}}]}')
     bad.write_text("version: 1\nrules:\n  - name: x\n    do: {action: delay, ms: -1}\n")
     done = cli("validate", str(good))
-    assert done.returncode == 0, done.stderr
-    assert "ok: 2 rules" in done.stderr
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok: 2 rules in 1 file, seed 7\n", "")
+    done = cli("validate", str(one))
+    assert (done.returncode, done.stdout) == (0, "ok: 1 rule in 1 file, no seed\n")
+    done = cli("validate", str(good), str(one))
+    assert (done.returncode, done.stdout) == (0, "ok: 3 rules in 2 files, seed 7\n")
     done = cli("validate", str(good), str(bad))
     assert done.returncode == 2
     assert f"{bad}:4: rule 'x': do.ms: Input should be greater than or equal to 0" in done.stderr
     assert done.stdout == ""
+
+
+def test_validate_notes_rules_that_need_http_and_old_names(tmp_path: Path) -> None:
+    """validate accepts, with a note each, the HTTP-only actions (it does not know where Clients
+    will connect) and sever's old `when`."""
+    path = tmp_path / "notes.yaml"
+    path.write_text(
+        "version: 1\nrules:\n"
+        "  - {name: fail-post, do: {action: http_status, status: 503}}\n"
+        "  - {name: cut-stream, do: {action: close_stream}}\n"
+        "  - {name: cut, do: {action: sever, side: client, when: after}}\n"
+        "  - {name: quiet, do: {action: sever, side: client, moment: after}}\n"
+    )
+    done = cli("validate", str(path))
+    assert (done.returncode, done.stdout) == (0, "ok: 4 rules in 1 file, no seed\n")
+    http = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
+    assert done.stderr.splitlines() == [
+        f"note: rule 'fail-post': do.action: http_status {http}",
+        f"note: rule 'cut-stream': do.action: close_stream {http}",
+        "note: rule 'cut': do.when: 'when' is the old name of 'moment' (before or after "
+        "forwarding); rename it",
+    ]
 
 
 def test_run_refuses_a_bad_file_before_starting(tmp_path: Path) -> None:
@@ -303,3 +336,150 @@ def test_schema_command_prints_json() -> None:
     schema = json.loads(done.stdout)
     assert schema["title"] == "acp-fault-proxy fault file"
     assert "rules" in schema["properties"]
+
+
+# -- sever's moment ------------------------------------------------------------------------------
+
+
+def test_sever_moment_and_its_old_name() -> None:
+    """`moment` says when a sever cuts; `when` still works, noted; both at once is an error; the
+    rule is written back (and described by the schema) with `moment` only."""
+    [new, old] = validate_rules(
+        [
+            {"name": "new", "do": {"action": "sever", "moment": "after"}},
+            {"name": "old", "do": {"action": "sever", "when": "after"}},
+        ]
+    )
+    assert isinstance(new.do, Sever)
+    assert isinstance(old.do, Sever)
+    assert (new.do.moment, old.do.moment) == ("after", "after")
+    assert (new.do.old_name, old.do.old_name) == (False, True)
+    assert dump_rules([old]) == [{"name": "old", "do": {"action": "sever", "moment": "after"}}]
+    assert [note.rule for note in rule_notes([new, old])] == ["old"]
+    with pytest.raises(FaultFileError) as both:
+        validate_rules(
+            [{"name": "b", "do": {"action": "sever", "when": "after", "moment": "after"}}]
+        )
+    assert str(both.value) == "request: rule 'b': do: give 'moment' only ('when' is its old name)"
+    text = "version: 1\nrules:\n  - name: s\n    do:\n      action: sever\n      when: later\n"
+    assert errors_of(text) == ["f.yaml:6: rule 's': do.when: Input should be 'before' or 'after'"]
+    sever = fault_file_schema()["$defs"]["Sever"]["properties"]
+    assert "moment" in sever
+    assert "when" not in sever
+
+
+def test_notes_of_http_only_actions() -> None:
+    """http_status and close_stream rules carry a note that they need Clients on HTTP."""
+    rules = validate_rules(
+        [
+            {"name": "s", "do": {"action": "http_status", "status": 502}},
+            {"name": "d", "do": {"action": "drop"}},
+            {"name": "c", "do": {"action": "close_stream"}},
+        ]
+    )
+    notes = rule_notes(rules)
+    assert [(note.rule, note.field, note.needs_http) for note in notes] == [
+        ("s", "do.action", True),
+        ("c", "do.action", True),
+    ]
+    assert all(isinstance(note, Note) for note in notes)
+
+
+# -- fault files cannot explode ------------------------------------------------------------------
+
+
+def laughs(levels: int, length: int) -> str:
+    """A "billion laughs": each level an alias list of nine of the level below, the last used in
+    a rule's params; padded with a comment to ``length`` bytes."""
+    lines = ["version: 1", "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, levels)]
+    lines += [
+        "rules:",
+        f"  - {{name: laugh, when: {{params: {{x: *l{levels - 1}}}}}, do: {{action: drop}}}}",
+    ]
+    text = "\n".join(lines) + "\n"
+    padding = length - len(text.encode())
+    assert padding >= 2
+    return text + "#" * (padding - 1) + "\n"
+
+
+@pytest.mark.parametrize(("length", "levels"), [(432, 6), (602, 9)])
+def test_alias_bombs_are_refused_at_the_alias(length: int, levels: int) -> None:
+    """Issue 13.5: the 432- and 602-byte alias bombs (9**6 and 9**9 values once expanded) are
+    refused while the YAML is read, at the alias that crosses the bound, before any expansion."""
+    text = laughs(levels, length)
+    assert len(text.encode()) == length
+    errors = errors_of(text)
+    bound = f"{MAX_ALIASED_VALUES:,}"
+    # l1 to l3 add 9 * (10 + 91 + 820) = 8,289 values; l4's first *l3 (7,381 more) crosses it
+    assert errors == [
+        f"f.yaml:6: aliases expand to more than {bound} values "
+        "(each use of an alias copies what it names)"
+    ]
+
+
+def test_a_recursive_alias_is_refused() -> None:
+    """An alias inside the node it names would be a structure without end."""
+    assert errors_of("version: 1\nx: &a [1, *a]\nrules: []\n") == [
+        "f.yaml:2: an alias inside the value it names"
+    ]
+
+
+def test_aliases_within_the_bound_load() -> None:
+    """Sharing a `when` between rules through an alias (the use aliases are for) still works."""
+    text = (
+        "version: 1\nrules:\n"
+        "  - {name: a, when: &prompt {kind: request, method: session/prompt}, do: {action: drop}}\n"
+        "  - {name: b, when: *prompt, do: {action: delay, ms: 5}}\n"
+    )
+    first, second = parse_fault_file(text, "f.yaml").rules
+    assert first.when == second.when
+    assert second.when.method == "session/prompt"
+
+
+def many_rules(count: int) -> str:
+    return "version: 1\nrules:\n" + "".join(
+        f"  - {{name: r{n}, do: {{action: drop}}}}\n" for n in range(count)
+    )
+
+
+def test_at_most_max_rules(tmp_path: Path) -> None:
+    """A file, the files of a run together, and the control API's rules hold at most MAX_RULES
+    rules; one more is refused, located, before any rule is validated."""
+    assert len(parse_fault_file(many_rules(MAX_RULES), "f.yaml").rules) == MAX_RULES
+    assert errors_of(many_rules(MAX_RULES + 1)) == ["f.yaml:3: rules: 1,001 rules: at most 1,000"]
+    half = tmp_path / "half.yaml"
+    half.write_text(many_rules(MAX_RULES // 2 + 1))
+    other = tmp_path / "other.json"
+    other.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "rules": [{"name": f"o{n}", "do": {"action": "drop"}} for n in range(500)],
+            }
+        )
+    )
+    with pytest.raises(FaultFileError) as together:
+        load_fault_files([half, other])
+    assert str(together.value) == f"{half}, {other}: 1,001 rules in all: at most 1,000"
+    data = [{"name": f"r{n}", "do": {"action": "nope"}} for n in range(MAX_RULES + 1)]
+    with pytest.raises(FaultFileError) as api:
+        validate_rules(data)
+    assert [str(error) for error in api.value.errors] == [
+        "request: rules: 1,001 rules: at most 1,000"
+    ]
+
+
+def test_a_file_over_the_size_bound_is_refused_unread(tmp_path: Path) -> None:
+    """A fault file over MAX_FILE_BYTES is refused, read no further than the bound (a device
+    that never ends included)."""
+    large = tmp_path / "large.yaml"
+    large.write_text(many_rules(1) + "#" * MAX_FILE_BYTES + "\n")
+    message = f"over {MAX_FILE_BYTES:,} bytes: a fault file is at most that"
+    with pytest.raises(FaultFileError) as refused:
+        load_fault_files([large])
+    assert str(refused.value) == f"{large}: {message}"
+    with pytest.raises(FaultFileError) as endless:
+        load_fault_files(["/dev/zero"])
+    assert str(endless.value) == f"/dev/zero: {message}"
+    assert errors_of("#" * (MAX_FILE_BYTES + 1)) == [f"f.yaml: {message}"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.events import Direction
-from proxy.faultfile import Rule
+from proxy.faultfile import Note, Rule
 from proxy.faults import FaultEngine, Subject, matches_params
 from proxy.jsonrpc import Kind
 
@@ -191,10 +191,39 @@ class TestSchedule:
 
 class TestOrder:
     def test_first_matching_rule_acts(self) -> None:
-        """Rules are evaluated in file order; the first that fires stops the evaluation."""
+        """Rules are evaluated in file order; the first that fires is the only one that acts,
+        and the rules after it still count the message as a match of theirs."""
         engine = FaultEngine([rule("a"), rule("b")])
         assert fires(engine, PROMPT) == ["a"]
-        assert engine.states["b"].matched == 0
+        assert (engine.states["b"].matched, engine.states["b"].fired) == (1, 0)
+
+    def test_two_rules_on_one_match_count_it_each(self) -> None:
+        """Issue 12.6: rules nth: [1] and nth: [2] with the same when act on the first and the
+        second matching message (each counts the matches of its own when), not the third."""
+        engine = FaultEngine(
+            [rule("first", schedule={"nth": [1]}), rule("second", schedule={"nth": [2]})]
+        )
+        assert [fires(engine, PROMPT) for _ in range(4)] == [["first"], ["second"], [], []]
+        counters = {name: (s.matched, s.fired) for name, s in engine.states.items()}
+        assert counters == {"first": (4, 1), "second": (4, 1)}
+
+    def test_a_match_taken_by_an_earlier_rule_still_counts(self) -> None:
+        """A later rule's nth names its own matches: the one an earlier rule acted on is gone
+        for it (a catch-all placed first hides it, but does not shift its count)."""
+        engine = FaultEngine(
+            [rule("all", schedule={"times": 2}), rule("third", schedule={"nth": [3]})]
+        )
+        assert [fires(engine, PROMPT) for _ in range(4)] == [["all"], ["all"], ["third"], []]
+
+    def test_no_draw_for_a_rule_that_cannot_act(self) -> None:
+        """A probability is drawn only for a rule that could still act: the same seed gives the
+        same faults whatever earlier rules take, and the stream stays where it was."""
+        rng = random.Random(3)
+        state = rng.getstate()
+        engine = FaultEngine([rule("always"), rule("coin", schedule={"probability": 0.5})], rng)
+        assert pattern(engine, PROMPT, 10) == [True] * 10
+        assert rng.getstate() == state
+        assert engine.states["coin"].matched == 10
 
     def test_continue_lets_later_rules_act(self) -> None:
         """continue: true evaluates the next rules too."""
@@ -221,7 +250,7 @@ class TestReplaceAndState:
         fires(engine, PROMPT)
         engine.replace([rule("a", schedule={"nth": [2]}), rule("b")])
         assert fires(engine, PROMPT) == ["a"]
-        assert engine.states["b"].matched == 0
+        assert (engine.states["a"].matched, engine.states["b"].matched) == (2, 1)
         engine.replace([rule("b")])
         assert set(engine.states) == {"b"}
 
@@ -264,3 +293,54 @@ class TestReplaceAndState:
         restored.restore(snapshot)
         assert pattern(restored, PROMPT, 20) == expected
         assert restored.states["once"].fired == 1
+
+
+HTTP_ONLY = (
+    {"name": "fail-post", "do": {"action": "http_status", "status": 503}},
+    {"name": "cut-stream", "do": {"action": "close_stream"}},
+)
+
+
+class TestNotes:
+    @staticmethod
+    def engine(listener: str) -> tuple[FaultEngine, list[Note]]:
+        heard: list[Note] = []
+        return FaultEngine(listener=listener, on_note=heard.append), heard
+
+    @pytest.mark.parametrize("listener", ["stdio", "ws"])
+    def test_http_only_rules_are_told_where_clients_are_not_on_http(self, listener: str) -> None:
+        """Loaded where Clients connect over stdio or WebSocket, each http_status or close_stream
+        rule is told once: it can never fire there."""
+        engine, heard = self.engine(listener)
+        engine.replace([rule("drop"), *map(Rule.model_validate, HTTP_ONLY)])
+        assert [(note.rule, note.needs_http) for note in heard] == [
+            ("fail-post", True),
+            ("cut-stream", True),
+        ]
+
+    def test_nothing_is_told_on_an_http_listener(self) -> None:
+        """On a Streamable HTTP listener the same rules can fire: no note."""
+        engine, heard = self.engine("http")
+        engine.replace(map(Rule.model_validate, HTTP_ONLY))
+        assert heard == []
+
+    def test_once_per_rule_loaded(self) -> None:
+        """A rule is told of when it is loaded or changed, not again when other rules change
+        around it (a reload, a rule added or removed over the control API)."""
+        engine, heard = self.engine("stdio")
+        fail_post, cut_stream = map(Rule.model_validate, HTTP_ONLY)
+        engine.replace([fail_post])
+        engine.replace([fail_post, cut_stream])
+        engine.replace([cut_stream])
+        changed = Rule.model_validate(
+            {**HTTP_ONLY[0], "do": {"action": "http_status", "status": 502}}
+        )
+        engine.replace([changed, cut_stream])
+        assert [note.rule for note in heard] == ["fail-post", "cut-stream", "fail-post"]
+
+    def test_an_old_name_is_told_on_any_listener(self) -> None:
+        """sever's old `when` is told wherever Clients connect."""
+        old = Rule.model_validate({"name": "cut", "do": {"action": "sever", "when": "after"}})
+        engine, heard = self.engine("http")
+        engine.replace([old])
+        assert [(note.rule, note.field) for note in heard] == [("cut", "do.when")]

@@ -189,7 +189,7 @@ ACTIONS: dict[str, dict[str, Any]] = {
     "sever": {
         "when": {"kind": "request", "method": "session/prompt"},
         "schedule": {"nth": [2]},
-        "do": {"action": "sever", "side": "client", "when": "after"},
+        "do": {"action": "sever", "side": "client", "moment": "after"},
     },
     "kill_agent": {
         "when": {"kind": "response", "method": "session/prompt"},

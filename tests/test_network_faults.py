@@ -188,7 +188,7 @@ async def test_sever_closes_a_websocket_with_the_configured_code(tmp_path: Path)
         {
             "name": "cut",
             "when": {"method": "session/prompt"},
-            "do": {"action": "sever", "side": "client", "when": "before", "close_code": 4001},
+            "do": {"action": "sever", "side": "client", "moment": "before", "close_code": 4001},
         },
     )
     async with (

@@ -294,7 +294,7 @@ class TestStopped:
         [
             ({"action": "drop"}, "dropped"),
             ({"action": "error"}, "answered_by_proxy"),
-            ({"action": "sever", "side": "agent", "when": "before"}, "severed"),
+            ({"action": "sever", "side": "agent", "moment": "before"}, "severed"),
         ],
     )
     def test_a_stopped_request(self, do: dict[str, Any], disposition: str) -> None:
@@ -326,7 +326,7 @@ class TestStopped:
     def test_sever_after_and_delay_stop_nothing(self) -> None:
         relay = relay_with(
             {"do": {"action": "delay", "ms": 1}, "continue": True},
-            {"do": {"action": "sever", "side": "agent", "when": "after"}},
+            {"do": {"action": "sever", "side": "agent", "moment": "after"}},
         )
         assert of(feed(relay, CLIENT, PROMPT), Stopped) == []
 
@@ -397,14 +397,14 @@ class TestSever:
     def test_before_forwarding(self, side: str, expected: list[Side]) -> None:
         """sever before: the message is lost and the connections are cut without flushing."""
         relay = relay_with(
-            {"do": {"action": "sever", "side": side, "when": "before", "close_code": 4000}}
+            {"do": {"action": "sever", "side": side, "moment": "before", "close_code": 4000}}
         )
         commands = feed(relay, CLIENT, PROMPT)
         assert effects(commands) == [Sever(s, False, 4000) for s in expected]
 
     def test_after_forwarding(self) -> None:
         """sever after: the message is sent, then the connection is cut after a flush."""
-        relay = relay_with({"do": {"action": "sever", "side": "client", "when": "after"}})
+        relay = relay_with({"do": {"action": "sever", "side": "client", "moment": "after"}})
         commands = feed(relay, CLIENT, PROMPT)
         assert [type(c) for c in effects(commands)] == [Send, Sever]
         assert effects(commands)[1] == Sever(CLIENT, True, 1001)
@@ -414,7 +414,7 @@ class TestSever:
         relay = relay_with(
             {
                 "when": {"method": "session/prompt"},
-                "do": {"action": "sever", "side": "client", "when": "after"},
+                "do": {"action": "sever", "side": "client", "moment": "after"},
             }
         )
         feed(relay, CLIENT, PROMPT)
@@ -455,7 +455,7 @@ class TestKillAndRestart:
         """delay + sever after: the cut happens after the delayed message is sent."""
         relay = relay_with(
             {"do": {"action": "delay", "ms": 10}, "continue": True},
-            {"do": {"action": "sever", "side": "agent", "when": "after"}},
+            {"do": {"action": "sever", "side": "agent", "moment": "after"}},
         )
         [timer] = effects(feed(relay, CLIENT, PROMPT))
         assert isinstance(timer, StartTimer)
