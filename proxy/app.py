@@ -178,23 +178,19 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     def failed(file: str) -> Callable[[str], None]:
         return lambda _cause: metrics.write_failures.labels(file).inc()
 
+    fanout = Fanout([])
+    ledger = Ledger(time.time, emit=fanout.observe)
+    saver = None
+    if options.state is not None:  # checked first: a run that cannot start writes no trace
+        saver = StateSaver(engine, ledger, StateFile(options.state), on_failure=failed("state"))
+        saver.restore()
     trace = None
     if options.trace is not None:
         trace = TraceWriter(options.trace, on_failure=failed("trace"))
-    fanout = Fanout([])
-    ledger = Ledger(time.time, emit=fanout.observe)
     observers: list[Observer] = [tally, LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
-    saver = None
-    if options.state is not None:
-        saver = StateSaver(engine, ledger, StateFile(options.state), on_failure=failed("state"))
-        try:
-            saver.restore()
-        except StartupError:
-            if trace is not None:
-                trace.close()
-            raise
+    if saver is not None:
         observers.append(saver)
     if observer is not None:
         observers.append(observer)

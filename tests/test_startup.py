@@ -280,6 +280,14 @@ def test_a_corrupt_state_file(tmp_path: Path, content: bytes, cause: str) -> Non
     assert path.read_bytes() == content  # left as it was
 
 
+def test_a_run_that_cannot_start_writes_no_trace(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    state.write_text('{"version": 2}')
+    trace = tmp_path / "trace.jsonl"
+    run(tmp_path, "--state", str(state), "--trace", str(trace))
+    assert not trace.exists()
+
+
 def test_a_good_state_file_still_starts(tmp_path: Path) -> None:
     """The checks refuse nothing a proxy wrote itself: a saved state is taken back."""
     path = tmp_path / "state.json"
