@@ -123,12 +123,14 @@ class StateSaver:
         be written. :class:`StartupError` when either fails."""
         data = self._file.load()
         if data is not None:
-            try:
-                self._engine.restore(_member(data, "engine"))
-                self._ledger.restore(_member(data, "ledger"))
-            except (LookupError, TypeError, ValueError, AttributeError) as exc:
-                detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-                raise self._file.refused(f"not a state file of this proxy: {detail}") from None
+            parts = (("engine", self._engine.restore), ("ledger", self._ledger.restore))
+            for name, restore in parts:
+                try:
+                    restore(_member(data, name))
+                except (LookupError, TypeError, ValueError, AttributeError) as exc:
+                    detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+                    cause = f"not a state file of this proxy: {name}: {detail}"
+                    raise self._file.refused(cause) from None
         self._file.check_writable()
         if data is not None:
             log.info("state restored", path=str(self._file.path))
@@ -165,5 +167,5 @@ def _member(data: dict[str, Any], name: str) -> dict[str, Any]:
     """``data[name]``, an object (missing: empty)."""
     value = data.get(name, {})
     if not isinstance(value, dict):
-        raise TypeError(f"{name!r} is not an object")
+        raise TypeError("not an object")
     return value

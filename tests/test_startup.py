@@ -248,15 +248,15 @@ def test_a_state_file_that_cannot_be_read(tmp_path: Path, unprivileged: Preexec)
         (b'{"version": "1"}', "a state file of version '1'; this proxy reads version 1"),
         (
             b'{"version": 1, "engine": []}',
-            "not a state file of this proxy: 'engine' is not an object",
+            "not a state file of this proxy: engine: not an object",
         ),
         (
             b'{"version": 1, "engine": {"rng": [3, [1, 2], null]}}',
-            "not a state file of this proxy:",
+            "not a state file of this proxy: engine: state vector is the wrong size",
         ),
         (
             b'{"version": 1, "ledger": {"entries": [{"session": "s"}]}}',
-            "not a state file of this proxy:",
+            "not a state file of this proxy: ledger: missing 'key'",
         ),
     ],
     ids=[
