@@ -63,6 +63,13 @@ def children_of(parent: int) -> dict[int, bytes]:
     return found
 
 
+def the_guard(proxy: ProxyProcess) -> int:
+    """The pid of the proxy's guard of process groups (a child of the proxy)."""
+    found = children_of(proxy.process.pid)
+    [guard] = [pid for pid, argv in found.items() if b"orphans.py" in argv]
+    return guard
+
+
 @pytest.fixture
 def leftovers() -> Iterator[list[int]]:
     """Processes to kill at the end, should the test fail (or leave them on purpose)."""
@@ -94,8 +101,10 @@ async def test_a_killed_stdio_proxy_takes_its_agent_and_its_agents_child_along(
     leftovers.extend([ready["agent"], ready["child"]])
     assert running(ready["agent"])
     assert running(ready["child"])
+    guard = the_guard(proxy)
     proxy.process.kill()
-    await gone(ready["agent"], ready["child"])
+    await gone(ready["agent"], ready["child"], guard)  # the guard's work done, it exits too
+    assert await proxy.wait() == -signal.SIGKILL  # nothing holds its stderr open any more
 
 
 async def test_a_killed_network_proxy_takes_every_agent_along(
@@ -115,6 +124,7 @@ async def test_a_killed_network_proxy_takes_every_agent_along(
         leftovers.extend(pids)
         proxy.process.kill()
         await gone(*pids)
+    assert await proxy.wait() == -signal.SIGKILL
 
 
 async def test_without_the_guard_the_agent_dies_and_its_child_is_left(
@@ -125,12 +135,14 @@ async def test_without_the_guard_the_agent_dies_and_its_child_is_left(
     proxies.append(proxy)
     ready = (await proxy.recv_json())["params"]
     leftovers.extend([ready["agent"], ready["child"]])
-    [guard] = [pid for pid, argv in children_of(proxy.process.pid).items() if b"orphans.py" in argv]
+    guard = the_guard(proxy)
     os.kill(guard, signal.SIGKILL)
     await gone(guard)
     proxy.process.kill()
     await gone(ready["agent"])
     assert running(ready["child"])  # nothing is left that could stop it
+    os.kill(ready["child"], signal.SIGKILL)
+    assert await proxy.wait() == -signal.SIGKILL  # the child held the proxy's stderr
 
 
 EMBEDDED = textwrap.dedent(

@@ -134,9 +134,10 @@ class OrphanGuard:
                 sys.executable,
                 [sys.executable, "-I", "-S", str(ORPHANS_SCRIPT)],
                 os.environ,
-                file_actions=[
+                file_actions=[  # the proxy's stderr is not held open by the guard
                     (os.POSIX_SPAWN_DUP2, read_end, 0),
                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
                 ],
                 setsid=True,
             )
