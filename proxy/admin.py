@@ -161,7 +161,9 @@ class AdminServer:
         token: str | None = None,
         ledger: Callable[[], Any] = lambda: [],
         findings: Callable[[], Any] = lambda: [],
+        degraded: Callable[[], dict[str, str]] = dict,
     ) -> None:
+        """``degraded``: what no longer works as asked (``{"trace": why}``), for ``/healthz``."""
         self._runtime = runtime
         self._engine = engine
         self._metrics = metrics
@@ -170,6 +172,7 @@ class AdminServer:
         self._token = token
         self._ledger = ledger
         self._findings = findings
+        self._degraded = degraded
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         """Set when the server stops: every event stream ends."""
@@ -248,7 +251,13 @@ class AdminServer:
     # -- routes ----------------------------------------------------------------------------------
 
     async def _healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "links": len(self._runtime.links())})
+        """200 while the proxy relays, ``degraded`` (with what and why) when its trace or state
+        file failed: the relay goes on, and a probe must not restart it for that."""
+        body: dict[str, Any] = {"status": "ok", "links": len(self._runtime.links())}
+        if degraded := self._degraded():
+            body["status"] = "degraded"
+            body["degraded"] = degraded
+        return web.json_response(body)
 
     async def _metrics_route(self, request: web.Request) -> web.Response:
         return web.Response(

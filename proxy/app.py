@@ -17,11 +17,13 @@ from pathlib import Path
 from proxy.admin import AdminServer, Runtime
 from proxy.commands import Restart
 from proxy.endpoint import Signalable
+from proxy.errors import StartupError, os_cause
 from proxy.events import Direction, Side
 from proxy.faultfile import Note, load_fault_files
 from proxy.faults import FaultEngine
+from proxy.hostport import authority
 from proxy.ledger import Ledger
-from proxy.link import Link
+from proxy.link import Link, LinkState
 from proxy.log import get_logger
 from proxy.metrics import Metrics
 from proxy.observers import Fanout, LogObserver, Observer, Tally
@@ -60,6 +62,9 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 EXIT_UNREACHABLE = 1
+"""A stdio proxy could not reach its network Agent, or lost it."""
+EXIT_CANNOT_START = 1
+"""The proxy could not start (:class:`~proxy.errors.StartupError`: the CLI prints its line)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +90,7 @@ class RunOptions:
     admin_token: str | None = None
     admin_allow_remote: bool = False
     trace: Path | None = None
-    """The JSONL trace file (appended to)."""
+    """The JSONL trace file (appended to; ``-`` is stdout)."""
     connect_timeout: float = CONNECT_TIMEOUT
     """Seconds to reach a network Agent (TCP connect, WebSocket handshake)."""
     initialize_timeout: float = INITIALIZE_TIMEOUT
@@ -141,10 +146,11 @@ class _OneLink:
         self._link = link
 
     def links(self) -> list[Link]:
-        return [self._link]
+        return [] if self._link.state is LinkState.ENDED else [self._link]
 
     def restart(self, downtime: float) -> None:
-        self._link.inject([Restart(downtime)])
+        for link in self.links():
+            link.inject([Restart(downtime)])
 
 
 @dataclass(slots=True)
@@ -162,23 +168,45 @@ class _Experiment:
     ledger: Ledger
     saver: StateSaver | None
 
+    def close(self) -> None:
+        """Close the trace (again: it may be)."""
+        if self.trace is not None:
+            self.trace.close()
+
+    def degraded(self) -> dict[str, str]:
+        """What no longer works as asked, and why (``/healthz``): the trace, the state file."""
+        failures = {
+            "trace": self.trace.failure if self.trace is not None else None,
+            "state": self.saver.failure if self.saver is not None else None,
+        }
+        return {name: failure for name, failure in failures.items() if failure is not None}
+
 
 def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
+    """The experiment of a run; :class:`~proxy.errors.StartupError` when its trace or state file
+    cannot be used."""
     engine = build_engine(options)
     tally = Tally()
     links = _Links()
     metrics = Metrics(pending=links.pending)
     feed = EventFeed()
-    trace = TraceWriter(options.trace) if options.trace is not None else None
+
+    def failed(file: str) -> Callable[[str], None]:
+        return lambda _cause: metrics.write_failures.labels(file).inc()
+
     fanout = Fanout([])
     ledger = Ledger(time.time, emit=fanout.observe)
+    saver = None
+    if options.state is not None:  # checked first: a run that cannot start writes no trace
+        saver = StateSaver(engine, ledger, StateFile(options.state), on_failure=failed("state"))
+        saver.restore()
+    trace = None
+    if options.trace is not None:
+        trace = TraceWriter(options.trace, on_failure=failed("trace"))
     observers: list[Observer] = [tally, LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
-    saver = None
-    if options.state is not None:
-        saver = StateSaver(engine, ledger, StateFile(options.state))
-        saver.restore()
+    if saver is not None:
         observers.append(saver)
     if observer is not None:
         observers.append(observer)
@@ -198,40 +226,48 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
 async def _serving(
     options: RunOptions, experiment: _Experiment, runtime: Runtime
 ) -> AsyncIterator[AdminServer | None]:
-    """The watcher and the control API around a run; the trace closed after it."""
+    """The control API and the watcher around a run; the trace closed after it.
+
+    :class:`~proxy.errors.StartupError` when the control API cannot listen."""
     experiment.links.runtime = runtime
-    watcher = None
-    if options.watch and options.faults:
-        watcher = asyncio.get_running_loop().create_task(
-            watch_fault_files(options.faults, experiment.engine, experiment.observer)
-        )
-    admin = None
-    if options.admin is not None:
-        initial, _seed = load_fault_files(options.faults) if options.faults else ([], None)
-        admin = AdminServer(
-            runtime,
-            experiment.engine,
-            experiment.metrics,
-            experiment.feed,
-            initial_rules=initial,
-            token=options.admin_token,
-            ledger=experiment.ledger.summary,
-            findings=lambda: experiment.ledger.findings,
-        )
-        await admin.start(*options.admin)
     try:
-        yield admin
+        admin = None
+        if options.admin is not None:
+            initial, _seed = load_fault_files(options.faults) if options.faults else ([], None)
+            admin = AdminServer(
+                runtime,
+                experiment.engine,
+                experiment.metrics,
+                experiment.feed,
+                initial_rules=initial,
+                token=options.admin_token,
+                ledger=experiment.ledger.summary,
+                findings=lambda: experiment.ledger.findings,
+                degraded=experiment.degraded,
+            )
+            try:
+                await admin.start(*options.admin)
+            except OSError as exc:
+                await admin.stop()
+                raise StartupError("--admin", authority(*options.admin), os_cause(exc)) from None
+        watcher = None
+        if options.watch and options.faults:
+            watcher = asyncio.get_running_loop().create_task(
+                watch_fault_files(options.faults, experiment.engine, experiment.observer)
+            )
+        try:
+            yield admin
+        finally:
+            if admin is not None:
+                await admin.stop()
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            if experiment.saver is not None:
+                experiment.saver.save()  # what was learnt since the last change of counters
     finally:
-        if admin is not None:
-            await admin.stop()
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        if experiment.trace is not None:
-            experiment.trace.close()
-        if experiment.saver is not None:
-            experiment.saver.save()  # what was learnt since the last change of counters
+        experiment.close()
 
 
 async def run(options: RunOptions, observer: Observer | None = None) -> int:
@@ -314,15 +350,27 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     With a spawned Agent the status is the Agent's, as a shell would report it; 0 when the Client
     closed stdin and the Agent had to be stopped; 127 or 126 when the Agent command cannot be
     run. With a network upstream: 0 when the Client ended or a signal stopped the proxy, 1 when
-    the connection was lost.
+    the connection was lost. :class:`~proxy.errors.StartupError` when the trace or the state file
+    cannot be used (before the Agent is started), or the control API cannot listen (the Agent,
+    started by then, is killed).
 
     SIGINT and SIGTERM are passed on to a spawned Agent (its process group), and the link ends as
     when the Agent leaves: its stdin is closed, what it still writes reaches the Client, then the
     Client's stdout is closed. After ``shutdown_timeout`` seconds, or at a second signal, the link
     is cut and the Agent killed.
     """
-    loop = asyncio.get_running_loop()
     experiment = _experiment(options, observer)
+    try:
+        status = await _relay_stdio(options, experiment)
+    finally:
+        experiment.close()
+    log.info("proxy finished", exit_status=status, **experiment.tally.summary())
+    return status
+
+
+async def _relay_stdio(options: RunOptions, experiment: _Experiment) -> int:
+    """The link of a stdio Client, from starting the Agent to its exit status."""
+    loop = asyncio.get_running_loop()
     try:
         agent = await experiment.connect_upstream({}, None)
     except FileNotFoundError:
@@ -374,8 +422,13 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        async with _serving(options, experiment, _OneLink(link)):
+        try:
+            async with _serving(options, experiment, _OneLink(link)):
+                await link.run()
+        except StartupError:
+            link.abort()  # the control API could not listen: the Agent started is killed
             await link.run()
+            raise
         final = link.endpoints[Side.AGENT]
         if isinstance(final, AgentProcess):
             status = await final.wait()
@@ -389,5 +442,4 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
             deadline.cancel()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-    log.info("proxy finished", exit_status=status, **experiment.tally.summary())
     return status

@@ -29,7 +29,7 @@ from proxy.check_agent import (
     to_junit,
 )
 from proxy.demo import run_demo
-from proxy.errors import ConfigError
+from proxy.errors import ConfigError, StartupError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files, rule_notes
 from proxy.hostport import parse_host_port
 from proxy.log import configure_logging
@@ -147,7 +147,9 @@ def run(
     state: Annotated[
         Path | None,
         typer.Option(
-            help="Keep rule counters in this file across restarts of the proxy.", dir_okay=False
+            help="Keep rule counters in this file across restarts of the proxy.",
+            dir_okay=False,
+            readable=False,  # checked when read: one line and the status of a failed start
         ),
     ] = None,
     admin: Annotated[
@@ -261,7 +263,7 @@ def run(
         admin=admin_at,
         admin_token=admin_token,
         admin_allow_remote=admin_allow_remote,
-        trace=trace if trace is None or str(trace) != "-" else Path("/dev/stdout"),
+        trace=trace,
         agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,
         strict=strict,
@@ -280,7 +282,12 @@ def run(
     except FaultFileError as exc:
         _print_errors(exc)
         raise typer.Exit(2) from None
-    raise typer.Exit(asyncio.run(application.run(options)))
+    try:
+        status = asyncio.run(application.run(options))
+    except StartupError as exc:
+        typer.echo(f"acp-proxy: {exc}", err=True)
+        raise typer.Exit(application.EXIT_CANNOT_START) from None
+    raise typer.Exit(status)
 
 
 def _print_errors(exc: FaultFileError) -> None:

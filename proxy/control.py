@@ -172,7 +172,8 @@ class ControlClient:
     # -- health and rules ------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        """``GET /healthz``: ``{"status": "ok", "links": N}`` (never needs the token)."""
+        """``GET /healthz``: ``{"status": "ok", "links": N}``, or ``"status": "degraded"`` with
+        ``degraded`` saying what failed (``{"trace": "file too large"}``); never needs the token."""
         return cast(dict[str, Any], self.request("GET", "/healthz"))
 
     def rules(self) -> list[dict[str, Any]]:

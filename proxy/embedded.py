@@ -55,7 +55,7 @@ class BackgroundProxy:
         if not self._started.wait(START_TIMEOUT):
             raise TimeoutError("the proxy did not start in time")
         if self._error is not None:
-            raise RuntimeError("the proxy failed to start") from self._error
+            raise RuntimeError(f"the proxy failed to start: {self._error}") from self._error
         return self
 
     def stop(self) -> None:

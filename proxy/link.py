@@ -19,22 +19,33 @@ empty id maps (the fault engine and the id counters carry over), a new Agent, an
 message of the old generation is discarded. The Client's messages wait while the Agent is down.
 
 Every endpoint the link closes is waited for once (``wait_closed``: a spawned Agent is stopped,
-an HTTP session released), and so is an Agent connection that ended by itself. When the proxy
-shuts down (:meth:`Link.shutdown`) the Agent's connection is closed first, so that what the Agent
-still writes reaches the Client; the relay then closes the Client's connection (a WebSocket with
-1001, going away). Nothing answers the requests still pending: the Client sees its connection
-end. :meth:`Link.abort` cuts everything at once, for when that takes too long.
+an HTTP session released), and so is an Agent connection that ended by itself.
+
+A link is :attr:`LinkState.NEW` until :meth:`Link.run` starts, :attr:`~LinkState.RUNNING` while any
+of its tasks runs, then :attr:`~LinkState.ENDED`, at once when its last task is done (before
+:meth:`Link.run` has returned). Every method that acts on a link (the control API's actions,
+shutdown, restarts) is safe in each state: on a new link the work it starts waits for
+:meth:`Link.run`; an ended link refuses new work quietly (logged at debug level), so that no task
+is ever started on a finished task group and no coroutine is made that nobody awaits. A restart
+of the Agent asked while one is under way, or while the link shuts down, is ignored (logged).
+
+When the proxy shuts down (:meth:`Link.shutdown`) the Agent's connection is closed first, so
+that what the Agent still writes reaches the Client; the relay then closes the Client's connection
+(a WebSocket with 1001, going away). Nothing answers the requests still pending: the Client sees
+its connection end. :meth:`Link.abort` cuts everything at once, for when that takes too long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import functools
 import heapq
 import itertools
 import signal
-from collections.abc import Awaitable, Callable, Mapping
-from typing import assert_never
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, assert_never
 
 from proxy.commands import (
     Close,
@@ -65,7 +76,7 @@ from proxy.log import get_logger
 from proxy.observers import Observer
 from proxy.relay import Relay
 
-__all__ = ["Link"]
+__all__ = ["Link", "LinkState"]
 
 log = get_logger("proxy.link")
 
@@ -82,6 +93,18 @@ AgentFactory = Callable[[], Awaitable[Endpoint]]
 """Connects (spawns) a new Agent for this link."""
 RelayFactory = Callable[[bytes | None], Relay]
 """A fresh relay; its argument is the cached ``initialize`` answer (conductor mode) or None."""
+Work = Callable[[], Coroutine[Any, Any, None]]
+"""A task of the link, not started: its coroutine is made only once the link takes the task."""
+
+
+class LinkState(enum.Enum):
+    """Where a link is in its life (see the module)."""
+
+    NEW = "new"
+    """Made, :meth:`Link.run` not started: work it is given waits for it."""
+    RUNNING = "running"
+    ENDED = "ended"
+    """Its last task is done: it refuses new work."""
 
 
 class Link:
@@ -96,6 +119,7 @@ class Link:
         connect_agent: AgentFactory | None = None,
         on_restart: Callable[[float], None] | None = None,
         on_client_gone: Callable[[Link], None] | None = None,
+        on_ended: Callable[[Link], None] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         """``connect_agent`` starts a new Agent (``kill_agent`` with ``respawn``, restarts).
@@ -103,7 +127,8 @@ class Link:
         ``on_restart``: who carries out ``restart_proxy`` when it is more than this link (a
         listener with many links); without it the link restarts its own Agent side.
         ``on_client_gone`` (conductor mode): the Client left and the Agent stays; the link
-        waits for :meth:`attach_client`.
+        waits for :meth:`attach_client`. ``on_ended`` hears the link end, at once when its last
+        task is done (its state is then :attr:`LinkState.ENDED`; :meth:`run` returns later).
         """
         self.id = next(_link_ids)
         """This link's number in the process (logs, trace, control API)."""
@@ -114,9 +139,15 @@ class Link:
         self._connect_agent = connect_agent
         self._on_restart = on_restart
         self._on_client_gone = on_client_gone
+        self._on_ended = on_ended
         self._loop = asyncio.get_running_loop()
         self._clock = clock or self._loop.time
+        self.state = LinkState.NEW
         self._tasks: asyncio.TaskGroup | None = None
+        self._running = 0
+        """Tasks of the link not done yet (those of its task group)."""
+        self._deferred: list[Work] = []
+        """Work given to a new link: started when :meth:`run` starts."""
         self._timers: list[tuple[float, int, int, int, int]] = []
         """Pending timers as a heap of (deadline, sequence, token, generation, size): equal
         deadlines fire in the order they were set, so equal delays keep a direction's order."""
@@ -149,16 +180,23 @@ class Link:
         self._aborted = False
         self.closed_first: Side | None = None
         """The peer whose connection ended first (who ended the link)."""
+        for side in Side:
+            self._connected(side)
 
     async def run(self) -> None:
         """Relay until both peers are gone and every close has finished (or :meth:`abort`)."""
+        if self.state is not LinkState.NEW:
+            raise RuntimeError(f"link {self.id} has already run")
         self._runner = asyncio.current_task()
         try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
-                for side in Side:
-                    self._connected(side)
-                    tasks.create_task(self._pump(side, self.endpoints[side], 0))
+                self.state = LinkState.RUNNING
+                for side in Side:  # the first generation's (a new Agent asked for already is not)
+                    self._spawn(functools.partial(self._pump, side, self.endpoints[side], 0))
+                deferred, self._deferred = self._deferred, []
+                for work in deferred:
+                    self._spawn(work)
         except asyncio.CancelledError:
             if not self._aborted or self._runner is None:
                 raise
@@ -176,7 +214,7 @@ class Link:
         """End the link for a shutdown of the proxy: close the Agent's connection (a spawned
         Agent gets EOF, then SIGTERM and SIGKILL after its grace); the Client's is closed once
         the Agent's stream has ended (1001 on a WebSocket). No new Agent is started any more."""
-        if self._stopping.is_set():
+        if self._stopping.is_set() or self._refused("shutdown"):
             return
         self._stopping.set()
         if self._agent_up.is_set():
@@ -186,6 +224,8 @@ class Link:
     def abort(self) -> None:
         """Cut the link now: the Agent's process group is killed, both connections are cut
         without flushing, and every task of the link is cancelled."""
+        if self._refused("abort"):
+            return
         self._stopping.set()
         agent = self.endpoints[Side.AGENT]
         if isinstance(agent, Signalable):
@@ -198,25 +238,35 @@ class Link:
             # reader a closing message) must return first, or the close handshake waits on it.
             self._loop.call_soon(self._runner.cancel)
 
-    def inject(self, commands: list[Command]) -> None:
-        """Carry out commands that come from outside the relay (the control API's actions)."""
+    def inject(self, commands: list[Command]) -> bool:
+        """Carry out commands that come from outside the relay (the control API's actions);
+        False when the link has ended (nothing is done)."""
+        if self._refused("action"):
+            return False
         self._execute(commands)
+        return True
 
-    def attach_client(self, client: Endpoint) -> None:
-        """Conductor mode: a new Client takes over this link's Agent.
+    def attach_client(self, client: Endpoint) -> bool:
+        """Conductor mode: a new Client takes over this link's Agent; False (nothing done) when
+        the link has ended or is stopping, and the Client needs a link of its own.
 
         The new Client gets a fresh relay (its own id maps; the id counters carry on) whose
         ``initialize`` is answered from the Agent's first answer.
         """
+        if self._stopping.is_set() or self._refused("attach a client"):
+            return False
         self.relay = self._new_relay(self.relay.initialize_answer)
         self.endpoints[Side.CLIENT] = client
         self.closed_first = None
         self._closing.discard(Side.CLIENT)
         self._connected(Side.CLIENT)
-        self._spawn(self._pump(Side.CLIENT, client, self._generation))
+        self._spawn(functools.partial(self._pump, Side.CLIENT, client, self._generation))
+        return True
 
     def sever_all(self) -> None:
         """Cut both connections now (a restart of the whole proxy); a spawned Agent is stopped."""
+        if self._refused("restart"):
+            return
         abandoned = sum(self.relay.pending(direction) for direction in Direction)
         self._observer.observe(Restarted("proxy", abandoned), self.id)
         self._execute([Sever(Side.CLIENT, flush=False), Sever(Side.AGENT, flush=False)])
@@ -384,15 +434,44 @@ class Link:
                     assert_never(command)
         return written
 
-    def _spawn(self, work: Awaitable[None]) -> None:
-        assert self._tasks is not None
-        self._tasks.create_task(_run(work))
+    def _refused(self, what: str) -> bool:
+        """Whether the link has ended, and so refuses ``what`` (quietly: it is no error)."""
+        if self.state is LinkState.ENDED:
+            log.debug("the link has ended; nothing done", link=self.id, what=what)
+            return True
+        return False
+
+    def _spawn(self, work: Work) -> None:
+        """Run ``work`` as a task of the link: later on a new link, never on an ended one."""
+        if self.state is LinkState.NEW:
+            self._deferred.append(work)
+            return
+        if self.state is LinkState.ENDED or self._tasks is None:
+            log.debug("the link has ended; no task started", link=self.id)
+            return
+        coroutine = work()
+        try:
+            task = self._tasks.create_task(coroutine)
+        except RuntimeError:  # the group is cancelling its tasks after one of them failed
+            coroutine.close()
+            log.debug("the link is failing; no task started", link=self.id)
+            return
+        self._running += 1
+        # After the task group's own callback: when the last one runs, the group is finished.
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, _task: asyncio.Task[None]) -> None:
+        self._running -= 1
+        if self._running == 0 and self.state is LinkState.RUNNING:
+            self.state = LinkState.ENDED
+            if self._on_ended is not None:
+                self._on_ended(self)
 
     def _release(self, endpoint: Endpoint) -> None:
         """Wait for ``endpoint`` to close, once, within the link (its resources are freed)."""
         if endpoint not in self._released:
             self._released.add(endpoint)
-            self._spawn(self._wait_closed(endpoint))
+            self._spawn(functools.partial(self._wait_closed, endpoint))
 
     async def _wait_closed(self, endpoint: Endpoint) -> None:
         try:
@@ -440,9 +519,19 @@ class Link:
             self._replace_agent("agent", 0.0, stop=False)
 
     def _replace_agent(self, what: str, downtime: float, *, stop: bool) -> None:
-        """Start a new generation: forget the old Agent and relay now, connect a new Agent later."""
+        """Start a new generation: forget the old Agent and relay now, connect a new Agent later.
+
+        Not while the link shuts down (the Agent is ending) nor while a new Agent is on its way
+        (that restart is under way): the request is logged and ignored."""
         if self._connect_agent is None:
             log.warning("cannot restart: this link cannot connect a new agent", what=what)
+            return
+        if self._stopping.is_set() or not self._agent_up.is_set():
+            log.warning(
+                "restart ignored: the link is shutting down or already restarting",
+                link=self.id,
+                what=what,
+            )
             return
         old = self.endpoints[Side.AGENT]
         self._generation += 1
@@ -456,7 +545,7 @@ class Link:
         self._observer.observe(Disconnected(Side.AGENT, old.transport), self.id)
         self._observer.observe(Restarted(what, abandoned), self.id)
         log.warning("restarting", what=what, downtime_ms=downtime * 1000, abandoned=abandoned)
-        self._spawn(self._connect_new_agent(old, downtime, self._generation))
+        self._spawn(functools.partial(self._connect_new_agent, old, downtime, self._generation))
 
     async def _connect_new_agent(self, old: Endpoint, downtime: float, generation: int) -> None:
         await self._wait_closed(old)
@@ -486,9 +575,5 @@ class Link:
         self.endpoints[Side.AGENT] = agent
         self._closing.discard(Side.AGENT)
         self._connected(Side.AGENT)
-        self._spawn(self._pump(Side.AGENT, agent, generation))
+        self._spawn(functools.partial(self._pump, Side.AGENT, agent, generation))
         self._agent_up.set()
-
-
-async def _run(work: Awaitable[None]) -> None:
-    await work

@@ -180,11 +180,19 @@ class Metrics:
             ["check"],
             registry=registry,
         )
+        self.write_failures = Counter(
+            "acp_proxy_write_failures",
+            "Writes of the trace (which then stops) or of the state file that failed.",
+            ["file"],
+            registry=registry,
+        )
         self._durations: dict[str | None, Any] = {}
         for check in CHECKS:
             self.findings.labels(check)  # every check is scraped, at 0 until seen broken
         for attempt in ("first", "retry"):
             self.attempts.labels(attempt)
+        for file in ("trace", "state"):
+            self.write_failures.labels(file)
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Count one observation."""

@@ -25,7 +25,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from proxy.endpoint import Endpoint
-from proxy.errors import ConfigError
+from proxy.errors import ConfigError, StartupError, os_cause
 from proxy.events import Direction, Side
 from proxy.faults import FaultEngine
 from proxy.hostport import authority
@@ -172,6 +172,7 @@ class NetworkProxy:
         initialize_timeout: float = INITIALIZE_TIMEOUT,
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
     ) -> None:
+        self._listen = listen
         self._connect_upstream = connect_upstream
         self._initialize_timeout = initialize_timeout
         self._shutdown_timeout = shutdown_timeout
@@ -217,12 +218,16 @@ class NetworkProxy:
         """Listen until ``stop`` is set, then end every link (see the class).
 
         ``on_listening`` hears the URL served each time the listener starts (again after each
-        ``restart_proxy``).
+        ``restart_proxy``). :class:`~proxy.errors.StartupError` when it cannot listen.
         """
+        try:
+            await self.listener.start()
+        except OSError as exc:
+            await self.listener.stop()
+            raise StartupError("--listen", self._listen.url, os_cause(exc)) from None
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             self._on_listening = on_listening
-            await self.listener.start()
             if on_listening is not None:
                 on_listening(self.listener.url)
             await stop.wait()
@@ -248,10 +253,9 @@ class NetworkProxy:
         if self._stopping.is_set():
             return False
         parked, self._parked = self._parked, None
-        if parked is not None and parked in self._links:
+        if parked is not None and parked in self._links and parked.attach_client(downstream):
             log.info("a new client takes over the kept agent connection")
             self._cookie_routes[parked].point(cookies)
-            parked.attach_client(downstream)
             return True
         passed = passed_headers(headers)
         route = CookieRoute(cookies)
@@ -291,6 +295,7 @@ class NetworkProxy:
             connect_agent=functools.partial(self._connect_upstream, passed, route),
             on_restart=self.restart,
             on_client_gone=self._park if self._keep_upstream else None,
+            on_ended=self._forget,
         )
         assert self._tasks is not None
         self._links.add(link)
@@ -311,13 +316,19 @@ class NetworkProxy:
         try:
             await link.run()
         finally:
-            self._links.discard(link)
-            self._cookie_routes.pop(link, None)
-            log.info("link ended", link=link.id, links=len(self._links))
-            if not self._links:
-                self.idle.set()
-            if self._parked is link:
-                self._parked = None
+            self._forget(link)  # when the link never started (the proxy is stopping)
+
+    def _forget(self, link: Link) -> None:
+        """The link has ended (its last task is done): no action or restart reaches it now."""
+        if link not in self._links:
+            return
+        self._links.discard(link)
+        self._cookie_routes.pop(link, None)
+        log.info("link ended", link=link.id, links=len(self._links))
+        if not self._links:
+            self.idle.set()
+        if self._parked is link:
+            self._parked = None
 
     def restart(self, downtime: float) -> None:
         """``restart_proxy``: every connection closed, listener down for ``downtime``, then back.
@@ -325,7 +336,13 @@ class NetworkProxy:
         The links are cut at once (the message that triggered it was forwarded, its answer is
         lost); stopping and starting the listener follows.
         """
-        if self._restarting or self._stopping.is_set() or self._tasks is None:
+        if self._tasks is None:
+            return
+        if self._restarting or self._stopping.is_set():
+            log.warning(
+                "restart ignored: the proxy is shutting down or already restarting",
+                what="proxy",
+            )
             return
         self._restarting = True
         log.warning("restarting", what="proxy", downtime_ms=downtime * 1000)

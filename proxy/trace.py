@@ -7,15 +7,24 @@ copy) has a ``held`` record when it arrives and its ``message`` record, carrying
 when it is sent, so the order of the records is the order on the wire. Each line is written with a
 single ``write`` and flushed, so a crash loses at most the line being written. The schema is in
 the README ("Trace events"); ``report`` reads it back.
+
+The file is opened without following a symbolic link in its place and without blocking (a FIFO
+planted there is refused, never waited on); it must be a regular file (``-`` is stdout instead).
+A write that fails during the run (a full disk, a size limit) stops the trace, never the relay:
+it is logged once, and ``on_failure`` hears it (a metric, ``/healthz``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -41,10 +50,16 @@ from proxy.commands import (
     Undeliverable,
     Unroutable,
 )
+from proxy.errors import StartupError, os_cause
+from proxy.log import get_logger
 
-__all__ = ["EventFeed", "TraceWriter", "trace_record"]
+__all__ = ["STDOUT", "EventFeed", "TraceWriter", "open_trace", "trace_record"]
+
+log = get_logger("proxy.trace")
 
 TRACE_VERSION = 1
+STDOUT = "-"
+"""The ``--trace`` value that means the proxy's stdout."""
 
 
 def _id(token: bytes | None) -> Any:
@@ -258,25 +273,88 @@ def _dumps(record: dict[str, Any]) -> bytes:
         )
 
 
-class TraceWriter:
-    """An observer appending each trace record as one line to a file."""
+def open_trace(path: str | Path) -> int:
+    """A file descriptor to append the trace to; :class:`~proxy.errors.StartupError` (naming
+    ``--trace``, the path and why) when ``path`` is a symbolic link, not a regular file, or
+    cannot be opened for writing. ``-`` is stdout, whatever it is."""
+    if str(path) == STDOUT:
+        return os.dup(1)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            cause = "a symbolic link; give the file itself"
+        elif exc.errno == errno.ENXIO:  # a FIFO that no process reads
+            cause = "not a regular file"
+        else:
+            cause = os_cause(exc)
+        raise StartupError("--trace", str(path), cause) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StartupError("--trace", str(path), "not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
-    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
-        self._file: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
+
+class TraceWriter:
+    """An observer appending each trace record as one line to a file.
+
+    A write that fails stops the trace (logged once, ``on_failure`` called with the cause, the
+    file closed) and every later record is dropped: the relay never waits on nor fails with it.
+    The line being written then may be left cut short at the end of the file.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        clock: Callable[[], float] = time.time,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
+        """Open ``path`` (see :func:`open_trace`: raises :class:`~proxy.errors.StartupError`)
+        and write the header line."""
+        self.path = str(path)
+        self._fd: int | None = open_trace(path)
         self._clock = clock
-        self._file.write(
-            orjson.dumps({"time": clock(), "event": "trace", "version": TRACE_VERSION}) + b"\n"
-        )
+        self._on_failure = on_failure
+        self.failure: str | None = None
+        """Why the trace stopped, once it has."""
+        self._write(orjson.dumps({"time": clock(), "event": "trace", "version": TRACE_VERSION}))
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Append the observation's record (one write, unbuffered)."""
+        if self._fd is None:
+            return
         record = trace_record(observation, link, self._clock())
         if record is not None:
-            self._file.write(_dumps(record) + b"\n")
+            self._write(_dumps(record))
+
+    def _write(self, line: bytes) -> None:
+        if self._fd is None:
+            return
+        view = memoryview(line + b"\n")
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self._stop(os_cause(exc))
+
+    def _stop(self, cause: str) -> None:
+        self.failure = cause
+        self.close()
+        log.error("writing the trace failed; tracing stopped", path=self.path, error=cause)
+        if self._on_failure is not None:
+            self._on_failure(cause)
 
     def close(self) -> None:
         """Close the file."""
-        self._file.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class EventFeed:

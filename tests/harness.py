@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,13 @@ class ProxyProcess:
         *options: str,
         limit: int = 256 * 1024 * 1024,
         stdout: int = asyncio.subprocess.PIPE,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> ProxyProcess:
         """Start the proxy with ``options`` in front of ``agent`` (none: a network upstream).
 
         ``limit``: what the test buffers of the proxy's stdout before it stops reading the pipe
         (and the longest line :meth:`recv` takes). ``stdout``: another file descriptor for it.
+        ``preexec_fn``: run in the child before the proxy is executed (a resource limit).
         """
         process = await asyncio.create_subprocess_exec(
             *PROXY_RUN,
@@ -54,6 +57,7 @@ class ProxyProcess:
             stdout=stdout,
             stderr=asyncio.subprocess.PIPE,
             limit=limit,
+            preexec_fn=preexec_fn,
         )
         return cls(process)
 

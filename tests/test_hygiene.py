@@ -6,8 +6,9 @@ cycles, each time once every link has ended:
 
 * a real ``acp-proxy run --listen ...`` process, one spawned Agent per link: its open file
   descriptors (``/proc/PID/fd``), its threads, its child processes
-  (``/proc/PID/task/*/children``) and zombies among them; every link's end is waited for on the
-  proxy's ``link ended`` log line;
+  (``/proc/PID/task/*/children``, but for the one guard of Agents' process groups, started with
+  the first Agent and running as long as the proxy) and zombies among them; every link's end is
+  waited for on the proxy's ``link ended`` log line;
 * a proxy on this test's event loop (:class:`~proxy.server.NetworkProxy` and the control API):
   its asyncio tasks, waited for on :attr:`NetworkProxy.idle`.
 
@@ -83,8 +84,17 @@ def held(pid: int) -> Held:
             children += [
                 int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
             ]
+    children = [child for child in children if not _is_guard(child)]
     zombies = [child for child in children if _state(child) == "Z"]
     return Held(len(os.listdir(f"/proc/{pid}/fd")), len(tasks), sorted(children), zombies)
+
+
+def _is_guard(pid: int) -> bool:
+    """Whether ``pid`` is the proxy's guard of process groups (``transports/orphans.py``)."""
+    try:
+        return _state(pid) != "Z" and b"orphans.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
 
 
 def _state(pid: int) -> str | None:

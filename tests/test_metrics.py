@@ -223,7 +223,7 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
     names = {name for _, label_set in series for name, _ in label_set}
     assert names <= {
         "direction", "kind", "method", "rule", "action", "side", "transport", "reason",
-        "what", "result", "attempt", "check", "le",
+        "what", "result", "attempt", "check", "le", "file",
     }  # fmt: skip
     values = {value for _, label_set in series for _, value in label_set}
     assert {SESSION, "f", "999", "2", "_x/a", "_x/b", "_test/barrier", "_test/say"}.isdisjoint(

@@ -437,6 +437,50 @@ async def test_a_second_signal_cuts_at_once(
     assert processes_with(marker) == []
 
 
+@pytest.mark.parametrize("mode", ["stdio", "ws"])
+async def test_restarts_during_a_restart_and_during_the_shutdown_are_ignored(
+    started: list[ProxyProcess], marker: str, mode: str
+) -> None:
+    """restart_proxy twice at once, then again while the proxy shuts down (its Agent slow to
+    stop): each is answered 200 and the ones that cannot be carried out are logged as ignored;
+    the shutdown goes on, and a second signal ends the proxy with its usual status, no
+    traceback, no Agent left."""
+    agent = [sys.executable, "-c", STUBBORN, marker]
+    patience = ["--agent-grace", "600", "--shutdown-timeout", "600", "--admin", "127.0.0.1:0"]
+    listen = ["--listen", "ws://127.0.0.1:0/acp"] if mode == "ws" else []
+    proxy, url = await start(started, agent, *patience, *listen)
+    control = ControlClient((await proxy.logged("control API listening"))["url"])
+
+    async def restart() -> None:
+        await asyncio.wait_for(asyncio.to_thread(control.restart_proxy, 600_000), TIMEOUT)
+
+    if url is not None:
+        async with ws_connect(url) as connection:
+            async with asyncio.timeout(TIMEOUT):
+                assert json.loads(await connection.recv()) == READY
+            await restart()
+            await restart()  # the first one's downtime runs: this one is ignored
+            await proxy.logged("restart ignored: the proxy is shutting down or already restarting")
+            proxy.process.send_signal(signal.SIGTERM)
+            await proxy.logged("signal received; shutting down")
+            await restart()
+            await proxy.logged(
+                "restart ignored: the proxy is shutting down or already restarting", 2
+            )
+            proxy.process.send_signal(signal.SIGINT)
+        assert await proxy.wait() == 0
+    else:
+        assert await proxy.recv_json() == READY
+        proxy.process.send_signal(signal.SIGTERM)
+        await proxy.logged("signal received; passing it to the agent")
+        await restart()
+        await proxy.logged("restart ignored: the link is shutting down or already restarting")
+        proxy.process.send_signal(signal.SIGINT)
+        assert await proxy.wait() == 128 + signal.SIGKILL
+    assert "Traceback" not in proxy.stderr
+    assert processes_with(marker) == []
+
+
 async def stopped_twice(proxy: ProxyProcess, first: str, second: str) -> None:
     """SIGTERM; once the proxy logged that it stops (``first``), SIGINT, logged as ``second``."""
     proxy.process.send_signal(signal.SIGTERM)

@@ -4,20 +4,31 @@ Framing is one JSON-RPC message per line (wire brief 1.1), read in chunks throug
 :class:`~proxy.framing.LineFramer` so that asyncio's 64 KiB ``readline`` limit never applies and
 a message is bounded only by ``--max-message-bytes``. The Agent's stderr is the proxy's stderr
 (inherited, never read), and nothing but protocol bytes is ever written to stdout.
+
+Agents die with the proxy, even when it is killed with SIGKILL. On Linux each Agent is given a
+parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` between fork and exec): the kernel
+kills it when the thread that started it ends, the thread running the proxy's event loop (in the
+embedded proxy, a thread that ends only after the proxy has stopped its Agents). What the Agent
+started is out of that signal's reach; the :class:`OrphanGuard` process
+(:mod:`proxy.transports.orphans`), which outlives the proxy, stops the Agent's process group
+instead, on every system (on those without a parent-death signal, the Agent too).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import math
 import os
 import signal
 import stat
+import sys
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import IO
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, cast
 
 from proxy.endpoint import Received
 from proxy.framing import LineFramer
@@ -26,6 +37,7 @@ from proxy.log import get_logger
 __all__ = [
     "AgentProcess",
     "LineStream",
+    "OrphanGuard",
     "exit_status",
     "open_client_stdio",
     "send_signal",
@@ -38,6 +50,122 @@ READ_CHUNK = 256 * 1024
 """Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
 GROUP_POLL = 0.05
 """Seconds between two checks whether an exited Agent's leftover processes are gone."""
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal this process gets when the thread that created it ends."""
+ORPHANS_SCRIPT = Path(__file__).with_name("orphans.py")
+
+
+def _find_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (Linux), looked up once, before any fork: a child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return cast(Callable[..., int], prctl)
+
+
+_PRCTL = _find_prctl()
+
+
+def _die_with_proxy() -> Callable[[], None] | None:
+    """What a child runs between fork and exec to be killed (SIGKILL) when the proxy's thread
+    that forks it ends (Linux; None elsewhere)."""
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # the proxy died before the signal was asked for
+            os.kill(os.getpid(), kill)
+
+    return die_with_parent
+
+
+class OrphanGuard:
+    """The proxy's side of :mod:`proxy.transports.orphans`: started with the first Agent, told
+    of each Agent's process group and of its end. One per process (:meth:`shared`).
+
+    Its pipe is never closed by the proxy (the guard reads its end of file as the proxy's death,
+    at exit). When it cannot be started or told (no Python executable to run it, a guard that
+    died), that is logged once and Agents keep only their parent-death signal.
+    """
+
+    _shared: OrphanGuard | None = None
+
+    def __init__(self) -> None:
+        self._owner = os.getpid()
+        self._fd: int | None = None
+        self._failed = False
+        self.pid: int | None = None
+        """The guard's process id, once started."""
+
+    @classmethod
+    def shared(cls) -> OrphanGuard:
+        """The guard of this process (a forked child of the proxy gets one of its own)."""
+        if cls._shared is None or cls._shared._owner != os.getpid():
+            cls._shared = cls()
+        return cls._shared
+
+    def watch(self, pgid: int, grace: float) -> None:
+        """Stop process group ``pgid`` (``grace`` seconds between SIGTERM and SIGKILL) if the
+        proxy dies before it has ended."""
+        if self._fd is None and not self._failed:
+            self._start()
+        self._tell(f"+{pgid} {grace:.3f}\n")
+
+    def forget(self, pgid: int) -> None:
+        """Process group ``pgid`` has ended: leave it alone (its number may be used again)."""
+        self._tell(f"-{pgid}\n")
+
+    def _start(self) -> None:
+        if not sys.executable:
+            self._fail("no Python executable to run it")
+            return
+        read_end, write_end = os.pipe()  # neither is inherited by an Agent (close-on-exec)
+        try:
+            self.pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", str(ORPHANS_SCRIPT)],
+                os.environ,
+                file_actions=[  # the proxy's stderr is not held open by the guard
+                    (os.POSIX_SPAWN_DUP2, read_end, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                ],
+                setsid=True,
+            )
+        except (OSError, NotImplementedError) as exc:
+            os.close(write_end)
+            self._fail(str(exc) or type(exc).__name__)
+            return
+        finally:
+            os.close(read_end)
+        self._fd = write_end
+
+    def _tell(self, line: str) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, line.encode())
+        except OSError as exc:
+            os.close(self._fd)
+            self._fd = None
+            self._fail(str(exc))
+
+    def _fail(self, cause: str) -> None:
+        self._failed = True
+        log.warning(
+            "the guard of agent process groups is not running; an agent's own children may "
+            "outlive a proxy that is killed",
+            error=cause,
+        )
 
 
 def exit_status(returncode: int) -> int:
@@ -306,6 +434,8 @@ class AgentProcess(LineStream):
         """True when the proxy had to signal the Agent because it did not exit by itself."""
         self._signalled = False
         self._announce_exit = announce_exit
+        self._guard = OrphanGuard.shared()
+        self._guard.watch(self.pid, grace)
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     @property
@@ -360,11 +490,15 @@ class AgentProcess(LineStream):
         return False
 
     async def _reap(self) -> None:
-        """Once the Agent has exited, stop what it left in its group (TERM, grace, KILL).
+        """Once the Agent has exited, stop what it left in its group (TERM, grace, KILL); the
+        :class:`OrphanGuard` forgets the group once it is gone."""
+        await self._stop_leftovers()
+        if self._group_gone:
+            self._guard.forget(self.pid)
 
-        An Agent that failed by itself (an exit status other than 0, no signal from the proxy) is
-        logged as a warning: otherwise a Client would only see its connection end.
-        """
+    async def _stop_leftovers(self) -> None:
+        """An Agent that failed by itself (an exit status other than 0, no signal from the proxy)
+        is logged as a warning: otherwise a Client would only see its connection end."""
         await self._exited.wait()
         code = self.process.returncode
         if code and not self._signalled and self._announce_exit:
@@ -402,7 +536,8 @@ async def spawn_agent(
     announce_exit: bool = True,
 ) -> AgentProcess:
     """Start ``argv`` with piped stdin/stdout and the proxy's own stderr and environment, as the
-    leader of a new process group (``stderr``: a file its stderr goes to instead). An exit status
+    leader of a new process group (``stderr``: a file its stderr goes to instead), that dies
+    with the proxy (see the module). An exit status
     other than 0 the proxy did not cause is logged, unless ``announce_exit`` is false.
 
     Raises ``FileNotFoundError`` or ``PermissionError`` when the command cannot be run.
@@ -416,6 +551,7 @@ async def spawn_agent(
         stderr=stderr,
         env=None if env is None else dict(env),
         process_group=0,
+        preexec_fn=_die_with_proxy(),
     )
     process = asyncio.subprocess.Process(transport, protocol, loop)
     stdout_transport = transport.get_pipe_transport(1)
