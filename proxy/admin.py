@@ -7,9 +7,10 @@ Routes: ``GET /healthz``, ``GET /metrics``, ``GET|PUT|POST /api/rules``,
 as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (validation errors add
 ``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
 told otherwise, and with a token set every route but ``/healthz`` needs
-``Authorization: Bearer TOKEN``. Request bodies are bounded and parsed strictly (no NaN, no deep
-nesting); an action's body is validated like a rule, with strict types and no unknown field.
-Event streams end when the server stops.
+``Authorization: Bearer TOKEN``. A web page cannot drive it: every request passes the ``Host`` and
+``Origin`` checks of :mod:`proxy.origin_policy`. Request bodies are bounded and parsed strictly
+(no NaN, no deep nesting); an action's body is validated like a rule, with strict types and no
+unknown field. Event streams end when the server stops.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from proxy.hostport import authority
 from proxy.link import Link
 from proxy.log import get_logger
 from proxy.metrics import Metrics
+from proxy.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
 from proxy.sse import KEEPALIVE, encode_event
 from proxy.trace import EventFeed
 from proxy.transports.http_listener import HANDLERS_GRACE
@@ -160,7 +162,10 @@ class AdminServer:
         token: str | None = None,
         ledger: Callable[[], Any] = lambda: [],
         findings: Callable[[], Any] = lambda: [],
+        allowances: Allowances = NO_ALLOWANCES,
     ) -> None:
+        """``allowances``: the hosts and origins admitted beyond the server's own
+        (:mod:`proxy.origin_policy`)."""
         self._runtime = runtime
         self._engine = engine
         self._metrics = metrics
@@ -169,6 +174,7 @@ class AdminServer:
         self._token = token
         self._ledger = ledger
         self._findings = findings
+        self._allowances = allowances
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         """Set when the server stops: every event stream ends."""
@@ -176,9 +182,11 @@ class AdminServer:
         self.url = ""
         """Where it serves, once started (``http://HOST:PORT``)."""
 
-    def app(self) -> web.Application:
-        """The aiohttp application (also usable with aiohttp's test client)."""
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._auth])
+    def app(self, bind_host: str) -> web.Application:
+        """The aiohttp application, checking hosts and origins as bound to ``bind_host``."""
+        policy = OriginPolicy("admin", bind_host, self._allowances, self._metrics)
+        middlewares = [policy.middleware, self._errors, self._auth]
+        app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
         routes = app.router
         routes.add_get("/healthz", self._healthz)
         routes.add_get("/metrics", self._metrics_route)
@@ -197,7 +205,7 @@ class AdminServer:
     async def start(self, host: str, port: int) -> None:
         """Bind (port 0 picks one, in :attr:`port`) and serve."""
         self._runner = web.AppRunner(
-            self.app(), handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+            self.app(host), handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)

@@ -33,6 +33,7 @@ from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
 from proxy.hostport import parse_host_port
 from proxy.log import configure_logging
+from proxy.origin_policy import parse_allowed_host, parse_allowed_origin
 from proxy.reference_agent import AgentOptions, serve_agent
 from proxy.reference_client import ClientOptions, run_client
 from proxy.reference_client import render as render_client
@@ -166,6 +167,32 @@ def run(
             "--admin-allow-remote", help="Let --admin bind to an address that is not loopback."
         ),
     ] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME[:PORT]",
+            help="A Host name the listener and the control API answer to besides their bound "
+            "address (a DNS or container name); repeatable.",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-origin",
+            metavar="ORIGIN",
+            help="A web origin (https://app.example) whose pages may use the listener; "
+            "repeatable. '*' lets any page the user opens drive the Agent: dangerous.",
+        ),
+    ] = None,
+    admin_allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--admin-allow-origin",
+            metavar="ORIGIN",
+            help="A web origin whose pages may use the control API; repeatable.",
+        ),
+    ] = None,
     trace: Annotated[
         Path | None,
         typer.Option(
@@ -231,16 +258,22 @@ def run(
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
     admin_at = None
-    if admin is not None:
-        try:
+    try:
+        for host in allow_host or ():
+            parse_allowed_host(host)
+        for origin in allow_origin or ():
+            parse_allowed_origin(origin)
+        for origin in admin_allow_origin or ():
+            parse_allowed_origin(origin, option="--admin-allow-origin")
+        if admin is not None:
             admin_at = parse_host_port(admin, option="--admin")
             check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
             if admin_token is None:  # click takes an empty variable for an unset one
                 admin_token = os.environ.get(ADMIN_TOKEN_ENV)
             if admin_token is not None:
                 check_admin_token(admin_token)
-        except ConfigError as exc:
-            raise typer.BadParameter(str(exc)) from None
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
     if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
         raise typer.BadParameter(
             "in stdio mode stdout is the protocol channel; give the trace a file",
@@ -259,6 +292,9 @@ def run(
         admin=admin_at,
         admin_token=admin_token,
         admin_allow_remote=admin_allow_remote,
+        allow_hosts=tuple(allow_host or ()),
+        allow_origins=tuple(allow_origin or ()),
+        admin_allow_origins=tuple(admin_allow_origin or ()),
         trace=trace if trace is None or str(trace) != "-" else Path("/dev/stdout"),
         agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import re
 import signal
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 import websockets
@@ -99,6 +101,26 @@ def call(
     except urllib.error.HTTPError as exc:
         with exc:
             return Answer(exc.code, exc.headers, exc.read())
+
+
+def raw(
+    base: str,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> Answer:
+    """One HTTP request with exactly the headers given (``http.client`` adds only ``Host``,
+    unless given, and ``Content-Length``)."""
+    parts = urlsplit(base)
+    assert parts.hostname is not None
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return Answer(response.status, response.msg, response.read())
+    finally:
+        connection.close()
 
 
 def assert_error(answer: Answer, status: int, message: str) -> dict[str, Any]:
@@ -355,6 +377,144 @@ async def test_every_malformed_body_is_a_400_naming_the_field(start: Start, capt
     assert log_events(proxy.stderr, "action over the control API") == []
     assert log_events(proxy.stderr, "restart requested over the control API") == []
     assert "Traceback" not in proxy.stderr
+
+
+# -- what a web page in the browser can send --------------------------------------------------------
+
+JSON = {"Content-Type": "application/json"}
+
+
+def refused(answer: Answer, message: str) -> None:
+    """``answer`` is the policy's 403, exactly."""
+    assert answer.status == 403, answer
+    assert answer.headers.get_content_type() == "application/json"
+    assert answer.json() == {"error": message, "status": 403}
+    assert not [name for name in answer.headers if name.lower().startswith("access-control-")]
+
+
+async def test_a_cross_origin_request_is_refused_by_its_origin(start: Start, capture: Path) -> None:
+    """A request a page sends (it carries the page's Origin) is 403, JSON body and all, and acts
+    on nothing; the API's own origin is fine. Each origin is logged once; every refusal counted."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "up") == []
+    base = control.base_url
+    evil = "origin http://evil.example is not allowed (see --admin-allow-origin)"
+    page = {**JSON, "Origin": "http://evil.example"}
+    refused(await off(raw, base, "POST", KILL, b"{}", page), evil)
+    refused(await off(raw, base, "PUT", "/api/rules", b"[]", page), evil)
+    refused(await off(raw, base, "GET", "/api/rules", None, page), evil)
+    refused(
+        await off(raw, base, "GET", "/healthz", None, {"Origin": "null"}),
+        evil.replace("http://evil.example", "null"),
+    )
+    own = {**JSON, "Origin": base}  # http:// and the Host the request was sent to
+    added = await off(raw, base, "POST", "/api/rules", encode(drop("x", "_x/a")), own)
+    assert added.status == 201
+    assert await barrier(proxy, "alive") == []
+    assert log_events(proxy.stderr, "action over the control API") == []
+    [logged] = [
+        event for event in log_events(proxy.stderr, "request refused") if event["detail"] == evil
+    ]
+    assert (logged["server"], logged["reason"]) == ("admin", "origin")
+    counted = await off(
+        control.metric, "acp_proxy_refused_requests_total", server="admin", reason="origin"
+    )
+    assert counted == 4
+
+
+async def test_a_rebinding_host_is_refused_by_the_control_api(start: Start, capture: Path) -> None:
+    """DNS rebinding: a page whose name now points to 127.0.0.1 sends its own name as Host:
+    403 (on the API's own port too), and nothing happens; the loopback names are fine."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "up") == []
+    base = control.base_url
+    port = urlsplit(base).port
+    assert port is not None
+    for host in (f"evil.example:{port}", "evil.example", f"localhost:{port + 1}"):
+        refused(
+            await off(raw, base, "POST", KILL, b"{}", {**JSON, "Host": host}),
+            f"host {host} is not allowed (see --allow-host)",
+        )
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+        assert (await off(raw, base, "GET", "/healthz", None, {"Host": host})).status == 200
+    assert await barrier(proxy, "alive") == []
+    assert log_events(proxy.stderr, "action over the control API") == []
+    assert (
+        await off(control.metric, "acp_proxy_refused_requests_total", server="admin", reason="host")
+        == 3
+    )
+
+
+async def test_allow_host_and_allow_origin_admit_exactly_what_they_name(
+    start: Start, capture: Path
+) -> None:
+    """--allow-host names a host for both servers (any port, or the one given); --allow-origin
+    opens the listener and --admin-allow-origin the control API, each only that origin."""
+    proxy, control = await start(
+        raw_agent(capture),
+        "--listen",
+        "http://127.0.0.1:0/acp",
+        "--allow-host",
+        "proxy.test",
+        "--allow-host",
+        "pinned.test:1",
+        "--allow-origin",
+        "https://ide.example",
+        "--admin-allow-origin",
+        "https://dash.example",
+    )
+    listener = (await proxy.logged("listening"))["url"]
+    admin = control.base_url
+    init = encode({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+
+    async def status(base: str, headers: dict[str, str]) -> int:
+        if base == admin:
+            return (await off(raw, base, "GET", "/healthz", None, headers)).status
+        return (await off(raw, base, "POST", urlsplit(base).path, init, {**JSON, **headers})).status
+
+    for base in (admin, listener):
+        port = urlsplit(base).port
+        assert await status(base, {"Host": "proxy.test"}) == 200
+        assert await status(base, {"Host": f"proxy.test:{port}"}) == 200
+        assert await status(base, {"Host": "pinned.test:1"}) == 200
+        for host in (f"pinned.test:{port}", f"proxy.test.evil.example:{port}", f"test:{port}"):
+            assert await status(base, {"Host": host}) == 403
+    assert await status(admin, {"Origin": "https://dash.example"}) == 200
+    assert await status(listener, {"Origin": "https://ide.example"}) == 200
+    for origin in (
+        "https://ide.example",
+        "http://dash.example",
+        "https://dash.example:8443",
+        "https://dash.example.evil.example",
+    ):
+        assert await status(admin, {"Origin": origin}) == 403, origin
+    for origin in ("https://dash.example", "http://ide.example", "https://evil.example"):
+        assert await status(listener, {"Origin": origin}) == 403, origin
+
+
+async def test_a_preflight_grants_nothing(start: Start, capture: Path) -> None:
+    """OPTIONS with CORS preflight headers: 403 for a foreign origin, 405 for an allowed one, and
+    never an Access-Control-Allow-* header, on the control API and on the listener."""
+    proxy, control = await start(
+        raw_agent(capture),
+        "--listen",
+        "http://127.0.0.1:0/acp",
+        "--allow-origin",
+        "https://ide.example",
+        "--admin-allow-origin",
+        "https://ide.example",
+    )
+    listener = (await proxy.logged("listening"))["url"]
+    preflight = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization",
+    }
+    for base, path in ((control.base_url, KILL), (listener, urlsplit(listener).path)):
+        for origin, expected in (("https://evil.example", 403), ("https://ide.example", 405)):
+            answer = await off(raw, base, "OPTIONS", path, None, {**preflight, "Origin": origin})
+            assert answer.status == expected, (base, origin, answer)
+            granted = [name for name in answer.headers if name.lower().startswith("access-")]
+            assert granted == [], granted
 
 
 # -- the token and the bind address -----------------------------------------------------------------

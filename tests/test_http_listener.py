@@ -21,14 +21,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+from acp import PROTOCOL_VERSION
 from harness import TIMEOUT, ProxyProcess, captured, log_events, raw_agent
 from peers.sdk_agent import big_text
+from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.typing import Origin
 
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
 HTTP_LISTEN = "http://127.0.0.1:0/acp"
@@ -840,6 +844,115 @@ async def test_binary_websocket_frames_are_ignored(tmp_path: Path) -> None:
         await s.proxy.logged("binary WebSocket frame from the client ignored")
         await ws_probe(ws, "text-again")
         assert "_x/binary" not in captured_methods(s.capture)
+
+
+# -- a web page in the browser ---------------------------------------------------------------------
+
+
+def refused_403(reply: Reply | aiohttp.ClientResponse, body: Any, message: str) -> None:
+    """The Host/Origin policy's answer: 403, ``{"error": message, "status": 403}``."""
+    status = reply.status
+    assert status == 403, (status, body)
+    assert body == {"error": message, "status": 403}
+
+
+async def test_a_cross_origin_websocket_upgrade_is_refused_before_any_agent_starts(
+    tmp_path: Path,
+) -> None:
+    """A page's WebSocket (it always carries the page's Origin) gets 403 with the reason, on an
+    http:// and a ws:// listener; no Agent is started for it, and the logs say so once per
+    origin. The same upgrade without an Origin (the SDKs, websockets) is the first link."""
+    evil = "origin http://evil.example is not allowed (see --allow-origin)"
+    for listen in (HTTP_LISTEN, WS_LISTEN):
+        async with serving(tmp_path, listen=listen) as s:
+            url = s.url if listen == WS_LISTEN else s.ws_url()
+            for _ in range(2):
+                with pytest.raises(InvalidStatus) as refused:
+                    async with asyncio.timeout(TIMEOUT):
+                        await ws_connect(url, origin=Origin("http://evil.example"), proxy=None)
+                response = refused.value.response
+                assert response.status_code == 403
+                assert json.loads(response.body or b"") == {"error": evil, "status": 403}
+            async with ws_connect(url, proxy=None) as ws:
+                await ws_initialize(ws)
+            assert len(log_events(s.proxy.stderr, "agent started")) == 1
+            [logged] = log_events(s.proxy.stderr, "request refused")
+            assert (logged["server"], logged["reason"], logged["detail"]) == (
+                "listener",
+                "origin",
+                evil,
+            )
+
+
+async def test_a_cross_origin_post_or_get_is_refused_with_no_agent(tmp_path: Path) -> None:
+    """A page's initialize POST (JSON: a preflighted fetch it might send blind) and its GET get
+    403; no Agent starts; a POST from the page's own origin would be accepted."""
+    async with serving(tmp_path) as s:
+        page = {"Origin": "https://evil.example"}
+        init = compact(request(1, "initialize", {"protocolVersion": 1}))
+        async with s.http.session.post(
+            s.url, data=init, headers={"Content-Type": JSON, **page}
+        ) as response:
+            refused_403(
+                response,
+                await response.json(),
+                "origin https://evil.example is not allowed (see --allow-origin)",
+            )
+        connection = await s.http.initialize()  # no Origin: the one link
+        headers = {CONNECTION_ID: connection, "Accept": EVENT_STREAM, **page}
+        async with s.http.session.get(s.url, headers=headers) as response:
+            assert response.status == 403
+        async with s.http.session.delete(s.url, headers=headers) as response:
+            assert response.status == 403
+        assert len(log_events(s.proxy.stderr, "agent started")) == 1
+        own = {"Origin": s.url.removesuffix("/acp"), "Content-Type": JSON}
+        async with s.http.session.post(s.url, data=init, headers=own) as response:
+            assert response.status == 200
+
+
+async def test_a_rebinding_host_is_refused_by_the_listener(tmp_path: Path) -> None:
+    """A request whose Host is a page's rebound name gets 403 on POST, GET, DELETE and the
+    WebSocket upgrade, and starts no Agent; the loopback names with the bound port are fine."""
+    async with serving(tmp_path) as s:
+        port = urlsplit(s.url).port
+        evil = f"evil.example:{port}"
+        message = f"host {evil} is not allowed (see --allow-host)"
+        init = compact(request(1, "initialize", {"protocolVersion": 1}))
+        bad = {"Host": evil}
+        async with s.http.session.post(
+            s.url, data=init, headers={"Content-Type": JSON, **bad}
+        ) as response:
+            refused_403(response, await response.json(), message)
+        upgrade = {
+            "Upgrade": "websocket",
+            "Connection": "Upgrade",
+            "Sec-WebSocket-Key": "AAAAAAAAAAAAAAAAAAAAAA==",
+            "Sec-WebSocket-Version": "13",
+        }
+        for method, headers in (
+            ("GET", {**upgrade, **bad}),
+            ("GET", {"Accept": EVENT_STREAM, CONNECTION_ID: "a" * 32, **bad}),
+            ("DELETE", {CONNECTION_ID: "a" * 32, **bad}),
+        ):
+            async with s.http.session.request(method, s.url, headers=headers) as response:
+                refused_403(response, await response.json(), message)
+        assert log_events(s.proxy.stderr, "agent started") == []
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            async with s.http.session.post(
+                s.url, data=init, headers={"Content-Type": JSON, "Host": host}
+            ) as response:
+                assert response.status == 200, host
+
+
+async def test_the_sdk_clients_send_nothing_the_policy_refuses(tmp_path: Path) -> None:
+    """The official SDK's HTTP and WebSocket Clients send no Origin and the Host of the URL:
+    through a listener on localhost and on 127.0.0.1 they initialize as before."""
+    async with serving(tmp_path, sdk=True) as s:
+        for url in (s.url, s.url.replace("127.0.0.1", "localhost")):
+            for connect in (connect_http, connect_ws):
+                async with connect(url, SimpleClient()) as conn, asyncio.timeout(TIMEOUT):
+                    await conn.initialize(protocol_version=PROTOCOL_VERSION)
+        assert log_events(s.proxy.stderr, "request refused") == []
 
 
 # -- backpressure ----------------------------------------------------------------------------------
