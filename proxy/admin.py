@@ -8,9 +8,11 @@ as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (valid
 ``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
 told otherwise, and with a token set every route but ``/healthz`` needs
 ``Authorization: Bearer TOKEN``. A web page cannot drive it: every request passes the ``Host`` and
-``Origin`` checks of :mod:`proxy.origin_policy`. Request bodies are bounded and parsed strictly
-(no NaN, no deep nesting); an action's body is validated like a rule, with strict types and no
-unknown field. Event streams end when the server stops.
+``Origin`` checks of :mod:`proxy.origin_policy`, and a request with a body (or a ``Content-Type``)
+must say ``application/json`` (415), which no form or ``text/plain`` POST can. Request bodies are
+bounded and parsed strictly (no NaN, no deep nesting); the rules routes and the actions need one
+(``{}`` for an action's defaults), reset and delete take none; an action's body is validated like a
+rule, with strict types and no unknown field. Event streams end when the server stops.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, TypeVar
 
 import orjson
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import BaseModel, ConfigDict
 
 from proxy.commands import Sever, SignalAgent
@@ -185,7 +187,7 @@ class AdminServer:
     def app(self, bind_host: str) -> web.Application:
         """The aiohttp application, checking hosts and origins as bound to ``bind_host``."""
         policy = OriginPolicy("admin", bind_host, self._allowances, self._metrics)
-        middlewares = [policy.middleware, self._errors, self._auth]
+        middlewares = [policy.middleware, self._errors, self._auth, self._json_only]
         app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
         routes = app.router
         routes.add_get("/healthz", self._healthz)
@@ -252,6 +254,17 @@ class AdminServer:
                 raise ApiError(401, "a bearer token is required")
         return await handler(request)
 
+    @web.middleware
+    async def _json_only(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """A request with a body, or that names its type, is JSON: a page's form or ``text/plain``
+        POST (which a browser sends anywhere without asking) never reaches a route."""
+        typed = hdrs.CONTENT_TYPE in request.headers
+        if (request.body_exists or typed) and request.content_type != "application/json":
+            raise ApiError(415, "Content-Type must be application/json")
+        return await handler(request)
+
     # -- routes ----------------------------------------------------------------------------------
 
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -291,6 +304,7 @@ class AdminServer:
         return web.json_response(self._rules_body(), status=201)
 
     async def _delete_rule(self, request: web.Request) -> web.Response:
+        await _no_body(request)
         name = request.match_info["name"]
         rules = self._engine.rules
         if not any(rule.name == name for rule in rules):
@@ -300,6 +314,7 @@ class AdminServer:
 
     async def _reset(self, request: web.Request) -> web.Response:
         """The rules of the fault files again, every counter at zero."""
+        await _no_body(request)
         self._engine.replace(self._initial_rules)
         self._engine.reset()
         return web.json_response(self._rules_body())
@@ -308,7 +323,7 @@ class AdminServer:
         action = request.match_info["action"]
         if action not in ("sever", "kill_agent", "restart_proxy"):
             raise ApiError(404, f"unknown action {action!r}: sever, kill_agent or restart_proxy")
-        body = await _body(request, allow_empty=True)
+        body = await _body(request, empty=" ({} for the defaults)")
         if not isinstance(body, dict):
             raise ApiError(400, "the body is a JSON object")
         if action == "restart_proxy":
@@ -396,18 +411,22 @@ def _json_error(status: int, message: str, errors: list[str] | None = None) -> w
     return web.json_response(body, status=status)
 
 
-async def _body(request: web.Request, *, allow_empty: bool = False) -> Any:
+async def _body(request: web.Request, *, empty: str = "") -> Any:
     """The request's JSON, parsed strictly: no NaN or Infinity, at most 1024 levels deep, UTF-8
-    without lone surrogates, integers within 64 bits."""
+    without lone surrogates, integers within 64 bits. ``empty``: what to send instead of none."""
     raw = await request.read()
     if not raw.strip():
-        if allow_empty:
-            return {}
-        raise ApiError(400, "a JSON body is required")
+        raise ApiError(400, f"a JSON body is required{empty}")
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, f"the body is not JSON: {exc}") from None
+
+
+async def _no_body(request: web.Request) -> None:
+    """Refuse a body where the route takes none: it would be ignored, as a typo would."""
+    if (await request.read()).strip():
+        raise ApiError(400, f"{request.method} {request.path} takes no body")
 
 
 def _rules(data: Any) -> list[Rule]:

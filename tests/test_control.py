@@ -92,8 +92,11 @@ class Answer:
 def call(
     base: str, method: str, path: str, body: bytes | None = None, token: str | None = None
 ) -> Answer:
-    """One bare HTTP request to the control API (any status is returned, not raised)."""
+    """One bare HTTP request to the control API (any status is returned, not raised); a body is
+    sent as ``application/json``, as the control client sends it."""
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
     http_request = urllib.request.Request(base + path, data=body, method=method, headers=headers)
     try:
         with OPENER.open(http_request, timeout=TIMEOUT) as response:
@@ -382,6 +385,60 @@ async def test_every_malformed_body_is_a_400_naming_the_field(start: Start, capt
 # -- what a web page in the browser can send --------------------------------------------------------
 
 JSON = {"Content-Type": "application/json"}
+FORGED = [
+    ({"Content-Type": "application/x-www-form-urlencoded"}, b"signal=KILL&respawn=false"),
+    (
+        {"Content-Type": "multipart/form-data; boundary=b"},
+        b'--b\r\nContent-Disposition: form-data; name="signal"\r\n\r\nKILL\r\n--b--\r\n',
+    ),
+    ({"Content-Type": "text/plain"}, b'{"signal": "KILL"}'),
+    ({"Content-Type": "text/plain;charset=UTF-8"}, b"{}"),
+    ({}, b"{}"),  # a body that does not say what it is
+    ({"Content-Type": "application/x-www-form-urlencoded"}, b""),  # an empty form
+]
+"""What any page can POST anywhere without a preflight (forms, ``text/plain``), and bodies that do
+not say they are JSON."""
+
+
+async def test_a_forged_form_or_text_post_is_refused_and_acts_on_nothing(
+    start: Start, capture: Path
+) -> None:
+    """A form or text/plain POST (or a body of no stated type) to any route is a 415: no Agent is
+    killed, no rule replaced, no restart; an empty JSON body where one is needed is a 400 (an
+    action's defaults are ``{}``), a body where none is taken too."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "up") == []
+    base = control.base_url
+    kept = [drop("kept", "_x/a")]
+    assert await off(control.set_rules, kept) == kept
+    for method, path in [
+        ("POST", KILL),
+        ("POST", RESTART),
+        ("POST", SEVER),
+        ("PUT", "/api/rules"),
+        ("POST", "/api/rules"),
+        ("POST", "/api/reset"),
+        ("DELETE", "/api/rules/kept"),
+    ]:
+        for headers, body in FORGED:
+            answer = await off(raw, base, method, path, body, headers)
+            assert_error(answer, 415, "Content-Type must be application/json")
+    for path in (KILL, RESTART, SEVER, "/api/rules"):
+        for headers in ({}, JSON):  # a bodiless POST (a no-cors fetch), or one of empty JSON
+            answer = await off(raw, base, "POST", path, None, headers)
+            assert_error(answer, 400, "a JSON body is required")
+    for method, path in [("POST", "/api/reset"), ("DELETE", "/api/rules/kept")]:
+        answer = await off(raw, base, method, path, b"{}", JSON)
+        assert_error(answer, 400, f"{method} {path} takes no body")
+    assert await off(control.rules) == kept
+    assert await barrier(proxy, "alive") == []
+    assert log_events(proxy.stderr, "action over the control API") == []
+    assert log_events(proxy.stderr, "restart requested over the control API") == []
+    # Without a body where none is taken, and with a JSON body where one is, it all works.
+    assert (await off(raw, base, "DELETE", "/api/rules/kept")).json()["rules"] == []
+    assert (await off(raw, base, "POST", "/api/reset")).json()["rules"] == []
+    sever = await off(raw, base, "POST", SEVER, b'{"side": "client"}', JSON)
+    assert (sever.status, sever.json()["action"]) == (200, "sever")
 
 
 def refused(answer: Answer, message: str) -> None:
