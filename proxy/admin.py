@@ -23,6 +23,7 @@ import ipaddress
 import json
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 import orjson
@@ -52,7 +53,14 @@ from proxy.sse import KEEPALIVE, encode_event
 from proxy.trace import EventFeed
 from proxy.transports.http_listener import HANDLERS_GRACE
 
-__all__ = ["ADMIN_TOKEN_ENV", "AdminServer", "Runtime", "check_admin_host", "check_admin_token"]
+__all__ = [
+    "ADMIN_TOKEN_ENV",
+    "AdminServer",
+    "Runtime",
+    "check_admin_host",
+    "check_admin_token",
+    "read_admin_token_file",
+]
 
 log = get_logger("proxy.admin")
 
@@ -61,6 +69,8 @@ MAX_BODY = 1024 * 1024
 KEEPALIVE_SECONDS = 15.0
 ADMIN_TOKEN_ENV = "ACP_PROXY_ADMIN_TOKEN"
 """The environment variable that may give ``--admin-token``."""
+MAX_TOKEN_FILE = 4096
+"""The largest ``--admin-token-file`` read (a token is one short line)."""
 
 
 class Runtime(Protocol):
@@ -90,11 +100,10 @@ def check_admin_host(host: str, *, allow_remote: bool) -> None:
         )
 
 
-def check_admin_token(token: str) -> None:
+def check_admin_token(token: str, where: str = f"--admin-token (or {ADMIN_TOKEN_ENV})") -> None:
     """Refuse a token that would not guard the API as meant: an empty one (a secret that was never
     filled in must not turn authentication off), or one no ``Authorization`` header can carry
     (whitespace at its ends, control characters). The message never repeats the token."""
-    where = f"--admin-token (or {ADMIN_TOKEN_ENV})"
     if not token:
         raise ConfigError(
             f"{where} is empty: give a token, or unset it to run the control API without one"
@@ -104,6 +113,28 @@ def check_admin_token(token: str) -> None:
             f"{where} has whitespace at its ends or characters that are not printable; "
             "an Authorization header cannot carry it"
         )
+
+
+def read_admin_token_file(path: Path) -> str:
+    """The token in ``--admin-token-file``: its one line, without the line end, checked as
+    :func:`check_admin_token` does. No message repeats what the file holds."""
+    where = f"--admin-token-file {path}"
+    try:
+        with path.open("rb") as file:  # a pipe too: --admin-token-file <(pass show acp)
+            data = file.read(MAX_TOKEN_FILE + 1)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_TOKEN_FILE:
+        raise ConfigError(f"{where}: over {MAX_TOKEN_FILE} bytes; it holds one line, the token")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text") from None
+    token = text.removesuffix("\n").removesuffix("\r")
+    if "\n" in token:
+        raise ConfigError(f"{where}: holds more than one line; it holds one line, the token")
+    check_admin_token(token, where)
+    return token
 
 
 class ApiError(Exception):

@@ -16,7 +16,12 @@ import typer
 
 from proxy import __version__
 from proxy import app as application
-from proxy.admin import ADMIN_TOKEN_ENV, check_admin_host, check_admin_token
+from proxy.admin import (
+    ADMIN_TOKEN_ENV,
+    check_admin_host,
+    check_admin_token,
+    read_admin_token_file,
+)
 from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.bench import bench_main, make_options
 from proxy.check_agent import (
@@ -156,9 +161,19 @@ def run(
     admin_token: Annotated[
         str | None,
         typer.Option(
-            envvar=ADMIN_TOKEN_ENV,
-            help="Bearer token every control route but /healthz requires.",
+            help=f"Bearer token every control route but /healthz requires (or {ADMIN_TOKEN_ENV}, "
+            "or --admin-token-file). Given on the command line it is visible to other local "
+            "users (ps): prefer the variable or the file.",
             show_default=False,
+        ),
+    ] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="Read the control API's bearer token from this file (one line); it wins over "
+            f"{ADMIN_TOKEN_ENV}.",
+            dir_okay=False,
         ),
     ] = None,
     admin_allow_remote: Annotated[
@@ -268,10 +283,7 @@ def run(
         if admin is not None:
             admin_at = parse_host_port(admin, option="--admin")
             check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
-            if admin_token is None:  # click takes an empty variable for an unset one
-                admin_token = os.environ.get(ADMIN_TOKEN_ENV)
-            if admin_token is not None:
-                check_admin_token(admin_token)
+            admin_token = _admin_token(admin_token, admin_token_file)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
     if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
@@ -315,6 +327,20 @@ def run(
         _print_errors(exc)
         raise typer.Exit(2) from None
     raise typer.Exit(asyncio.run(application.run(options)))
+
+
+def _admin_token(given: str | None, file: Path | None) -> str | None:
+    """The control API's token, checked: from --admin-token or --admin-token-file (not both),
+    else from its environment variable; None without any."""
+    if file is not None:
+        if given is not None:
+            raise ConfigError("give --admin-token or --admin-token-file, not both")
+        return read_admin_token_file(file)
+    if given is None:
+        given = os.environ.get(ADMIN_TOKEN_ENV)
+    if given is not None:
+        check_admin_token(given)
+    return given
 
 
 def _print_errors(exc: FaultFileError) -> None:

@@ -33,6 +33,7 @@ import pytest
 import websockets
 import yaml
 from harness import (
+    PROXY_RUN,
     RAW_AGENT,
     TIMEOUT,
     ProxyProcess,
@@ -646,6 +647,84 @@ async def test_token_from_the_command_line_is_required_and_never_echoed(
     assert await barrier(proxy, "guarded") == []
     assert proxy.process.returncode is None
     assert all(token not in proxy.stderr for token in [secret, *guesses])
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n", ""])
+async def test_token_from_a_file_guards_the_api_and_wins_over_the_environment(
+    start: Start, capture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line_end: str
+) -> None:
+    """--admin-token-file: its one line, without the line end, is the token (the variable, also
+    set, is not); neither appears in an answer or a log line."""
+    monkeypatch.setenv("ACP_PROXY_ADMIN_TOKEN", "from-the-environment")
+    secret = "file-" + uuid.uuid4().hex
+    path = tmp_path / "token"
+    path.write_bytes((secret + line_end).encode())
+    proxy, control = await start(
+        raw_agent(capture), "--admin-token-file", str(path), "--log-level", "debug", token=secret
+    )
+    base = control.base_url
+    for token in (None, "from-the-environment", secret + "x", secret[:-1]):
+        answer = await off(call, base, "GET", "/api/rules", None, token)
+        assert_error(answer, 401, "a bearer token is required")
+        assert secret.encode() not in answer.body
+    assert await off(control.add_rule, drop("x", "_x/a")) == [drop("x", "_x/a")]
+    assert await barrier(proxy, "guarded") == []
+    assert secret not in proxy.stderr
+    assert "from-the-environment" not in proxy.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, ": cannot read it: No such file or directory"),
+        (b"", "is empty: give a token, or unset it"),
+        (b"\n", "is empty: give a token, or unset it"),
+        (b"s3cret\nsecond\n", ": holds more than one line"),
+        (b" s3cret\n", "has whitespace at its ends or characters that are not printable"),
+        (b"s3cr\xffet\n", ": not UTF-8 text"),
+        (b"x" * 5000, ": over 4096 bytes"),
+        ("directory", "is a directory"),
+        ("and --admin-token", "give --admin-token or --admin-token-file, not both"),
+    ],
+)
+async def test_a_token_file_that_gives_no_usable_token_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes | str | None, expected: str
+) -> None:
+    """An unreadable, empty, many-line or unusable --admin-token-file (or one given with
+    --admin-token): exit 2 before the Agent starts, and the message never repeats the file."""
+    monkeypatch.delenv("ACP_PROXY_ADMIN_TOKEN", raising=False)
+    marker = tmp_path / "agent-ran"
+    agent = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    path = tmp_path / "token"
+    options = ["--admin", "127.0.0.1:0", "--admin-token-file", str(path)]
+    if content == "directory":
+        path.mkdir()
+    elif content == "and --admin-token":
+        path.write_text("s3cret\n")
+        options += ["--admin-token", "s3cret"]
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    refused = await ProxyProcess.start(agent, *options)
+    try:
+        assert await refused.wait() == 2
+        said = unboxed(refused.stderr)
+        assert expected in said, said
+        assert "s3cr" not in said.replace("--admin-token", "")
+        assert not marker.exists()
+    finally:
+        await refused.stop()
+
+
+async def test_the_help_says_a_token_on_the_command_line_is_visible_to_other_users() -> None:
+    """``run --help``: --admin-token warns of ps, and names the variable and the file."""
+    process = await asyncio.create_subprocess_exec(
+        *PROXY_RUN, "--help", stdout=asyncio.subprocess.PIPE
+    )
+    stdout, _ = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    said = unboxed(stdout.decode())
+    assert "Given on the command line it is visible to other local users (ps)" in said, said
+    assert "ACP_PROXY_ADMIN_TOKEN" in said
+    assert "--admin-token-file" in said
 
 
 @pytest.mark.parametrize(
