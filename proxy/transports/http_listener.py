@@ -55,7 +55,7 @@ from proxy.observers import Observer
 from proxy.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
 from proxy.sse import KEEPALIVE, encode_event
 from proxy.transports.cookies import SetCookies
-from proxy.transports.websocket import WsServerEndpoint
+from proxy.transports.websocket import MaskedOnlyWebSocketResponse, WsServerEndpoint
 
 __all__ = ["HttpConnection", "Listener", "ListenerConfig"]
 
@@ -588,7 +588,7 @@ class Listener:
         self.connections.pop(connection.connection_id, None)
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(
+        ws = MaskedOnlyWebSocketResponse(
             # aiohttp 3.14 refuses a message of exactly max_msg_size, older ones take one byte
             # more: one above the limit here, and the endpoint refuses what exceeds the limit.
             max_msg_size=self.config.max_message_bytes + 1,
