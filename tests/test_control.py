@@ -874,6 +874,26 @@ async def test_sever_action_closes_the_chosen_websocket_with_the_code(
             assert await closed_with(second) == 1001
 
 
+async def test_kill_agent_closes_a_websocket_client_with_1011_and_the_signal(
+    start: Start, capture: Path
+) -> None:
+    """kill_agent on a WebSocket Client's link: the Agent dies as a crashed one does, and the
+    Client's close says so (1011, "the agent was killed by SIGKILL")."""
+    proxy, control = await start(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
+    url = (await proxy.logged("listening"))["url"]
+    async with websocket(url) as connection:
+        await ask(connection, 1, "_x/up")
+        await off(control.kill_agent)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            async with asyncio.timeout(TIMEOUT):
+                await connection.recv()
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+        1011,
+        "the agent was killed by SIGKILL",
+    )
+
+
 async def test_restart_proxy_action_cuts_every_link_and_listens_again(
     start: Start, capture: Path
 ) -> None:

@@ -1084,6 +1084,26 @@ async def test_an_unmasked_client_frame_closes_the_websocket_with_1002(tmp_path:
         assert "unmasked" not in s.capture.read_text()
 
 
+# -- the close of an Agent that failed -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "close"), [(3, (1011, "the agent exited with status 3")), (0, (1000, ""))]
+)
+async def test_a_websocket_client_hears_how_its_agent_ended(
+    tmp_path: Path, code: int, close: tuple[int, str]
+) -> None:
+    """The spawned Agent exits by itself: with a failure status the Client's WebSocket is closed
+    1011 with the status in the reason; after a clean exit, 1000 as before."""
+    async with serving(tmp_path) as s, ws_connect(s.ws_url(), proxy=None) as ws:
+        await ws_initialize(ws)
+        await ws.send(compact(notification("_test/exit", {"code": code})).decode())
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == close
+
+
 # -- backpressure ----------------------------------------------------------------------------------
 
 BIG = 400_000

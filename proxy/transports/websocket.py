@@ -100,6 +100,7 @@ class _WsEndpoint:
     def __init__(self) -> None:
         self._outbox = _Outbox()
         self._close_code = 1000
+        self._close_reason = ""
         self._severed = False
         self._writer = asyncio.get_running_loop().create_task(self._write())
 
@@ -118,6 +119,14 @@ class _WsEndpoint:
 
     def close(self) -> None:
         """Flush, then close the socket normally (1000)."""
+        self._outbox.finish(discard=False)
+
+    def close_with(self, code: int, reason: str) -> None:
+        """Flush, then close the socket with ``code`` and ``reason`` (unless already closing)."""
+        if self._outbox.closing:
+            return
+        self._close_code = code
+        self._close_reason = reason
         self._outbox.finish(discard=False)
 
     def sever(self, *, flush: bool, close_code: int = 1001) -> None:
@@ -149,12 +158,12 @@ class _WsEndpoint:
             log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
         finally:
             with contextlib.suppress(ConnectionError, RuntimeError, websockets.ConnectionClosed):
-                await self._close_socket(self._close_code)
+                await self._close_socket(self._close_code, self._close_reason)
 
     async def _send_frame(self, data: bytes) -> None:
         raise NotImplementedError
 
-    async def _close_socket(self, code: int) -> None:
+    async def _close_socket(self, code: int, reason: str) -> None:
         raise NotImplementedError
 
 
@@ -314,10 +323,10 @@ class WsServerEndpoint(_WsEndpoint):
             await self._open.wait()
         await self.ws.send_frame(data, WSMsgType.TEXT)
 
-    async def _close_socket(self, code: int) -> None:
+    async def _close_socket(self, code: int, reason: str) -> None:
         await self._open.wait()
         if self.ws.prepared:
-            await self.ws.close(code=code)
+            await self.ws.close(code=code, message=reason.encode())
 
 
 class WsClientEndpoint(_WsEndpoint):
@@ -346,8 +355,8 @@ class WsClientEndpoint(_WsEndpoint):
     async def _send_frame(self, data: bytes) -> None:
         await self.connection.send(data, text=True)
 
-    async def _close_socket(self, code: int) -> None:
-        await self.connection.close(code=code)
+    async def _close_socket(self, code: int, reason: str) -> None:
+        await self.connection.close(code=code, reason=reason)
 
 
 CONNECT_TIMEOUT = 10.0
