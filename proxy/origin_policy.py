@@ -7,12 +7,14 @@ a ``fetch`` to the control API, a WebSocket to the listener, a page whose DNS na
 every request, before any route runs (the WebSocket upgrade too: no Agent is started for a
 refused one):
 
-* ``Host`` must name the address the server is bound to: its bind host and the port the request
-  came in on (port 0 is resolved by then); for a loopback bind ``localhost``, ``127.0.0.1`` and
-  ``[::1]`` as well; for a wildcard bind (``0.0.0.0``, ``::``) any IP address or ``localhost``, on
-  any port (behind a port mapping the Client's port is not the one bound). A rebound page sends
-  its own name: refused. More names are given with ``--allow-host NAME`` (any port) or
-  ``NAME:PORT``; they are names of this machine, so the listener and the control API share them.
+* ``Host`` must name the address the server is bound to: its bind host; for a loopback bind
+  ``localhost``, ``127.0.0.1`` and ``[::1]`` as well; for a wildcard bind (``0.0.0.0``, ``::``)
+  any IP address or ``localhost``. A rebound page sends its own name: refused. The port is not
+  checked: a tunnel or a port mapping (``ssh -L``, ``kubectl port-forward``, ``docker -p``)
+  changes the port a Client uses, and only a page served by this server could send its name with
+  the bound port anyway (the ``Origin`` check names the port). More names are given with
+  ``--allow-host NAME`` (any port) or ``NAME:PORT``; they are names of this machine, so the
+  listener and the control API share them.
 * ``Origin``, when present (a browser sends it on every WebSocket upgrade, on POST and on
   cross-origin requests), must be the server's own (``http://`` and the request's ``Host``) or
   one given with ``--allow-origin`` (``--admin-allow-origin`` for the control API: trusting a web
@@ -176,15 +178,6 @@ def _shown(value: str) -> str:
     return value if len(value) <= SHOWN else value[:SHOWN] + "..."
 
 
-def _local_port(request: web.BaseRequest) -> int | None:
-    """The port of the socket the request came in on."""
-    transport = request.transport
-    sockname = transport.get_extra_info("sockname") if transport is not None else None
-    if isinstance(sockname, tuple) and len(sockname) >= 2 and isinstance(sockname[1], int):
-        return sockname[1]
-    return None
-
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -223,26 +216,26 @@ class OriginPolicy:
             )
 
     def refusal(
-        self, host: str | None, origin: str | None, port: int | None
+        self, host: str | None, origin: str | None
     ) -> tuple[Literal["host", "origin"], str] | None:
-        """Why a request with these ``Host`` and ``Origin`` headers, come in on ``port``, is
-        refused: the reason and the message; None when it is accepted."""
+        """Why a request with these ``Host`` and ``Origin`` headers is refused: the reason and
+        the message; None when it is accepted."""
         if host is None:
             return "host", f"a Host header is required (see {HOST_OPTION})"
         parsed = _host(host)
-        if parsed is None or not self._host_allowed(*parsed, port):
+        if parsed is None or not self._host_allowed(*parsed):
             return "host", f"host {_shown(host)} is not allowed (see {HOST_OPTION})"
         if origin is not None and not self._origin_allowed(origin, host):
             return "origin", f"origin {_shown(origin)} is not allowed (see {self._origin_option})"
         return None
 
-    def _host_allowed(self, name: str, given: int | None, port: int | None) -> bool:
-        given_port = given if given is not None else DEFAULT_PORTS["http"]
-        if (name, None) in self._hosts or (name, given_port) in self._hosts:
+    def _host_allowed(self, name: str, port: int | None) -> bool:
+        given = DEFAULT_PORTS["http"] if port is None else port
+        if (name, None) in self._hosts or (name, given) in self._hosts:
             return True
         if self._wildcard:
             return name == "localhost" or _is_ip(name)
-        return name in self._names and given_port == port
+        return name in self._names
 
     def _origin_allowed(self, origin: str, host: str) -> bool:
         if ANY_ORIGIN in self._origins:
@@ -257,7 +250,7 @@ class OriginPolicy:
         """Refuse (403) a request the policy does not accept; pass the others on."""
         headers = request.headers
         host, origin = headers.get(hdrs.HOST), headers.get(hdrs.ORIGIN)
-        refused = self.refusal(host, origin, _local_port(request))
+        refused = self.refusal(host, origin)
         if refused is None:
             return await handler(request)
         reason, message = refused

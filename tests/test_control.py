@@ -482,18 +482,19 @@ async def test_a_cross_origin_request_is_refused_by_its_origin(start: Start, cap
 
 async def test_a_rebinding_host_is_refused_by_the_control_api(start: Start, capture: Path) -> None:
     """DNS rebinding: a page whose name now points to 127.0.0.1 sends its own name as Host:
-    403 (on the API's own port too), and nothing happens; the loopback names are fine."""
+    403 (with the API's own port too), and nothing happens; the loopback names are fine, on any
+    port (a tunnel or a relay changes it)."""
     proxy, control = await start(raw_agent(capture))
     assert await barrier(proxy, "up") == []
     base = control.base_url
     port = urlsplit(base).port
     assert port is not None
-    for host in (f"evil.example:{port}", "evil.example", f"localhost:{port + 1}"):
+    for host in (f"evil.example:{port}", "evil.example", f"localhost.evil.example:{port}"):
         refused(
             await off(raw, base, "POST", KILL, b"{}", {**JSON, "Host": host}),
             f"host {host} is not allowed (see --allow-host)",
         )
-    for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"localhost:{port + 1}", "[::1]"):
         assert (await off(raw, base, "GET", "/healthz", None, {"Host": host})).status == 200
     assert await barrier(proxy, "alive") == []
     assert log_events(proxy.stderr, "action over the control API") == []
