@@ -7,9 +7,12 @@ Routes: ``GET /healthz``, ``GET /metrics``, ``GET|PUT|POST /api/rules``,
 as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (validation errors add
 ``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
 told otherwise, and with a token set every route but ``/healthz`` needs
-``Authorization: Bearer TOKEN``. Request bodies are bounded and parsed strictly (no NaN, no deep
-nesting); an action's body is validated like a rule, with strict types and no unknown field.
-Event streams end when the server stops.
+``Authorization: Bearer TOKEN``. A web page cannot drive it: every request passes the ``Host`` and
+``Origin`` checks of :mod:`proxy.origin_policy`, and a request with a body (or a ``Content-Type``)
+must say ``application/json`` (415), which no form or ``text/plain`` POST can. Request bodies are
+bounded and parsed strictly (no NaN, no deep nesting); the rules routes and the actions need one
+(``{}`` for an action's defaults), reset and delete take none; an action's body is validated like a
+rule, with strict types and no unknown field. Event streams end when the server stops.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ import ipaddress
 import json
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 import orjson
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import BaseModel, ConfigDict
 
 from proxy.commands import Sever, SignalAgent
@@ -45,11 +49,19 @@ from proxy.hostport import authority
 from proxy.link import Link
 from proxy.log import get_logger
 from proxy.metrics import Metrics
+from proxy.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
 from proxy.sse import KEEPALIVE, encode_event
 from proxy.trace import EventFeed
 from proxy.transports.http_listener import HANDLERS_GRACE
 
-__all__ = ["ADMIN_TOKEN_ENV", "AdminServer", "Runtime", "check_admin_host", "check_admin_token"]
+__all__ = [
+    "ADMIN_TOKEN_ENV",
+    "AdminServer",
+    "Runtime",
+    "check_admin_host",
+    "check_admin_token",
+    "read_admin_token_file",
+]
 
 log = get_logger("proxy.admin")
 
@@ -58,6 +70,8 @@ MAX_BODY = 1024 * 1024
 KEEPALIVE_SECONDS = 15.0
 ADMIN_TOKEN_ENV = "ACP_PROXY_ADMIN_TOKEN"
 """The environment variable that may give ``--admin-token``."""
+MAX_TOKEN_FILE = 4096
+"""The largest ``--admin-token-file`` read (a token is one short line)."""
 
 
 class Runtime(Protocol):
@@ -87,11 +101,10 @@ def check_admin_host(host: str, *, allow_remote: bool) -> None:
         )
 
 
-def check_admin_token(token: str) -> None:
+def check_admin_token(token: str, where: str = f"--admin-token (or {ADMIN_TOKEN_ENV})") -> None:
     """Refuse a token that would not guard the API as meant: an empty one (a secret that was never
     filled in must not turn authentication off), or one no ``Authorization`` header can carry
     (whitespace at its ends, control characters). The message never repeats the token."""
-    where = f"--admin-token (or {ADMIN_TOKEN_ENV})"
     if not token:
         raise ConfigError(
             f"{where} is empty: give a token, or unset it to run the control API without one"
@@ -101,6 +114,28 @@ def check_admin_token(token: str) -> None:
             f"{where} has whitespace at its ends or characters that are not printable; "
             "an Authorization header cannot carry it"
         )
+
+
+def read_admin_token_file(path: Path) -> str:
+    """The token in ``--admin-token-file``: its one line, without the line end, checked as
+    :func:`check_admin_token` does. No message repeats what the file holds."""
+    where = f"--admin-token-file {path}"
+    try:
+        with path.open("rb") as file:  # a pipe too: --admin-token-file <(pass show acp)
+            data = file.read(MAX_TOKEN_FILE + 1)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_TOKEN_FILE:
+        raise ConfigError(f"{where}: over {MAX_TOKEN_FILE} bytes; it holds one line, the token")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text") from None
+    token = text.removesuffix("\n").removesuffix("\r")
+    if "\n" in token:
+        raise ConfigError(f"{where}: holds more than one line; it holds one line, the token")
+    check_admin_token(token, where)
+    return token
 
 
 class ApiError(Exception):
@@ -162,8 +197,11 @@ class AdminServer:
         ledger: Callable[[], Any] = lambda: [],
         findings: Callable[[], Any] = lambda: [],
         degraded: Callable[[], dict[str, str]] = dict,
+        allowances: Allowances = NO_ALLOWANCES,
     ) -> None:
-        """``degraded``: what no longer works as asked (``{"trace": why}``), for ``/healthz``."""
+        """``degraded``: what no longer works as asked (``{"trace": why}``), for ``/healthz``.
+        ``allowances``: the hosts and origins admitted beyond the server's own
+        (:mod:`proxy.origin_policy`)."""
         self._runtime = runtime
         self._engine = engine
         self._metrics = metrics
@@ -173,6 +211,7 @@ class AdminServer:
         self._ledger = ledger
         self._findings = findings
         self._degraded = degraded
+        self._allowances = allowances
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         """Set when the server stops: every event stream ends."""
@@ -180,9 +219,11 @@ class AdminServer:
         self.url = ""
         """Where it serves, once started (``http://HOST:PORT``)."""
 
-    def app(self) -> web.Application:
-        """The aiohttp application (also usable with aiohttp's test client)."""
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._auth])
+    def app(self, bind_host: str) -> web.Application:
+        """The aiohttp application, checking hosts and origins as bound to ``bind_host``."""
+        policy = OriginPolicy("admin", bind_host, self._allowances, self._metrics)
+        middlewares = [policy.middleware, self._errors, self._auth, self._json_only]
+        app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
         routes = app.router
         routes.add_get("/healthz", self._healthz)
         routes.add_get("/metrics", self._metrics_route)
@@ -201,7 +242,7 @@ class AdminServer:
     async def start(self, host: str, port: int) -> None:
         """Bind (port 0 picks one, in :attr:`port`) and serve."""
         self._runner = web.AppRunner(
-            self.app(), handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+            self.app(host), handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
@@ -246,6 +287,17 @@ class AdminServer:
             expected = f"Bearer {self._token}".encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, expected):
                 raise ApiError(401, "a bearer token is required")
+        return await handler(request)
+
+    @web.middleware
+    async def _json_only(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """A request with a body, or that names its type, is JSON: a page's form or ``text/plain``
+        POST (which a browser sends anywhere without asking) never reaches a route."""
+        typed = hdrs.CONTENT_TYPE in request.headers
+        if (request.body_exists or typed) and request.content_type != "application/json":
+            raise ApiError(415, "Content-Type must be application/json")
         return await handler(request)
 
     # -- routes ----------------------------------------------------------------------------------
@@ -295,6 +347,7 @@ class AdminServer:
         return web.json_response(self._rules_body(), status=201)
 
     async def _delete_rule(self, request: web.Request) -> web.Response:
+        await _no_body(request)
         name = request.match_info["name"]
         rules = self._engine.rules
         if not any(rule.name == name for rule in rules):
@@ -304,6 +357,7 @@ class AdminServer:
 
     async def _reset(self, request: web.Request) -> web.Response:
         """The rules of the fault files again, every counter at zero."""
+        await _no_body(request)
         self._engine.replace(self._initial_rules)
         self._engine.reset()
         return web.json_response(self._rules_body())
@@ -312,7 +366,7 @@ class AdminServer:
         action = request.match_info["action"]
         if action not in ("sever", "kill_agent", "restart_proxy"):
             raise ApiError(404, f"unknown action {action!r}: sever, kill_agent or restart_proxy")
-        body = await _body(request, allow_empty=True)
+        body = await _body(request, empty=" ({} for the defaults)")
         if not isinstance(body, dict):
             raise ApiError(400, "the body is a JSON object")
         if action == "restart_proxy":
@@ -400,18 +454,22 @@ def _json_error(status: int, message: str, errors: list[str] | None = None) -> w
     return web.json_response(body, status=status)
 
 
-async def _body(request: web.Request, *, allow_empty: bool = False) -> Any:
+async def _body(request: web.Request, *, empty: str = "") -> Any:
     """The request's JSON, parsed strictly: no NaN or Infinity, at most 1024 levels deep, UTF-8
-    without lone surrogates, integers within 64 bits."""
+    without lone surrogates, integers within 64 bits. ``empty``: what to send instead of none."""
     raw = await request.read()
     if not raw.strip():
-        if allow_empty:
-            return {}
-        raise ApiError(400, "a JSON body is required")
+        raise ApiError(400, f"a JSON body is required{empty}")
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, f"the body is not JSON: {exc}") from None
+
+
+async def _no_body(request: web.Request) -> None:
+    """Refuse a body where the route takes none: it would be ignored, as a typo would."""
+    if (await request.read()).strip():
+        raise ApiError(400, f"{request.method} {request.path} takes no body")
 
 
 def _rules(data: Any) -> list[Rule]:

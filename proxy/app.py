@@ -27,6 +27,7 @@ from proxy.link import Link, LinkState
 from proxy.log import get_logger
 from proxy.metrics import Metrics
 from proxy.observers import Fanout, LogObserver, Observer, Tally
+from proxy.origin_policy import Allowances
 from proxy.relay import Relay
 from proxy.server import (
     SHUTDOWN_TIMEOUT,
@@ -89,6 +90,12 @@ class RunOptions:
     """Host and port of the control API and /metrics."""
     admin_token: str | None = None
     admin_allow_remote: bool = False
+    allow_hosts: tuple[str, ...] = ()
+    """``Host`` names admitted by the listener and the control API beyond their bound address."""
+    allow_origins: tuple[str, ...] = ()
+    """Web origins admitted by the listener beyond its own (``*``: every page)."""
+    admin_allow_origins: tuple[str, ...] = ()
+    """Web origins admitted by the control API beyond its own."""
     trace: Path | None = None
     """The JSONL trace file (appended to; ``-`` is stdout)."""
     connect_timeout: float = CONNECT_TIMEOUT
@@ -244,6 +251,7 @@ async def _serving(
                 ledger=experiment.ledger.summary,
                 findings=lambda: experiment.ledger.findings,
                 degraded=experiment.degraded,
+                allowances=Allowances(options.allow_hosts, options.admin_allow_origins),
             )
             try:
                 await admin.start(*options.admin)
@@ -327,6 +335,7 @@ async def run_network(
         keep_upstream=options.keep_upstream,
         initialize_timeout=options.initialize_timeout,
         shutdown_timeout=options.shutdown_timeout,
+        allowances=Allowances(options.allow_hosts, options.allow_origins),
     )
     try:
         async with _serving(options, experiment, proxy) as admin:

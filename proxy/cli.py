@@ -16,7 +16,12 @@ import typer
 
 from proxy import __version__
 from proxy import app as application
-from proxy.admin import ADMIN_TOKEN_ENV, check_admin_host, check_admin_token
+from proxy.admin import (
+    ADMIN_TOKEN_ENV,
+    check_admin_host,
+    check_admin_token,
+    read_admin_token_file,
+)
 from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.bench import bench_main, make_options
 from proxy.check_agent import (
@@ -33,6 +38,7 @@ from proxy.errors import ConfigError, StartupError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files, rule_notes
 from proxy.hostport import parse_host_port
 from proxy.log import configure_logging
+from proxy.origin_policy import parse_allowed_host, parse_allowed_origin
 from proxy.reference_agent import AgentOptions, serve_agent
 from proxy.reference_client import ClientOptions, run_client
 from proxy.reference_client import render as render_client
@@ -161,15 +167,51 @@ def run(
     admin_token: Annotated[
         str | None,
         typer.Option(
-            envvar=ADMIN_TOKEN_ENV,
-            help="Bearer token every control route but /healthz requires.",
+            help=f"Bearer token every control route but /healthz requires (or {ADMIN_TOKEN_ENV}, "
+            "or --admin-token-file). Given on the command line it is visible to other local "
+            "users (ps): prefer the variable or the file.",
             show_default=False,
+        ),
+    ] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="Read the control API's bearer token from this file (one line); it wins over "
+            f"{ADMIN_TOKEN_ENV}.",
+            dir_okay=False,
         ),
     ] = None,
     admin_allow_remote: Annotated[
         bool,
         typer.Option("--admin-allow-remote", help="Let --admin bind to a non-loopback address."),
     ] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME[:PORT]",
+            help="A Host name the listener and the control API answer to besides their bound "
+            "address (a DNS or container name); repeatable.",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-origin",
+            metavar="ORIGIN",
+            help="A web origin (https://app.example) whose pages may use the listener; "
+            "repeatable. '*' lets any page the user opens drive the Agent: dangerous.",
+        ),
+    ] = None,
+    admin_allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--admin-allow-origin",
+            metavar="ORIGIN",
+            help="A web origin whose pages may use the control API; repeatable.",
+        ),
+    ] = None,
     trace: Annotated[
         Path | None,
         typer.Option(
@@ -235,16 +277,19 @@ def run(
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
     admin_at = None
-    if admin is not None:
-        try:
+    try:
+        for host in allow_host or ():
+            parse_allowed_host(host)
+        for origin in allow_origin or ():
+            parse_allowed_origin(origin)
+        for origin in admin_allow_origin or ():
+            parse_allowed_origin(origin, option="--admin-allow-origin")
+        if admin is not None:
             admin_at = parse_host_port(admin, option="--admin")
             check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
-            if admin_token is None:  # click takes an empty variable for an unset one
-                admin_token = os.environ.get(ADMIN_TOKEN_ENV)
-            if admin_token is not None:
-                check_admin_token(admin_token)
-        except ConfigError as exc:
-            raise typer.BadParameter(str(exc)) from None
+            admin_token = _admin_token(admin_token, admin_token_file)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
     if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
         raise typer.BadParameter(
             "in stdio mode stdout is the protocol channel; give the trace a file",
@@ -264,6 +309,9 @@ def run(
         admin_token=admin_token,
         admin_allow_remote=admin_allow_remote,
         trace=trace,
+        allow_hosts=tuple(allow_host or ()),
+        allow_origins=tuple(allow_origin or ()),
+        admin_allow_origins=tuple(admin_allow_origin or ()),
         agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,
         strict=strict,
@@ -288,6 +336,20 @@ def run(
         typer.echo(f"acp-proxy: {exc}", err=True)
         raise typer.Exit(application.EXIT_CANNOT_START) from None
     raise typer.Exit(status)
+
+
+def _admin_token(given: str | None, file: Path | None) -> str | None:
+    """The control API's token, checked: from --admin-token or --admin-token-file (not both),
+    else from its environment variable; None without any."""
+    if file is not None:
+        if given is not None:
+            raise ConfigError("give --admin-token or --admin-token-file, not both")
+        return read_admin_token_file(file)
+    if given is None:
+        given = os.environ.get(ADMIN_TOKEN_ENV)
+    if given is not None:
+        check_admin_token(given)
+    return given
 
 
 def _print_errors(exc: FaultFileError) -> None:

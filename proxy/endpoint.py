@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from proxy.framing import Oversized
 
-__all__ = ["Endpoint", "Received", "Signalable", "StreamOwner"]
+__all__ = ["ClosesWithReason", "Endpoint", "ExitReporter", "Received", "Signalable", "StreamOwner"]
 
 Received = bytes | Oversized
 """One framed message, or the marker of one that was too large to keep."""
@@ -81,6 +81,27 @@ class Signalable(Protocol):
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the process if it is still running."""
+        ...
+
+
+@runtime_checkable
+class ExitReporter(Protocol):
+    """An endpoint that is a process the proxy spawned, which can say why it ended."""
+
+    async def failure(self, within: float) -> str | None:
+        """Why the process ended, when it failed ("the agent exited with status 3", "the agent
+        was killed by SIGKILL"); None when it exited with status 0, or is still running after
+        ``within`` seconds."""
+        ...
+
+
+@runtime_checkable
+class ClosesWithReason(Protocol):
+    """An endpoint whose close carries a code and a reason (a WebSocket)."""
+
+    def close_with(self, code: int, reason: str) -> None:
+        """Like :meth:`Endpoint.close`, with the close frame's ``code`` and ``reason``; nothing
+        changes once the connection is closing already."""
         ...
 
 

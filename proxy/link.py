@@ -33,6 +33,8 @@ When the proxy shuts down (:meth:`Link.shutdown`) the Agent's connection is clos
 that what the Agent still writes reaches the Client; the relay then closes the Client's connection
 (a WebSocket with 1001, going away). Nothing answers the requests still pending: the Client sees
 its connection end. :meth:`Link.abort` cuts everything at once, for when that takes too long.
+A spawned Agent that fails by itself (an exit status other than 0, a signal) closes a WebSocket
+Client with 1011 and a reason that says how it ended.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from proxy.commands import (
     SignalAgent,
     StartTimer,
 )
-from proxy.endpoint import Endpoint, Signalable, StreamOwner
+from proxy.endpoint import ClosesWithReason, Endpoint, ExitReporter, Signalable, StreamOwner
 from proxy.events import (
     Direction,
     Event,
@@ -88,6 +90,12 @@ HELD_HIGH_WATER = 8 * 1024 * 1024
 """Bytes a link's timers may hold (delayed messages, spaced copies) before its readers wait."""
 GOING_AWAY = 1001
 """The WebSocket close code of a Client's connection closed because the proxy shuts down."""
+INTERNAL_ERROR = 1011
+"""The WebSocket close code of a Client's connection whose spawned Agent failed (the reason says
+how it ended)."""
+EXIT_WAIT = 2.0
+"""Seconds a link waits, once a spawned Agent's output has ended, for its exit status, to tell a
+WebSocket Client why; an Agent still running then is closed as one that ended cleanly."""
 
 AgentFactory = Callable[[], Awaitable[Endpoint]]
 """Connects (spawns) a new Agent for this link."""
@@ -182,6 +190,8 @@ class Link:
         """The peer whose connection ended first (who ended the link)."""
         for side in Side:
             self._connected(side)
+        self._agent_failure: str | None = None
+        """How the Agent failed, when it did (the reason of the Client's close)."""
 
     async def run(self) -> None:
         """Relay until both peers are gone and every close has finished (or :meth:`abort`)."""
@@ -284,6 +294,11 @@ class Link:
             received = await endpoint.receive()
             if side is Side.AGENT and generation != self._generation:
                 return  # an Agent that was replaced: nothing it says counts any more
+            if received is None and side is Side.AGENT:
+                failure = await self._failure(endpoint)
+                if generation != self._generation:
+                    return
+                self._agent_failure = failure
             if side is Side.CLIENT and not self._agent_up.is_set():
                 await self._agent_up.wait()
             at = self._clock()
@@ -325,6 +340,19 @@ class Link:
                     endpoint.close()  # an Agent that closed its stdout is stopped all the same
                     self._release(endpoint)
                 return
+
+    async def _failure(self, agent: Endpoint) -> str | None:
+        """How the Agent whose output ended failed, when its Client can still be told (a
+        WebSocket's close reason, on a connection neither closed nor closing) and the proxy is
+        not the one ending the link."""
+        client = self.endpoints[Side.CLIENT]
+        if not isinstance(client, ClosesWithReason) or self._stopping.is_set():
+            return None
+        if Side.CLIENT in self._closing or self.relay.has_ended(Side.CLIENT):
+            return None  # cut (sever, restart_proxy) or gone: its close is decided already
+        if not isinstance(agent, ExitReporter):
+            return None
+        return await agent.failure(EXIT_WAIT)
 
     def _watch(self) -> None:
         """Look every :data:`STALL_SECONDS` while a reading task waits: one still in the drain it
@@ -402,8 +430,11 @@ class Link:
                     written.add(to)
                 case Close(side=side):
                     endpoint = self.endpoints[side]
+                    failure = self._agent_failure if side is Side.CLIENT else None
                     if self._stopping.is_set() and side is Side.CLIENT:
                         endpoint.sever(flush=True, close_code=GOING_AWAY)
+                    elif failure is not None and isinstance(endpoint, ClosesWithReason):
+                        endpoint.close_with(INTERNAL_ERROR, failure)
                     else:
                         endpoint.close()
                     self._release(endpoint)

@@ -40,6 +40,7 @@ from proxy.commands import (
 from proxy.events import Direction
 from proxy.jsonrpc import Kind
 from proxy.ledger import CHECKS
+from proxy.origin_policy import ORIGIN_OPTIONS, RequestRefused
 
 __all__ = ["ACP_METHODS", "Metrics", "method_label"]
 
@@ -186,6 +187,12 @@ class Metrics:
             ["file"],
             registry=registry,
         )
+        self.refused = Counter(
+            "acp_proxy_refused_requests",
+            "HTTP requests refused for their Host or Origin header, by server and reason.",
+            ["server", "reason"],
+            registry=registry,
+        )
         self._durations: dict[str | None, Any] = {}
         for check in CHECKS:
             self.findings.labels(check)  # every check is scraped, at 0 until seen broken
@@ -193,6 +200,9 @@ class Metrics:
             self.attempts.labels(attempt)
         for file in ("trace", "state"):
             self.write_failures.labels(file)
+        for server in ORIGIN_OPTIONS:
+            for reason in ("host", "origin"):
+                self.refused.labels(server, reason)  # scraped at 0 until a request is refused
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Count one observation."""
@@ -230,6 +240,8 @@ class Metrics:
                 self.attempts.labels("retry" if retry else "first").inc()
             case Finding(check=check):
                 self.findings.labels(check).inc()
+            case RequestRefused(server=server, reason=reason):
+                self.refused.labels(server, reason).inc()
             case _:
                 pass
 

@@ -37,6 +37,7 @@ from proxy.commands import (
     Unroutable,
 )
 from proxy.log import get_logger, shorten
+from proxy.origin_policy import RequestRefused
 
 __all__ = ["Fanout", "LogObserver", "Observer", "Tally"]
 
@@ -114,6 +115,8 @@ class Tally:
                 self.counts["keyed_messages", via] += 1
             case InitializeTimedOut():
                 self.counts["timeouts", "initialize"] += 1
+            case RequestRefused(server=server, reason=reason):
+                self.counts["refused_requests", server, reason] += 1
             case RulesCounted() | Disconnected():
                 pass
             case _:

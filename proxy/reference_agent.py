@@ -466,6 +466,7 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
             options.listen.path,
             options.listen.scheme == "ws",
             options.max_message_bytes,
+            allowances=None,  # a test peer: no Host or Origin checks
         ),
         on_connection,
         Fanout([]),

@@ -32,6 +32,7 @@ from proxy.hostport import authority
 from proxy.link import Link
 from proxy.log import get_logger
 from proxy.observers import Observer
+from proxy.origin_policy import NO_ALLOWANCES, Allowances
 from proxy.relay import Relay
 from proxy.transports.cookies import CookieRoute, CookieSink, SetCookies
 from proxy.transports.http_listener import INITIALIZE_TIMEOUT, Listener, ListenerConfig
@@ -171,7 +172,10 @@ class NetworkProxy:
         keep_upstream: bool = False,
         initialize_timeout: float = INITIALIZE_TIMEOUT,
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+        allowances: Allowances = NO_ALLOWANCES,
     ) -> None:
+        """``allowances``: the hosts and origins admitted beyond the listener's own
+        (:mod:`proxy.origin_policy`)."""
         self._listen = listen
         self._connect_upstream = connect_upstream
         self._initialize_timeout = initialize_timeout
@@ -199,6 +203,7 @@ class NetworkProxy:
                 listen.scheme == "ws",
                 limit,
                 initialize_timeout=initialize_timeout,
+                allowances=allowances,
             ),
             self._on_connection,
             observer,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import os
 import re
@@ -27,11 +28,13 @@ from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 import websockets
 import yaml
 from harness import (
+    PROXY_RUN,
     RAW_AGENT,
     TIMEOUT,
     ProxyProcess,
@@ -91,8 +94,11 @@ class Answer:
 def call(
     base: str, method: str, path: str, body: bytes | None = None, token: str | None = None
 ) -> Answer:
-    """One bare HTTP request to the control API (any status is returned, not raised)."""
+    """One bare HTTP request to the control API (any status is returned, not raised); a body is
+    sent as ``application/json``, as the control client sends it."""
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
     http_request = urllib.request.Request(base + path, data=body, method=method, headers=headers)
     try:
         with OPENER.open(http_request, timeout=TIMEOUT) as response:
@@ -100,6 +106,26 @@ def call(
     except urllib.error.HTTPError as exc:
         with exc:
             return Answer(exc.code, exc.headers, exc.read())
+
+
+def raw(
+    base: str,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> Answer:
+    """One HTTP request with exactly the headers given (``http.client`` adds only ``Host``,
+    unless given, and ``Content-Length``)."""
+    parts = urlsplit(base)
+    assert parts.hostname is not None
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return Answer(response.status, response.msg, response.read())
+    finally:
+        connection.close()
 
 
 def assert_error(answer: Answer, status: int, message: str) -> dict[str, Any]:
@@ -466,6 +492,199 @@ async def test_every_malformed_body_is_a_400_naming_the_field(start: Start, capt
     assert "Traceback" not in proxy.stderr
 
 
+# -- what a web page in the browser can send --------------------------------------------------------
+
+JSON = {"Content-Type": "application/json"}
+FORGED = [
+    ({"Content-Type": "application/x-www-form-urlencoded"}, b"signal=KILL&respawn=false"),
+    (
+        {"Content-Type": "multipart/form-data; boundary=b"},
+        b'--b\r\nContent-Disposition: form-data; name="signal"\r\n\r\nKILL\r\n--b--\r\n',
+    ),
+    ({"Content-Type": "text/plain"}, b'{"signal": "KILL"}'),
+    ({"Content-Type": "text/plain;charset=UTF-8"}, b"{}"),
+    ({}, b"{}"),  # a body that does not say what it is
+    ({"Content-Type": "application/x-www-form-urlencoded"}, b""),  # an empty form
+]
+"""What any page can POST anywhere without a preflight (forms, ``text/plain``), and bodies that do
+not say they are JSON."""
+
+
+async def test_a_forged_form_or_text_post_is_refused_and_acts_on_nothing(
+    start: Start, capture: Path
+) -> None:
+    """A form or text/plain POST (or a body of no stated type) to any route is a 415: no Agent is
+    killed, no rule replaced, no restart; an empty JSON body where one is needed is a 400 (an
+    action's defaults are ``{}``), a body where none is taken too."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "up") == []
+    base = control.base_url
+    kept = [drop("kept", "_x/a")]
+    assert await off(control.set_rules, kept) == kept
+    for method, path in [
+        ("POST", KILL),
+        ("POST", RESTART),
+        ("POST", SEVER),
+        ("PUT", "/api/rules"),
+        ("POST", "/api/rules"),
+        ("POST", "/api/reset"),
+        ("DELETE", "/api/rules/kept"),
+    ]:
+        for headers, body in FORGED:
+            answer = await off(raw, base, method, path, body, headers)
+            assert_error(answer, 415, "Content-Type must be application/json")
+    for path in (KILL, RESTART, SEVER, "/api/rules"):
+        for headers in ({}, JSON):  # a bodiless POST (a no-cors fetch), or one of empty JSON
+            answer = await off(raw, base, "POST", path, None, headers)
+            assert_error(answer, 400, "a JSON body is required")
+    for method, path in [("POST", "/api/reset"), ("DELETE", "/api/rules/kept")]:
+        answer = await off(raw, base, method, path, b"{}", JSON)
+        assert_error(answer, 400, f"{method} {path} takes no body")
+    assert await off(control.rules) == kept
+    assert await barrier(proxy, "alive") == []
+    assert log_events(proxy.stderr, "action over the control API") == []
+    assert log_events(proxy.stderr, "restart requested over the control API") == []
+    # Without a body where none is taken, and with a JSON body where one is, it all works.
+    assert (await off(raw, base, "DELETE", "/api/rules/kept")).json()["rules"] == []
+    assert (await off(raw, base, "POST", "/api/reset")).json()["rules"] == []
+    sever = await off(raw, base, "POST", SEVER, b'{"side": "client"}', JSON)
+    assert (sever.status, sever.json()["action"]) == (200, "sever")
+
+
+def refused(answer: Answer, message: str) -> None:
+    """``answer`` is the policy's 403, exactly."""
+    assert answer.status == 403, answer
+    assert answer.headers.get_content_type() == "application/json"
+    assert answer.json() == {"error": message, "status": 403}
+    assert not [name for name in answer.headers if name.lower().startswith("access-control-")]
+
+
+async def test_a_cross_origin_request_is_refused_by_its_origin(start: Start, capture: Path) -> None:
+    """A request a page sends (it carries the page's Origin) is 403, JSON body and all, and acts
+    on nothing; the API's own origin is fine. Each origin is logged once; every refusal counted."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "up") == []
+    base = control.base_url
+    evil = "origin http://evil.example is not allowed (see --admin-allow-origin)"
+    page = {**JSON, "Origin": "http://evil.example"}
+    refused(await off(raw, base, "POST", KILL, b"{}", page), evil)
+    refused(await off(raw, base, "PUT", "/api/rules", b"[]", page), evil)
+    refused(await off(raw, base, "GET", "/api/rules", None, page), evil)
+    refused(
+        await off(raw, base, "GET", "/healthz", None, {"Origin": "null"}),
+        evil.replace("http://evil.example", "null"),
+    )
+    own = {**JSON, "Origin": base}  # http:// and the Host the request was sent to
+    added = await off(raw, base, "POST", "/api/rules", encode(drop("x", "_x/a")), own)
+    assert added.status == 201
+    assert await barrier(proxy, "alive") == []
+    assert log_events(proxy.stderr, "action over the control API") == []
+    [logged] = [
+        event for event in log_events(proxy.stderr, "request refused") if event["detail"] == evil
+    ]
+    assert (logged["server"], logged["reason"]) == ("admin", "origin")
+    counted = await off(
+        control.metric, "acp_proxy_refused_requests_total", server="admin", reason="origin"
+    )
+    assert counted == 4
+
+
+async def test_a_rebinding_host_is_refused_by_the_control_api(start: Start, capture: Path) -> None:
+    """DNS rebinding: a page whose name now points to 127.0.0.1 sends its own name as Host:
+    403 (with the API's own port too), and nothing happens; the loopback names are fine, on any
+    port (a tunnel or a relay changes it)."""
+    proxy, control = await start(raw_agent(capture))
+    assert await barrier(proxy, "up") == []
+    base = control.base_url
+    port = urlsplit(base).port
+    assert port is not None
+    for host in (f"evil.example:{port}", "evil.example", f"localhost.evil.example:{port}"):
+        refused(
+            await off(raw, base, "POST", KILL, b"{}", {**JSON, "Host": host}),
+            f"host {host} is not allowed (see --allow-host)",
+        )
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"localhost:{port + 1}", "[::1]"):
+        assert (await off(raw, base, "GET", "/healthz", None, {"Host": host})).status == 200
+    assert await barrier(proxy, "alive") == []
+    assert log_events(proxy.stderr, "action over the control API") == []
+    assert (
+        await off(control.metric, "acp_proxy_refused_requests_total", server="admin", reason="host")
+        == 3
+    )
+
+
+async def test_allow_host_and_allow_origin_admit_exactly_what_they_name(
+    start: Start, capture: Path
+) -> None:
+    """--allow-host names a host for both servers (any port, or the one given); --allow-origin
+    opens the listener and --admin-allow-origin the control API, each only that origin."""
+    proxy, control = await start(
+        raw_agent(capture),
+        "--listen",
+        "http://127.0.0.1:0/acp",
+        "--allow-host",
+        "proxy.test",
+        "--allow-host",
+        "pinned.test:1",
+        "--allow-origin",
+        "https://ide.example",
+        "--admin-allow-origin",
+        "https://dash.example",
+    )
+    listener = (await proxy.logged("listening"))["url"]
+    admin = control.base_url
+    init = encode({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+
+    async def status(base: str, headers: dict[str, str]) -> int:
+        if base == admin:
+            return (await off(raw, base, "GET", "/healthz", None, headers)).status
+        return (await off(raw, base, "POST", urlsplit(base).path, init, {**JSON, **headers})).status
+
+    for base in (admin, listener):
+        port = urlsplit(base).port
+        assert await status(base, {"Host": "proxy.test"}) == 200
+        assert await status(base, {"Host": f"proxy.test:{port}"}) == 200
+        assert await status(base, {"Host": "pinned.test:1"}) == 200
+        for host in (f"pinned.test:{port}", f"proxy.test.evil.example:{port}", f"test:{port}"):
+            assert await status(base, {"Host": host}) == 403
+    assert await status(admin, {"Origin": "https://dash.example"}) == 200
+    assert await status(listener, {"Origin": "https://ide.example"}) == 200
+    for origin in (
+        "https://ide.example",
+        "http://dash.example",
+        "https://dash.example:8443",
+        "https://dash.example.evil.example",
+    ):
+        assert await status(admin, {"Origin": origin}) == 403, origin
+    for origin in ("https://dash.example", "http://ide.example", "https://evil.example"):
+        assert await status(listener, {"Origin": origin}) == 403, origin
+
+
+async def test_a_preflight_grants_nothing(start: Start, capture: Path) -> None:
+    """OPTIONS with CORS preflight headers: 403 for a foreign origin, 405 for an allowed one, and
+    never an Access-Control-Allow-* header, on the control API and on the listener."""
+    proxy, control = await start(
+        raw_agent(capture),
+        "--listen",
+        "http://127.0.0.1:0/acp",
+        "--allow-origin",
+        "https://ide.example",
+        "--admin-allow-origin",
+        "https://ide.example",
+    )
+    listener = (await proxy.logged("listening"))["url"]
+    preflight = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization",
+    }
+    for base, path in ((control.base_url, KILL), (listener, urlsplit(listener).path)):
+        for origin, expected in (("https://evil.example", 403), ("https://ide.example", 405)):
+            answer = await off(raw, base, "OPTIONS", path, None, {**preflight, "Origin": origin})
+            assert answer.status == expected, (base, origin, answer)
+            granted = [name for name in answer.headers if name.lower().startswith("access-")]
+            assert granted == [], granted
+
+
 # -- the token and the bind address -----------------------------------------------------------------
 
 GUARDED = [
@@ -538,6 +757,84 @@ async def test_token_from_the_command_line_is_required_and_never_echoed(
     assert await barrier(proxy, "guarded") == []
     assert proxy.process.returncode is None
     assert all(token not in proxy.stderr for token in [secret, *guesses])
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n", ""])
+async def test_token_from_a_file_guards_the_api_and_wins_over_the_environment(
+    start: Start, capture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line_end: str
+) -> None:
+    """--admin-token-file: its one line, without the line end, is the token (the variable, also
+    set, is not); neither appears in an answer or a log line."""
+    monkeypatch.setenv("ACP_PROXY_ADMIN_TOKEN", "from-the-environment")
+    secret = "file-" + uuid.uuid4().hex
+    path = tmp_path / "token"
+    path.write_bytes((secret + line_end).encode())
+    proxy, control = await start(
+        raw_agent(capture), "--admin-token-file", str(path), "--log-level", "debug", token=secret
+    )
+    base = control.base_url
+    for token in (None, "from-the-environment", secret + "x", secret[:-1]):
+        answer = await off(call, base, "GET", "/api/rules", None, token)
+        assert_error(answer, 401, "a bearer token is required")
+        assert secret.encode() not in answer.body
+    assert await off(control.add_rule, drop("x", "_x/a")) == [drop("x", "_x/a")]
+    assert await barrier(proxy, "guarded") == []
+    assert secret not in proxy.stderr
+    assert "from-the-environment" not in proxy.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, ": cannot read it: No such file or directory"),
+        (b"", "is empty: give a token, or unset it"),
+        (b"\n", "is empty: give a token, or unset it"),
+        (b"s3cret\nsecond\n", ": holds more than one line"),
+        (b" s3cret\n", "has whitespace at its ends or characters that are not printable"),
+        (b"s3cr\xffet\n", ": not UTF-8 text"),
+        (b"x" * 5000, ": over 4096 bytes"),
+        ("directory", "is a directory"),
+        ("and --admin-token", "give --admin-token or --admin-token-file, not both"),
+    ],
+)
+async def test_a_token_file_that_gives_no_usable_token_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes | str | None, expected: str
+) -> None:
+    """An unreadable, empty, many-line or unusable --admin-token-file (or one given with
+    --admin-token): exit 2 before the Agent starts, and the message never repeats the file."""
+    monkeypatch.delenv("ACP_PROXY_ADMIN_TOKEN", raising=False)
+    marker = tmp_path / "agent-ran"
+    agent = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    path = tmp_path / "token"
+    options = ["--admin", "127.0.0.1:0", "--admin-token-file", str(path)]
+    if content == "directory":
+        path.mkdir()
+    elif content == "and --admin-token":
+        path.write_text("s3cret\n")
+        options += ["--admin-token", "s3cret"]
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    refused = await ProxyProcess.start(agent, *options)
+    try:
+        assert await refused.wait() == 2
+        said = unboxed(refused.stderr)
+        assert expected in said, said
+        assert "s3cr" not in said.replace("--admin-token", "")
+        assert not marker.exists()
+    finally:
+        await refused.stop()
+
+
+async def test_the_help_says_a_token_on_the_command_line_is_visible_to_other_users() -> None:
+    """``run --help``: --admin-token warns of ps, and names the variable and the file."""
+    process = await asyncio.create_subprocess_exec(
+        *PROXY_RUN, "--help", stdout=asyncio.subprocess.PIPE
+    )
+    stdout, _ = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    said = unboxed(stdout.decode())
+    assert "Given on the command line it is visible to other local users (ps)" in said, said
+    assert "ACP_PROXY_ADMIN_TOKEN" in said
+    assert "--admin-token-file" in said
 
 
 @pytest.mark.parametrize(
@@ -685,6 +982,26 @@ async def test_sever_action_closes_the_chosen_websocket_with_the_code(
             await ask(second, 2, "_x/still-here")
             assert await off(control.sever, link=second_id) == [second_id]  # both sides, 1001
             assert await closed_with(second) == 1001
+
+
+async def test_kill_agent_closes_a_websocket_client_with_1011_and_the_signal(
+    start: Start, capture: Path
+) -> None:
+    """kill_agent on a WebSocket Client's link: the Agent dies as a crashed one does, and the
+    Client's close says so (1011, "the agent was killed by SIGKILL")."""
+    proxy, control = await start(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
+    url = (await proxy.logged("listening"))["url"]
+    async with websocket(url) as connection:
+        await ask(connection, 1, "_x/up")
+        await off(control.kill_agent)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            async with asyncio.timeout(TIMEOUT):
+                await connection.recv()
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+        1011,
+        "the agent was killed by SIGKILL",
+    )
 
 
 async def test_restart_proxy_action_cuts_every_link_and_listens_again(

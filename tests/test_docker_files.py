@@ -239,6 +239,11 @@ def test_prometheus_scrapes_every_proxys_admin_port(files: tuple[str, ...]) -> N
     assert job.get("scrape_interval", config["global"]["scrape_interval"]) == "5s"
     targets = {t for group in job["static_configs"] for t in group["targets"]}
     assert targets == expected
+    # A target's name is the Host of each scrape: the proxy must answer to it (--allow-host).
+    for name, config in proxies(services).items():
+        command = config["command"]
+        allowed = [command[n + 1] for n, word in enumerate(command) if word == "--allow-host"]
+        assert name in allowed, f"{name}: Prometheus asks for {name}, not in --allow-host"
 
 
 @pytest.mark.parametrize("files", FILE_SETS.values(), ids=FILE_SETS.keys())

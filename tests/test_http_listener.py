@@ -15,20 +15,28 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+from acp import PROTOCOL_VERSION
 from harness import TIMEOUT, ProxyProcess, captured, log_events, raw_agent
 from peers.sdk_agent import big_text
+from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.frames import Frame, Opcode
+from websockets.typing import Origin
+
+from proxy.transports.websocket import FrameHeaders
 
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
 HTTP_LISTEN = "http://127.0.0.1:0/acp"
@@ -840,6 +848,260 @@ async def test_binary_websocket_frames_are_ignored(tmp_path: Path) -> None:
         await s.proxy.logged("binary WebSocket frame from the client ignored")
         await ws_probe(ws, "text-again")
         assert "_x/binary" not in captured_methods(s.capture)
+
+
+# -- a web page in the browser ---------------------------------------------------------------------
+
+
+def refused_403(reply: Reply | aiohttp.ClientResponse, body: Any, message: str) -> None:
+    """The Host/Origin policy's answer: 403, ``{"error": message, "status": 403}``."""
+    status = reply.status
+    assert status == 403, (status, body)
+    assert body == {"error": message, "status": 403}
+
+
+async def test_a_cross_origin_websocket_upgrade_is_refused_before_any_agent_starts(
+    tmp_path: Path,
+) -> None:
+    """A page's WebSocket (it always carries the page's Origin) gets 403 with the reason, on an
+    http:// and a ws:// listener; no Agent is started for it, and the logs say so once per
+    origin. The same upgrade without an Origin (the SDKs, websockets) is the first link."""
+    evil = "origin http://evil.example is not allowed (see --allow-origin)"
+    for listen in (HTTP_LISTEN, WS_LISTEN):
+        async with serving(tmp_path, listen=listen) as s:
+            url = s.url if listen == WS_LISTEN else s.ws_url()
+            for _ in range(2):
+                with pytest.raises(InvalidStatus) as refused:
+                    async with asyncio.timeout(TIMEOUT):
+                        await ws_connect(url, origin=Origin("http://evil.example"), proxy=None)
+                response = refused.value.response
+                assert response.status_code == 403
+                assert json.loads(response.body or b"") == {"error": evil, "status": 403}
+            async with ws_connect(url, proxy=None) as ws:
+                await ws_initialize(ws)
+            assert len(log_events(s.proxy.stderr, "agent started")) == 1
+            [logged] = log_events(s.proxy.stderr, "request refused")
+            assert (logged["server"], logged["reason"], logged["detail"]) == (
+                "listener",
+                "origin",
+                evil,
+            )
+
+
+async def test_a_cross_origin_post_or_get_is_refused_with_no_agent(tmp_path: Path) -> None:
+    """A page's initialize POST (JSON: a preflighted fetch it might send blind) and its GET get
+    403; no Agent starts; a POST from the page's own origin would be accepted."""
+    async with serving(tmp_path) as s:
+        page = {"Origin": "https://evil.example"}
+        init = compact(request(1, "initialize", {"protocolVersion": 1}))
+        async with s.http.session.post(
+            s.url, data=init, headers={"Content-Type": JSON, **page}
+        ) as response:
+            refused_403(
+                response,
+                await response.json(),
+                "origin https://evil.example is not allowed (see --allow-origin)",
+            )
+        connection = await s.http.initialize()  # no Origin: the one link
+        headers = {CONNECTION_ID: connection, "Accept": EVENT_STREAM, **page}
+        async with s.http.session.get(s.url, headers=headers) as response:
+            assert response.status == 403
+        async with s.http.session.delete(s.url, headers=headers) as response:
+            assert response.status == 403
+        assert len(log_events(s.proxy.stderr, "agent started")) == 1
+        own = {"Origin": s.url.removesuffix("/acp"), "Content-Type": JSON}
+        async with s.http.session.post(s.url, data=init, headers=own) as response:
+            assert response.status == 200
+
+
+async def test_a_rebinding_host_is_refused_by_the_listener(tmp_path: Path) -> None:
+    """A request whose Host is a page's rebound name gets 403 on POST, GET, DELETE and the
+    WebSocket upgrade, and starts no Agent; the loopback names with the bound port are fine."""
+    async with serving(tmp_path) as s:
+        port = urlsplit(s.url).port
+        evil = f"evil.example:{port}"
+        message = f"host {evil} is not allowed (see --allow-host)"
+        init = compact(request(1, "initialize", {"protocolVersion": 1}))
+        bad = {"Host": evil}
+        async with s.http.session.post(
+            s.url, data=init, headers={"Content-Type": JSON, **bad}
+        ) as response:
+            refused_403(response, await response.json(), message)
+        upgrade = {
+            "Upgrade": "websocket",
+            "Connection": "Upgrade",
+            "Sec-WebSocket-Key": "AAAAAAAAAAAAAAAAAAAAAA==",
+            "Sec-WebSocket-Version": "13",
+        }
+        for method, headers in (
+            ("GET", {**upgrade, **bad}),
+            ("GET", {"Accept": EVENT_STREAM, CONNECTION_ID: "a" * 32, **bad}),
+            ("DELETE", {CONNECTION_ID: "a" * 32, **bad}),
+        ):
+            async with s.http.session.request(method, s.url, headers=headers) as response:
+                refused_403(response, await response.json(), message)
+        assert log_events(s.proxy.stderr, "agent started") == []
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            async with s.http.session.post(
+                s.url, data=init, headers={"Content-Type": JSON, "Host": host}
+            ) as response:
+                assert response.status == 200, host
+
+
+async def test_the_sdk_clients_send_nothing_the_policy_refuses(tmp_path: Path) -> None:
+    """The official SDK's HTTP and WebSocket Clients send no Origin and the Host of the URL:
+    through a listener on localhost and on 127.0.0.1 they initialize as before."""
+    async with serving(tmp_path, sdk=True) as s:
+        for url in (s.url, s.url.replace("127.0.0.1", "localhost")):
+            for connect in (connect_http, connect_ws):
+                async with connect(url, SimpleClient()) as conn, asyncio.timeout(TIMEOUT):
+                    await conn.initialize(protocol_version=PROTOCOL_VERSION)
+        assert log_events(s.proxy.stderr, "request refused") == []
+
+
+# -- unmasked frames (RFC 6455 5.1) ----------------------------------------------------------------
+
+
+def client_frame(text: str, *, masked: bool) -> bytes:
+    """A text frame as a Client sends it (masked), or as it must not (unmasked)."""
+    return Frame(Opcode.TEXT, text.encode()).serialize(mask=masked, extensions=[])
+
+
+def test_frame_headers_find_the_first_unmasked_frame_in_any_slicing() -> None:
+    """Masked frames of every length encoding pass; the offset of the first unmasked frame is
+    found whether the stream comes whole or byte by byte (0: it began in an earlier slice)."""
+    masked = b"".join(
+        Frame(opcode, b"x" * size).serialize(mask=True, extensions=[])
+        for opcode, size in (
+            (Opcode.TEXT, 0),
+            (Opcode.PING, 125),
+            (Opcode.TEXT, 126),
+            (Opcode.BINARY, 65535),
+            (Opcode.TEXT, 65536),
+            (Opcode.PONG, 3),
+        )
+    )
+    unmasked = Frame(Opcode.TEXT, b"{}").serialize(mask=False, extensions=[])
+    stream = masked + unmasked + masked
+    assert FrameHeaders().unmasked_at(masked) is None
+    assert FrameHeaders().unmasked_at(stream) == len(masked)
+    headers = FrameHeaders()
+    found = [(n, headers.unmasked_at(stream[n : n + 1])) for n in range(len(masked) + 2)]
+    assert [(n, at) for n, at in found if at is not None] == [(len(masked) + 1, 0)]
+    for cut in (1, 7, 1000, len(masked) - 1, len(masked) + 1):
+        headers = FrameHeaders()
+        first, second = stream[:cut], stream[cut:]
+        at = headers.unmasked_at(first)
+        if at is None:
+            at = headers.unmasked_at(second)
+            assert at == max(len(masked) - cut, 0), cut
+        else:
+            assert at == len(masked), cut
+
+
+async def raw_upgrade(
+    url: str, *, early: bytes = b""
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A WebSocket handshake by hand (``early``: bytes sent right behind the request, before the
+    ``101``); returns once the ``101`` is read."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    key = base64.b64encode(os.urandom(16)).decode()
+    writer.write(
+        (
+            f"GET {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+        + early
+    )
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    return reader, writer
+
+
+async def server_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """The next frame from the proxy (never masked): its opcode and payload."""
+    async with asyncio.timeout(TIMEOUT):
+        first, second = await reader.readexactly(2)
+        assert not second & 0x80, "a server's frame is never masked"
+        size = second & 0x7F
+        if size >= 126:
+            size = int.from_bytes(await reader.readexactly(2 if size == 126 else 8), "big")
+        return first & 0x0F, await reader.readexactly(size)
+
+
+async def closed_with_code(reader: asyncio.StreamReader) -> tuple[int, str]:
+    """Read frames until the proxy's close frame; its code and reason."""
+    while True:
+        opcode, payload = await server_frame(reader)
+        if opcode == Opcode.CLOSE:
+            return int.from_bytes(payload[:2], "big"), payload[2:].decode()
+
+
+async def closed(writer: asyncio.StreamWriter) -> None:
+    """Close the test's side of a raw connection."""
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await asyncio.wait_for(writer.wait_closed(), TIMEOUT)
+
+
+INIT_TEXT = compact(request("init", "initialize", {"protocolVersion": 1})).decode()
+
+
+async def test_an_unmasked_client_frame_closes_the_websocket_with_1002(tmp_path: Path) -> None:
+    """RFC 6455 5.1: a frame the Client did not mask fails the connection with 1002 (protocol
+    error), after the masked frames before it are relayed; the unmasked one never reaches the
+    Agent, and the listener goes on. Bytes sent before the 101 are checked as well."""
+    async with serving(tmp_path) as s:
+        reader, writer = await raw_upgrade(s.ws_url())
+        writer.write(client_frame(INIT_TEXT, masked=True))
+        opcode, payload = await server_frame(reader)
+        assert (opcode, json.loads(payload)["id"]) == (Opcode.TEXT, "init")
+        probe = compact(request("unmasked", "_test/probe")).decode()
+        writer.write(client_frame(probe, masked=False))
+        assert (await closed_with_code(reader))[0] == 1002
+        await closed(writer)
+        await s.proxy.logged("WebSocket frame from the client not masked; closing with 1002")
+
+        # Sent before the 101: relayed when masked, and followed frame by frame from there.
+        reader, writer = await raw_upgrade(s.ws_url(), early=client_frame(INIT_TEXT, masked=True))
+        opcode, payload = await server_frame(reader)
+        assert (opcode, json.loads(payload)["id"]) == (Opcode.TEXT, "init")
+        writer.write(client_frame(probe, masked=False))
+        assert (await closed_with_code(reader))[0] == 1002
+        await closed(writer)
+        early = client_frame(INIT_TEXT, masked=True) + client_frame(probe, masked=False)
+        reader, writer = await raw_upgrade(s.ws_url(), early=early)
+        assert (await closed_with_code(reader))[0] == 1002  # the answer to init may come first
+        await closed(writer)
+
+        async with ws_connect(s.ws_url(), proxy=None) as ws:  # masked, as clients send: fine
+            await ws_initialize(ws)
+            await ws_probe(ws, "masked")
+        assert "unmasked" not in s.capture.read_text()
+
+
+# -- the close of an Agent that failed -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "close"), [(3, (1011, "the agent exited with status 3")), (0, (1000, ""))]
+)
+async def test_a_websocket_client_hears_how_its_agent_ended(
+    tmp_path: Path, code: int, close: tuple[int, str]
+) -> None:
+    """The spawned Agent exits by itself: with a failure status the Client's WebSocket is closed
+    1011 with the status in the reason; after a clean exit, 1000 as before."""
+    async with serving(tmp_path) as s, ws_connect(s.ws_url(), proxy=None) as ws:
+        await ws_initialize(ws)
+        await ws.send(compact(notification("_test/exit", {"code": code})).decode())
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == close
 
 
 # -- backpressure ----------------------------------------------------------------------------------

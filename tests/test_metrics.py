@@ -214,6 +214,11 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
         labels(result="error"): 1,
     }
     assert control.metric("acp_proxy_messages_total", direction="to_client") == 8  # label subset
+    assert of(series, "acp_proxy_refused_requests_total") == {  # scraped at 0 before a refusal
+        labels(server=server, reason=reason): 0
+        for server in ("listener", "admin")
+        for reason in ("host", "origin")
+    }
 
     assert types["acp_proxy_messages"] == "counter"
     assert types["acp_proxy_request_duration_seconds"] == "histogram"
@@ -223,7 +228,7 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
     names = {name for _, label_set in series for name, _ in label_set}
     assert names <= {
         "direction", "kind", "method", "rule", "action", "side", "transport", "reason",
-        "what", "result", "attempt", "check", "le", "file",
+        "what", "result", "attempt", "check", "le", "file", "server",
     }  # fmt: skip
     values = {value for _, label_set in series for _, value in label_set}
     assert {SESSION, "f", "999", "2", "_x/a", "_x/b", "_test/barrier", "_test/say"}.isdisjoint(

@@ -29,6 +29,9 @@ Streamable HTTP as the SDKs speak it:
 The Agent's cookies (:mod:`proxy.transports.cookies`) come back to the Client on its next response
 (the ``initialize`` answer, a 202, a stream's headers); a WebSocket upgrade is answered only once
 the Agent is connected, so that its ``101`` carries the cookies of the Agent's handshake.
+
+Before any of this, every request (the upgrade too) passes the ``Host`` and ``Origin`` checks of
+:mod:`proxy.origin_policy` (403 otherwise).
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ from proxy.hostport import authority
 from proxy.jsonrpc import Batch, ErrorCode, IdKey, Invalid, Kind, Message, error_response, parse
 from proxy.log import get_logger
 from proxy.observers import Observer
+from proxy.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
 from proxy.sse import KEEPALIVE, encode_event
 from proxy.transports.cookies import SetCookies
-from proxy.transports.websocket import WsServerEndpoint
+from proxy.transports.websocket import MaskedOnlyWebSocketResponse, WsServerEndpoint
 
 __all__ = ["HttpConnection", "Listener", "ListenerConfig"]
 
@@ -378,6 +382,9 @@ class ListenerConfig:
     websocket_only: bool
     max_message_bytes: int
     initialize_timeout: float = INITIALIZE_TIMEOUT
+    allowances: Allowances | None = NO_ALLOWANCES
+    """The ``Host`` and ``Origin`` checks (:mod:`proxy.origin_policy`) and what the user opened
+    up; None checks nothing (the reference Agent, a test peer)."""
 
 
 SHUTTING_DOWN = "the proxy is shutting down"
@@ -401,6 +408,12 @@ class Listener:
         self.config = config
         self._on_connection = on_connection
         self._observer = observer
+        allowances = config.allowances
+        self._policy = (
+            OriginPolicy("listener", config.host, allowances, observer)
+            if allowances is not None
+            else None
+        )
         self.connections: dict[str, HttpConnection] = {}
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -410,7 +423,10 @@ class Listener:
 
     async def start(self) -> None:
         """Bind and serve; the bound port (port 0 picks one) is in :attr:`port`."""
-        app = web.Application(client_max_size=self.config.max_message_bytes)
+        app = web.Application(
+            client_max_size=self.config.max_message_bytes,
+            middlewares=[self._policy.middleware] if self._policy is not None else [],
+        )
         app.router.add_route("*", self.config.path, self._dispatch)
         self._runner = web.AppRunner(
             app, handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
@@ -582,7 +598,7 @@ class Listener:
         self.connections.pop(connection.connection_id, None)
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(
+        ws = MaskedOnlyWebSocketResponse(
             # aiohttp 3.14 refuses a message of exactly max_msg_size, older ones take one byte
             # more: one above the limit here, and the endpoint refuses what exceeds the limit.
             max_msg_size=self.config.max_message_bytes + 1,

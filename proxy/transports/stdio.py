@@ -521,6 +521,24 @@ class AgentProcess(LineStream):
         self.signal(0)
         return not self._group_gone
 
+    async def failure(self, within: float) -> str | None:
+        """Why the Agent ended, when it failed: an exit status other than 0, or a signal (one the
+        proxy sent too: ``kill_agent``); None for status 0, or while it still runs after
+        ``within`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await self._exited.wait()
+        code = self.process.returncode
+        if not code:
+            return None
+        if code > 0:
+            return f"the agent exited with status {code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the agent was killed by {name}"
+
     async def wait(self) -> int:
         """Wait for the Agent to exit; return its exit status as a shell reports it."""
         return exit_status(await self.process.wait())

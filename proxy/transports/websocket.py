@@ -7,6 +7,10 @@ ignored, as both SDKs do. A message over the size limit closes the socket with 1
 enforces the limit while reading, so such a frame is never buffered whole). No subprotocol is
 required. Sends go through a bounded outbox and one writer task, so order is kept and a peer that
 stops reading slows down its writer instead of growing memory.
+
+A frame from a Client that is not masked fails its connection with 1002 (RFC 6455 5.1: "The server
+MUST close the connection upon receiving a frame that is not masked"), which aiohttp does not
+check: :class:`MaskedOnlyWebSocketResponse` follows the frame headers ahead of aiohttp's reader.
 """
 
 from __future__ import annotations
@@ -15,16 +19,25 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Mapping
+from typing import Any, Protocol, cast
 
 import websockets
-from aiohttp import WSMsgType, web
+from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
+from aiohttp.http_websocket import WebSocketWriter
+from aiohttp.web_request import BaseRequest
 from websockets.asyncio.client import ClientConnection
 
 from proxy.endpoint import Received
 from proxy.log import get_logger
 from proxy.transports.cookies import CookieSink
 
-__all__ = ["WsClientEndpoint", "WsServerEndpoint", "connect_ws"]
+__all__ = [
+    "FrameHeaders",
+    "MaskedOnlyWebSocketResponse",
+    "WsClientEndpoint",
+    "WsServerEndpoint",
+    "connect_ws",
+]
 
 log = get_logger("proxy.websocket")
 
@@ -87,6 +100,7 @@ class _WsEndpoint:
     def __init__(self) -> None:
         self._outbox = _Outbox()
         self._close_code = 1000
+        self._close_reason = ""
         self._severed = False
         self._writer = asyncio.get_running_loop().create_task(self._write())
 
@@ -105,6 +119,14 @@ class _WsEndpoint:
 
     def close(self) -> None:
         """Flush, then close the socket normally (1000)."""
+        self._outbox.finish(discard=False)
+
+    def close_with(self, code: int, reason: str) -> None:
+        """Flush, then close the socket with ``code`` and ``reason`` (unless already closing)."""
+        if self._outbox.closing:
+            return
+        self._close_code = code
+        self._close_reason = reason
         self._outbox.finish(discard=False)
 
     def sever(self, *, flush: bool, close_code: int = 1001) -> None:
@@ -136,13 +158,112 @@ class _WsEndpoint:
             log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
         finally:
             with contextlib.suppress(ConnectionError, RuntimeError, websockets.ConnectionClosed):
-                await self._close_socket(self._close_code)
+                await self._close_socket(self._close_code, self._close_reason)
 
     async def _send_frame(self, data: bytes) -> None:
         raise NotImplementedError
 
-    async def _close_socket(self, code: int) -> None:
+    async def _close_socket(self, code: int, reason: str) -> None:
         raise NotImplementedError
+
+
+_EXTENDED_LENGTH = {126: 2, 127: 8}
+"""Bytes of the extended payload length, by the 7-bit length that announces one."""
+UNMASKED = "the client sent a frame that is not masked (RFC 6455 5.1)"
+
+
+class FrameHeaders:
+    """Follows the frame boundaries of the bytes a Client sends after its upgrade, fed in any
+    slices, and finds the first frame that is not masked (sans-I/O)."""
+
+    def __init__(self) -> None:
+        self._header = bytearray()
+        """The current frame's first bytes, up to its extended payload length."""
+        self._skip = 0
+        """Bytes of the current frame left after those: its masking key and payload."""
+
+    def unmasked_at(self, data: bytes) -> int | None:
+        """Where in ``data`` the first frame that is not masked starts (0 when it started in an
+        earlier slice); None while every frame is masked."""
+        header = self._header
+        position, end = 0, len(data)
+        while position < end:
+            if self._skip:
+                step = min(self._skip, end - position)
+                self._skip -= step
+                position += step
+                continue
+            start = position - len(header)  # negative: the frame began in an earlier slice
+            size = 2 if len(header) < 2 else 2 + _EXTENDED_LENGTH.get(header[1] & 0x7F, 0)
+            taken = data[position : position + size - len(header)]
+            header += taken
+            position += len(taken)
+            if len(header) < 2:
+                break
+            if not header[1] & 0x80:
+                return max(start, 0)
+            extended = _EXTENDED_LENGTH.get(header[1] & 0x7F, 0)
+            if len(header) < 2 + extended:
+                continue
+            length = int.from_bytes(header[2:], "big") if extended else header[1] & 0x7F
+            self._skip = 4 + length  # the masking key, then the payload
+            header.clear()
+        return None
+
+
+class _MessageQueue(Protocol):
+    def set_exception(self, exc: BaseException) -> None: ...
+
+
+class _MaskedFramesOnly:
+    """Between aiohttp's connection and its frame reader: passes the Client's bytes on up to a
+    frame that is not masked, then fails the connection with 1002, as the reader fails one for
+    any other protocol error (the frames before it are still delivered)."""
+
+    def __init__(self, reader: Any, queue: _MessageQueue) -> None:
+        self._reader = reader
+        self._queue = queue
+        self._headers = FrameHeaders()
+        self._failed = False
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        if self._failed:
+            return True, b""
+        unmasked = self._headers.unmasked_at(data)
+        if unmasked is None:
+            return cast(tuple[bool, bytes], self._reader.feed_data(data))
+        if unmasked:
+            self._reader.feed_data(data[:unmasked])
+        self._failed = True
+        log.warning("WebSocket frame from the client not masked; closing with 1002")
+        self._queue.set_exception(WebSocketError(WSCloseCode.PROTOCOL_ERROR, UNMASKED))
+        return True, b""
+
+    def feed_eof(self) -> None:
+        self._reader.feed_eof()
+
+
+class MaskedOnlyWebSocketResponse(web.WebSocketResponse):
+    """aiohttp's server side of a WebSocket, failing every frame the Client did not mask (1002).
+
+    aiohttp hands the bytes after the upgrade to its frame reader when the upgrade is answered
+    (``_post_start``); the reader is wrapped there, and the bytes that came early (pipelined
+    behind the upgrade request) go through the wrapper too, so that frame boundaries are
+    followed from the first byte. This leans on aiohttp's internals (``_post_start``,
+    ``_message_tail``, ``_payload_parser``: the same from 3.11 to 3.14); the tests catch a change.
+    """
+
+    def _post_start(
+        self, request: BaseRequest, protocol: str | None, writer: WebSocketWriter
+    ) -> None:
+        handler = request.protocol
+        early, handler._message_tail = handler._message_tail, b""
+        super()._post_start(request, protocol, writer)
+        assert self._reader is not None
+        guard = _MaskedFramesOnly(handler._payload_parser, self._reader)
+        handler._payload_parser = guard
+        if early and guard.feed_data(early)[0]:
+            handler.close()
 
 
 class WsServerEndpoint(_WsEndpoint):
@@ -191,7 +312,8 @@ class WsServerEndpoint(_WsEndpoint):
                 log.warning("binary WebSocket frame from the client ignored", size=size)
                 continue
             if message.type is WSMsgType.ERROR:
-                log.warning("WebSocket error from the client", error=str(self.ws.exception()))
+                error = message.data if message.data is not None else self.ws.exception()
+                log.warning("WebSocket error from the client", error=str(error))
             break  # CLOSE, CLOSING, CLOSED, ERROR
         self._ended()
         return None
@@ -201,10 +323,10 @@ class WsServerEndpoint(_WsEndpoint):
             await self._open.wait()
         await self.ws.send_frame(data, WSMsgType.TEXT)
 
-    async def _close_socket(self, code: int) -> None:
+    async def _close_socket(self, code: int, reason: str) -> None:
         await self._open.wait()
         if self.ws.prepared:
-            await self.ws.close(code=code)
+            await self.ws.close(code=code, message=reason.encode())
 
 
 class WsClientEndpoint(_WsEndpoint):
@@ -233,8 +355,8 @@ class WsClientEndpoint(_WsEndpoint):
     async def _send_frame(self, data: bytes) -> None:
         await self.connection.send(data, text=True)
 
-    async def _close_socket(self, code: int) -> None:
-        await self.connection.close(code=code)
+    async def _close_socket(self, code: int, reason: str) -> None:
+        await self.connection.close(code=code, reason=reason)
 
 
 CONNECT_TIMEOUT = 10.0
