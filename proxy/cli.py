@@ -17,7 +17,7 @@ import typer
 
 from proxy import __version__
 from proxy.core.errors import ConfigError, StartupError
-from proxy.core.faultfile import FaultFileError, fault_file_schema, load_fault_files, rule_notes
+from proxy.core.faultfile import FaultFileError, fault_file_schema, rule_notes
 from proxy.shell import app as application
 from proxy.shell.admin import (
     ADMIN_TOKEN_ENV,
@@ -26,6 +26,7 @@ from proxy.shell.admin import (
     read_admin_token_file,
 )
 from proxy.shell.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
+from proxy.shell.fault_files import load_fault_files
 from proxy.shell.hostport import parse_host_port
 from proxy.shell.log import configure_logging
 from proxy.shell.origin_policy import parse_allowed_host, parse_allowed_origin
@@ -178,8 +179,8 @@ def run(
         Path | None,
         typer.Option(
             metavar="PATH",
-            help="Read the control API's bearer token from this file (one line); it wins over "
-            f"{ADMIN_TOKEN_ENV}.",
+            help=f"Read the control API's bearer token from this file (one line); the file wins "
+            f"over the variable {ADMIN_TOKEN_ENV}.",
             dir_okay=False,
         ),
     ] = None,
@@ -327,12 +328,10 @@ def run(
         state=state,
     )
     try:
-        load_fault_files(options.faults)  # refuse a bad fault file before anything starts
-    except FaultFileError as exc:
+        status = asyncio.run(application.run(options))
+    except FaultFileError as exc:  # refused before anything starts
         _print_errors(exc)
         raise typer.Exit(2) from None
-    try:
-        status = asyncio.run(application.run(options))
     except StartupError as exc:
         typer.echo(f"acp-proxy: {exc}", err=True)
         raise typer.Exit(application.EXIT_CANNOT_START) from None
@@ -678,7 +677,8 @@ def validate(
     old field name) is a note on stderr; the verdict goes to stdout.
     """
     try:
-        rules, seed = load_fault_files(files)
+        loaded = load_fault_files(files)
+        rules, seed = loaded.rules, loaded.seed
     except FaultFileError as exc:
         _print_errors(exc)
         raise typer.Exit(2) from None

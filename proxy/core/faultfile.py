@@ -2,8 +2,9 @@
 
 A fault file is data: ``rules``, each a ``when`` (which messages), a ``schedule`` (which
 occurrences) and a ``do`` (one action of a discriminated union). Every model forbids unknown
-fields, so a typo is an error, never a silently ignored key. :func:`load_fault_files` turns every
-problem into a :class:`FaultFileError` that names the file, the line, the rule and the field.
+fields, so a typo is an error, never a silently ignored key. :func:`parse_fault_file` turns every
+problem into a :class:`FaultFileError` that names the file, the line, the rule and the field (the
+shell reads the files: :mod:`proxy.shell.fault_files`).
 What is valid but worth a word (an old field name, an action that needs Clients on Streamable
 HTTP) is a :class:`Note` of :func:`rule_notes`.
 
@@ -20,7 +21,6 @@ import re
 import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
@@ -72,11 +72,10 @@ __all__ = [
     "When",
     "dump_rules",
     "fault_file_schema",
-    "load_fault_files",
     "parse_fault_file",
-    "read_fault_file",
     "rule_notes",
     "signal_number",
+    "too_large",
     "validate_rules",
     "validated",
 ]
@@ -557,7 +556,7 @@ def _clean_loc(loc: Sequence[int | str], data: Any) -> list[int | str]:
     return cleaned
 
 
-def _too_large(name: str) -> FaultFileError:
+def too_large(name: str) -> FaultFileError:
     message = f"over {MAX_FILE_BYTES:,} bytes: a fault file is at most that"
     return FaultFileError([Location(file=name, message=message)])
 
@@ -577,7 +576,7 @@ def _too_many(rules: Any, name: str, tree: yaml.Node | None = None) -> None:
 def parse_fault_file(text: str, name: str) -> FaultFile:
     """Parse and validate one fault file's text (YAML, of which JSON is a subset)."""
     if len(text) > MAX_FILE_BYTES:
-        raise _too_large(name)
+        raise too_large(name)
     try:
         data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
     except _Refused as exc:
@@ -685,60 +684,6 @@ def validate_rules(data: Any, source: str = "request") -> list[Rule]:
     at most :data:`MAX_RULES`."""
     _too_many(data, source)
     return validated(_RuleList, {"rules": data}, source).rules
-
-
-def read_fault_file(path: str | Path) -> bytes:
-    """A fault file's bytes, read no further than one byte past :data:`MAX_FILE_BYTES` (enough to
-    tell that it is too large, whatever it is: a huge file, a device). Raises ``OSError``."""
-    with Path(path).open("rb") as file:
-        return file.read(MAX_FILE_BYTES + 1)
-
-
-def load_fault_files(paths: Sequence[str | Path]) -> tuple[list[Rule], int | None]:
-    """Load and validate every file; return all rules in order and the seed.
-
-    Every error of every file is collected before raising one :class:`FaultFileError`.
-    Rule names must be unique across files; the first file that sets a seed gives it; all the
-    files together hold at most :data:`MAX_RULES` rules.
-    """
-    rules: list[Rule] = []
-    seed: int | None = None
-    errors: list[Location] = []
-    origin: dict[str, str] = {}
-    for path in paths:
-        name = str(path)
-        try:
-            data = read_fault_file(path)
-            if len(data) > MAX_FILE_BYTES:
-                raise _too_large(name)
-            parsed = parse_fault_file(data.decode("utf-8"), name)
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append(Location(file=name, message=f"cannot read: {exc}"))
-            continue
-        except FaultFileError as exc:
-            errors.extend(exc.errors)
-            continue
-        for rule in parsed.rules:
-            if rule.name in origin:
-                errors.append(
-                    Location(
-                        file=name,
-                        rule=rule.name,
-                        field="name",
-                        message=f"rule name already used in {origin[rule.name]}",
-                    )
-                )
-            origin[rule.name] = name
-        rules.extend(parsed.rules)
-        if seed is None:
-            seed = parsed.seed
-    if len(rules) > MAX_RULES and not errors:
-        files = ", ".join(str(path) for path in paths)
-        message = f"{len(rules):,} rules in all: at most {MAX_RULES:,}"
-        errors.append(Location(file=files, message=message))
-    if errors:
-        raise FaultFileError(errors)
-    return rules, seed
 
 
 def dump_rules(rules: Sequence[Rule]) -> list[dict[str, Any]]:

@@ -18,11 +18,12 @@ from proxy.core.commands import Restart
 from proxy.core.engine import FaultEngine
 from proxy.core.errors import StartupError, os_cause
 from proxy.core.events import Direction, Side
-from proxy.core.faultfile import Note, load_fault_files
+from proxy.core.faultfile import Note
 from proxy.core.ledger import Ledger
 from proxy.core.relay import Relay
 from proxy.shell.admin import AdminServer, Runtime
 from proxy.shell.endpoint import Signalable
+from proxy.shell.fault_files import LoadedFaults, load_fault_files, watch_fault_files
 from proxy.shell.hostport import authority
 from proxy.shell.link import Link, LinkState
 from proxy.shell.log import get_logger
@@ -43,7 +44,6 @@ from proxy.shell.transports.http_listener import INITIALIZE_TIMEOUT
 from proxy.shell.transports.http_upstream import HTTP_TIMEOUT
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
 from proxy.shell.transports.websocket import CONNECT_TIMEOUT
-from proxy.shell.watch import watch_fault_files
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -108,11 +108,11 @@ class RunOptions:
     """Seconds the links get to end after SIGTERM or SIGINT before they are cut."""
 
 
-def build_engine(options: RunOptions) -> FaultEngine:
-    """The fault engine of a run: rules from the files, seeded (a random seed is logged). Each
-    rule loaded, from the files, a reload or the control API, has its notes logged."""
-    rules, file_seed = load_fault_files(options.faults) if options.faults else ([], None)
-    seed = options.seed if options.seed is not None else file_seed
+def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
+    """The fault engine of a run: the rules ``loaded`` from its files, seeded (a random seed is
+    logged). Each rule loaded, from the files, a reload or the control API, has its notes logged."""
+    rules = loaded.rules
+    seed = options.seed if options.seed is not None else loaded.seed
     if seed is None:
         seed = secrets.randbelow(2**32)
         if rules:
@@ -164,6 +164,7 @@ class _OneLink:
 class _Experiment:
     """What every run shares: the engine, the observers, metrics, trace, the control API."""
 
+    faults: LoadedFaults
     engine: FaultEngine
     observer: Fanout
     tally: Tally
@@ -190,9 +191,10 @@ class _Experiment:
 
 
 def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
-    """The experiment of a run; :class:`~proxy.core.errors.StartupError` when its trace or state
-    file cannot be used."""
-    engine = build_engine(options)
+    """The experiment of a run; :class:`~proxy.core.errors.FaultFileError` when a fault file is
+    bad, :class:`~proxy.core.errors.StartupError` when its trace or state file cannot be used."""
+    faults = load_fault_files(options.faults)
+    engine = build_engine(options, faults)
     tally = Tally()
     links = _Links()
     metrics = Metrics(pending=links.pending)
@@ -226,7 +228,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         http_timeout=options.http_timeout,
     )
     fanout.extend(observers)
-    return _Experiment(engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver)
+    return _Experiment(
+        faults, engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver
+    )
 
 
 @contextlib.asynccontextmanager
@@ -240,13 +244,12 @@ async def _serving(
     try:
         admin = None
         if options.admin is not None:
-            initial, _seed = load_fault_files(options.faults) if options.faults else ([], None)
             admin = AdminServer(
                 runtime,
                 experiment.engine,
                 experiment.metrics,
                 experiment.feed,
-                initial_rules=initial,
+                initial_rules=experiment.faults.rules,
                 token=options.admin_token,
                 ledger=experiment.ledger.summary,
                 findings=lambda: experiment.ledger.findings,
@@ -261,7 +264,7 @@ async def _serving(
         watcher = None
         if options.watch and options.faults:
             watcher = asyncio.get_running_loop().create_task(
-                watch_fault_files(options.faults, experiment.engine, experiment.observer)
+                watch_fault_files(experiment.faults, experiment.engine, experiment.observer)
             )
         try:
             yield admin

@@ -22,11 +22,11 @@ from proxy.core.faultfile import (
     Sever,
     dump_rules,
     fault_file_schema,
-    load_fault_files,
     parse_fault_file,
     rule_notes,
     validate_rules,
 )
+from proxy.shell.fault_files import load_fault_files
 
 GOOD = """\
 version: 1
@@ -225,7 +225,8 @@ def test_several_files_concatenate_and_names_stay_unique(tmp_path: Path) -> None
     second.write_text(
         '{"version": 1, "seed": 4, "rules": [{"name": "two", "do": {"action": "drop"}}]}'
     )
-    rules, seed = load_fault_files([first, second])
+    loaded = load_fault_files([first, second])
+    rules, seed = loaded.rules, loaded.seed
     assert [rule.name for rule in rules] == ["one", "two"]
     assert seed == 4
     second.write_text('{"version": 1, "rules": [{"name": "one", "do": {"action": "drop"}}]}')

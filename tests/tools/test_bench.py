@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from harness import TIMEOUT
 
-from proxy.core.faultfile import load_fault_files
+from proxy.shell.fault_files import load_fault_files
 from proxy.tools.bench import DELAY_RULES, RULES, TARGETS, WORKLOADS, render
 
 STATUSES = {"PASS", "MISS", "SKIP"}
@@ -205,11 +205,12 @@ def test_the_memory_check_samples_the_proxy() -> None:
 def test_the_rule_sets_are_valid_fault_files(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text(RULES)
-    rules, seed = load_fault_files([path])
+    loaded = load_fault_files([path])
+    rules, seed = loaded.rules, loaded.seed
     assert len(rules) >= 5
     assert seed is not None
     path.write_text(DELAY_RULES)
-    [rule], _seed = load_fault_files([path])
+    [rule] = load_fault_files([path]).rules
     assert rule.do.action == "delay"
     assert rule.when.method == "_bench/delayed"
 
