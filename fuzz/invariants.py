@@ -38,6 +38,8 @@ from typing import Any
 import orjson
 import structlog
 
+from proxy.core.actions.base import Subject
+from proxy.core.actions.error import ErrorReply
 from proxy.core.commands import (
     Close,
     Command,
@@ -47,7 +49,7 @@ from proxy.core.commands import (
     Sever,
     StartTimer,
 )
-from proxy.core.engine import FaultEngine, Subject
+from proxy.core.engine import FaultEngine
 from proxy.core.events import (
     Direction,
     Event,
@@ -58,7 +60,6 @@ from proxy.core.events import (
     TimerFired,
 )
 from proxy.core.faultfile import (
-    ErrorReply,
     FaultFileError,
     Rule,
     dump_rules,

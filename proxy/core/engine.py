@@ -22,34 +22,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.actions import actions
+from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
-from proxy.core.faultfile import (
-    CloseStream,
-    ErrorReply,
-    HttpStatus,
-    Note,
-    Rule,
-    Schedule,
-    When,
-    rule_notes,
-)
+from proxy.core.faultfile import Note, Rule, Schedule, When, rule_notes
 from proxy.core.jsonrpc import Kind
 
-__all__ = ["Decision", "FaultEngine", "RuleState", "Subject", "matches_params"]
-
-
-@dataclass(frozen=True, slots=True)
-class Subject:
-    """What a rule can match on, for one message."""
-
-    direction: Direction
-    kind: Kind
-    method: str | None
-    session: str | None
-    keyed: bool
-    params: Any = None
-    downstream: str = "stdio"
-    """The Client's transport: ``stdio``, ``http`` or ``ws`` (HTTP-only actions need ``http``)."""
+__all__ = ["Decision", "FaultEngine", "RuleState", "matches_params"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,16 +92,8 @@ def _shape_matches(compiled: _Compiled, subject: Subject) -> bool:
         return False
     if when.kind not in ("any", subject.kind):
         return False
-    if isinstance(rule.do, ErrorReply) and subject.kind is not Kind.REQUEST:
-        return False  # only a request can be answered with an error
-    if isinstance(rule.do, HttpStatus) and (
-        subject.downstream != "http" or subject.direction is not Direction.TO_AGENT
-    ):
-        return False  # only a POST from an HTTP client can fail
-    if isinstance(rule.do, CloseStream) and (
-        subject.downstream != "http" or subject.direction is not Direction.TO_CLIENT
-    ):
-        return False  # only a message to an HTTP client travels on an SSE stream
+    if not actions[rule.do.action].applies(rule.do, subject):
+        return False  # an action that cannot act on such a message (an error on an answer)
     return compiled.method is None or (
         subject.method is not None and compiled.method.match(subject.method) is not None
     )

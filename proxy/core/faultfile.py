@@ -16,65 +16,47 @@ what it names: a few hundred bytes of nested aliases would otherwise expand to g
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import re
-import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
-    AfterValidator,
-    AliasChoices,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
-    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
+from proxy.core.actions import actions
+from proxy.core.actions.base import ActionModel, StrictModel
 from proxy.core.errors import ConfigError
-from proxy.core.jsonrpc import error_response
 
 __all__ = [
     "MAX_ALIASED_VALUES",
-    "MAX_DOWNTIME_MS",
     "MAX_FILE_BYTES",
     "MAX_RULES",
-    "Action",
-    "CloseCode",
-    "CloseStream",
-    "Corrupt",
-    "Delay",
-    "Downtime",
-    "Drop",
-    "Duplicate",
-    "ErrorReply",
     "FaultFile",
     "FaultFileError",
-    "HttpStatus",
-    "KillAgent",
     "Location",
     "Note",
-    "RestartProxy",
     "Rule",
     "Schedule",
-    "Sever",
-    "SignalNumber",
     "When",
     "dump_rules",
     "fault_file_schema",
     "parse_fault_file",
     "rule_notes",
-    "signal_number",
     "too_large",
     "validate_rules",
     "validated",
@@ -89,11 +71,7 @@ MAX_ALIASED_VALUES = 10_000
 """The most values a fault file's YAML aliases may add (each use copies what it names)."""
 
 
-class _Model(BaseModel):
-    # allow_inf_nan: a time of .inf would dump as null, which does not load back
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
-    )
+_Model = StrictModel
 
 
 _GLOB_CLASS = re.compile(r"\[!?\]?[^\]]*\]")
@@ -165,193 +143,14 @@ class Schedule(_Model):
         return self
 
 
-class Drop(_Model):
-    """Discard the message."""
-
-    action: Literal["drop"]
-
-
-class Delay(_Model):
-    """Hold the message ``ms`` (+ uniform ``jitter_ms``), then forward it; others keep flowing."""
-
-    action: Literal["delay"]
-    ms: NonNegativeFloat
-    jitter_ms: NonNegativeFloat = 0.0
-
-
-class ErrorReply(_Model):
-    """Answer a request at once with a JSON-RPC error under the sender's id; do not forward it."""
-
-    action: Literal["error"]
-    code: int = -32603
-    message: str = "Error injected by acp-fault-proxy"
-    data: Any = None
-
-    @model_validator(mode="after")
-    def _writable(self) -> ErrorReply:
-        """The answer is written when the rule fires: refuse now what JSON cannot carry (a YAML
-        set or binary, a lone surrogate, an integer beyond 64 bits)."""
-        try:
-            error_response(b"0", self.code, self.message, self.data)
-        except TypeError as exc:  # orjson.JSONEncodeError
-            raise ValueError(f"the error answer cannot be written as JSON: {exc}") from None
-        return self
-
-
-class Duplicate(_Model):
-    """Send the message ``copies`` extra times, ``gap_ms`` apart (a request: a replayed retry)."""
-
-    action: Literal["duplicate"]
-    copies: PositiveInt = 1
-    gap_ms: NonNegativeFloat = 0.0
-
-
-def _sendable(code: int) -> int:
-    """A WebSocket close code an endpoint may send (RFC 6455 7.4: 1004-1006 and 1015 are
-    reserved, 1016-2999 unassigned, below 1000 unused)."""
-    if not (1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999):
-        raise ValueError(
-            f"{code} cannot be sent in a close frame: 1000-1003, 1007-1014 or 3000-4999"
-        )
-    return code
-
-
-CloseCode = Annotated[
-    int,
-    Field(
-        ge=1000,
-        le=4999,
-        description="WebSocket close code: 1000-1003, 1007-1014 or 3000-4999",
-    ),
-    AfterValidator(_sendable),
-]
-"""A close code a ``sever`` may send."""
-
-
-class Sever(_Model):
-    """Cut the connection to ``side`` at ``moment``: before or after forwarding the message.
-
-    ``moment`` was called ``when`` (easily read as the rule's own ``when``); the old name is still
-    accepted, and :func:`rule_notes` tells the rule to use the new one.
-    """
-
-    action: Literal["sever"]
-    side: Literal["client", "agent", "both"] = "both"
-    moment: Literal["before", "after"] = Field(
-        "before",
-        validation_alias=AliasChoices("moment", "when"),
-        description="before or after forwarding the message",
-    )
-    close_code: CloseCode = 1001
-    _old_name: bool = PrivateAttr(False)
-    """The rule said ``when`` for ``moment``."""
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _renamed(cls, data: Any, handler: ModelWrapValidatorHandler[Sever]) -> Sever:
-        old = isinstance(data, dict) and "when" in data
-        if old and "moment" in data:
-            raise ValueError("give 'moment' only ('when' is its old name)")
-        sever = handler(data)
-        sever._old_name = old
-        return sever
-
-    @property
-    def old_name(self) -> bool:
-        """The rule used ``when``, the old name of ``moment``."""
-        return self._old_name
-
-
-def signal_number(value: Any) -> int:
-    """A signal given by name (KILL, SIGTERM, term) or number, as its number."""
-    if isinstance(value, bool):
-        raise ValueError("a signal is a name such as KILL or TERM, or a number")
-    if isinstance(value, int):
-        valid = {int(s) for s in signal.Signals}
-        if value not in valid:
-            raise ValueError(f"{value} is not a signal number")
-        return value
-    if isinstance(value, str):
-        name = value.upper()
-        name = name if name.startswith("SIG") else f"SIG{name}"
-        try:
-            return int(signal.Signals[name])
-        except KeyError:
-            raise ValueError(f"{value!r} is not a signal name") from None
-    raise ValueError("a signal is a name such as KILL or TERM, or a number")
-
-
-SignalNumber = Annotated[
-    int, BeforeValidator(signal_number), Field(description="name (KILL, TERM, ...) or number")
-]
-"""A signal, given by name or number."""
-
-MAX_DOWNTIME_MS = 3_600_000.0
-"""The longest ``restart_proxy`` downtime: an hour."""
-
-Downtime = Annotated[float, Field(ge=0, le=MAX_DOWNTIME_MS, allow_inf_nan=False)]
-"""Milliseconds a ``restart_proxy`` keeps the data plane down."""
-
-
-class KillAgent(_Model):
-    """Send ``signal`` to the spawned Agent after ``after_ms``; ``respawn`` starts a new one."""
-
-    action: Literal["kill_agent"]
-    signal: SignalNumber = int(signal.SIGKILL)
-    after_ms: NonNegativeFloat = 0.0
-    respawn: bool = False
-
-
-class RestartProxy(_Model):
-    """Restart the data plane: connections closed, id maps forgotten, down ``downtime_ms``."""
-
-    action: Literal["restart_proxy"]
-    downtime_ms: Downtime = 0.0
-
-
-class HttpStatus(_Model):
-    """HTTP listener: answer the POST with ``status``; ``forward`` still relays the message."""
-
-    action: Literal["http_status"]
-    status: int = Field(ge=400, le=599)
-    forward: bool = False
-
-
-class CloseStream(_Model):
-    """HTTP listener: close the SSE stream that would carry the message; the message is lost."""
-
-    action: Literal["close_stream"]
-
-
-class Corrupt(_Model):
-    """Send malformed bytes instead of the message."""
-
-    action: Literal["corrupt"]
-    mode: Literal["truncate", "garbage", "invalid_utf8"] = "garbage"
-
-
-Action = Annotated[
-    Drop
-    | Delay
-    | ErrorReply
-    | Duplicate
-    | Sever
-    | KillAgent
-    | RestartProxy
-    | HttpStatus
-    | CloseStream
-    | Corrupt,
-    Field(discriminator="action"),
-]
-
-
 class Rule(_Model):
     """One fault: which messages, which occurrences, what happens."""
 
     name: str = Field(min_length=1, max_length=200)
     when: When = When()
     schedule: Schedule = Schedule()
-    do: Action
+    do: ActionModel
+    """The action and its parameters: one of the registered actions' models."""
     continue_: bool = Field(
         False, alias="continue", description="let later rules act on the same message too"
     )
@@ -402,19 +201,20 @@ class Note:
 
 
 HTTP_ONLY = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
-"""Why an ``http_status`` or ``close_stream`` rule may never fire."""
+"""Why a rule whose action needs an HTTP listener (``http_status``, ``close_stream``) may never
+fire."""
 
 
 def rule_notes(rules: Iterable[Rule]) -> list[Note]:
-    """The notes of ``rules``, in order: HTTP-only actions, and ``sever``'s old ``when``."""
+    """The notes of ``rules``, in order: actions that need Clients on Streamable HTTP, and what
+    each action says of its parameters (``sever``'s old ``when``)."""
     notes = []
     for rule in rules:
-        action = rule.do
-        if isinstance(action, HttpStatus | CloseStream):
-            notes.append(Note(rule.name, "do.action", f"{action.action} {HTTP_ONLY}", True))
-        elif isinstance(action, Sever) and action.old_name:
-            message = "'when' is the old name of 'moment' (before or after forwarding); rename it"
-            notes.append(Note(rule.name, "do.when", message))
+        action = actions[rule.do.action]
+        if action.needs_http:
+            notes.append(Note(rule.name, "do.action", f"{action.name} {HTTP_ONLY}", True))
+        for field, message in action.notes(rule.do):
+            notes.append(Note(rule.name, field, message))
     return notes
 
 
@@ -545,13 +345,8 @@ def _clean_loc(loc: Sequence[int | str], data: Any) -> list[int | str]:
     """Drop pydantic's union tags from a location (``do.delay.ms`` -> ``do.ms``)."""
     cleaned: list[int | str] = []
     for index, part in enumerate(loc):
-        if index > 0 and loc[index - 1] == "do" and isinstance(part, str) and part != "action":
-            action_names = {
-                "drop", "delay", "error", "duplicate", "sever", "kill_agent",
-                "restart_proxy", "http_status", "close_stream", "corrupt",
-            }  # fmt: skip
-            if part in action_names:
-                continue
+        if index > 0 and loc[index - 1] == "do" and part != "action" and part in actions:
+            continue
         cleaned.append(part)
     return cleaned
 
@@ -665,6 +460,20 @@ class _RuleList(_Model):
     def _unique_names(self) -> _RuleList:
         FaultFile._unique(self.rules)
         return self
+
+
+def _install(models: tuple[type[ActionModel], ...]) -> None:
+    """Make ``do`` the union of every registered action's model (told again after each
+    :meth:`~proxy.core.actions.ActionRegistry.register`), so the located errors, the schema and
+    the control API know every action, a plugin's too."""
+    union: Any = functools.reduce(operator.or_, models)
+    annotation: Any = Annotated[union, Field(discriminator="action")]
+    Rule.model_fields["do"] = FieldInfo.from_annotation(annotation)
+    for model in (Rule, FaultFile, _RuleList):
+        model.model_rebuild(force=True)
+
+
+actions.subscribe(_install)
 
 
 M = TypeVar("M", bound=BaseModel)

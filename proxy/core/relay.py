@@ -56,13 +56,26 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import assert_never
 
+from proxy.core.actions import actions
+from proxy.core.actions.base import (
+    After,
+    Copies,
+    Cut,
+    Fault,
+    Hold,
+    KillStream,
+    Now,
+    Reply,
+    Rewrite,
+    Stop,
+    Subject,
+)
 from proxy.core.commands import (
     CancelDropped,
     Close,
     Command,
     DropStream,
     DuplicateSwallowed,
-    FailPost,
     FaultInjected,
     Handling,
     Held,
@@ -73,17 +86,15 @@ from proxy.core.commands import (
     Orphaned,
     PeerGone,
     Relayed,
-    Restart,
     RulesCounted,
     Send,
     Sever,
-    SignalAgent,
     StartTimer,
     Stopped,
     Undeliverable,
     Unroutable,
 )
-from proxy.core.engine import FaultEngine, Subject
+from proxy.core.engine import FaultEngine
 from proxy.core.events import (
     Direction,
     Event,
@@ -93,18 +104,6 @@ from proxy.core.events import (
     Side,
     TimerFired,
 )
-from proxy.core.faultfile import (
-    CloseStream,
-    Corrupt,
-    Delay,
-    Drop,
-    Duplicate,
-    ErrorReply,
-    HttpStatus,
-    KillAgent,
-    RestartProxy,
-)
-from proxy.core.faultfile import Sever as SeverAction
 from proxy.core.idmap import DuplicateGroup, IdMap, Pending
 from proxy.core.jsonrpc import (
     ErrorCode,
@@ -119,7 +118,7 @@ from proxy.core.jsonrpc import (
 )
 from proxy.core.splice import Span, splice
 
-__all__ = ["CANCEL_METHOD", "SUCCESSOR_METHODS", "Relay", "corrupt"]
+__all__ = ["CANCEL_METHOD", "SUCCESSOR_METHODS", "Relay"]
 
 CANCEL_METHOD = "$/cancel_request"
 INITIALIZE_METHOD = "initialize"
@@ -131,21 +130,6 @@ _ANSWERS = (Kind.RESPONSE, Kind.ERROR)
 MAX_INVALID_PENDING = 64
 """Invalid requests per direction whose answer the relay still expects (most are never answered
 under their id: the peer cannot read them; the oldest is forgotten, its late answer an orphan)."""
-
-
-def corrupt(data: bytes, mode: str, draw: Iterator[int]) -> bytes:
-    """Malformed bytes in place of ``data`` (never a newline, so framing survives).
-
-    ``truncate``: the first half; ``garbage``: printable noise drawn from ``draw``;
-    ``invalid_utf8``: the message with an invalid UTF-8 sequence inside its first string.
-    """
-    if mode == "truncate":
-        return data[: max(1, len(data) // 2)]
-    if mode == "garbage":
-        return bytes(next(draw) for _ in range(min(max(len(data), 1), 256)))
-    quote = data.find(b'"')
-    at = quote + 1 if quote >= 0 else len(data) // 2
-    return data[:at] + b"\xc3\x28" + data[at:]
 
 
 def _refusal(detail: str) -> bytes:
@@ -161,10 +145,6 @@ class _Timed:
     commands: list[Command]
     relayed: Relayed | None = None
     at: float = 0.0
-
-
-_STOPPED = {"drop": "dropped", "error": "answered_by_proxy", "sever": "severed"}
-"""The disposition of a message each stopping action leaves behind (``http_status``: refused)."""
 
 
 class Relay:
@@ -302,18 +282,19 @@ class Relay:
             return self._translate(direction, message, at, out), []
         stopped_by: tuple[str, str] | None = None
         stream_dropped = False
-        mode: str | None = None
+        rewrite: Rewrite | None = None
         delay = gap = 0.0
         delayed_by: list[str] = []
         spaced_by: list[str] = []
         copies = 0
         after: list[Command] = []
+        fault = Fault(message, subject, engine.rng)
         for rule in decision.fired:
-            action = rule.do
+            params = rule.do
             out.append(
                 FaultInjected(
                     rule.name,
-                    action.action,
+                    params.action,
                     direction,
                     message.kind,
                     subject.method,
@@ -321,48 +302,37 @@ class Relay:
                     message.id_token,
                 )
             )
-            stops = False
-            match action:
-                case Drop():
-                    stops = True
-                case ErrorReply(code=code, message=text, data=data):
-                    assert message.id_token is not None  # the engine fires it on requests only
-                    answer = error_response(message.id_token, code, text, data)
-                    out.append(Send(direction.source, answer))
-                    stops = True
-                case Corrupt(mode=corrupt_mode):
-                    mode = corrupt_mode
-                case Delay(ms=ms, jitter_ms=jitter_ms):
-                    jitter = engine.rng.uniform(0.0, jitter_ms) if jitter_ms else 0.0
-                    delay += (ms + jitter) / 1000
-                    delayed_by.append(rule.name)
-                case Duplicate(copies=count, gap_ms=gap_ms):
-                    copies += count
-                    gap = gap_ms / 1000
-                    if gap_ms:
-                        spaced_by.append(rule.name)
-                case SeverAction(side=side, moment=moment, close_code=close_code):
-                    severs = [Sever(s, moment == "after", close_code) for s in _SIDES[side]]
-                    if moment == "before":
-                        self._closing.update(_SIDES[side])
-                        out.extend(severs)
-                        stops = True
-                    else:
-                        after.extend(severs)
-                case KillAgent(signal=signum, after_ms=after_ms, respawn=respawn):
-                    kill = SignalAgent(signum, respawn)
-                    after.append(self._hold(after_ms / 1000, [kill]) if after_ms else kill)
-                case RestartProxy(downtime_ms=downtime_ms):
-                    after.append(Restart(downtime_ms / 1000))
-                case HttpStatus(status=status, forward=forward):
-                    out.append(FailPost(status))
-                    stops = not forward
-                case CloseStream():
-                    stream_dropped = True
-                case _:
-                    assert_never(action)
-            if stops and stopped_by is None:
-                stopped_by = (rule.name, _STOPPED.get(action.action, "refused"))
+            for effect in actions[params.action].apply(params, fault):
+                match effect:
+                    case Stop(how=how):
+                        stopped_by = stopped_by or (rule.name, how)
+                    case Reply(data=data):
+                        out.append(Send(direction.source, data))
+                    case Hold(seconds=seconds):
+                        delay += seconds
+                        delayed_by.append(rule.name)
+                    case Copies(count=count, gap=spacing):
+                        copies += count
+                        gap = spacing
+                        if spacing:
+                            spaced_by.append(rule.name)
+                    case Rewrite():
+                        rewrite = effect  # the last rule's rewriting wins
+                    case Cut(sides=sides, before=before, close_code=close_code):
+                        severs = [Sever(s, not before, close_code) for s in _SIDES[sides]]
+                        if before:
+                            self._closing.update(_SIDES[sides])
+                            out.extend(severs)
+                        else:
+                            after.extend(severs)
+                    case KillStream():
+                        stream_dropped = True
+                    case Now(command=command):
+                        out.append(command)
+                    case After(command=command, delay=later):
+                        after.append(self._hold(later, [command]) if later else command)
+                    case _:
+                        assert_never(effect)
         if stopped_by is not None:
             out.append(self._stopped(direction, message, subject, *stopped_by))
             self._closing.update(c.side for c in after if isinstance(c, Sever))
@@ -377,11 +347,10 @@ class Relay:
         extra = []
         if copies:
             extra = self._copies(direction, message, relayed, forwards, count=copies, at=at)
-        if mode is not None:
-            draw = iter(lambda: engine.rng.randrange(0x21, 0x7F), None)
-            forwards = [corrupt(data, mode, draw) for data in forwards]
-            extra = [(corrupt(data, mode, draw), seen_copy) for data, seen_copy in extra]
-            if message.kind is Kind.REQUEST and forwards:
+        if rewrite is not None:
+            forwards = [rewrite.transform(data) for data in forwards]
+            extra = [(rewrite.transform(data), seen_copy) for data, seen_copy in extra]
+            if rewrite.unreadable and message.kind is Kind.REQUEST and forwards:
                 self._unanswerable(direction, message, len(forwards) + len(extra))
         destination = direction.destination
         now = forwards

@@ -31,17 +31,17 @@ import orjson
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ConfigDict
 
+from proxy.core.actions.kill_agent import SignalNumber
+from proxy.core.actions.restart_proxy import Downtime
+from proxy.core.actions.sever import CloseCode
 from proxy.core.commands import Sever, SignalAgent
 from proxy.core.engine import FaultEngine
 from proxy.core.errors import ConfigError
 from proxy.core.events import Direction, Side
 from proxy.core.faultfile import (
     MAX_RULES,
-    CloseCode,
-    Downtime,
     FaultFileError,
     Rule,
-    SignalNumber,
     dump_rules,
     validate_rules,
     validated,

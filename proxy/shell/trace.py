@@ -275,8 +275,9 @@ def _dumps(record: dict[str, Any]) -> bytes:
 
 def open_trace(path: str | Path) -> int:
     """A file descriptor to append the trace to; :class:`~proxy.core.errors.StartupError` (naming
-    ``--trace``, the path and why) when ``path`` is a symbolic link, not a regular file, or
-    cannot be opened for writing. ``-`` is stdout, whatever it is."""
+    ``--trace``, the path and why) when ``path`` is a symbolic link, neither a regular file nor
+    ``/dev/null`` (a FIFO, a socket, a terminal), or cannot be opened for writing. ``-`` is
+    stdout, whatever it is."""
     if str(path) == STDOUT:
         return os.dup(1)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -291,7 +292,7 @@ def open_trace(path: str | Path) -> int:
             cause = os_cause(exc)
         raise StartupError("--trace", str(path), cause) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if not (stat.S_ISREG(os.fstat(fd).st_mode) or os.path.samefile(path, os.devnull)):
             raise StartupError("--trace", str(path), "not a regular file")
         os.set_blocking(fd, True)
     except BaseException:

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from harness import TIMEOUT
 
+from proxy.core.actions.delay import Delay
+from proxy.core.actions.kill_agent import KillAgent
+from proxy.core.actions.sever import Sever
 from proxy.core.faultfile import (
     MAX_ALIASED_VALUES,
     MAX_FILE_BYTES,
     MAX_RULES,
-    Delay,
     FaultFileError,
-    KillAgent,
     Note,
     Rule,
-    Sever,
     dump_rules,
     fault_file_schema,
     parse_fault_file,

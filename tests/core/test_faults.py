@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.core.engine import FaultEngine, Subject, matches_params
+from proxy.core.actions.base import Subject
+from proxy.core.engine import FaultEngine, matches_params
 from proxy.core.events import Direction
 from proxy.core.faultfile import Note, Rule
 from proxy.core.jsonrpc import Kind

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from proxy.core.actions.corrupt import corrupt
 from proxy.core.commands import (
     Command,
     DuplicateSwallowed,
@@ -28,7 +29,7 @@ from proxy.core.engine import FaultEngine
 from proxy.core.events import Direction, MessageReceived, PeerClosed, Side, TimerFired
 from proxy.core.faultfile import Rule
 from proxy.core.jsonrpc import Kind
-from proxy.core.relay import Relay, corrupt
+from proxy.core.relay import Relay
 
 CLIENT, AGENT = Side.CLIENT, Side.AGENT
 T = TypeVar("T")
