@@ -18,7 +18,8 @@ for the ``acp_proxy.actions`` entry point group): the fault file's models, ``acp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from proxy.core.actions import (
     close_stream,
@@ -36,7 +37,7 @@ from proxy.core.actions.base import Action, ActionModel
 
 __all__ = ["BUILTIN", "ActionRegistry", "actions"]
 
-BUILTIN: tuple[Action, ...] = (  # type: ignore[type-arg]
+BUILTIN: tuple[Action[Any], ...] = (
     drop.ACTION,
     delay.ACTION,
     error.ACTION,
@@ -55,19 +56,19 @@ class ActionRegistry:
     """Actions by name. Whoever builds on the set (the fault file's models) subscribes, and is
     told again whenever an action is added."""
 
-    def __init__(self, builtin: tuple[Action, ...]) -> None:  # type: ignore[type-arg]
-        self._actions: dict[str, Action] = {}  # type: ignore[type-arg]
+    def __init__(self, builtin: tuple[Action[Any], ...]) -> None:
+        self._actions: dict[str, Action[Any]] = {}
         self._listeners: list[Callable[[tuple[type[ActionModel], ...]], None]] = []
         for action in builtin:
             self._add(action)
 
-    def __getitem__(self, name: str) -> Action:  # type: ignore[type-arg]
+    def __getitem__(self, name: str) -> Action[Any]:
         return self._actions[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self._actions
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Action[Any]]:
         return iter(self._actions.values())
 
     def names(self) -> list[str]:
@@ -78,7 +79,7 @@ class ActionRegistry:
         """Every action's model, in order."""
         return tuple(action.model for action in self._actions.values())
 
-    def register(self, action: Action) -> None:  # type: ignore[type-arg]
+    def register(self, action: Action[Any]) -> None:
         """Add ``action``; ``ValueError`` when its name is taken or its model is not one."""
         self._add(action)
         for listener in self._listeners:
@@ -89,7 +90,7 @@ class ActionRegistry:
         self._listeners.append(listener)
         listener(self.models())
 
-    def _add(self, action: Action) -> None:  # type: ignore[type-arg]
+    def _add(self, action: Action[Any]) -> None:
         if not (isinstance(action.model, type) and issubclass(action.model, ActionModel)):
             raise ValueError(f"{action.model!r} is not an ActionModel")
         name = action.name
