@@ -1,4 +1,4 @@
-"""Fuzz the fault-file loader (proxy/faultfile.py): any text, and any JSON for the control API.
+"""Fuzz the fault-file loader (proxy/core/faultfile.py): any text, and any JSON for the control API.
 
 Invariants: :func:`invariants.check_fault_text` and :func:`invariants.check_rules_data` (rules
 or ``FaultFileError``, nothing else; what loads can be used and round-trips).

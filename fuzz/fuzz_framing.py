@@ -1,4 +1,4 @@
-"""Fuzz newline framing (proxy/framing.py ``LineFramer``, how the stdio transport reads).
+"""Fuzz newline framing (proxy/core/framing.py ``LineFramer``, how the stdio transport reads).
 
 Invariants: :func:`invariants.check_line_framer` (any chunking gives the messages of the
 reference split; an over-long line becomes ``Oversized`` and is never buffered whole).

@@ -1,4 +1,4 @@
-"""Fuzz the message classifier (proxy/jsonrpc.py ``parse``): any bytes, alone or as params.
+"""Fuzz the message classifier (proxy/core/jsonrpc.py ``parse``): any bytes, alone or as params.
 
 Invariants: :func:`invariants.check_parse` (never raises, keeps the bytes, agrees with the
 standard library on kinds, ids and batches).

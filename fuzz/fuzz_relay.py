@@ -1,4 +1,4 @@
-"""Fuzz the relay core (proxy/relay.py) with the observers of a run, driven by both peers.
+"""Fuzz the relay core (proxy/core/relay.py) with the observers of a run, driven by both peers.
 
 An input is a script, one step per line (see :func:`invariants.read_script`; seeds in
 ``fuzz/corpus/relay/``): messages and arbitrary bytes from the Client and the Agent, answers to
@@ -15,7 +15,7 @@ import atheris
 with atheris.instrument_imports(include=["proxy"]):
     import invariants
 
-    from proxy.log import configure_logging
+    from proxy.shell.log import configure_logging
 
 from target import run
 

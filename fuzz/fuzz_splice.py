@@ -1,4 +1,4 @@
-"""Fuzz the id splicer (proxy/splice.py): any message with an id gets any valid id spliced in.
+"""Fuzz the id splicer (proxy/core/splice.py): any message with an id gets any valid id spliced in.
 
 Invariants: :func:`invariants.check_splice` (the bytes outside the id spans are identical; the
 result parses to the same message with only its id changed).
@@ -11,7 +11,7 @@ import atheris
 with atheris.instrument_imports(include=["proxy"]):
     import invariants
 
-    from proxy.jsonrpc import Batch, Kind, Message, parse
+    from proxy.core.jsonrpc import Batch, Kind, Message, parse
 
 from target import run
 

@@ -1,4 +1,4 @@
-"""Fuzz server-sent-event decoding (proxy/sse.py ``SseDecoder``, how the HTTP upstream reads).
+"""Fuzz server-sent-event decoding (proxy/core/sse.py ``SseDecoder``, how the HTTP upstream reads).
 
 Invariants: :func:`invariants.check_sse` (any chunking gives the events of the reference reading
 of the stream; an event's data never exceeds the limit; the buffer stays bounded).

@@ -1,8 +1,8 @@
 """What the fuzzers hold the proxy's input handling to: one ``check_*`` function per surface.
 
 Shared by the coverage-guided targets (``fuzz/fuzz_*.py``, atheris) and the property tests
-(``tests/test_fuzz_properties.py``, hypothesis). Each check runs the proxy's own code on one input
-and raises ``AssertionError`` when a promise is broken; any other exception that escapes is a
+(``tests/fuzz/test_fuzz_properties.py``, hypothesis). Each check runs the proxy's own code on one
+input and raises ``AssertionError`` when a promise is broken; any other exception that escapes is a
 crash. The promises:
 
 * :func:`check_parse`: classifying never raises, keeps the bytes, and agrees with the standard
@@ -12,8 +12,8 @@ crash. The promises:
 * :func:`check_line_framer`, :func:`check_sse`: framing does not depend on how the stream is
   chunked, matches a reference reading of the format, and never buffers more than its limit.
 * :func:`check_fault_text`, :func:`check_rules_data`: a fault file (any text) or a control-API
-  rule list (any structure) either loads or raises :class:`~proxy.faultfile.FaultFileError`; what
-  loads can be compiled by the engine, acted on, and dumped and loaded back unchanged.
+  rule list (any structure) either loads or raises :class:`~proxy.core.faultfile.FaultFileError`;
+  what loads can be compiled by the engine, acted on, and dumped and loaded back unchanged.
 * :class:`RelayLab` (:func:`check_relay`): the relay core and the observers of a real run (log
   lines, metrics, trace, event feed, idempotency ledger) take any sequence of messages, answers,
   cancels, oversize reports, timers and closes without raising; a forwarded message differs from
@@ -38,7 +38,9 @@ from typing import Any
 import orjson
 import structlog
 
-from proxy.commands import (
+from proxy.core.actions.base import Subject
+from proxy.core.actions.error import ErrorReply
+from proxy.core.commands import (
     Close,
     Command,
     Observation,
@@ -47,7 +49,8 @@ from proxy.commands import (
     Sever,
     StartTimer,
 )
-from proxy.events import (
+from proxy.core.engine import FaultEngine
+from proxy.core.events import (
     Direction,
     Event,
     MessageReceived,
@@ -56,17 +59,15 @@ from proxy.events import (
     Side,
     TimerFired,
 )
-from proxy.faultfile import (
-    ErrorReply,
+from proxy.core.faultfile import (
     FaultFileError,
     Rule,
     dump_rules,
     parse_fault_file,
     validate_rules,
 )
-from proxy.faults import FaultEngine, Subject
-from proxy.framing import LineFramer, Oversized
-from proxy.jsonrpc import (
+from proxy.core.framing import LineFramer, Oversized
+from proxy.core.jsonrpc import (
     Batch,
     Invalid,
     InvalidReason,
@@ -75,13 +76,13 @@ from proxy.jsonrpc import (
     error_response,
     parse,
 )
-from proxy.ledger import Ledger
-from proxy.metrics import Metrics
-from proxy.observers import LogObserver, Observer, Tally
-from proxy.relay import CANCEL_METHOD, SUCCESSOR_METHODS, Relay
-from proxy.splice import splice
-from proxy.sse import SseDecoder
-from proxy.trace import EventFeed, TraceWriter
+from proxy.core.ledger import Ledger
+from proxy.core.relay import CANCEL_METHOD, SUCCESSOR_METHODS, Relay
+from proxy.core.splice import splice
+from proxy.core.sse import SseDecoder
+from proxy.shell.metrics import Metrics
+from proxy.shell.observers import LogObserver, Observer, Tally
+from proxy.shell.trace import EventFeed, TraceWriter
 
 CORPUS = Path(__file__).parent / "corpus"
 """Seed inputs, one file each, in a directory per surface (``messages``, ``sse``, ...)."""
@@ -227,7 +228,8 @@ def _check_single(parsed: Message | Invalid, value: Any) -> None:
 
 
 def check_parse(data: bytes) -> Message | Batch | Invalid:
-    """:func:`proxy.jsonrpc.parse` on any bytes: never raises, agrees with the standard library."""
+    """:func:`proxy.core.jsonrpc.parse` on any bytes: never raises, agrees with the standard
+    library."""
     parsed = parse(data)
     assert parsed.raw == data
     try:
@@ -344,7 +346,7 @@ def line_framer_model(data: bytes, limit: int) -> list[bytes | Oversized]:
 
 
 def check_line_framer(data: bytes, cuts: Iterable[int], limit: int) -> None:
-    """:class:`~proxy.framing.LineFramer` on ``data`` cut at ``cuts``, with ``limit``."""
+    """:class:`~proxy.core.framing.LineFramer` on ``data`` cut at ``cuts``, with ``limit``."""
     framer = LineFramer(limit)
     out: list[bytes | Oversized] = []
     for chunk in _chunks(data, cuts):
@@ -383,7 +385,7 @@ def sse_model(data: bytes, limit: int) -> list[bytes | str]:
 
 
 def check_sse(data: bytes, cuts: Iterable[int], limit: int) -> None:
-    """:class:`~proxy.sse.SseDecoder` on ``data`` cut at ``cuts``, with ``limit``."""
+    """:class:`~proxy.core.sse.SseDecoder` on ``data`` cut at ``cuts``, with ``limit``."""
     decoder = SseDecoder(limit)
     out: list[bytes | Oversized] = []
     for chunk in _chunks(data, cuts):

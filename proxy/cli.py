@@ -1,4 +1,5 @@
-"""The command line (typer; names from DESIGN 3): it parses options and wires :mod:`proxy.app`."""
+"""The command line (typer; names from DESIGN 3): it parses options and wires
+:mod:`proxy.shell.app`."""
 
 from __future__ import annotations
 
@@ -15,16 +16,26 @@ from typing import Annotated
 import typer
 
 from proxy import __version__
-from proxy import app as application
-from proxy.admin import (
+from proxy.core.errors import ConfigError, StartupError
+from proxy.core.faultfile import FaultFileError, fault_file_schema, rule_notes
+from proxy.shell import app as application
+from proxy.shell.admin import (
     ADMIN_TOKEN_ENV,
     check_admin_host,
     check_admin_token,
     read_admin_token_file,
 )
-from proxy.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
-from proxy.bench import bench_main, make_options
-from proxy.check_agent import (
+from proxy.shell.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
+from proxy.shell.fault_files import load_fault_files
+from proxy.shell.hostport import parse_host_port
+from proxy.shell.log import configure_logging
+from proxy.shell.origin_policy import parse_allowed_host, parse_allowed_origin
+from proxy.shell.server import SHUTDOWN_TIMEOUT, parse_address
+from proxy.shell.transports.http_listener import INITIALIZE_TIMEOUT
+from proxy.shell.transports.http_upstream import HTTP_TIMEOUT
+from proxy.shell.transports.websocket import CONNECT_TIMEOUT
+from proxy.tools.bench import bench_main, make_options
+from proxy.tools.check_agent import (
     TRACES,
     CheckOptions,
     check_agent,
@@ -33,21 +44,12 @@ from proxy.check_agent import (
     to_json,
     to_junit,
 )
-from proxy.demo import run_demo
-from proxy.errors import ConfigError, StartupError
-from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files, rule_notes
-from proxy.hostport import parse_host_port
-from proxy.log import configure_logging
-from proxy.origin_policy import parse_allowed_host, parse_allowed_origin
-from proxy.reference_agent import AgentOptions, serve_agent
-from proxy.reference_client import ClientOptions, run_client
-from proxy.reference_client import render as render_client
-from proxy.report import report_main
-from proxy.report_html import write_html
-from proxy.server import SHUTDOWN_TIMEOUT, parse_address
-from proxy.transports.http_listener import INITIALIZE_TIMEOUT
-from proxy.transports.http_upstream import HTTP_TIMEOUT
-from proxy.transports.websocket import CONNECT_TIMEOUT
+from proxy.tools.lab.agent import AgentOptions, serve_agent
+from proxy.tools.lab.client import ClientOptions, run_client
+from proxy.tools.lab.client import render as render_client
+from proxy.tools.lab.demo import run_demo
+from proxy.tools.report import report_main
+from proxy.tools.report.html import write_html
 
 __all__ = ["app", "main"]
 
@@ -177,8 +179,8 @@ def run(
         Path | None,
         typer.Option(
             metavar="PATH",
-            help="Read the control API's bearer token from this file (one line); it wins over "
-            f"{ADMIN_TOKEN_ENV}.",
+            help=f"Read the control API's bearer token from this file (one line); the file wins "
+            f"over the variable {ADMIN_TOKEN_ENV}.",
             dir_okay=False,
         ),
     ] = None,
@@ -326,12 +328,10 @@ def run(
         state=state,
     )
     try:
-        load_fault_files(options.faults)  # refuse a bad fault file before anything starts
-    except FaultFileError as exc:
+        status = asyncio.run(application.run(options))
+    except FaultFileError as exc:  # refused before anything starts
         _print_errors(exc)
         raise typer.Exit(2) from None
-    try:
-        status = asyncio.run(application.run(options))
     except StartupError as exc:
         typer.echo(f"acp-proxy: {exc}", err=True)
         raise typer.Exit(application.EXIT_CANNOT_START) from None
@@ -677,7 +677,8 @@ def validate(
     old field name) is a note on stderr; the verdict goes to stdout.
     """
     try:
-        rules, seed = load_fault_files(files)
+        loaded = load_fault_files(files)
+        rules, seed = loaded.rules, loaded.seed
     except FaultFileError as exc:
         _print_errors(exc)
         raise typer.Exit(2) from None

@@ -1,6 +1,6 @@
 """A proxy running in the background of the current process (the pytest plugin, scripts).
 
-:class:`BackgroundProxy` runs :func:`proxy.app.run_network` on an event loop of its own in a
+:class:`BackgroundProxy` runs :func:`proxy.shell.app.run_network` on an event loop of its own in a
 daemon thread, so that synchronous tests can use it; :meth:`BackgroundProxy.start` returns once
 the listener and the control API are bound (port 0 resolved) and :meth:`BackgroundProxy.stop`
 shuts everything down, agents included.
@@ -12,8 +12,8 @@ import asyncio
 import threading
 from dataclasses import replace
 
-from proxy.app import Ready, RunOptions, run_network
-from proxy.server import Address
+from proxy.shell.app import Ready, RunOptions, run_network
+from proxy.shell.server import Address
 
 __all__ = ["BackgroundProxy"]
 

@@ -23,7 +23,7 @@ Fixtures:
 - ``acp_proxy_agent``: override it to return the Agent's argv (a list of strings). Not needed
   when ``acp_proxy_options`` names a network ``upstream``.
 - ``acp_proxy_options``: override it to return a dict of extra settings (fields of
-  :class:`proxy.app.RunOptions`): ``listen`` (``"ws"``, the default, ``"http"`` or a URL),
+  :class:`proxy.shell.app.RunOptions`): ``listen`` (``"ws"``, the default, ``"http"`` or a URL),
   ``upstream`` (``"stdio"`` or a URL), ``faults`` (fault file paths), ``seed``, ``trace`` (a
   path), ``strict``, ``keep_upstream``, ``admin_token``, ``max_message_bytes``, ...
 - ``acp_proxy``: a proxy running in this process (a thread of its own) on 127.0.0.1 with a free
@@ -51,8 +51,8 @@ import pytest
 from proxy.control import ControlClient
 
 if TYPE_CHECKING:
-    from proxy.app import RunOptions
     from proxy.embedded import BackgroundProxy
+    from proxy.shell.app import RunOptions
 
 __all__ = [
     "RunningProxy",
@@ -118,16 +118,16 @@ class RunningProxy:
 
 
 def run_options(agent: Sequence[str | os.PathLike[str]], **settings: Any) -> RunOptions:
-    """:class:`proxy.app.RunOptions` for a background proxy from plain settings.
+    """:class:`proxy.shell.app.RunOptions` for a background proxy from plain settings.
 
     ``listen`` is ``"ws"`` (default) or ``"http"`` (on 127.0.0.1, a free port) or a URL;
     ``upstream`` ``"stdio"`` (default) or a URL; paths (``faults``, ``trace``, ``state``) may be
     strings; any other key must be a field of ``RunOptions``.
     """
     # Imported here, not at the top: the plugin loads in every pytest run of the environment.
-    from proxy.app import RunOptions  # noqa: PLC0415
     from proxy.embedded import loopback  # noqa: PLC0415
-    from proxy.server import parse_address  # noqa: PLC0415
+    from proxy.shell.app import RunOptions  # noqa: PLC0415
+    from proxy.shell.server import parse_address  # noqa: PLC0415
 
     fields = {field.name for field in dataclasses.fields(RunOptions)} - {"agent_argv"}
     unknown = sorted(set(settings) - fields)
@@ -162,7 +162,7 @@ def running_proxy(
     Yields once it listens and its control API is bound; stops it (and its Agents) on exit.
     """
     from proxy.embedded import BackgroundProxy  # noqa: PLC0415 (see run_options)
-    from proxy.log import configure_logging  # noqa: PLC0415
+    from proxy.shell.log import configure_logging  # noqa: PLC0415
 
     options = run_options(agent, **settings)
     configure_logging("console", "info", stream=cast(TextIO, _CurrentStderr()))

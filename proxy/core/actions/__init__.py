@@ -1,0 +1,103 @@
+"""Fault actions: one module each, registered in one table (DESIGN 6 and 12).
+
+Where a fault is applied: a rule that fires hands its ``do`` to its action here, whose ``apply``
+returns effects (:mod:`proxy.core.actions.base`) that the relay folds into the link's commands.
+The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.actions.delay`,
+:mod:`~proxy.core.actions.error`, :mod:`~proxy.core.actions.duplicate`,
+:mod:`~proxy.core.actions.corrupt`, :mod:`~proxy.core.actions.sever`,
+:mod:`~proxy.core.actions.kill_agent`, :mod:`~proxy.core.actions.restart_proxy`,
+:mod:`~proxy.core.actions.http_status` and :mod:`~proxy.core.actions.close_stream`.
+
+Adding an action is one module here: its :class:`~proxy.core.actions.base.ActionModel` (the
+fields of ``do``), its ``apply``, and an :class:`~proxy.core.actions.base.Action` named
+``ACTION``, listed in :data:`BUILTIN`; its test in ``tests/core/actions/``; its entry in the docs
+(generated from the model). Another package adds its own with :func:`register` (the shell does it
+for the ``acp_proxy.actions`` entry point group): the fault file's models, ``acp-proxy schema``,
+``validate`` and the control API then know it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from proxy.core.actions import (
+    close_stream,
+    corrupt,
+    delay,
+    drop,
+    duplicate,
+    error,
+    http_status,
+    kill_agent,
+    restart_proxy,
+    sever,
+)
+from proxy.core.actions.base import Action, ActionModel
+
+__all__ = ["BUILTIN", "ActionRegistry", "actions"]
+
+BUILTIN: tuple[Action[Any], ...] = (
+    drop.ACTION,
+    delay.ACTION,
+    error.ACTION,
+    duplicate.ACTION,
+    sever.ACTION,
+    kill_agent.ACTION,
+    restart_proxy.ACTION,
+    http_status.ACTION,
+    close_stream.ACTION,
+    corrupt.ACTION,
+)
+"""The actions every proxy has, in the order the docs list them."""
+
+
+class ActionRegistry:
+    """Actions by name. Whoever builds on the set (the fault file's models) subscribes, and is
+    told again whenever an action is added."""
+
+    def __init__(self, builtin: tuple[Action[Any], ...]) -> None:
+        self._actions: dict[str, Action[Any]] = {}
+        self._listeners: list[Callable[[tuple[type[ActionModel], ...]], None]] = []
+        for action in builtin:
+            self._add(action)
+
+    def __getitem__(self, name: str) -> Action[Any]:
+        return self._actions[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._actions
+
+    def __iter__(self) -> Iterator[Action[Any]]:
+        return iter(self._actions.values())
+
+    def names(self) -> list[str]:
+        """Every action's name, in the order they were registered."""
+        return list(self._actions)
+
+    def models(self) -> tuple[type[ActionModel], ...]:
+        """Every action's model, in order."""
+        return tuple(action.model for action in self._actions.values())
+
+    def register(self, action: Action[Any]) -> None:
+        """Add ``action``; ``ValueError`` when its name is taken or its model is not one."""
+        self._add(action)
+        for listener in self._listeners:
+            listener(self.models())
+
+    def subscribe(self, listener: Callable[[tuple[type[ActionModel], ...]], None]) -> None:
+        """Call ``listener`` with every model now, and again after each :meth:`register`."""
+        self._listeners.append(listener)
+        listener(self.models())
+
+    def _add(self, action: Action[Any]) -> None:
+        if not (isinstance(action.model, type) and issubclass(action.model, ActionModel)):
+            raise ValueError(f"{action.model!r} is not an ActionModel")
+        name = action.name
+        if name in self._actions:
+            raise ValueError(f"an action named {name!r} exists already")
+        self._actions[name] = action
+
+
+actions = ActionRegistry(BUILTIN)
+"""The registry of this process: the built-in actions and those other packages registered."""

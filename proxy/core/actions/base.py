@@ -1,0 +1,206 @@
+"""What every fault action is made of: its parameters' model, the fault it acts on, its effects.
+
+An action is data and a pure function (toxiproxy's toxics, as data). Its :class:`ActionModel`
+subclass is the ``do`` of a rule: ``action: Literal["name"]`` and the action's own fields, each
+validated like any field of a fault file (unknown fields refused). Its ``apply`` takes those
+parameters and the :class:`Fault` (the message, what rules match on, the random stream) and
+returns :data:`Effect` s: what should happen to the message and around it. It never carries them
+out: the relay (:mod:`proxy.core.relay`) folds the effects of every rule that fired into the
+commands of the link, whichever action produced them.
+
+The effects, the one vocabulary shared by every action:
+
+* :class:`Stop`: the message goes no further (``dropped``, ``answered_by_proxy``, ``severed``,
+  ``refused``);
+* :class:`Reply`: the proxy answers the sender itself (bytes under the sender's id);
+* :class:`Hold`: the message is forwarded that much later (holds of several rules add up);
+* :class:`Copies`: extra copies follow it, ``gap`` seconds apart (a request's copies get ids of
+  their own, and only the first answer is relayed);
+* :class:`Rewrite`: what is forwarded is rewritten (its copies too);
+* :class:`Cut`: a connection is cut, before or after forwarding;
+* :class:`KillStream`: the message is translated but not written: the SSE stream that would
+  carry it dies with it;
+* :class:`Now` and :class:`After`: a command of the shell, at once or once the message was
+  forwarded (a delay may follow).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from proxy.core.commands import Command
+from proxy.core.events import Direction
+from proxy.core.jsonrpc import Kind, Message
+
+__all__ = [
+    "Action",
+    "ActionModel",
+    "After",
+    "Copies",
+    "Cut",
+    "Effect",
+    "Fault",
+    "Hold",
+    "KillStream",
+    "Now",
+    "Reply",
+    "Rewrite",
+    "Stop",
+    "StrictModel",
+    "Subject",
+]
+
+
+class StrictModel(BaseModel):
+    """Every model of a fault file: unknown fields refused, values frozen, no infinity (a time of
+    ``.inf`` would dump as null, which does not load back)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
+
+
+class ActionModel(StrictModel):
+    """The parameters of an action: a rule's ``do``. Subclasses set ``action`` to a Literal."""
+
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What a rule can match on, for one message (an answer: its request's method and session)."""
+
+    direction: Direction
+    kind: Kind
+    method: str | None
+    session: str | None
+    keyed: bool
+    params: Any = None
+    downstream: str = "stdio"
+    """The Client's transport: ``stdio``, ``http`` or ``ws`` (HTTP-only actions need ``http``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """What an action acts on: one message, as rules see it, and the experiment's random stream
+    (every random decision is drawn from it, so the same seed gives the same faults)."""
+
+    message: Message
+    subject: Subject
+    rng: random.Random
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The message goes no further; ``how`` it ended, as the trace says it."""
+
+    how: Literal["dropped", "answered_by_proxy", "severed", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The proxy answers the message's sender with ``data`` (a JSON-RPC message it wrote)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Forward the message ``seconds`` later; other messages keep flowing meanwhile."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Copies:
+    """Send ``count`` extra copies, ``gap`` seconds apart (after the message's own hold)."""
+
+    count: int
+    gap: float
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Forward ``transform(bytes)`` instead of the message (and of each copy). A request so
+    rewritten that no peer can read its id is never answered: ``unreadable`` says so."""
+
+    transform: Callable[[bytes], bytes]
+    unreadable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Cut the connection to ``sides`` (both ways), ``before`` forwarding the message (then the
+    message is lost and the queue discarded) or after it (what was queued is written first).
+    ``close_code``: the WebSocket close code, where the connection is a WebSocket."""
+
+    sides: Literal["client", "agent", "both"]
+    before: bool
+    close_code: int = 1001
+
+
+@dataclass(frozen=True, slots=True)
+class KillStream:
+    """The SSE stream that would carry the message is closed instead, and the message lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """Carry out ``command`` at once, whatever happens to the message."""
+
+    command: Command
+
+
+@dataclass(frozen=True, slots=True)
+class After:
+    """Carry out ``command`` once the message was forwarded, ``delay`` seconds after that."""
+
+    command: Command
+    delay: float = 0.0
+
+
+Effect = Stop | Reply | Hold | Copies | Rewrite | Cut | KillStream | Now | After
+"""What an action asks of the relay (a closed set: the relay handles each exhaustively)."""
+
+M = TypeVar("M", bound=ActionModel)
+
+
+def _always(_params: Any, _subject: Subject) -> bool:
+    return True
+
+
+def _no_notes(_params: Any) -> list[tuple[str, str]]:
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Action(Generic[M]):
+    """One fault action, as the registry holds it."""
+
+    model: type[M]
+    """The parameters: the ``do`` of a rule."""
+    apply: Callable[[M, Fault], Sequence[Effect]]
+    """The effects of the action on one message (pure: the random stream comes in the fault)."""
+    summary: str
+    """What it does, in a sentence (the docs and ``acp-proxy schema`` show it)."""
+    applies: Callable[[M, Subject], bool] = _always
+    """Whether it can act on a message of this shape at all (an ``error`` answers only requests):
+    a rule whose action cannot act on a message does not match it."""
+    needs_http: bool = False
+    """It acts only on Clients that connect over Streamable HTTP (warned at load elsewhere)."""
+    notes: Callable[[M], list[tuple[str, str]]] = _no_notes
+    """What a rule's author should hear of these parameters: ``(field, message)`` pairs."""
+
+    @property
+    def name(self) -> str:
+        """The action's name, as ``do.action`` spells it."""
+        literal = self.model.model_fields["action"].annotation
+        (name,) = getattr(literal, "__args__", (None,))
+        if not isinstance(name, str):
+            raise TypeError(f"{self.model.__name__}.action must be a Literal of one string")
+        return name

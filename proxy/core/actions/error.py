@@ -1,0 +1,56 @@
+"""``error``: a request is answered at once by the proxy with a JSON-RPC error (``code``,
+``message``, ``data``) under the sender's id, and never forwarded."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import model_validator
+
+from proxy.core.actions.base import Action, ActionModel, Effect, Fault, Reply, Stop, Subject
+from proxy.core.jsonrpc import Kind, error_response
+
+__all__ = ["ACTION", "ErrorReply"]
+
+
+class ErrorReply(ActionModel):
+    """Answer a request at once with a JSON-RPC error under the sender's id; do not forward it."""
+
+    action: Literal["error"]
+    code: int = -32603
+    message: str = "Error injected by acp-fault-proxy"
+    data: Any = None
+
+    @model_validator(mode="after")
+    def _writable(self) -> ErrorReply:
+        """The answer is written when the rule fires: refuse now what JSON cannot carry (a YAML
+        set or binary, a lone surrogate, an integer beyond 64 bits)."""
+        try:
+            error_response(b"0", self.code, self.message, self.data)
+        except TypeError as exc:  # orjson.JSONEncodeError
+            raise ValueError(f"the error answer cannot be written as JSON: {exc}") from None
+        return self
+
+
+def applies(_params: ErrorReply, subject: Subject) -> bool:
+    """Only a request can be answered with an error."""
+    return subject.kind is Kind.REQUEST
+
+
+def apply(params: ErrorReply, fault: Fault) -> list[Effect]:
+    """The sender gets the error under its own id; the request goes no further."""
+    id_token = fault.message.id_token
+    assert id_token is not None  # a request (see applies)
+    return [
+        Reply(error_response(id_token, params.code, params.message, params.data)),
+        Stop("answered_by_proxy"),
+    ]
+
+
+ACTION = Action(
+    ErrorReply,
+    apply,
+    "a request is answered at once with a JSON-RPC error (`code`, `message`, `data`) under the "
+    "sender's id, and not forwarded",
+    applies=applies,
+)

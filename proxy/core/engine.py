@@ -1,0 +1,238 @@
+"""The fault engine: which rules fire for a message. Pure: randomness and time are passed in.
+
+:meth:`FaultEngine.decide` gets a :class:`Subject` (what the relay knows about one message) and
+the time since the proxy started, and returns the rules that fire, in file order: the first rule
+whose ``when`` and ``schedule`` both pass acts, and later rules act too only while each rule that
+acted says ``continue: true``. Counters (for ``nth``, ``after``, ``every``, ``times``) are per
+rule, across links and restarts: ``matched`` counts every message the rule's own ``when``
+matches, whether or not an earlier rule acted on it (so two rules ``nth: [1]`` and ``nth: [2]``
+on the same messages act on the first and the second), and ``fired`` the times the rule acted.
+The random stream is one ``random.Random`` seeded from the fault file or ``--seed``; a
+``probability`` is drawn only for a rule that could still act and whose schedule is otherwise
+due, so the same seed and the same traffic give the same faults. Carrying the actions out is the
+relay's job (:mod:`proxy.core.relay`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.actions import actions
+from proxy.core.actions.base import Subject
+from proxy.core.events import Direction
+from proxy.core.faultfile import Note, Rule, Schedule, When, rule_notes
+from proxy.core.jsonrpc import Kind
+
+__all__ = ["Decision", "FaultEngine", "RuleState", "matches_params"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of matching one message: the rules that fire, and whether any counter moved."""
+
+    fired: tuple[Rule, ...]
+    counted: bool
+
+
+NOTHING = Decision((), counted=False)
+
+
+@dataclass(slots=True)
+class RuleState:
+    """A rule's counters: messages its ``when`` matched (whether or not an earlier rule acted on
+    them), and times it fired (acted)."""
+
+    matched: int = 0
+    fired: int = 0
+
+
+def matches_params(pattern: Any, value: Any) -> bool:
+    """Subset match: dict keys must exist and match; each pattern list item must match an item."""
+    if isinstance(pattern, dict):
+        return isinstance(value, dict) and all(
+            key in value and matches_params(sub, value[key]) for key, sub in pattern.items()
+        )
+    if isinstance(pattern, list):
+        return isinstance(value, list) and all(
+            any(matches_params(sub, item) for item in value) for sub in pattern
+        )
+    if isinstance(pattern, bool) or isinstance(value, bool):
+        return pattern is value
+    return bool(pattern == value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    rule: Rule
+    method: re.Pattern[str] | None
+    session: re.Pattern[str] | None
+    nth: frozenset[int] = field(default_factory=frozenset)
+
+
+def _glob(pattern: str) -> re.Pattern[str] | None:
+    return None if pattern == "*" else re.compile(fnmatch.translate(pattern))
+
+
+_CANDIDATES_KEPT = 4096
+"""Distinct (direction, kind, downstream, method) combinations whose candidates are kept; a
+peer that invents methods endlessly only makes the engine forget and start over."""
+
+
+def _shape_matches(compiled: _Compiled, subject: Subject) -> bool:
+    """The part of ``when`` that depends only on the message's direction, kind, downstream
+    transport and method (the same for every message of that shape)."""
+    rule = compiled.rule
+    when: When = rule.when
+    if when.direction not in ("any", subject.direction):
+        return False
+    if when.kind not in ("any", subject.kind):
+        return False
+    if not actions[rule.do.action].applies(rule.do, subject):
+        return False  # an action that cannot act on such a message (an error on an answer)
+    return compiled.method is None or (
+        subject.method is not None and compiled.method.match(subject.method) is not None
+    )
+
+
+def _details_match(compiled: _Compiled, subject: Subject) -> bool:
+    """The rest of ``when``: session, idempotency key and params, checked per message."""
+    when: When = compiled.rule.when
+    if compiled.session is not None and (
+        subject.session is None or not compiled.session.match(subject.session)
+    ):
+        return False
+    if when.idempotency_key != "any" and (when.idempotency_key == "present") != subject.keyed:
+        return False
+    return when.params is None or matches_params(when.params, subject.params)
+
+
+class FaultEngine:
+    """Rules, their counters and the random stream of one experiment.
+
+    ``listener`` is how Clients connect (``stdio``, ``http`` or ``ws``); ``on_note`` hears, once
+    whenever a rule is loaded (or changed), each of its :class:`~proxy.core.faultfile.Note`: an old
+    field name, or an action that needs Clients on Streamable HTTP, unless they connect so.
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Rule] = (),
+        rng: random.Random | None = None,
+        *,
+        listener: str = "stdio",
+        on_note: Callable[[Note], None] | None = None,
+    ) -> None:
+        self.rng = rng or random.Random(0)
+        self.listener = listener
+        self._on_note = on_note
+        self.states: dict[str, RuleState] = {}
+        self._rules: tuple[_Compiled, ...] = ()
+        self._candidates: dict[tuple[Direction, Kind, str, str | None], tuple[_Compiled, ...]] = {}
+        """Per message shape, the rules whose direction, kind, action and method let them match
+        it, in file order; only their session, key and params are left to check per message."""
+        self.replace(rules)
+
+    @property
+    def rules(self) -> list[Rule]:
+        """The rules in evaluation order."""
+        return [compiled.rule for compiled in self._rules]
+
+    def replace(self, rules: Iterable[Rule]) -> None:
+        """Swap the rule set at once; counters of rules kept by name survive. The notes of the
+        rules that are new (or changed) go to ``on_note``."""
+        rules = list(rules)
+        if self._on_note is not None:
+            before = {c.rule.name: c.rule for c in self._rules}
+            fresh = [rule for rule in rules if before.get(rule.name) != rule]
+            for note in rule_notes(fresh):
+                if not (note.needs_http and self.listener == "http"):
+                    self._on_note(note)
+        compiled = tuple(
+            _Compiled(
+                rule,
+                _glob(rule.when.method),
+                _glob(rule.when.session),
+                frozenset(rule.schedule.nth or ()),
+            )
+            for rule in rules
+        )
+        self.states = {c.rule.name: self.states.get(c.rule.name, RuleState()) for c in compiled}
+        self._rules = compiled
+        self._candidates = {}
+
+    def reset(self) -> None:
+        """Forget every counter (the rules stay)."""
+        self.states = {c.rule.name: RuleState() for c in self._rules}
+
+    def decide(self, subject: Subject, elapsed_ms: float) -> Decision:
+        """The rules that fire for ``subject``, in order; counts every rule that matched.
+
+        Once a rule acts without ``continue: true``, the rules after it still count the message
+        as a match of theirs but neither act nor draw from the random stream."""
+        shape = (subject.direction, subject.kind, subject.downstream, subject.method)
+        candidates = self._candidates.get(shape)
+        if candidates is None:
+            candidates = tuple(c for c in self._rules if _shape_matches(c, subject))
+            if len(self._candidates) >= _CANDIDATES_KEPT:
+                self._candidates.clear()
+            self._candidates[shape] = candidates
+        fired: list[Rule] = []
+        counted = False
+        open_to_more = True  # no rule has acted yet, or each that acted said continue: true
+        for compiled in candidates:
+            rule = compiled.rule
+            if not _details_match(compiled, subject):
+                continue
+            counted = True
+            state = self.states[rule.name]
+            state.matched += 1
+            if not open_to_more or not self._due(
+                compiled, rule.schedule, state.matched, state.fired, elapsed_ms
+            ):
+                continue
+            state.fired += 1
+            fired.append(rule)
+            open_to_more = rule.continue_
+        return Decision(tuple(fired), counted) if counted else NOTHING
+
+    def _due(
+        self, compiled: _Compiled, schedule: Schedule, n: int, fired: int, elapsed_ms: float
+    ) -> bool:
+        if schedule.start_ms is not None and elapsed_ms < schedule.start_ms:
+            return False
+        if schedule.stop_ms is not None and elapsed_ms >= schedule.stop_ms:
+            return False
+        if compiled.nth and n not in compiled.nth:
+            return False
+        if n <= schedule.after:
+            return False
+        if schedule.every is not None and (n - schedule.after) % schedule.every:
+            return False
+        if schedule.times is not None and fired >= schedule.times:
+            return False
+        return schedule.probability >= 1.0 or self.rng.random() < schedule.probability
+
+    # -- persistence (--state) -----------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and the random stream's state, as JSON-ready data."""
+        version, internal, gauss = self.rng.getstate()
+        return {
+            "rules": {name: [s.matched, s.fired] for name, s in self.states.items()},
+            "rng": [version, list(internal), gauss],
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Take counters (of rules that still exist) and the random stream from a snapshot."""
+        for name, (matched, fired) in snapshot.get("rules", {}).items():
+            if name in self.states:
+                self.states[name] = RuleState(int(matched), int(fired))
+        rng = snapshot.get("rng")
+        if rng is not None:
+            version, internal, gauss = rng
+            self.rng.setstate((version, tuple(internal), gauss))

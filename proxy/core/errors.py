@@ -1,0 +1,40 @@
+"""The proxy's own exceptions: a small tree, for errors of ours or of our configuration.
+
+What a peer sends wrong is never an exception: it is an observation (see
+:mod:`proxy.core.commands`).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["ConfigError", "ProxyError", "StartupError", "os_cause"]
+
+
+class ProxyError(Exception):
+    """Root of the proxy's exceptions."""
+
+
+class ConfigError(ProxyError):
+    """A fault file, an option or a control-API request is invalid; the message says where."""
+
+
+class StartupError(ProxyError):
+    """The proxy could not start: what an option names cannot be used (an address in use, a file
+    that cannot be written or read). Its message is one line: the option, what it names, why."""
+
+    def __init__(self, option: str, value: str, cause: str) -> None:
+        super().__init__(f"{option} {value}: {cause}")
+        self.option = option
+        self.value = value
+        self.cause = cause
+
+
+def os_cause(exc: OSError) -> str:
+    """Why a system call failed, in a few words (``address already in use``), without the
+    errno number, nor the address that the caller names anyway."""
+    if exc.errno is not None and exc.errno > 0:
+        text = os.strerror(exc.errno)
+    else:  # a resolver's error (its own numbers), or several errors at once
+        text = exc.strerror or str(exc) or type(exc).__name__
+    return text[:1].lower() + text[1:]

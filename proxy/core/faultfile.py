@@ -1,0 +1,502 @@
+"""Fault files: the pydantic models of DESIGN 6, loading from YAML or JSON, and located errors.
+
+A fault file is data: ``rules``, each a ``when`` (which messages), a ``schedule`` (which
+occurrences) and a ``do`` (one action of a discriminated union). Every model forbids unknown
+fields, so a typo is an error, never a silently ignored key. :func:`parse_fault_file` turns every
+problem into a :class:`FaultFileError` that names the file, the line, the rule and the field (the
+shell reads the files: :mod:`proxy.shell.fault_files`).
+What is valid but worth a word (an old field name, an action that needs Clients on Streamable
+HTTP) is a :class:`Note` of :func:`rule_notes`.
+
+A fault file cannot explode: it is at most :data:`MAX_FILE_BYTES`, holds at most
+:data:`MAX_RULES` rules (every file of a run together, and the control API's rules too), and
+its YAML aliases may add at most :data:`MAX_ALIASED_VALUES` values (each use of an alias copies
+what it names: a few hundred bytes of nested aliases would otherwise expand to gigabytes).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import operator
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+
+from proxy.core.actions import actions
+from proxy.core.actions.base import ActionModel, StrictModel
+from proxy.core.errors import ConfigError
+
+__all__ = [
+    "MAX_ALIASED_VALUES",
+    "MAX_FILE_BYTES",
+    "MAX_RULES",
+    "FaultFile",
+    "FaultFileError",
+    "Location",
+    "Note",
+    "Rule",
+    "Schedule",
+    "When",
+    "dump_rules",
+    "fault_file_schema",
+    "parse_fault_file",
+    "rule_notes",
+    "too_large",
+    "validate_rules",
+    "validated",
+]
+
+
+MAX_FILE_BYTES = 1024 * 1024
+"""The largest fault file read, in bytes (as the control API's largest body)."""
+MAX_RULES = 1000
+"""The most rules a run holds: every fault file together, or the control API's rule set."""
+MAX_ALIASED_VALUES = 10_000
+"""The most values a fault file's YAML aliases may add (each use copies what it names)."""
+
+
+_Model = StrictModel
+
+
+_GLOB_CLASS = re.compile(r"\[!?\]?[^\]]*\]")
+
+
+def check_glob(pattern: str) -> str:
+    """A glob of ``*``, ``?`` and ``[...]``; an unclosed ``[`` or an empty pattern is an error."""
+    if not pattern:
+        raise ValueError("a glob cannot be empty (use '*' to match anything)")
+    stripped = _GLOB_CLASS.sub("", pattern)
+    if "[" in stripped:
+        raise ValueError(f"glob {pattern!r} has a '[' that is never closed")
+    _dumpable(pattern)
+    return pattern
+
+
+def _dumpable(value: Any) -> Any:
+    """``value``, unless it holds a lone surrogate (a YAML or JSON escape such as ``\\ud800``):
+    such a string could never be written back as JSON (``GET /api/rules`` shows the rules)."""
+    try:
+        json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a lone surrogate (\\ud800-\\udfff) cannot be written back") from None
+    return value
+
+
+class When(_Model):
+    """Which messages a rule matches; every field must match (all default to anything)."""
+
+    direction: Literal["to_agent", "to_client", "any"] = "any"
+    kind: Literal["request", "notification", "response", "error", "any"] = "any"
+    method: str = Field("*", description="glob; for a response or error, the method it answers")
+    session: str = Field("*", description="glob on params.sessionId (a response: its request's)")
+    idempotency_key: Literal["present", "absent", "any"] = Field(
+        "any", description="whether params.idempotencyKey is present (and not null)"
+    )
+    params: dict[str, Any] | None = Field(
+        None,
+        description="subset match: every key given must be present with a matching value; "
+        "a list matches when each given element matches some element",
+    )
+
+    _globs = field_validator("method", "session")(check_glob)
+    _params = field_validator("params")(_dumpable)
+
+
+class Schedule(_Model):
+    """Which of a rule's matches fire (all optional; by default every match fires)."""
+
+    nth: list[PositiveInt] | None = Field(None, description="fire on these matches (1 = first)")
+    after: NonNegativeInt = Field(0, description="skip the first N matches")
+    times: PositiveInt | None = Field(None, description="fire at most N times")
+    every: PositiveInt | None = Field(None, description="fire on every Nth match (after `after`)")
+    probability: float = Field(1.0, ge=0.0, le=1.0, description="chance that a due match fires")
+    start_ms: NonNegativeFloat | None = Field(None, description="active from this time on")
+    stop_ms: NonNegativeFloat | None = Field(None, description="active until this time")
+
+    @field_validator("nth")
+    @classmethod
+    def _nth_not_empty(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and not value:
+            raise ValueError("nth lists at least one match number")
+        return value
+
+    @model_validator(mode="after")
+    def _window(self) -> Schedule:
+        if self.start_ms is not None and self.stop_ms is not None and self.stop_ms <= self.start_ms:
+            raise ValueError("stop_ms must be later than start_ms")
+        return self
+
+
+class Rule(_Model):
+    """One fault: which messages, which occurrences, what happens."""
+
+    name: str = Field(min_length=1, max_length=200)
+    when: When = When()
+    schedule: Schedule = Schedule()
+    do: ActionModel
+    """The action and its parameters: one of the registered actions' models."""
+    continue_: bool = Field(
+        False, alias="continue", description="let later rules act on the same message too"
+    )
+
+
+class FaultFile(_Model):
+    """A whole fault file."""
+
+    version: Literal[1]
+    seed: int | None = Field(None, description="seed of every random draw; same seed, same faults")
+    rules: list[Rule] = Field(min_length=1, max_length=MAX_RULES)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> FaultFile:
+        self._unique(self.rules)
+        return self
+
+    @staticmethod
+    def _unique(rules: Sequence[Rule]) -> None:
+        seen: set[str] = set()
+        for rule in rules:
+            if rule.name in seen:
+                raise ValueError(f"rule name {rule.name!r} is used twice")
+            seen.add(rule.name)
+
+
+def fault_file_schema() -> dict[str, Any]:
+    """The JSON Schema of a fault file, for editors."""
+    schema = FaultFile.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "acp-fault-proxy fault file"
+    return schema
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something valid in a rule that its author should hear of when it is loaded."""
+
+    rule: str
+    field: str
+    message: str
+    needs_http: bool = False
+    """The rule acts only on Clients that connect over Streamable HTTP: moot on such a listener,
+    a rule that can never fire on any other."""
+
+    def __str__(self) -> str:
+        return f"rule {self.rule!r}: {self.field}: {self.message}"
+
+
+HTTP_ONLY = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
+"""Why a rule whose action needs an HTTP listener (``http_status``, ``close_stream``) may never
+fire."""
+
+
+def rule_notes(rules: Iterable[Rule]) -> list[Note]:
+    """The notes of ``rules``, in order: actions that need Clients on Streamable HTTP, and what
+    each action says of its parameters (``sever``'s old ``when``)."""
+    notes = []
+    for rule in rules:
+        action = actions[rule.do.action]
+        if action.needs_http:
+            notes.append(Note(rule.name, "do.action", f"{action.name} {HTTP_ONLY}", True))
+        for field, message in action.notes(rule.do):
+            notes.append(Note(rule.name, field, message))
+    return notes
+
+
+# -- loading with located errors ---------------------------------------------------------------
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """YAML whose aliases would expand beyond :data:`MAX_ALIASED_VALUES`, or into themselves."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases that add more than :data:`MAX_ALIASED_VALUES`
+    values in all, while composing: before anything is expanded.
+
+    Each node's size (the values it holds once its aliases are expanded) is known when it is
+    complete; every alias adds the size of the node it names. The count is exact (the expanded
+    document has as many values as the text, plus what the aliases add) and linear in the text.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}
+        """Per complete node (by id: every node stays alive in the tree), its expanded size."""
+        self._aliased = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if not self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if node is not None:
+                self._sizes[id(node)] = self._size(node)
+            return node
+        mark = self.peek_event().start_mark  # type: ignore[no-untyped-call] # (stubs)
+        named = super().compose_node(parent, index)
+        size = self._sizes.get(id(named))
+        if size is None:
+            raise _Refused(problem="an alias inside the value it names", problem_mark=mark)
+        self._aliased += size
+        if self._aliased > MAX_ALIASED_VALUES:
+            problem = (
+                f"aliases expand to more than {MAX_ALIASED_VALUES:,} values "
+                "(each use of an alias copies what it names)"
+            )
+            raise _Refused(problem=problem, problem_mark=mark)
+        return named
+
+    def _size(self, node: yaml.Node) -> int:
+        if isinstance(node, yaml.SequenceNode):
+            return 1 + sum(self._sizes[id(item)] for item in node.value)
+        if isinstance(node, yaml.MappingNode):
+            return 1 + sum(self._sizes[id(k)] + self._sizes[id(v)] for k, v in node.value)
+        return 1
+
+
+class Location(BaseModel):
+    """Where an error is: file, line (when known), rule and field."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    line: int | None = None
+    rule: str | None = None
+    field: str = ""
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        parts = [where]
+        if self.rule is not None:
+            parts.append(f"rule {self.rule!r}")
+        if self.field:
+            parts.append(self.field)
+        return f"{': '.join(parts)}: {self.message}"
+
+
+class FaultFileError(ConfigError):
+    """One or more fault files are invalid; ``errors`` locates each problem."""
+
+    def __init__(self, errors: Sequence[Location]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(str(error) for error in self.errors))
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def _yaml_lines(text: str) -> yaml.Node | None:
+    try:
+        return yaml.compose(text, Loader=_BoundedLoader)
+    except (yaml.YAMLError, RecursionError):
+        return None
+
+
+def _line_of(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
+    """The 1-based line of the deepest node along ``loc`` in a composed YAML document."""
+    line = None if node is None else node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            node = node.value[part] if 0 <= part < len(node.value) else None
+        else:
+            node = None
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+    return line
+
+
+def _rule_name(data: Any, loc: Sequence[int | str]) -> tuple[str | None, Sequence[int | str]]:
+    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+        rules = data.get("rules") if isinstance(data, dict) else None
+        name = None
+        if isinstance(rules, list) and loc[1] < len(rules) and isinstance(rules[loc[1]], dict):
+            name = rules[loc[1]].get("name")
+        label = str(name) if isinstance(name, str) else f"#{loc[1] + 1}"
+        return label, loc[2:]
+    return None, loc
+
+
+def _clean_loc(loc: Sequence[int | str], data: Any) -> list[int | str]:
+    """Drop pydantic's union tags from a location (``do.delay.ms`` -> ``do.ms``)."""
+    cleaned: list[int | str] = []
+    for index, part in enumerate(loc):
+        if index > 0 and loc[index - 1] == "do" and part != "action" and part in actions:
+            continue
+        cleaned.append(part)
+    return cleaned
+
+
+def too_large(name: str) -> FaultFileError:
+    message = f"over {MAX_FILE_BYTES:,} bytes: a fault file is at most that"
+    return FaultFileError([Location(file=name, message=message)])
+
+
+def _too_many(rules: Any, name: str, tree: yaml.Node | None = None) -> None:
+    """Refuse a list of more than :data:`MAX_RULES` rules before validating any of them."""
+    if isinstance(rules, list) and len(rules) > MAX_RULES:
+        located = Location(
+            file=name,
+            line=_line_of(tree, ("rules",)) if tree is not None else None,
+            field="rules",
+            message=f"{len(rules):,} rules: at most {MAX_RULES:,}",
+        )
+        raise FaultFileError([located])
+
+
+def parse_fault_file(text: str, name: str) -> FaultFile:
+    """Parse and validate one fault file's text (YAML, of which JSON is a subset)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise too_large(name)
+    try:
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
+    except _Refused as exc:
+        mark = exc.problem_mark
+        line = None if mark is None else mark.line + 1
+        located = Location(file=name, line=line, message=str(exc.problem))
+        raise FaultFileError([located]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        located = Location(file=name, line=line, message=f"not YAML: {problem}")
+        raise FaultFileError([located]) from None
+    except RecursionError:
+        raise FaultFileError([Location(file=name, message="not YAML: nested too deeply")]) from None
+    except ValueError as exc:  # a value YAML reads but Python cannot (4301 digits, month 13)
+        raise FaultFileError([Location(file=name, message=f"invalid value: {exc}")]) from None
+    if not isinstance(data, dict):
+        message = "a fault file is a mapping with version and rules"
+        raise FaultFileError([Location(file=name, line=1, message=message)])
+    if isinstance(data.get("rules"), list) and len(data["rules"]) > MAX_RULES:
+        _too_many(data["rules"], name, _yaml_lines(text))
+    try:
+        return FaultFile.model_validate(data)
+    except ValidationError as exc:
+        raise _located(exc, data, name, _yaml_lines(text)) from None
+
+
+def _located(
+    exc: ValidationError, data: Any, name: str, tree: yaml.Node | None = None
+) -> FaultFileError:
+    """Every error of a validation, with its file (line, when known), rule and field."""
+    errors = []
+    for error in exc.errors():
+        loc = _clean_loc(error["loc"], data)
+        rule, field_loc = _rule_name(data, loc)
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "union_tag_invalid":
+            message = (
+                f"unknown action {error['input'].get('action')!r}; expected one of "
+                + (error["ctx"]["expected_tags"])
+            )
+        errors.append(
+            Location(
+                file=name,
+                line=_line_of(tree, loc) if tree is not None else None,
+                rule=rule,
+                field=_field_path(field_loc),
+                message=message,
+            )
+        )
+    if not any(error.message.endswith(" is used twice") for error in errors):
+        errors += _duplicate_names(data, name, tree)  # the model checks them only once all parse
+    return FaultFileError(errors)
+
+
+def _duplicate_names(data: Any, name: str, tree: yaml.Node | None) -> list[Location]:
+    """A rule name used twice, found in the raw data (so in the same pass as any other error)."""
+    rules = data.get("rules") if isinstance(data, dict) else None
+    if not isinstance(rules, list):
+        return []
+    seen: set[str] = set()
+    found = []
+    for index, rule in enumerate(rules):
+        rule_name = rule.get("name") if isinstance(rule, dict) else None
+        if not isinstance(rule_name, str):
+            continue
+        if rule_name in seen:
+            found.append(
+                Location(
+                    file=name,
+                    line=_line_of(tree, ("rules", index, "name")) if tree is not None else None,
+                    rule=rule_name,
+                    field="name",
+                    message=f"rule name {rule_name!r} is used twice",
+                )
+            )
+        seen.add(rule_name)
+    return found
+
+
+class _RuleList(_Model):
+    rules: list[Rule]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> _RuleList:
+        FaultFile._unique(self.rules)
+        return self
+
+
+def _install(models: tuple[type[ActionModel], ...]) -> None:
+    """Make ``do`` the union of every registered action's model (told again after each
+    :meth:`~proxy.core.actions.ActionRegistry.register`), so the located errors, the schema and
+    the control API know every action, a plugin's too."""
+    union: Any = functools.reduce(operator.or_, models)
+    annotation: Any = Annotated[union, Field(discriminator="action")]
+    Rule.model_fields["do"] = FieldInfo.from_annotation(annotation)
+    for model in (Rule, FaultFile, _RuleList):
+        model.model_rebuild(force=True)
+
+
+actions.subscribe(_install)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], data: Any, source: str = "request") -> M:
+    """``data`` (plain data, as the control API receives it) as a ``model``; every error located
+    as in a fault file (a :class:`FaultFileError` whose file is ``source``)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _located(exc, data, source) from None
+
+
+def validate_rules(data: Any, source: str = "request") -> list[Rule]:
+    """Rules given as plain data (the control API): validated as in a fault file, errors located;
+    at most :data:`MAX_RULES`."""
+    _too_many(data, source)
+    return validated(_RuleList, {"rules": data}, source).rules
+
+
+def dump_rules(rules: Sequence[Rule]) -> list[dict[str, Any]]:
+    """Rules as plain data (aliases used), as a fault file or the control API writes them."""
+    return [
+        json.loads(rule.model_dump_json(by_alias=True, exclude_defaults=True)) for rule in rules
+    ]

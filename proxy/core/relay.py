@@ -1,0 +1,854 @@
+"""The relay core: one link's state machine, events in, commands out (DESIGN 5).
+
+:meth:`Relay.handle` takes an :mod:`~proxy.core.events` event and returns the
+:mod:`~proxy.core.commands` that follow from it, in the order they must happen. It never blocks,
+reads a clock, logs or touches a socket; the shell in :mod:`proxy.shell.link` does all of that.
+
+The relay rules, each pinned down by ``tests/core/test_relay.py``:
+
+1. Request ids are rewritten per link and per direction: the proxy mints its own id for the next
+   hop and puts the sender's exact id bytes back on the answer.
+2. Apart from ids, a forwarded message is byte-identical: ids are spliced into the original bytes.
+3. ``$/cancel_request.params.requestId`` (also inside a ``proxy/successor`` envelope) is translated
+   to the next hop's id; a cancel for an unknown or answered request is dropped and recorded.
+   ``elicitation/create.params.requestId`` is mapped back to the Client's id.
+   ``mcp/message`` and every entity id (session, message, tool call...) are never touched.
+4. Batches are relayed element by element; the proxy never creates a batch.
+5. Notifications are never answered; per direction, order is kept.
+6. A response whose id is unknown (or not a valid id) is dropped and recorded, never forwarded
+   blindly. An error with ``"id": null`` (a parse-error answer) cannot be routed and is forwarded
+   as it is.
+7. Invalid input is forwarded untouched (the peer answers it as it would without a proxy), or in
+   ``strict`` mode answered by the proxy; an oversized message is always answered, never forwarded.
+   One where a lenient peer could still read a request id (bad UTF-8, nesting deeper than parsers
+   go, a leading BOM, ``1.0``) has that id rewritten like a valid request's, so that the peer's
+   answer goes back to its sender instead of being taken for another request's. Such requests
+   are kept apart (the last ``MAX_INVALID_PENDING`` per direction): most peers cannot read them
+   and answer under ``null``, so they count as pending nowhere and no cancel reaches them. An
+   invalid answer whose readable id names a pending request goes back to its sender (not in
+   ``strict`` mode); any other is dropped. Bytes that cannot be scanned at all (a batch that is
+   not UTF-8, JSON cut short) are forwarded untouched.
+8. With ``initialize_timeout``, an ``initialize`` the Agent has not answered in that time is
+   answered -32603 by the proxy (a timer, like a delay's); a late answer is then an orphan.
+
+Faults (DESIGN 6): each usable message (each element of a batch) is matched against the
+:class:`~proxy.core.engine.FaultEngine`; the actions of the rules that fire are applied in rule
+order. ``drop`` and ``error`` stop the message (``error`` answers the sender), ``corrupt`` replaces
+its bytes, ``delay`` holds it behind a timer while other messages keep flowing (so a delayed message
+is overtaken; undelayed ones keep their order), ``duplicate`` adds copies (a request's copies get
+their own ids, and only the first answer of the group is relayed), ``sever`` cuts a connection
+before or after forwarding, ``kill_agent`` and ``restart_proxy`` act after forwarding. In a batch,
+forwarded elements stay in the batch; delayed elements and copies follow as single messages.
+
+What the observations say happened, happened then: a message a fault stops is
+:class:`~proxy.core.commands.Stopped`; a held message (a delay, a copy spaced by ``gap_ms``) is
+:class:`~proxy.core.commands.Held` when it arrives, and its :class:`~proxy.core.commands.Relayed`
+comes when its timer fires and it is sent (an :class:`~proxy.core.commands.Undeliverable` when its
+peer left meanwhile), so that observations follow the order of the wire. An answer's duration runs
+from its request's arrival to its own delivery. Its id was mapped when it arrived: a held request's
+answer, a cancel of it, find it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import assert_never
+
+from proxy.core.actions import actions
+from proxy.core.actions.base import (
+    After,
+    Copies,
+    Cut,
+    Fault,
+    Hold,
+    KillStream,
+    Now,
+    Reply,
+    Rewrite,
+    Stop,
+    Subject,
+)
+from proxy.core.commands import (
+    CancelDropped,
+    Close,
+    Command,
+    DropStream,
+    DuplicateSwallowed,
+    FaultInjected,
+    Handling,
+    Held,
+    IdReused,
+    InitializeCached,
+    InitializeTimedOut,
+    InvalidSeen,
+    Orphaned,
+    PeerGone,
+    Relayed,
+    RulesCounted,
+    Send,
+    Sever,
+    StartTimer,
+    Stopped,
+    Undeliverable,
+    Unroutable,
+)
+from proxy.core.engine import FaultEngine
+from proxy.core.events import (
+    Direction,
+    Event,
+    MessageReceived,
+    OversizedReceived,
+    PeerClosed,
+    Side,
+    TimerFired,
+)
+from proxy.core.idmap import DuplicateGroup, IdMap, Pending
+from proxy.core.jsonrpc import (
+    ErrorCode,
+    Invalid,
+    InvalidReason,
+    Kind,
+    Message,
+    error_response,
+    id_key,
+    parse,
+    token_at,
+)
+from proxy.core.splice import Span, splice
+
+__all__ = ["CANCEL_METHOD", "SUCCESSOR_METHODS", "Relay"]
+
+CANCEL_METHOD = "$/cancel_request"
+INITIALIZE_METHOD = "initialize"
+ELICITATION_METHOD = "elicitation/create"
+SUCCESSOR_METHODS = frozenset({"proxy/successor", "_proxy/successor"})
+_REQUEST_ID_PATH = ("params", "requestId")
+_SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
+_ANSWERS = (Kind.RESPONSE, Kind.ERROR)
+MAX_INVALID_PENDING = 64
+"""Invalid requests per direction whose answer the relay still expects (most are never answered
+under their id: the peer cannot read them; the oldest is forgotten, its late answer an orphan)."""
+
+
+def _refusal(detail: str) -> bytes:
+    """The proxy's answer to a message it will not relay (its sender's id unknown: ``null``)."""
+    return error_response(b"null", ErrorCode.INVALID_REQUEST, f"Invalid request: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """What a timer holds: commands to carry out, and the relay observation of the message among
+    them, made when it arrived (``at``)."""
+
+    commands: list[Command]
+    relayed: Relayed | None = None
+    at: float = 0.0
+
+
+class Relay:
+    """The state of one link: pending requests both ways, held messages, which peers are gone."""
+
+    __slots__ = (
+        "_cached_initialize",
+        "_closing",
+        "_deadlines",
+        "_downstream",
+        "_ended",
+        "_engine",
+        "_initialize_timeout",
+        "_invalid_maps",
+        "_keep_upstream",
+        "_maps",
+        "_origin",
+        "_strict",
+        "_timers",
+        "_tokens",
+        "initialize_answer",
+    )
+
+    def __init__(
+        self,
+        *,
+        strict: bool = False,
+        engine: FaultEngine | None = None,
+        origin: float = 0.0,
+        ids: Mapping[Direction, Iterator[int]] | None = None,
+        downstream: str = "stdio",
+        keep_upstream: bool = False,
+        cached_initialize: bytes | None = None,
+        initialize_timeout: float | None = None,
+    ) -> None:
+        """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
+
+        ``ids``: the counters that mint ids per direction; give the relay that replaces this one
+        after a restart the same counters, so that ids are never reused. ``downstream``: the
+        Client's transport (``stdio``, ``http``, ``ws``), which decides the HTTP-only faults.
+        ``keep_upstream`` (conductor mode): when the Client leaves, the Agent's connection is
+        kept for the next Client. ``cached_initialize``: the Agent's answer to the first Client's
+        ``initialize``; this relay's Client gets it instead of reaching the Agent again.
+        ``initialize_timeout``: seconds the Agent has to answer ``initialize`` (None: no bound).
+        """
+        self._downstream = downstream
+        self._keep_upstream = keep_upstream
+        self._cached_initialize = cached_initialize
+        self.initialize_answer: bytes | None = cached_initialize
+        """The Agent's answer to ``initialize`` (handed to the next Client in conductor mode)."""
+        self._strict = strict
+        self._engine = engine
+        self._origin = origin
+        counters = ids or {}
+        self._maps = {direction: IdMap(counters.get(direction)) for direction in Direction}
+        self._ended: set[Side] = set()
+        """Peers whose stream to the proxy has ended (nothing more will come from them)."""
+        self._closing: set[Side] = set()
+        """Peers the proxy has closed its connection to (nothing more will be sent to them)."""
+        self._timers: dict[int, _Timed] = {}
+        self._tokens = itertools.count()
+        self._initialize_timeout = initialize_timeout
+        self._deadlines: dict[int, bytes] = {}
+        """Timer token -> the forwarded id of an ``initialize`` that must be answered by then."""
+        self._invalid_maps = {direction: self._maps[direction].sibling() for direction in Direction}
+        """Invalid requests whose id a lenient peer could read, kept apart (the latest
+        ``MAX_INVALID_PENDING``): the peer most likely cannot read them, so they count as pending
+        nowhere and take no part in cancels."""
+
+    def pending(self, direction: Direction) -> int:
+        """How many requests travelling ``direction`` await their answer."""
+        return len(self._maps[direction])
+
+    def has_ended(self, side: Side) -> bool:
+        """Whether the stream from ``side`` has ended."""
+        return side in self._ended
+
+    def handle(self, event: Event) -> list[Command]:
+        """Feed one event; return what must happen, in order."""
+        match event:
+            case MessageReceived(side=side, data=data, at=at):
+                return self._received(side.outbound, data, at)
+            case OversizedReceived(side=side, size=size, limit=limit):
+                return self._oversized(side.outbound, size, limit)
+            case PeerClosed(side=side):
+                return self._peer_closed(side)
+            case TimerFired(token=token, at=at):
+                return self._release(token, at)
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def _received(self, direction: Direction, data: bytes, at: float) -> list[Command]:
+        out: list[Command] = []
+        parsed = parse(data)
+        destination = direction.destination
+        if destination in self._closing:
+            out.append(Undeliverable(direction, parsed.kind, len(data)))
+            return out
+        if isinstance(parsed, Invalid):
+            self._invalid(direction, parsed, at, out)
+            return out
+        if isinstance(parsed, Message):
+            forwards, after = self._process(direction, parsed, at, out)
+            out.extend(Send(destination, forward) for forward in forwards)
+            out.extend(after)
+            return out
+        kept: list[bytes] = []
+        after_all: list[Command] = []
+        for element in parsed.elements:
+            if isinstance(element, Invalid):
+                forward = self._invalid_element(direction, element, at, out)
+                if forward is not None:
+                    kept.append(forward)
+            else:
+                forwards, after = self._process(direction, element, at, out)
+                kept.extend(forwards)
+                after_all.extend(after)
+        if kept:
+            out.append(Send(destination, b"[" + b",".join(kept) + b"]"))
+        out.extend(after_all)
+        return out
+
+    def _process(
+        self, direction: Direction, message: Message, at: float, out: list[Command]
+    ) -> tuple[list[bytes], list[Command]]:
+        """Apply the rules that fire, then relay: (bytes to forward now, commands to follow)."""
+        engine = self._engine
+        if engine is None:
+            return self._translate(direction, message, at, out), []
+        subject = self._subject(direction, message)
+        decision = engine.decide(subject, (at - self._origin) * 1000)
+        if decision.counted:
+            out.append(RulesCounted())
+        if not decision.fired:
+            return self._translate(direction, message, at, out), []
+        stopped_by: tuple[str, str] | None = None
+        stream_dropped = False
+        rewrite: Rewrite | None = None
+        delay = gap = 0.0
+        delayed_by: list[str] = []
+        spaced_by: list[str] = []
+        copies = 0
+        after: list[Command] = []
+        fault = Fault(message, subject, engine.rng)
+        for rule in decision.fired:
+            params = rule.do
+            out.append(
+                FaultInjected(
+                    rule.name,
+                    params.action,
+                    direction,
+                    message.kind,
+                    subject.method,
+                    subject.session,
+                    message.id_token,
+                )
+            )
+            for effect in actions[params.action].apply(params, fault):
+                match effect:
+                    case Stop(how=how):
+                        stopped_by = stopped_by or (rule.name, how)
+                    case Reply(data=data):
+                        out.append(Send(direction.source, data))
+                    case Hold(seconds=seconds):
+                        delay += seconds
+                        delayed_by.append(rule.name)
+                    case Copies(count=count, gap=spacing):
+                        copies += count
+                        gap = spacing
+                        if spacing:
+                            spaced_by.append(rule.name)
+                    case Rewrite():
+                        rewrite = effect  # the last rule's rewriting wins
+                    case Cut(sides=sides, before=before, close_code=close_code):
+                        severs = [Sever(s, not before, close_code) for s in _SIDES[sides]]
+                        if before:
+                            self._closing.update(_SIDES[sides])
+                            out.extend(severs)
+                        else:
+                            after.extend(severs)
+                    case KillStream():
+                        stream_dropped = True
+                    case Now(command=command):
+                        out.append(command)
+                    case After(command=command, delay=later):
+                        after.append(self._hold(later, [command]) if later else command)
+                    case _:
+                        assert_never(effect)
+        if stopped_by is not None:
+            out.append(self._stopped(direction, message, subject, *stopped_by))
+            self._closing.update(c.side for c in after if isinstance(c, Sever))
+            return [], after
+        seen: list[Command] = []
+        forwards = self._translate(direction, message, at, seen)
+        relayed = next((c for c in seen if isinstance(c, Relayed)), None)
+        if stream_dropped:
+            out.extend(seen)
+            out.extend(DropStream(direction.destination, data) for data in forwards)
+            return [], after
+        extra = []
+        if copies:
+            extra = self._copies(direction, message, relayed, forwards, count=copies, at=at)
+        if rewrite is not None:
+            forwards = [rewrite.transform(data) for data in forwards]
+            extra = [(rewrite.transform(data), seen_copy) for data, seen_copy in extra]
+            if rewrite.unreadable and message.kind is Kind.REQUEST and forwards:
+                self._unanswerable(direction, message, len(forwards) + len(extra))
+        destination = direction.destination
+        now = forwards
+        if delay > 0:
+            now = []
+            out.extend(c for c in seen if c is not relayed)  # its relay waits for the timer
+            sends: list[Command] = [Send(destination, data) for data in forwards]
+            timer = self._hold(delay, sends + after, relayed, at)
+            if relayed is not None and forwards:
+                out.append(Held(timer.token, tuple(delayed_by), delay, relayed))
+            after = [timer]
+        else:
+            out.extend(seen)
+            self._closing.update(c.side for c in after if isinstance(c, Sever))
+        for index, (copy, seen_copy) in enumerate(extra, start=1):
+            when_due = delay + index * gap
+            if when_due > 0:
+                timer = self._hold(when_due, [Send(destination, copy)], seen_copy, at)
+                if seen_copy is not None:
+                    rules = tuple(delayed_by + (spaced_by if gap else []))
+                    out.append(Held(timer.token, rules, when_due, seen_copy))
+                after.append(timer)
+            else:
+                if seen_copy is not None:
+                    out.append(seen_copy)
+                now.append(copy)
+        return now, after
+
+    def _stopped(
+        self, direction: Direction, message: Message, subject: Subject, rule: str, how: str
+    ) -> Stopped:
+        """A fault stopped ``message``; an answer's request is forgotten (its answer is lost)."""
+        original, forwarded = message.id_token, None
+        if message.kind in _ANSWERS and message.id_token is not None:
+            request = self._maps[direction.reverse].pop(message.id_token)
+            if request is not None:
+                original, forwarded = request.original_id, message.id_token
+        return Stopped(
+            direction,
+            message.kind,
+            subject.method,
+            subject.session,
+            len(message.raw),
+            original,
+            forwarded,
+            rule,
+            how,
+        )
+
+    def _unanswerable(self, direction: Direction, message: Message, count: int) -> None:
+        """The last ``count`` requests forwarded for ``message`` left corrupted: no peer can
+        parse an id out of them, so no answer will ever come; they are not kept pending (a long
+        run of corrupted requests would otherwise grow the map without end)."""
+        assert message.id_key is not None
+        requests = self._maps[direction]
+        for pending in requests.pending_with(message.id_key)[-count:]:
+            requests.pop(pending.forwarded_id)
+
+    def _subject(self, direction: Direction, message: Message) -> Subject:
+        """What rules match on; an answer takes its request's method, session and key."""
+        if message.kind in _ANSWERS:
+            assert message.id_token is not None
+            request = self._maps[direction.reverse].get(message.id_token)
+            if request is None:
+                return Subject(
+                    direction, message.kind, None, None, keyed=False, downstream=self._downstream
+                )
+            return Subject(
+                direction,
+                message.kind,
+                request.method,
+                request.session,
+                request.keyed,
+                downstream=self._downstream,
+            )
+        params = message.params
+        keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
+        return Subject(
+            direction,
+            message.kind,
+            message.method,
+            message.session,
+            keyed,
+            params,
+            self._downstream,
+        )
+
+    def _copies(
+        self,
+        direction: Direction,
+        message: Message,
+        relayed: Relayed | None,
+        forwards: list[bytes],
+        *,
+        count: int,
+        at: float,
+    ) -> list[tuple[bytes, Relayed | None]]:
+        """``count`` extra copies, each with its relay observation; a request's copies are new
+        requests of one duplicate group."""
+        if message.kind is not Kind.REQUEST:
+            seen = None if relayed is None else replace(relayed, copy=True, duration=None)
+            return [
+                (data, seen if index == 0 else None)
+                for _ in range(count)
+                for index, data in enumerate(forwards)
+            ]
+        assert message.id_token is not None
+        assert message.id_key is not None
+        assert message.method is not None
+        requests = self._maps[direction]
+        primary = requests.pending_with(message.id_key)[-1]
+        group = primary.group = DuplicateGroup()
+        copies: list[tuple[bytes, Relayed | None]] = []
+        for _ in range(count):
+            copy = requests.add(
+                message.id_token,
+                message.id_key,
+                message.method,
+                primary.session,
+                at,
+                keyed=primary.keyed,
+                group=group,
+            )
+            data = splice(message.raw, [(s, copy.forwarded_id) for s in message.id_spans])
+            seen = Relayed(
+                direction,
+                Kind.REQUEST,
+                message.method,
+                primary.session,
+                len(message.raw),
+                message.id_token,
+                copy.forwarded_id,
+                message=message,
+                copy=True,
+            )
+            copies.append((data, seen))
+        return copies
+
+    def _hold(
+        self,
+        delay: float,
+        commands: list[Command],
+        relayed: Relayed | None = None,
+        at: float = 0.0,
+    ) -> StartTimer:
+        """Keep ``commands`` until a timer of ``delay`` seconds fires; ``relayed``: the relay
+        observation of the message they send, which arrived at ``at``."""
+        token = next(self._tokens)
+        self._timers[token] = _Timed(commands, relayed, at)
+        size = sum(len(command.data) for command in commands if isinstance(command, Send))
+        return StartTimer(delay, token, size)
+
+    def _release(self, token: int, at: float) -> list[Command]:
+        """Timer ``token`` fired at ``at``: carry out what it held. A held message leaves now
+        (relayed, its answer's duration counting the wait), or is undeliverable."""
+        if token in self._deadlines:
+            return self._initialize_overdue(self._deadlines.pop(token))
+        timed = self._timers.pop(token, None)
+        if timed is None:
+            return []
+        relayed = timed.relayed
+        if relayed is not None:
+            duration = relayed.duration
+            if duration is not None:
+                duration += at - timed.at
+            relayed = replace(relayed, hold=token, duration=duration)
+        out: list[Command] = []
+        sent = lost = False
+        for command in timed.commands:
+            if isinstance(command, Sever):
+                self._closing.add(command.side)
+            if not isinstance(command, Send):
+                out.append(command)
+            elif command.to in self._closing:
+                if not lost:
+                    lost = True
+                    out.append(_undeliverable(command, relayed, token))
+            else:
+                if not sent and relayed is not None:
+                    out.append(relayed)
+                sent = True
+                out.append(command)
+        return out
+
+    def _initialize_overdue(self, forwarded_id: bytes) -> list[Command]:
+        """The Agent did not answer ``initialize`` in time: the Client gets an error instead."""
+        pending = self._maps[Direction.TO_AGENT].pop(forwarded_id)
+        if pending is None:
+            return []  # answered in time, or the Agent is gone
+        if pending.group is not None:
+            pending.group.answered = True  # an injected copy's late answer is swallowed
+        timeout = self._initialize_timeout
+        assert timeout is not None
+        out: list[Command] = [InitializeTimedOut(pending.original_id, forwarded_id, timeout)]
+        if Side.CLIENT not in self._closing:
+            text = f"the agent did not answer initialize within {timeout:g} s"
+            error = error_response(pending.original_id, ErrorCode.INTERNAL_ERROR, text)
+            out.append(Send(Side.CLIENT, error))
+        return out
+
+    def _translate(
+        self, direction: Direction, message: Message, at: float, out: list[Command]
+    ) -> list[bytes]:
+        """The bytes to forward for ``message`` (ids rewritten); empty to drop it."""
+        if message.kind is Kind.REQUEST:
+            if message.method == INITIALIZE_METHOD and self._cached_initialize is not None:
+                self._answer_initialize(direction, message, out)
+                return []
+            return [self._request(direction, message, at, out)]
+        if message.kind is Kind.NOTIFICATION:
+            return self._notification(direction, message, out)
+        return self._response(direction, message, at, out)
+
+    def _answer_initialize(
+        self, direction: Direction, message: Message, out: list[Command]
+    ) -> None:
+        """Conductor mode: a new Client's initialize is answered with the Agent's first answer."""
+        assert self._cached_initialize is not None
+        assert message.id_token is not None
+        cached = parse(self._cached_initialize)
+        assert isinstance(cached, Message)
+        answer = splice(cached.raw, [(span, message.id_token) for span in cached.id_spans])
+        out.append(Send(direction.source, answer))
+        out.append(InitializeCached(message.id_token))
+
+    def _request(
+        self, direction: Direction, message: Message, at: float, out: list[Command]
+    ) -> bytes:
+        assert message.method is not None
+        assert message.id_token is not None
+        assert message.id_key is not None
+        requests = self._maps[direction]
+        if requests.pending_with(message.id_key):
+            out.append(IdReused(direction, message.id_token, message.method))
+        params = message.params
+        keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
+        pending = requests.add(
+            message.id_token, message.id_key, message.method, message.session, at, keyed=keyed
+        )
+        if (
+            message.method == INITIALIZE_METHOD
+            and direction is Direction.TO_AGENT
+            and self._initialize_timeout is not None
+        ):
+            deadline = next(self._tokens)
+            self._deadlines[deadline] = pending.forwarded_id
+            out.append(StartTimer(self._initialize_timeout, deadline))
+        edits: list[tuple[Span, bytes]] = [
+            (span, pending.forwarded_id) for span in message.id_spans
+        ]
+        if message.method == ELICITATION_METHOD and direction is Direction.TO_CLIENT:
+            # The Agent names the Client's request it is tied to by the id the Agent knows.
+            found = token_at(message.raw, _REQUEST_ID_PATH)
+            if found is not None:
+                span, token = found
+                tied = self._maps[Direction.TO_AGENT].get(token)
+                if tied is not None:
+                    edits.append((span, tied.original_id))
+        out.append(
+            Relayed(
+                direction,
+                Kind.REQUEST,
+                message.method,
+                pending.session,
+                len(message.raw),
+                message.id_token,
+                pending.forwarded_id,
+                message=message,
+            )
+        )
+        return splice(message.raw, edits)
+
+    def _notification(
+        self, direction: Direction, message: Message, out: list[Command]
+    ) -> list[bytes]:
+        forwards = [message.raw]
+        method = message.method
+        params = message.params
+        inner = params.get("method") if isinstance(params, dict) else None
+        if method == CANCEL_METHOD or (method in SUCCESSOR_METHODS and inner == CANCEL_METHOD):
+            forwards = self._cancel(direction, message, out)
+            if not forwards:
+                return forwards
+        out.append(
+            Relayed(
+                direction,
+                Kind.NOTIFICATION,
+                method,
+                message.session,
+                len(message.raw),
+                message=message,
+            )
+        )
+        return forwards
+
+    def _cancel(self, direction: Direction, message: Message, out: list[Command]) -> list[bytes]:
+        """Translate a cancel of the sender's own request to the next hop's id, or drop it.
+
+        When the proxy holds several requests under that id (injected copies, or a reused id),
+        each of them is cancelled on the next hop.
+        """
+        found = token_at(message.raw, _REQUEST_ID_PATH)
+        if found is not None:
+            span, token = found
+            params = message.params
+            key = id_key(token, params.get("requestId") if isinstance(params, dict) else None)
+            if key is not None:
+                pending = self._maps[direction].pending_with(key)
+                if pending:
+                    return [splice(message.raw, [(span, p.forwarded_id)]) for p in pending]
+        out.append(CancelDropped(direction, None if found is None else found[1]))
+        return []
+
+    def _response(
+        self, direction: Direction, message: Message, at: float, out: list[Command]
+    ) -> list[bytes]:
+        assert message.id_token is not None
+        if message.kind is Kind.ERROR and message.id_key == ("null", None):
+            out.append(Unroutable(direction, len(message.raw)))
+            return [message.raw]
+        pending = self._answered(direction, message.id_token)
+        if pending is None:
+            out.append(Orphaned(direction, message.id_token, message.kind))
+            return []
+        if pending.method == INITIALIZE_METHOD and message.kind is Kind.RESPONSE:
+            self.initialize_answer = self.initialize_answer or message.raw
+        if pending.group is not None:
+            if pending.group.answered:
+                out.append(
+                    DuplicateSwallowed(
+                        direction,
+                        pending.method,
+                        pending.session,
+                        pending.original_id,
+                        message.id_token,
+                        message.raw,
+                    )
+                )
+                return []
+            pending.group.answered = True
+        out.append(
+            Relayed(
+                direction,
+                message.kind,
+                pending.method,
+                pending.session,
+                len(message.raw),
+                pending.original_id,
+                message.id_token,
+                at - pending.at,
+                message=message,
+            )
+        )
+        return [splice(message.raw, [(span, pending.original_id) for span in message.id_spans])]
+
+    # -- bad input ------------------------------------------------------------------------------
+
+    def _invalid(
+        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
+    ) -> None:
+        if invalid.reason is InvalidReason.TOO_COMPLEX:
+            handling = self._refuse(direction, invalid, out)
+        elif invalid.response:  # strict: never forwarded (the sender cannot be answered)
+            answer = None if self._strict else self._invalid_answer(direction, invalid, at, out)
+            handling = Handling.DROPPED if answer is None else Handling.FORWARDED
+            if answer is not None:
+                out.append(Send(direction.destination, answer))
+        elif self._strict:
+            handling = Handling.ANSWERED
+            code = invalid.reason.error_code
+            text = f"{code.name.replace('_', ' ').capitalize()}: {invalid.detail}"
+            out.append(Send(direction.source, error_response(b"null", code, text)))
+        else:
+            handling = Handling.FORWARDED
+            out.append(Send(direction.destination, self._invalid_forward(direction, invalid, at)))
+        out.append(
+            InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
+        )
+
+    def _invalid_element(
+        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
+    ) -> bytes | None:
+        """Record an invalid batch entry; what stays in the batch for the peer to answer."""
+        forward = None
+        if invalid.reason is InvalidReason.TOO_COMPLEX:
+            handling = self._refuse(direction, invalid, out)
+        else:
+            if invalid.response:
+                forward = (
+                    None if self._strict else self._invalid_answer(direction, invalid, at, out)
+                )
+            else:
+                forward = self._invalid_forward(direction, invalid, at)
+            handling = Handling.DROPPED if forward is None else Handling.FORWARDED
+        out.append(
+            InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
+        )
+        return forward
+
+    def _invalid_forward(self, direction: Direction, invalid: Invalid, at: float) -> bytes:
+        """The bytes of an invalid message to forward: a request id a peer could read is
+        rewritten, and remembered (boundedly) to route the answer back (rule 7)."""
+        if invalid.id_token is None or invalid.id_key is None:
+            return invalid.raw
+        requests = self._invalid_maps[direction]
+        pending = requests.add(invalid.id_token, invalid.id_key, invalid.method or "", None, at)
+        oldest = requests.oldest()
+        if len(requests) > MAX_INVALID_PENDING and oldest is not None:
+            requests.pop(oldest.forwarded_id)
+        return splice(invalid.raw, [(span, pending.forwarded_id) for span in invalid.id_spans])
+
+    def _invalid_answer(
+        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
+    ) -> bytes | None:
+        """An invalid answer whose id names a pending request goes to that request's sender
+        under its id, as it would without a proxy; any other is dropped (it could answer the
+        wrong request)."""
+        if invalid.id_token is None or invalid.reads_as is None:
+            return None
+        pending = self._answered(direction, invalid.id_token)
+        if pending is None:
+            return None
+        if pending.group is not None:
+            if pending.group.answered:
+                return None
+            pending.group.answered = True
+        out.append(
+            Relayed(
+                direction,
+                invalid.reads_as,
+                pending.method,
+                pending.session,
+                len(invalid.raw),
+                pending.original_id,
+                invalid.id_token,
+                at - pending.at,
+            )
+        )
+        return splice(invalid.raw, [(span, pending.original_id) for span in invalid.id_spans])
+
+    def _answered(self, direction: Direction, forwarded_id: bytes) -> Pending | None:
+        """The request an answer travelling ``direction`` names, now answered (forgotten)."""
+        pending = self._maps[direction.reverse].pop(forwarded_id)
+        if pending is None:
+            pending = self._invalid_maps[direction.reverse].pop(forwarded_id)
+        return pending
+
+    def _oversized(self, direction: Direction, size: int, limit: int) -> list[Command]:
+        detail = f"message of {size} bytes exceeds the proxy's limit of {limit} bytes"
+        return [
+            InvalidSeen(direction, InvalidReason.TOO_LARGE, size, detail, Handling.ANSWERED),
+            Send(direction.source, _refusal(detail)),
+        ]
+
+    def _refuse(self, direction: Direction, invalid: Invalid, out: list[Command]) -> Handling:
+        """A message the proxy cannot relay (its id cannot be located within the scanner's
+        bounds) is never forwarded: a request is answered, as one too large is; an answer,
+        which the proxy cannot route, is dropped."""
+        if invalid.response:
+            return Handling.DROPPED
+        out.append(Send(direction.source, _refusal(invalid.detail)))
+        return Handling.ANSWERED
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _peer_closed(self, side: Side) -> list[Command]:
+        """The stream from ``side`` ended: pass the end on to the other peer (a half-close).
+
+        Requests sent to ``side`` can never be answered now; nothing answers them falsely.
+        What the other peer still sends toward ``side`` is delivered while that connection is
+        open (a Client that closed stdin may still read the Agent's last answers).
+        """
+        if side in self._ended:
+            return []
+        self._ended.add(side)
+        abandoned = self._maps[side.other.outbound].clear()
+        self._invalid_maps[side.other.outbound].clear()
+        out: list[Command] = [PeerGone(side, len(abandoned))]
+        if side is Side.CLIENT and self._keep_upstream:
+            self._closing.add(Side.CLIENT)  # the Agent stays for the next Client
+        elif side.other not in self._closing:
+            self._closing.add(side.other)
+            out.append(Close(side.other))
+        return out
+
+
+def _undeliverable(send: Send, relayed: Relayed | None, hold: int) -> Undeliverable:
+    """A held message whose peer left before its timer fired; named when it was observed held."""
+    direction = Direction.TO_AGENT if send.to is Side.AGENT else Direction.TO_CLIENT
+    if relayed is None:
+        return Undeliverable(direction, parse(send.data).kind, len(send.data))
+    return Undeliverable(
+        direction,
+        relayed.kind,
+        relayed.size,
+        relayed.method,
+        relayed.session,
+        relayed.original_id,
+        relayed.forwarded_id,
+        hold,
+    )

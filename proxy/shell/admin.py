@@ -1,0 +1,505 @@
+"""The control API and ``/metrics`` on ``--admin HOST:PORT`` (DESIGN 9), on aiohttp.
+
+Routes: ``GET /healthz``, ``GET /metrics``, ``GET|PUT|POST /api/rules``,
+``DELETE /api/rules/{name}``, ``POST /api/reset``,
+``POST /api/actions/{sever|kill_agent|restart_proxy}``, ``GET /api/links``, ``GET /api/ledger``,
+``GET /api/findings`` and ``GET /api/events`` (SSE of trace records). Rules are validated exactly
+as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (validation errors add
+``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
+told otherwise, and with a token set every route but ``/healthz`` needs
+``Authorization: Bearer TOKEN``. A web page cannot drive it: every request passes the ``Host`` and
+``Origin`` checks of :mod:`proxy.shell.origin_policy`, and a request with a body (or a
+``Content-Type``) must say ``application/json`` (415), which no form or ``text/plain`` POST can.
+Request bodies are bounded and parsed strictly (no NaN, no deep nesting); the rules routes and the
+actions need one (``{}`` for an action's defaults), reset and delete take none; an action's body is
+validated like a rule, with strict types and no unknown field. Event streams end when the server
+stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar
+
+import orjson
+from aiohttp import hdrs, web
+from pydantic import BaseModel, ConfigDict
+
+from proxy.core.actions.kill_agent import SignalNumber
+from proxy.core.actions.restart_proxy import Downtime
+from proxy.core.actions.sever import CloseCode
+from proxy.core.commands import Sever, SignalAgent
+from proxy.core.engine import FaultEngine
+from proxy.core.errors import ConfigError
+from proxy.core.events import Direction, Side
+from proxy.core.faultfile import (
+    MAX_RULES,
+    FaultFileError,
+    Rule,
+    dump_rules,
+    validate_rules,
+    validated,
+)
+from proxy.core.sse import KEEPALIVE, encode_event
+from proxy.shell.hostport import authority
+from proxy.shell.link import Link
+from proxy.shell.log import get_logger
+from proxy.shell.metrics import Metrics
+from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
+from proxy.shell.trace import EventFeed
+from proxy.shell.transports.http_listener import HANDLERS_GRACE
+
+__all__ = [
+    "ADMIN_TOKEN_ENV",
+    "AdminServer",
+    "Runtime",
+    "check_admin_host",
+    "check_admin_token",
+    "read_admin_token_file",
+]
+
+log = get_logger("proxy.admin")
+
+MAX_BODY = 1024 * 1024
+"""The largest request body the control API reads."""
+KEEPALIVE_SECONDS = 15.0
+ADMIN_TOKEN_ENV = "ACP_PROXY_ADMIN_TOKEN"
+"""The environment variable that may give ``--admin-token``."""
+MAX_TOKEN_FILE = 4096
+"""The largest ``--admin-token-file`` read (a token is one short line)."""
+
+
+class Runtime(Protocol):
+    """What the control API acts on: the running links and a restart of the data plane."""
+
+    def links(self) -> list[Link]:
+        """The links running now."""
+        ...
+
+    def restart(self, downtime: float) -> None:
+        """``restart_proxy`` now."""
+        ...
+
+
+def check_admin_host(host: str, *, allow_remote: bool) -> None:
+    """Refuse a non-loopback admin address unless the operator explicitly allows it."""
+    if allow_remote:
+        return
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigError(
+            f"--admin {host}: the control API can kill agents and drop traffic; it binds to "
+            "loopback only, unless --admin-allow-remote is given"
+        )
+
+
+def check_admin_token(token: str, where: str = f"--admin-token (or {ADMIN_TOKEN_ENV})") -> None:
+    """Refuse a token that would not guard the API as meant: an empty one (a secret that was never
+    filled in must not turn authentication off), or one no ``Authorization`` header can carry
+    (whitespace at its ends, control characters). The message never repeats the token."""
+    if not token:
+        raise ConfigError(
+            f"{where} is empty: give a token, or unset it to run the control API without one"
+        )
+    if token != token.strip() or not token.isprintable():
+        raise ConfigError(
+            f"{where} has whitespace at its ends or characters that are not printable; "
+            "an Authorization header cannot carry it"
+        )
+
+
+def read_admin_token_file(path: Path) -> str:
+    """The token in ``--admin-token-file``: its one line, without the line end, checked as
+    :func:`check_admin_token` does. No message repeats what the file holds."""
+    where = f"--admin-token-file {path}"
+    try:
+        with path.open("rb") as file:  # a pipe too: --admin-token-file <(pass show acp)
+            data = file.read(MAX_TOKEN_FILE + 1)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_TOKEN_FILE:
+        raise ConfigError(f"{where}: over {MAX_TOKEN_FILE} bytes; it holds one line, the token")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text") from None
+    token = text.removesuffix("\n").removesuffix("\r")
+    if "\n" in token:
+        raise ConfigError(f"{where}: holds more than one line; it holds one line, the token")
+    check_admin_token(token, where)
+    return token
+
+
+class ApiError(Exception):
+    """An error answered as JSON ``{"error", "status"}``."""
+
+    def __init__(self, status: int, message: str, errors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.errors = errors
+
+
+class _Body(BaseModel):
+    """An action's body: strict JSON types (``true`` is no number, ``"no"`` no boolean), finite
+    numbers, no unknown field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class _OnLinks(_Body):
+    link: int | None = None
+    """One link's id; every link without it."""
+
+
+class SeverBody(_OnLinks):
+    """``POST /api/actions/sever``."""
+
+    side: Literal["client", "agent", "both"] = "both"
+    close_code: CloseCode = 1001
+
+
+class KillAgentBody(_OnLinks):
+    """``POST /api/actions/kill_agent``."""
+
+    signal: SignalNumber = int(signal.SIGKILL)
+    respawn: bool = False
+
+
+class RestartProxyBody(_Body):
+    """``POST /api/actions/restart_proxy``."""
+
+    downtime_ms: Downtime = 0.0
+
+
+B = TypeVar("B", bound=_Body)
+
+
+class AdminServer:
+    """The aiohttp server of ``--admin``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        engine: FaultEngine,
+        metrics: Metrics,
+        feed: EventFeed,
+        *,
+        initial_rules: list[Rule],
+        token: str | None = None,
+        ledger: Callable[[], Any] = lambda: [],
+        findings: Callable[[], Any] = lambda: [],
+        degraded: Callable[[], dict[str, str]] = dict,
+        allowances: Allowances = NO_ALLOWANCES,
+    ) -> None:
+        """``degraded``: what no longer works as asked (``{"trace": why}``), for ``/healthz``.
+        ``allowances``: the hosts and origins admitted beyond the server's own
+        (:mod:`proxy.shell.origin_policy`)."""
+        self._runtime = runtime
+        self._engine = engine
+        self._metrics = metrics
+        self._feed = feed
+        self._initial_rules = list(initial_rules)
+        self._token = token
+        self._ledger = ledger
+        self._findings = findings
+        self._degraded = degraded
+        self._allowances = allowances
+        self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
+        """Set when the server stops: every event stream ends."""
+        self.port = 0
+        self.url = ""
+        """Where it serves, once started (``http://HOST:PORT``)."""
+
+    def app(self, bind_host: str) -> web.Application:
+        """The aiohttp application, checking hosts and origins as bound to ``bind_host``."""
+        policy = OriginPolicy("admin", bind_host, self._allowances, self._metrics)
+        middlewares = [policy.middleware, self._errors, self._auth, self._json_only]
+        app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
+        routes = app.router
+        routes.add_get("/healthz", self._healthz)
+        routes.add_get("/metrics", self._metrics_route)
+        routes.add_get("/api/rules", self._get_rules)
+        routes.add_put("/api/rules", self._put_rules)
+        routes.add_post("/api/rules", self._post_rule)
+        routes.add_delete("/api/rules/{name}", self._delete_rule)
+        routes.add_post("/api/reset", self._reset)
+        routes.add_post("/api/actions/{action}", self._action)
+        routes.add_get("/api/links", self._links)
+        routes.add_get("/api/ledger", self._get_ledger)
+        routes.add_get("/api/findings", self._get_findings)
+        routes.add_get("/api/events", self._events)
+        return app
+
+    async def start(self, host: str, port: int) -> None:
+        """Bind (port 0 picks one, in :attr:`port`) and serve."""
+        self._runner = web.AppRunner(
+            self.app(host), handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        self.url = f"http://{authority(host, self.port)}"
+        log.info("control API listening", url=self.url)
+
+    async def stop(self) -> None:
+        """Stop serving: every event stream ends (the records queued for it written, then the end
+        of its response); requests still running get ``HANDLERS_GRACE`` seconds."""
+        self._closing.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- middlewares ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _json_error(exc.status, str(exc), exc.errors)
+        except web.HTTPRequestEntityTooLarge:
+            return _json_error(413, f"request body over {MAX_BODY} bytes")
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                return _json_error(exc.status, exc.reason)
+            raise
+
+    @web.middleware
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if self._token is not None and request.path != "/healthz":
+            # As bytes: a header that is not UTF-8 (kept by aiohttp as lone surrogates) is just
+            # another wrong token.
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            expected = f"Bearer {self._token}".encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, expected):
+                raise ApiError(401, "a bearer token is required")
+        return await handler(request)
+
+    @web.middleware
+    async def _json_only(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """A request with a body, or that names its type, is JSON: a page's form or ``text/plain``
+        POST (which a browser sends anywhere without asking) never reaches a route."""
+        typed = hdrs.CONTENT_TYPE in request.headers
+        if (request.body_exists or typed) and request.content_type != "application/json":
+            raise ApiError(415, "Content-Type must be application/json")
+        return await handler(request)
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        """200 while the proxy relays, ``degraded`` (with what and why) when its trace or state
+        file failed: the relay goes on, and a probe must not restart it for that."""
+        body: dict[str, Any] = {"status": "ok", "links": len(self._runtime.links())}
+        if degraded := self._degraded():
+            body["status"] = "degraded"
+            body["degraded"] = degraded
+        return web.json_response(body)
+
+    async def _metrics_route(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self._metrics.exposition(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    def _rules_body(self) -> dict[str, Any]:
+        states = self._engine.states
+        return {
+            "rules": dump_rules(self._engine.rules),
+            "counters": {
+                name: {"matched": state.matched, "fired": state.fired}
+                for name, state in states.items()
+            },
+        }
+
+    async def _get_rules(self, request: web.Request) -> web.Response:
+        return web.json_response(self._rules_body())
+
+    async def _put_rules(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        data = body.get("rules") if isinstance(body, dict) else body
+        self._engine.replace(_rules(data))
+        return web.json_response(self._rules_body())
+
+    async def _post_rule(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        [rule] = _rules([body])
+        if any(existing.name == rule.name for existing in self._engine.rules):
+            raise ApiError(409, f"a rule named {rule.name!r} already exists")
+        if len(self._engine.rules) >= MAX_RULES:
+            raise ApiError(409, f"there are {MAX_RULES:,} rules already: the most a run holds")
+        self._engine.replace([*self._engine.rules, rule])
+        return web.json_response(self._rules_body(), status=201)
+
+    async def _delete_rule(self, request: web.Request) -> web.Response:
+        await _no_body(request)
+        name = request.match_info["name"]
+        rules = self._engine.rules
+        if not any(rule.name == name for rule in rules):
+            raise ApiError(404, f"no rule named {name!r}")
+        self._engine.replace([rule for rule in rules if rule.name != name])
+        return web.json_response(self._rules_body())
+
+    async def _reset(self, request: web.Request) -> web.Response:
+        """The rules of the fault files again, every counter at zero."""
+        await _no_body(request)
+        self._engine.replace(self._initial_rules)
+        self._engine.reset()
+        return web.json_response(self._rules_body())
+
+    async def _action(self, request: web.Request) -> web.Response:
+        action = request.match_info["action"]
+        if action not in ("sever", "kill_agent", "restart_proxy"):
+            raise ApiError(404, f"unknown action {action!r}: sever, kill_agent or restart_proxy")
+        body = await _body(request, empty=" ({} for the defaults)")
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body is a JSON object")
+        if action == "restart_proxy":
+            downtime = _action_body(RestartProxyBody, body).downtime_ms
+            self._runtime.restart(downtime / 1000)
+            log.warning("restart requested over the control API", downtime_ms=downtime)
+            return web.json_response({"action": action, "downtime_ms": downtime})
+        if action == "sever":
+            sever = _action_body(SeverBody, body)
+            links = self._selected(sever.link)
+            sides = [Side.CLIENT, Side.AGENT] if sever.side == "both" else [Side(sever.side)]
+            for link in links:
+                link.inject([Sever(s, flush=False, close_code=sever.close_code) for s in sides])
+        else:
+            kill = _action_body(KillAgentBody, body)
+            links = self._selected(kill.link)
+            for link in links:
+                link.inject([SignalAgent(kill.signal, kill.respawn)])
+        log.warning("action over the control API", action=action, links=[link.id for link in links])
+        return web.json_response({"action": action, "links": [link.id for link in links]})
+
+    def _selected(self, wanted: int | None) -> list[Link]:
+        links = self._runtime.links()
+        if wanted is None:
+            return links
+        chosen = [link for link in links if link.id == wanted]
+        if not chosen:
+            raise ApiError(404, f"no link {wanted!r}")
+        return chosen
+
+    async def _links(self, request: web.Request) -> web.Response:
+        return web.json_response({"links": [_describe(link) for link in self._runtime.links()]})
+
+    async def _get_ledger(self, request: web.Request) -> web.Response:
+        return web.json_response({"ledger": self._ledger()})
+
+    async def _get_findings(self, request: web.Request) -> web.Response:
+        return web.json_response({"findings": self._findings()})
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        queue = self._feed.subscribe()  # before the headers: a Client that has them is subscribed
+        loop = asyncio.get_running_loop()
+        closing = loop.create_task(self._closing.wait())
+        getting: asyncio.Task[dict[str, Any]] | None = None
+        try:
+            await response.prepare(request)
+            while True:
+                if getting is None or getting.done():
+                    getting = loop.create_task(queue.get())
+                done, _ = await asyncio.wait(
+                    (getting, closing),
+                    timeout=KEEPALIVE_SECONDS,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if getting in done:
+                    await response.write(_event(getting.result()))
+                elif closing in done:
+                    break
+                else:
+                    await response.write(KEEPALIVE)
+            while not queue.empty():  # what was observed before the end, then the end
+                await response.write(_event(queue.get_nowait()))
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            for task in (closing, getting):
+                if task is not None:
+                    task.cancel()
+            self._feed.unsubscribe(queue)
+        return response
+
+
+def _event(record: dict[str, Any]) -> bytes:
+    return encode_event(json.dumps(record).encode())
+
+
+def _json_error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": message, "status": status}
+    if errors:
+        body["errors"] = errors
+    return web.json_response(body, status=status)
+
+
+async def _body(request: web.Request, *, empty: str = "") -> Any:
+    """The request's JSON, parsed strictly: no NaN or Infinity, at most 1024 levels deep, UTF-8
+    without lone surrogates, integers within 64 bits. ``empty``: what to send instead of none."""
+    raw = await request.read()
+    if not raw.strip():
+        raise ApiError(400, f"a JSON body is required{empty}")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"the body is not JSON: {exc}") from None
+
+
+async def _no_body(request: web.Request) -> None:
+    """Refuse a body where the route takes none: it would be ignored, as a typo would."""
+    if (await request.read()).strip():
+        raise ApiError(400, f"{request.method} {request.path} takes no body")
+
+
+def _rules(data: Any) -> list[Rule]:
+    if not isinstance(data, list):
+        raise ApiError(400, "rules are a JSON list (or an object with a 'rules' list)")
+    try:
+        return validate_rules(data)
+    except FaultFileError as exc:
+        raise ApiError(400, "invalid rules", [str(error) for error in exc.errors]) from None
+
+
+def _action_body(model: type[B], body: dict[str, Any]) -> B:
+    try:
+        return validated(model, body)
+    except FaultFileError as exc:
+        raise ApiError(400, "invalid body", [str(error) for error in exc.errors]) from None
+
+
+def _describe(link: Link) -> dict[str, Any]:
+    sides = {}
+    for side in Side:
+        endpoint = link.endpoints[side]
+        info: dict[str, Any] = {"transport": endpoint.transport}
+        pid = getattr(endpoint, "pid", None)
+        if isinstance(pid, int):
+            info["pid"] = pid
+        sides[side.value] = info
+    return {
+        "id": link.id,
+        **sides,
+        "pending": {direction.value: link.relay.pending(direction) for direction in Direction},
+    }

@@ -1,0 +1,457 @@
+"""The composition root: wires a proxy run from options; callable from tests without the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import random
+import secrets
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.core.commands import Restart
+from proxy.core.engine import FaultEngine
+from proxy.core.errors import StartupError, os_cause
+from proxy.core.events import Direction, Side
+from proxy.core.faultfile import Note
+from proxy.core.ledger import Ledger
+from proxy.core.relay import Relay
+from proxy.shell.admin import AdminServer, Runtime
+from proxy.shell.endpoint import Signalable
+from proxy.shell.fault_files import LoadedFaults, load_fault_files, watch_fault_files
+from proxy.shell.hostport import authority
+from proxy.shell.link import Link, LinkState
+from proxy.shell.log import get_logger
+from proxy.shell.metrics import Metrics
+from proxy.shell.observers import Fanout, LogObserver, Observer, Tally
+from proxy.shell.origin_policy import Allowances
+from proxy.shell.server import (
+    SHUTDOWN_TIMEOUT,
+    STDIO,
+    Address,
+    NetworkProxy,
+    UpstreamFactory,
+    upstream_factory,
+)
+from proxy.shell.state import StateFile, StateSaver
+from proxy.shell.trace import EventFeed, TraceWriter
+from proxy.shell.transports.http_listener import INITIALIZE_TIMEOUT
+from proxy.shell.transports.http_upstream import HTTP_TIMEOUT
+from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
+from proxy.shell.transports.websocket import CONNECT_TIMEOUT
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "Ready",
+    "RunOptions",
+    "build_engine",
+    "run",
+    "run_network",
+    "run_stdio",
+]
+
+log = get_logger("proxy.app")
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""DESIGN 10: the default bound on one message, on every transport."""
+
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+EXIT_UNREACHABLE = 1
+"""A stdio proxy could not reach its network Agent, or lost it."""
+EXIT_CANNOT_START = 1
+"""The proxy could not start (:class:`~proxy.core.errors.StartupError`: the CLI prints its line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What ``acp-proxy run`` was asked to do."""
+
+    agent_argv: tuple[str, ...]
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    strict: bool = False
+    agent_grace: float = 5.0
+    """Seconds the Agent gets to exit after stdin closes (or a signal) before SIGTERM/SIGKILL."""
+    faults: tuple[Path, ...] = ()
+    seed: int | None = None
+    """Overrides the fault files' seed."""
+    watch: bool = False
+    state: Path | None = None
+    listen: Address = STDIO
+    upstream: Address = STDIO
+    keep_upstream: bool = False
+    """Conductor mode: an Agent connection outlives its Client and serves the next one."""
+    admin: tuple[str, int] | None = None
+    """Host and port of the control API and /metrics."""
+    admin_token: str | None = None
+    admin_allow_remote: bool = False
+    allow_hosts: tuple[str, ...] = ()
+    """``Host`` names admitted by the listener and the control API beyond their bound address."""
+    allow_origins: tuple[str, ...] = ()
+    """Web origins admitted by the listener beyond its own (``*``: every page)."""
+    admin_allow_origins: tuple[str, ...] = ()
+    """Web origins admitted by the control API beyond its own."""
+    trace: Path | None = None
+    """The JSONL trace file (appended to; ``-`` is stdout)."""
+    connect_timeout: float = CONNECT_TIMEOUT
+    """Seconds to reach a network Agent (TCP connect, WebSocket handshake)."""
+    initialize_timeout: float = INITIALIZE_TIMEOUT
+    """Seconds the Agent has to answer ``initialize`` before the Client gets an error."""
+    http_timeout: float = HTTP_TIMEOUT
+    """Seconds one POST (or DELETE) to an HTTP Agent may take, answer included."""
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT
+    """Seconds the links get to end after SIGTERM or SIGINT before they are cut."""
+
+
+def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
+    """The fault engine of a run: the rules ``loaded`` from its files, seeded (a random seed is
+    logged). Each rule loaded, from the files, a reload or the control API, has its notes logged."""
+    rules = loaded.rules
+    seed = options.seed if options.seed is not None else loaded.seed
+    if seed is None:
+        seed = secrets.randbelow(2**32)
+        if rules:
+            log.info("no seed given; pass --seed to reproduce this run", seed=seed)
+    listener = options.listen.scheme
+    return FaultEngine(
+        rules,
+        random.Random(seed),
+        listener=listener,
+        on_note=functools.partial(_log_note, listener),
+    )
+
+
+def _log_note(listener: str, note: Note) -> None:
+    """A warning for one note of a rule just loaded."""
+    if note.needs_http:
+        why = f"{note.message}; they connect over {listener}"
+        log.warning("a rule can never fire here", rule=note.rule, why=why)
+    else:
+        log.warning("a rule needs a change", rule=note.rule, field=note.field, note=note.message)
+
+
+class _Links:
+    """The running links, as the control API and the pending-requests gauge see them."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+
+    def pending(self, direction: Direction) -> int:
+        links = self.runtime.links() if self.runtime is not None else []
+        return sum(link.relay.pending(direction) for link in links)
+
+
+class _OneLink:
+    """The runtime of a stdio Client: one link, restarted by the link itself."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    def links(self) -> list[Link]:
+        return [] if self._link.state is LinkState.ENDED else [self._link]
+
+    def restart(self, downtime: float) -> None:
+        for link in self.links():
+            link.inject([Restart(downtime)])
+
+
+@dataclass(slots=True)
+class _Experiment:
+    """What every run shares: the engine, the observers, metrics, trace, the control API."""
+
+    faults: LoadedFaults
+    engine: FaultEngine
+    observer: Fanout
+    tally: Tally
+    connect_upstream: UpstreamFactory
+    metrics: Metrics
+    feed: EventFeed
+    links: _Links
+    trace: TraceWriter | None
+    ledger: Ledger
+    saver: StateSaver | None
+
+    def close(self) -> None:
+        """Close the trace (again: it may be)."""
+        if self.trace is not None:
+            self.trace.close()
+
+    def degraded(self) -> dict[str, str]:
+        """What no longer works as asked, and why (``/healthz``): the trace, the state file."""
+        failures = {
+            "trace": self.trace.failure if self.trace is not None else None,
+            "state": self.saver.failure if self.saver is not None else None,
+        }
+        return {name: failure for name, failure in failures.items() if failure is not None}
+
+
+def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
+    """The experiment of a run; :class:`~proxy.core.errors.FaultFileError` when a fault file is
+    bad, :class:`~proxy.core.errors.StartupError` when its trace or state file cannot be used."""
+    faults = load_fault_files(options.faults)
+    engine = build_engine(options, faults)
+    tally = Tally()
+    links = _Links()
+    metrics = Metrics(pending=links.pending)
+    feed = EventFeed()
+
+    def failed(file: str) -> Callable[[str], None]:
+        return lambda _cause: metrics.write_failures.labels(file).inc()
+
+    fanout = Fanout([])
+    ledger = Ledger(time.time, emit=fanout.observe)
+    saver = None
+    if options.state is not None:  # checked first: a run that cannot start writes no trace
+        saver = StateSaver(engine, ledger, StateFile(options.state), on_failure=failed("state"))
+        saver.restore()
+    trace = None
+    if options.trace is not None:
+        trace = TraceWriter(options.trace, on_failure=failed("trace"))
+    observers: list[Observer] = [tally, LogObserver(), metrics, feed, ledger]
+    if trace is not None:
+        observers.append(trace)
+    if saver is not None:
+        observers.append(saver)
+    if observer is not None:
+        observers.append(observer)
+    connect = upstream_factory(
+        options.upstream,
+        options.agent_argv,
+        limit=options.max_message_bytes,
+        grace=options.agent_grace,
+        connect_timeout=options.connect_timeout,
+        http_timeout=options.http_timeout,
+    )
+    fanout.extend(observers)
+    return _Experiment(
+        faults, engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver
+    )
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    options: RunOptions, experiment: _Experiment, runtime: Runtime
+) -> AsyncIterator[AdminServer | None]:
+    """The control API and the watcher around a run; the trace closed after it.
+
+    :class:`~proxy.core.errors.StartupError` when the control API cannot listen."""
+    experiment.links.runtime = runtime
+    try:
+        admin = None
+        if options.admin is not None:
+            admin = AdminServer(
+                runtime,
+                experiment.engine,
+                experiment.metrics,
+                experiment.feed,
+                initial_rules=experiment.faults.rules,
+                token=options.admin_token,
+                ledger=experiment.ledger.summary,
+                findings=lambda: experiment.ledger.findings,
+                degraded=experiment.degraded,
+                allowances=Allowances(options.allow_hosts, options.admin_allow_origins),
+            )
+            try:
+                await admin.start(*options.admin)
+            except OSError as exc:
+                await admin.stop()
+                raise StartupError("--admin", authority(*options.admin), os_cause(exc)) from None
+        watcher = None
+        if options.watch and options.faults:
+            watcher = asyncio.get_running_loop().create_task(
+                watch_fault_files(experiment.faults, experiment.engine, experiment.observer)
+            )
+        try:
+            yield admin
+        finally:
+            if admin is not None:
+                await admin.stop()
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            if experiment.saver is not None:
+                experiment.saver.save()  # what was learnt since the last change of counters
+    finally:
+        experiment.close()
+
+
+async def run(options: RunOptions, observer: Observer | None = None) -> int:
+    """Run the proxy as ``options`` say; return the exit status."""
+    if options.listen.scheme == "stdio":
+        return await run_stdio(options, observer)
+    return await run_network(options, observer)
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Where a started proxy serves (port 0 resolved)."""
+
+    listen_url: str
+    admin_url: str | None
+
+
+async def run_network(
+    options: RunOptions,
+    observer: Observer | None = None,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[Ready], None] | None = None,
+) -> int:
+    """Serve Clients on a listener until ``stop`` is set (default: SIGINT or SIGTERM); return 0.
+
+    Every connection gets a link. ``on_ready`` hears the bound addresses once serving (and again
+    whenever ``restart_proxy`` brings the listener back). Stopping ends every link (see
+    :class:`~proxy.shell.server.NetworkProxy`); a second signal cuts them at once.
+    """
+    loop = asyncio.get_running_loop()
+    experiment = _experiment(options, observer)
+    signals = stop is None
+    stop = stop or asyncio.Event()
+    hurry = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.warning("second signal received; cutting every link now", signal=name)
+            hurry.set()
+        else:
+            log.info("signal received; shutting down", signal=name)
+            stop.set()
+
+    if signals:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
+    proxy = NetworkProxy(
+        options.listen,
+        experiment.connect_upstream,
+        experiment.engine,
+        experiment.observer,
+        strict=options.strict,
+        limit=options.max_message_bytes,
+        origin=loop.time(),
+        keep_upstream=options.keep_upstream,
+        initialize_timeout=options.initialize_timeout,
+        shutdown_timeout=options.shutdown_timeout,
+        allowances=Allowances(options.allow_hosts, options.allow_origins),
+    )
+    try:
+        async with _serving(options, experiment, proxy) as admin:
+
+            def ready(listen_url: str) -> None:
+                if on_ready is not None:
+                    on_ready(Ready(listen_url, admin.url if admin is not None else None))
+
+            await proxy.serve(stop, ready, hurry=hurry)
+    finally:
+        if signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+    log.info("proxy finished", **experiment.tally.summary())
+    return 0
+
+
+async def run_stdio(options: RunOptions, observer: Observer | None = None) -> int:
+    """Relay stdin/stdout to the upstream until one side ends; return the exit status.
+
+    With a spawned Agent the status is the Agent's, as a shell would report it; 0 when the Client
+    closed stdin and the Agent had to be stopped; 127 or 126 when the Agent command cannot be
+    run. With a network upstream: 0 when the Client ended or a signal stopped the proxy, 1 when
+    the connection was lost. :class:`~proxy.core.errors.StartupError` when the trace or the state
+    file cannot be used (before the Agent is started), or the control API cannot listen (the Agent,
+    started by then, is killed).
+
+    SIGINT and SIGTERM are passed on to a spawned Agent (its process group), and the link ends as
+    when the Agent leaves: its stdin is closed, what it still writes reaches the Client, then the
+    Client's stdout is closed. After ``shutdown_timeout`` seconds, or at a second signal, the link
+    is cut and the Agent killed.
+    """
+    experiment = _experiment(options, observer)
+    try:
+        status = await _relay_stdio(options, experiment)
+    finally:
+        experiment.close()
+    log.info("proxy finished", exit_status=status, **experiment.tally.summary())
+    return status
+
+
+async def _relay_stdio(options: RunOptions, experiment: _Experiment) -> int:
+    """The link of a stdio Client, from starting the Agent to its exit status."""
+    loop = asyncio.get_running_loop()
+    try:
+        agent = await experiment.connect_upstream({}, None)
+    except FileNotFoundError:
+        log.error("agent command not found", command=options.agent_argv[0])
+        return EXIT_NOT_FOUND
+    except PermissionError:
+        log.error("agent command is not executable", command=options.agent_argv[0])
+        return EXIT_NOT_EXECUTABLE
+    except Exception as exc:
+        log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
+        return EXIT_UNREACHABLE
+    client = await open_client_stdio(limit=options.max_message_bytes)
+    origin = loop.time()
+    ids: dict[Direction, Iterator[int]] = {direction: itertools.count() for direction in Direction}
+    link = Link(
+        lambda cached: Relay(
+            strict=options.strict,
+            engine=experiment.engine,
+            origin=origin,
+            ids=ids,
+            initialize_timeout=options.initialize_timeout,
+        ),
+        {Side.CLIENT: client, Side.AGENT: agent},
+        experiment.observer,
+        connect_agent=functools.partial(experiment.connect_upstream, {}, None),
+    )
+
+    deadline: asyncio.TimerHandle | None = None
+
+    def cut(event: str, **fields: str) -> None:
+        log.warning(event, **fields)
+        link.abort()
+
+    def on_signal(signum: int) -> None:
+        nonlocal deadline
+        name = signal.Signals(signum).name
+        if deadline is not None:
+            cut("second signal received; cutting the link now", signal=name)
+            return
+        log.info("signal received; passing it to the agent", signal=name)
+        current = link.endpoints[Side.AGENT]
+        if isinstance(current, Signalable):
+            current.signal(signum)
+        link.shutdown()
+        deadline = loop.call_later(
+            options.shutdown_timeout, cut, "the link did not end in time; cutting it"
+        )
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        try:
+            async with _serving(options, experiment, _OneLink(link)):
+                await link.run()
+        except StartupError:
+            link.abort()  # the control API could not listen: the Agent started is killed
+            await link.run()
+            raise
+        final = link.endpoints[Side.AGENT]
+        if isinstance(final, AgentProcess):
+            status = await final.wait()
+            if final.stopped_by_proxy and link.closed_first is Side.CLIENT:
+                status = 0
+        else:
+            stopped = link.closed_first is Side.CLIENT or deadline is not None
+            status = 0 if stopped else EXIT_UNREACHABLE
+    finally:
+        if deadline is not None:
+            deadline.cancel()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    return status

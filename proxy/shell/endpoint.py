@@ -1,0 +1,114 @@
+"""The one interface every transport adapts its library to: a connection to one peer.
+
+A transport knows framing and nothing of JSON-RPC or faults. Its endpoint yields whole messages
+(or :class:`~proxy.core.framing.Oversized` markers) and takes whole messages to send, buffered and
+in order; :meth:`Endpoint.drain` is where backpressure reaches the reader of the other peer.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from proxy.core.framing import Oversized
+
+__all__ = ["ClosesWithReason", "Endpoint", "ExitReporter", "Received", "Signalable", "StreamOwner"]
+
+Received = bytes | Oversized
+"""One framed message, or the marker of one that was too large to keep."""
+
+
+class Endpoint(Protocol):
+    """A connection to a Client or an Agent."""
+
+    transport: str
+    """The transport's name as a metrics label: ``stdio``, ``http`` or ``ws``."""
+
+    async def receive(self) -> Received | None:
+        """The next message from the peer, or ``None`` once the connection has ended."""
+        ...
+
+    def receive_ready(self) -> bool:
+        """Whether :meth:`receive` holds a message that it returns without waiting.
+
+        The link drains (and so writes) once a burst that arrived together is relayed.
+        """
+        ...
+
+    def send(self, data: bytes) -> None:
+        """Queue one message for the peer; order is kept. Dropped once closing."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the queue toward the peer is below its high-water mark."""
+        ...
+
+    def buffered(self) -> int:
+        """Bytes queued toward the peer that it has not taken yet (as far as the proxy knows)."""
+        ...
+
+    def close(self) -> None:
+        """Pass an end of stream on: flush what is queued, then close. Idempotent.
+
+        Whether reading goes on until the peer's own end is the transport's choice (an Agent
+        told to stop by EOF on stdin may still answer; a closed WebSocket is closed both ways).
+        """
+        ...
+
+    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
+        """Cut the connection both ways now; ``receive`` returns ``None`` from here on.
+
+        ``flush``: write what is queued first; otherwise it is discarded. ``close_code`` is the
+        WebSocket close code, where the connection is a WebSocket.
+        """
+        ...
+
+    def processed(self, status: int | None) -> None:
+        """The relay has dealt with the last message :meth:`receive` returned.
+
+        ``status`` is an HTTP status a fault asked for (``http_status``), else ``None``. Only an
+        HTTP listener acts on it: it answers the POST that carried the message.
+        """
+        ...
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection has ended and its resources are released."""
+        ...
+
+
+@runtime_checkable
+class Signalable(Protocol):
+    """An endpoint that is a process the proxy spawned (``kill_agent`` needs one)."""
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the process if it is still running."""
+        ...
+
+
+@runtime_checkable
+class ExitReporter(Protocol):
+    """An endpoint that is a process the proxy spawned, which can say why it ended."""
+
+    async def failure(self, within: float) -> str | None:
+        """Why the process ended, when it failed ("the agent exited with status 3", "the agent
+        was killed by SIGKILL"); None when it exited with status 0, or is still running after
+        ``within`` seconds."""
+        ...
+
+
+@runtime_checkable
+class ClosesWithReason(Protocol):
+    """An endpoint whose close carries a code and a reason (a WebSocket)."""
+
+    def close_with(self, code: int, reason: str) -> None:
+        """Like :meth:`Endpoint.close`, with the close frame's ``code`` and ``reason``; nothing
+        changes once the connection is closing already."""
+        ...
+
+
+@runtime_checkable
+class StreamOwner(Protocol):
+    """An endpoint that delivers messages on SSE streams (``close_stream`` needs one)."""
+
+    def drop_stream(self, data: bytes) -> None:
+        """Kill the stream that would carry ``data``, without writing ``data``."""
+        ...

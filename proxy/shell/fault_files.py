@@ -1,0 +1,184 @@
+"""Fault files on disk: read and loaded once at start, and watched (``--watch``).
+
+:func:`load_fault_files` reads and validates every file of a run (:mod:`proxy.core.faultfile`
+parses them) and keeps what it read, so that the run loads its files once: the engine, the
+control API's first rules and the watcher all start from that one reading.
+
+``--watch`` polls the files (a stat every ``interval`` seconds; no extra dependency, works on
+every file system); when a stat changes, the contents are compared with those last loaded (each
+read no further than the largest fault file): the first comparison is with what the run loaded,
+so an edit made while the proxy was starting is seen too. The files are parsed in a worker
+thread, so the relay keeps going meanwhile; a reload that validates replaces the engine's rules
+in one step, between two messages; counters of rules that keep their name carry over. A bad edit
+is logged with its located errors and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.core.commands import RulesReloaded
+from proxy.core.engine import FaultEngine
+from proxy.core.faultfile import (
+    MAX_FILE_BYTES,
+    MAX_RULES,
+    FaultFileError,
+    Location,
+    Rule,
+    parse_fault_file,
+    too_large,
+)
+from proxy.shell.log import get_logger
+from proxy.shell.observers import Observer
+
+__all__ = ["LoadedFaults", "load_fault_files", "read_fault_file", "watch_fault_files"]
+
+log = get_logger("proxy.watch")
+
+Stamp = tuple[int, int, int, int, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedFaults:
+    """The rules of a run's fault files, and what was read to get them."""
+
+    paths: tuple[Path, ...]
+    rules: list[Rule]
+    seed: int | None
+    """The seed of the first file that sets one."""
+    stamps: tuple[Stamp, ...] | None
+    """Each file's stamp, taken before it was read (None: unknown, any stamp differs)."""
+    contents: tuple[bytes | None, ...]
+    """Each file's bytes as read (None: it could not be read)."""
+
+
+def _stamp(path: Path) -> Stamp:
+    """What tells an edit: the file's identity (an editor or ``mv`` replaces it with another), its
+    size, and both times (``ctime`` changes with every write, even one that keeps ``mtime``, as
+    a coarse clock or ``touch -r`` can)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+async def reload_fault_files(
+    paths: Sequence[Path], engine: FaultEngine, observer: Observer
+) -> bool:
+    """Load ``paths`` (in a thread) and swap the engine's rules; on error keep them. Returns
+    success."""
+    try:
+        rules = (await asyncio.to_thread(load_fault_files, paths)).rules
+    except FaultFileError as exc:
+        for error in exc.errors:
+            log.error("fault file reload refused; keeping the last good rules", error=str(error))
+        observer.observe(RulesReloaded("error", len(engine.rules)))
+        return False
+    engine.replace(rules)
+    log.info("fault files reloaded", rules=len(rules), files=[str(path) for path in paths])
+    observer.observe(RulesReloaded("success", len(rules)))
+    return True
+
+
+def _contents(paths: Sequence[Path]) -> list[bytes | None]:
+    contents: list[bytes | None] = []
+    for path in paths:
+        try:
+            contents.append(read_fault_file(path))
+        except OSError:
+            contents.append(None)
+    return contents
+
+
+async def watch_fault_files(
+    loaded: LoadedFaults, engine: FaultEngine, observer: Observer, interval: float = 0.25
+) -> None:
+    """Poll the files ``loaded`` came from forever and reload when their contents change (cancel
+    the task to stop).
+
+    A changed stamp makes the watcher read the files; only contents other than those last loaded
+    reload them, so a ``touch``, a ``chmod`` or a save of the same text keeps the rules as they
+    are (rules added over the control API included).
+    """
+    files = list(loaded.paths)
+    stamps = [None] * len(files) if loaded.stamps is None else list(loaded.stamps)
+    contents = list(loaded.contents)
+    while True:
+        await asyncio.sleep(interval)
+        current = [_stamp(path) for path in files]
+        if current != stamps:
+            stamps = current
+            now = _contents(files)
+            if now == contents:
+                log.info("fault files touched, their contents unchanged: nothing reloaded")
+                continue
+            contents = now
+            await reload_fault_files(files, engine, observer)
+
+
+def read_fault_file(path: str | Path) -> bytes:
+    """A fault file's bytes, read no further than one byte past :data:`MAX_FILE_BYTES` (enough to
+    tell that it is too large, whatever it is: a huge file, a device). Raises ``OSError``."""
+    with Path(path).open("rb") as file:
+        return file.read(MAX_FILE_BYTES + 1)
+
+
+def load_fault_files(paths: Sequence[str | Path]) -> LoadedFaults:
+    """Read, load and validate every file: all rules in order, the seed, and what was read.
+
+    Every error of every file is collected before raising one :class:`FaultFileError`.
+    Rule names must be unique across files; the first file that sets a seed gives it; all the
+    files together hold at most :data:`MAX_RULES` rules.
+    """
+    files = tuple(Path(path) for path in paths)
+    stamps = tuple(_stamp(path) for path in files)
+    contents: list[bytes | None] = []
+    rules: list[Rule] = []
+    seed: int | None = None
+    errors: list[Location] = []
+    origin: dict[str, str] = {}
+    for path in files:
+        name = str(path)
+        try:
+            data = read_fault_file(path)
+        except OSError as exc:
+            contents.append(None)
+            errors.append(Location(file=name, message=f"cannot read: {exc}"))
+            continue
+        contents.append(data)
+        try:
+            if len(data) > MAX_FILE_BYTES:
+                raise too_large(name)
+            parsed = parse_fault_file(data.decode("utf-8"), name)
+        except UnicodeDecodeError as exc:
+            errors.append(Location(file=name, message=f"cannot read: {exc}"))
+            continue
+        except FaultFileError as exc:
+            errors.extend(exc.errors)
+            continue
+        for rule in parsed.rules:
+            if rule.name in origin:
+                errors.append(
+                    Location(
+                        file=name,
+                        rule=rule.name,
+                        field="name",
+                        message=f"rule name already used in {origin[rule.name]}",
+                    )
+                )
+            origin[rule.name] = name
+        rules.extend(parsed.rules)
+        if seed is None:
+            seed = parsed.seed
+    if len(rules) > MAX_RULES and not errors:
+        names = ", ".join(str(path) for path in files)
+        message = f"{len(rules):,} rules in all: at most {MAX_RULES:,}"
+        errors.append(Location(file=names, message=message))
+    if errors:
+        raise FaultFileError(errors)
+    return LoadedFaults(files, rules, seed, stamps, tuple(contents))

@@ -1,0 +1,610 @@
+"""The shell of one link: reads both endpoints, feeds the relay core, carries out its commands.
+
+This is the only code that interprets :mod:`proxy.core.commands` (an exhaustive ``match``: a command
+type that is not handled here fails mypy). One task per peer reads messages, stamps them with the
+loop's clock and hands them to :class:`~proxy.core.relay.Relay`; sends are queued on the destination
+endpoint in the order the core returned them, then the reading task waits for that endpoint to
+drain, so a peer that stops reading slows down its writer instead of growing memory. A drain that
+lasts :data:`STALL_SECONDS` or more is logged once (``peer stalled``, noticed by a watchdog that
+looks every :data:`STALL_SECONDS` while a drain is pending), and again when the peer has taken
+everything queued for it (``peer resumed``).
+
+Timers are the core's ``StartTimer`` commands, fed back as ``TimerFired``. What they hold (delayed
+messages, spaced copies) is bounded too: past :data:`HELD_HIGH_WATER` bytes the reading tasks wait
+for timers to fire (but not for a peer the proxy has closed: its end must be seen), and each waits
+for its far side to drain even when its message was held, since that message reaches the far side
+later without a drain of its own. Replacing the Agent
+(``kill_agent`` with ``respawn``, ``restart_proxy``) starts a new *generation*: a fresh relay with
+empty id maps (the fault engine and the id counters carry over), a new Agent, and every timer and
+message of the old generation is discarded. The Client's messages wait while the Agent is down.
+
+Every endpoint the link closes is waited for once (``wait_closed``: a spawned Agent is stopped,
+an HTTP session released), and so is an Agent connection that ended by itself.
+
+A link is :attr:`LinkState.NEW` until :meth:`Link.run` starts, :attr:`~LinkState.RUNNING` while any
+of its tasks runs, then :attr:`~LinkState.ENDED`, at once when its last task is done (before
+:meth:`Link.run` has returned). Every method that acts on a link (the control API's actions,
+shutdown, restarts) is safe in each state: on a new link the work it starts waits for
+:meth:`Link.run`; an ended link refuses new work quietly (logged at debug level), so that no task
+is ever started on a finished task group and no coroutine is made that nobody awaits. A restart
+of the Agent asked while one is under way, or while the link shuts down, is ignored (logged).
+
+When the proxy shuts down (:meth:`Link.shutdown`) the Agent's connection is closed first, so
+that what the Agent still writes reaches the Client; the relay then closes the Client's connection
+(a WebSocket with 1001, going away). Nothing answers the requests still pending: the Client sees
+its connection end. :meth:`Link.abort` cuts everything at once, for when that takes too long.
+A spawned Agent that fails by itself (an exit status other than 0, a signal) closes a WebSocket
+Client with 1011 and a reason that says how it ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import heapq
+import itertools
+import signal
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, assert_never
+
+from proxy.core.commands import (
+    Close,
+    Command,
+    Connected,
+    Disconnected,
+    DropStream,
+    FailPost,
+    Observation,
+    Restart,
+    Restarted,
+    Send,
+    Sever,
+    SignalAgent,
+    StartTimer,
+)
+from proxy.core.events import (
+    Direction,
+    Event,
+    MessageReceived,
+    OversizedReceived,
+    PeerClosed,
+    Side,
+    TimerFired,
+)
+from proxy.core.relay import Relay
+from proxy.shell.endpoint import ClosesWithReason, Endpoint, ExitReporter, Signalable, StreamOwner
+from proxy.shell.log import get_logger
+from proxy.shell.observers import Observer
+
+__all__ = ["Link", "LinkState"]
+
+log = get_logger("proxy.link")
+
+_link_ids = itertools.count(1)
+
+STALL_SECONDS = 1.0
+"""How long a peer may leave the proxy waiting to write before it is logged as stalled."""
+HELD_HIGH_WATER = 8 * 1024 * 1024
+"""Bytes a link's timers may hold (delayed messages, spaced copies) before its readers wait."""
+GOING_AWAY = 1001
+"""The WebSocket close code of a Client's connection closed because the proxy shuts down."""
+INTERNAL_ERROR = 1011
+"""The WebSocket close code of a Client's connection whose spawned Agent failed (the reason says
+how it ended)."""
+EXIT_WAIT = 2.0
+"""Seconds a link waits, once a spawned Agent's output has ended, for its exit status, to tell a
+WebSocket Client why; an Agent still running then is closed as one that ended cleanly."""
+
+AgentFactory = Callable[[], Awaitable[Endpoint]]
+"""Connects (spawns) a new Agent for this link."""
+RelayFactory = Callable[[bytes | None], Relay]
+"""A fresh relay; its argument is the cached ``initialize`` answer (conductor mode) or None."""
+Work = Callable[[], Coroutine[Any, Any, None]]
+"""A task of the link, not started: its coroutine is made only once the link takes the task."""
+
+
+class LinkState(enum.Enum):
+    """Where a link is in its life (see the module)."""
+
+    NEW = "new"
+    """Made, :meth:`Link.run` not started: work it is given waits for it."""
+    RUNNING = "running"
+    ENDED = "ended"
+    """Its last task is done: it refuses new work."""
+
+
+class Link:
+    """One Client connection joined to one Agent connection."""
+
+    def __init__(
+        self,
+        new_relay: RelayFactory,
+        endpoints: Mapping[Side, Endpoint],
+        observer: Observer,
+        *,
+        connect_agent: AgentFactory | None = None,
+        on_restart: Callable[[float], None] | None = None,
+        on_client_gone: Callable[[Link], None] | None = None,
+        on_ended: Callable[[Link], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """``connect_agent`` starts a new Agent (``kill_agent`` with ``respawn``, restarts).
+
+        ``on_restart``: who carries out ``restart_proxy`` when it is more than this link (a
+        listener with many links); without it the link restarts its own Agent side.
+        ``on_client_gone`` (conductor mode): the Client left and the Agent stays; the link
+        waits for :meth:`attach_client`. ``on_ended`` hears the link end, at once when its last
+        task is done (its state is then :attr:`LinkState.ENDED`; :meth:`run` returns later).
+        """
+        self.id = next(_link_ids)
+        """This link's number in the process (logs, trace, control API)."""
+        self._new_relay = new_relay
+        self.relay = new_relay(None)
+        self.endpoints = dict(endpoints)
+        self._observer = observer
+        self._connect_agent = connect_agent
+        self._on_restart = on_restart
+        self._on_client_gone = on_client_gone
+        self._on_ended = on_ended
+        self._loop = asyncio.get_running_loop()
+        self._clock = clock or self._loop.time
+        self.state = LinkState.NEW
+        self._tasks: asyncio.TaskGroup | None = None
+        self._running = 0
+        """Tasks of the link not done yet (those of its task group)."""
+        self._deferred: list[Work] = []
+        """Work given to a new link: started when :meth:`run` starts."""
+        self._timers: list[tuple[float, int, int, int, int]] = []
+        """Pending timers as a heap of (deadline, sequence, token, generation, size): equal
+        deadlines fire in the order they were set, so equal delays keep a direction's order."""
+        self._timer_sequence = itertools.count()
+        self._timer_handle: asyncio.TimerHandle | None = None
+        self._held = 0
+        """Bytes of the messages the pending timers hold."""
+        self._held_room = asyncio.Event()
+        self._held_room.set()
+        self._held_logged = False
+        self._closing: set[Side] = set()
+        """Peers the proxy has closed: reading them waits for timers no more (to see their end)."""
+        self._waiting: dict[Side, Side | None] = dict.fromkeys(Side)
+        """Per reading task (by the side it reads): the peer it waits for to drain, if any."""
+        self._drains: dict[Side, int] = dict.fromkeys(Side, 0)
+        """Per reading task: how many drains it has waited for (tells one long wait apart)."""
+        self._seen: dict[Side, int] = {}
+        """The watchdog's last look: the drain each reading task was waiting for then."""
+        self._stalled: set[Side] = set()
+        """Peers logged as stalled and not yet caught up."""
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._generation = 0
+        self._agent_up = asyncio.Event()
+        self._agent_up.set()
+        self._post_status: int | None = None
+        self._released: set[Endpoint] = set()
+        """Endpoints whose ``wait_closed`` runs (each is waited for once)."""
+        self._stopping = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._aborted = False
+        self.closed_first: Side | None = None
+        """The peer whose connection ended first (who ended the link)."""
+        for side in Side:
+            self._connected(side)
+        self._agent_failure: str | None = None
+        """How the Agent failed, when it did (the reason of the Client's close)."""
+
+    async def run(self) -> None:
+        """Relay until both peers are gone and every close has finished (or :meth:`abort`)."""
+        if self.state is not LinkState.NEW:
+            raise RuntimeError(f"link {self.id} has already run")
+        self._runner = asyncio.current_task()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                self.state = LinkState.RUNNING
+                for side in Side:  # the first generation's (a new Agent asked for already is not)
+                    self._spawn(functools.partial(self._pump, side, self.endpoints[side], 0))
+                deferred, self._deferred = self._deferred, []
+                for work in deferred:
+                    self._spawn(work)
+        except asyncio.CancelledError:
+            if not self._aborted or self._runner is None:
+                raise
+            self._runner.uncancel()
+        finally:
+            for handle in (self._timer_handle, self._watchdog):
+                if handle is not None:
+                    handle.cancel()
+            self._timers.clear()
+            self._held = 0
+            self._held_room.set()
+            self._runner = None  # the task may go on (a stdio run): an abort now cancels nothing
+
+    def shutdown(self) -> None:
+        """End the link for a shutdown of the proxy: close the Agent's connection (a spawned
+        Agent gets EOF, then SIGTERM and SIGKILL after its grace); the Client's is closed once
+        the Agent's stream has ended (1001 on a WebSocket). No new Agent is started any more."""
+        if self._stopping.is_set() or self._refused("shutdown"):
+            return
+        self._stopping.set()
+        if self._agent_up.is_set():
+            self._execute([Close(Side.AGENT)])
+        # else the Agent is being replaced: _connect_new_agent sees _stopping and ends the link
+
+    def abort(self) -> None:
+        """Cut the link now: the Agent's process group is killed, both connections are cut
+        without flushing, and every task of the link is cancelled."""
+        if self._refused("abort"):
+            return
+        self._stopping.set()
+        agent = self.endpoints[Side.AGENT]
+        if isinstance(agent, Signalable):
+            agent.signal(signal.SIGKILL)
+        for side in Side:
+            self.endpoints[side].sever(flush=False)
+        if self._runner is not None and not self._runner.done():
+            self._aborted = True
+            # One turn later: a read the cut has already ended (aiohttp's WebSocket feeds its
+            # reader a closing message) must return first, or the close handshake waits on it.
+            self._loop.call_soon(self._runner.cancel)
+
+    def inject(self, commands: list[Command]) -> bool:
+        """Carry out commands that come from outside the relay (the control API's actions);
+        False when the link has ended (nothing is done)."""
+        if self._refused("action"):
+            return False
+        self._execute(commands)
+        return True
+
+    def attach_client(self, client: Endpoint) -> bool:
+        """Conductor mode: a new Client takes over this link's Agent; False (nothing done) when
+        the link has ended or is stopping, and the Client needs a link of its own.
+
+        The new Client gets a fresh relay (its own id maps; the id counters carry on) whose
+        ``initialize`` is answered from the Agent's first answer.
+        """
+        if self._stopping.is_set() or self._refused("attach a client"):
+            return False
+        self.relay = self._new_relay(self.relay.initialize_answer)
+        self.endpoints[Side.CLIENT] = client
+        self.closed_first = None
+        self._closing.discard(Side.CLIENT)
+        self._connected(Side.CLIENT)
+        self._spawn(functools.partial(self._pump, Side.CLIENT, client, self._generation))
+        return True
+
+    def sever_all(self) -> None:
+        """Cut both connections now (a restart of the whole proxy); a spawned Agent is stopped."""
+        if self._refused("restart"):
+            return
+        abandoned = sum(self.relay.pending(direction) for direction in Direction)
+        self._observer.observe(Restarted("proxy", abandoned), self.id)
+        self._execute([Sever(Side.CLIENT, flush=False), Sever(Side.AGENT, flush=False)])
+        agent = self.endpoints[Side.AGENT]
+        if isinstance(agent, Signalable):
+            agent.signal(signal.SIGTERM)
+
+    def _connected(self, side: Side) -> None:
+        self._observer.observe(Connected(side, self.endpoints[side].transport), self.id)
+
+    async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
+        other = side.other
+        unflushed: set[Side] = set()
+        while True:
+            received = await endpoint.receive()
+            if side is Side.AGENT and generation != self._generation:
+                return  # an Agent that was replaced: nothing it says counts any more
+            if received is None and side is Side.AGENT:
+                failure = await self._failure(endpoint)
+                if generation != self._generation:
+                    return
+                self._agent_failure = failure
+            if side is Side.CLIENT and not self._agent_up.is_set():
+                await self._agent_up.wait()
+            at = self._clock()
+            event: Event
+            if received is None:
+                event = PeerClosed(side, at)
+                self._observer.observe(Disconnected(side, endpoint.transport), self.id)
+                if self.closed_first is None:
+                    self.closed_first = side
+            elif isinstance(received, bytes):
+                event = MessageReceived(side, received, at)
+            else:
+                event = OversizedReceived(side, received.size, received.limit, at)
+            self._post_status = None
+            unflushed |= self._feed(event)
+            if received is not None:
+                endpoint.processed(self._post_status)
+            if received is None or not endpoint.receive_ready():
+                # A burst read together is relayed whole, then written and drained at once. The
+                # far side is drained too: a held message reaches it later, without a drain.
+                unflushed.add(other)
+                for destination in unflushed:
+                    self._waiting[side] = destination
+                    self._drains[side] += 1
+                    if self._watchdog is None:
+                        self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
+                    await self.endpoints[destination].drain()
+                unflushed.clear()
+                self._waiting[side] = None
+                if self._stalled:
+                    self._check_resumed()
+                if self._held > HELD_HIGH_WATER and side not in self._closing:
+                    await self._wait_for_timers(side)
+            if received is None:
+                gone = self._on_client_gone
+                if side is Side.CLIENT and gone and not self.relay.has_ended(Side.AGENT):
+                    gone(self)
+                if side is Side.AGENT:
+                    endpoint.close()  # an Agent that closed its stdout is stopped all the same
+                    self._release(endpoint)
+                return
+
+    async def _failure(self, agent: Endpoint) -> str | None:
+        """How the Agent whose output ended failed, when its Client can still be told (a
+        WebSocket's close reason, on a connection neither closed nor closing) and the proxy is
+        not the one ending the link."""
+        client = self.endpoints[Side.CLIENT]
+        if not isinstance(client, ClosesWithReason) or self._stopping.is_set():
+            return None
+        if Side.CLIENT in self._closing or self.relay.has_ended(Side.CLIENT):
+            return None  # cut (sever, restart_proxy) or gone: its close is decided already
+        if not isinstance(agent, ExitReporter):
+            return None
+        return await agent.failure(EXIT_WAIT)
+
+    def _watch(self) -> None:
+        """Look every :data:`STALL_SECONDS` while a reading task waits: one still in the drain it
+        was in at the last look has waited that long at least, and its peer is stalled (logged
+        once, until it has caught up)."""
+        self._watchdog = None
+        for reader, destination in self._waiting.items():
+            drains = self._drains[reader]
+            if destination is None:
+                self._seen.pop(reader, None)
+                continue
+            if self._seen.get(reader) == drains and destination not in self._stalled:
+                self._stalled.add(destination)
+                endpoint = self.endpoints[destination]
+                log.warning(
+                    "peer stalled",
+                    link=self.id,
+                    side=destination,
+                    transport=endpoint.transport,
+                    buffered_bytes=endpoint.buffered(),
+                    held_bytes=self._held,
+                )
+            self._seen[reader] = drains
+        self._check_resumed()
+        if self._seen or self._stalled:
+            self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
+
+    def _check_resumed(self) -> None:
+        """A stalled peer that nobody waits for and that has taken everything has caught up."""
+        waited_for = set(self._waiting.values())
+        for destination in list(self._stalled):
+            if destination not in waited_for and self.endpoints[destination].buffered() == 0:
+                self._stalled.discard(destination)
+                log.info("peer resumed", link=self.id, side=destination)
+
+    async def _wait_for_timers(self, side: Side) -> None:
+        """Too much is held by timers: read ``side`` no more until some of it is released."""
+        if not self._held_logged:
+            self._held_logged = True
+            log.warning(
+                "delayed messages hold too much; reading waits for them",
+                link=self.id,
+                held_bytes=self._held,
+                bound=HELD_HIGH_WATER,
+            )
+        while self._held > HELD_HIGH_WATER and side not in self._closing:
+            self._held_room.clear()
+            await self._held_room.wait()
+
+    def _stop_holding(self, side: Side) -> None:
+        """The proxy closed ``side``: its reading task must go on to see the end of it."""
+        self._closing.add(side)
+        self._held_room.set()
+
+    def _feed(self, event: Event) -> set[Side]:
+        try:
+            commands = self.relay.handle(event)
+        except Exception:
+            # A bug in the core must not take the link down; the message is lost, loudly.
+            log.exception(
+                "internal error while relaying; message dropped",
+                link=self.id,
+                event_type=type(event).__name__,
+            )
+            return set()
+        return self._execute(commands)
+
+    def _execute(self, commands: list[Command]) -> set[Side]:
+        """Carry out ``commands`` in order; return the sides that were written to."""
+        written: set[Side] = set()
+        for command in commands:
+            match command:
+                case Send(to=to, data=data):
+                    self.endpoints[to].send(data)
+                    written.add(to)
+                case Close(side=side):
+                    endpoint = self.endpoints[side]
+                    failure = self._agent_failure if side is Side.CLIENT else None
+                    if self._stopping.is_set() and side is Side.CLIENT:
+                        endpoint.sever(flush=True, close_code=GOING_AWAY)
+                    elif failure is not None and isinstance(endpoint, ClosesWithReason):
+                        endpoint.close_with(INTERNAL_ERROR, failure)
+                    else:
+                        endpoint.close()
+                    self._release(endpoint)
+                    self._stop_holding(side)
+                case Sever(side=side, flush=flush, close_code=close_code):
+                    endpoint = self.endpoints[side]
+                    endpoint.sever(flush=flush, close_code=close_code)
+                    self._release(endpoint)
+                    self._stop_holding(side)
+                case StartTimer(delay=delay, token=token, size=size):
+                    self._start_timer(delay, token, size)
+                case SignalAgent(signal=signum, respawn=respawn):
+                    self._signal_agent(signum, respawn)
+                case Restart(downtime=downtime):
+                    if self._on_restart is not None:
+                        self._on_restart(downtime)
+                    else:
+                        self._replace_agent("proxy", downtime, stop=True)
+                case FailPost(status=status):
+                    self._post_status = status
+                case DropStream(to=to, data=data):
+                    endpoint = self.endpoints[to]
+                    if isinstance(endpoint, StreamOwner):
+                        endpoint.drop_stream(data)
+                case Observation():
+                    self._observer.observe(command, self.id)
+                case _:
+                    assert_never(command)
+        return written
+
+    def _refused(self, what: str) -> bool:
+        """Whether the link has ended, and so refuses ``what`` (quietly: it is no error)."""
+        if self.state is LinkState.ENDED:
+            log.debug("the link has ended; nothing done", link=self.id, what=what)
+            return True
+        return False
+
+    def _spawn(self, work: Work) -> None:
+        """Run ``work`` as a task of the link: later on a new link, never on an ended one."""
+        if self.state is LinkState.NEW:
+            self._deferred.append(work)
+            return
+        if self.state is LinkState.ENDED or self._tasks is None:
+            log.debug("the link has ended; no task started", link=self.id)
+            return
+        coroutine = work()
+        try:
+            task = self._tasks.create_task(coroutine)
+        except RuntimeError:  # the group is cancelling its tasks after one of them failed
+            coroutine.close()
+            log.debug("the link is failing; no task started", link=self.id)
+            return
+        self._running += 1
+        # After the task group's own callback: when the last one runs, the group is finished.
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, _task: asyncio.Task[None]) -> None:
+        self._running -= 1
+        if self._running == 0 and self.state is LinkState.RUNNING:
+            self.state = LinkState.ENDED
+            if self._on_ended is not None:
+                self._on_ended(self)
+
+    def _release(self, endpoint: Endpoint) -> None:
+        """Wait for ``endpoint`` to close, once, within the link (its resources are freed)."""
+        if endpoint not in self._released:
+            self._released.add(endpoint)
+            self._spawn(functools.partial(self._wait_closed, endpoint))
+
+    async def _wait_closed(self, endpoint: Endpoint) -> None:
+        try:
+            await endpoint.wait_closed()
+        finally:
+            self._released.discard(endpoint)
+
+    def _start_timer(self, delay: float, token: int, size: int) -> None:
+        deadline = self._loop.time() + delay
+        entry = (deadline, next(self._timer_sequence), token, self._generation, size)
+        self._held += size
+        heapq.heappush(self._timers, entry)
+        if self._timers[0] is entry:
+            self._arm()
+
+    def _arm(self) -> None:
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+            self._timer_handle = None
+        if self._timers:
+            self._timer_handle = self._loop.call_at(self._timers[0][0], self._fire_timers)
+
+    def _fire_timers(self) -> None:
+        self._timer_handle = None
+        now = self._loop.time()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, token, generation, size = heapq.heappop(self._timers)
+            self._held -= size
+            if generation == self._generation:
+                self._feed(TimerFired(token, self._clock()))
+        if self._held <= HELD_HIGH_WATER:
+            self._held_room.set()
+            if not self._held:
+                self._held_logged = False
+        self._arm()
+
+    def _signal_agent(self, signum: int, respawn: bool) -> None:
+        agent = self.endpoints[Side.AGENT]
+        if not isinstance(agent, Signalable):
+            log.warning("kill_agent: the Agent is not a process of this proxy; nothing to signal")
+            return
+        log.info("signalling the agent", signal=signal.Signals(signum).name, respawn=respawn)
+        agent.signal(signum)
+        if respawn:
+            self._replace_agent("agent", 0.0, stop=False)
+
+    def _replace_agent(self, what: str, downtime: float, *, stop: bool) -> None:
+        """Start a new generation: forget the old Agent and relay now, connect a new Agent later.
+
+        Not while the link shuts down (the Agent is ending) nor while a new Agent is on its way
+        (that restart is under way): the request is logged and ignored."""
+        if self._connect_agent is None:
+            log.warning("cannot restart: this link cannot connect a new agent", what=what)
+            return
+        if self._stopping.is_set() or not self._agent_up.is_set():
+            log.warning(
+                "restart ignored: the link is shutting down or already restarting",
+                link=self.id,
+                what=what,
+            )
+            return
+        old = self.endpoints[Side.AGENT]
+        self._generation += 1
+        self._agent_up.clear()
+        abandoned = sum(self.relay.pending(direction) for direction in Direction)
+        self.relay = self._new_relay(None)
+        old.sever(flush=False)
+        self._released.add(old)  # waited for below, before the new Agent starts
+        if stop and isinstance(old, Signalable):
+            old.signal(signal.SIGTERM)
+        self._observer.observe(Disconnected(Side.AGENT, old.transport), self.id)
+        self._observer.observe(Restarted(what, abandoned), self.id)
+        log.warning("restarting", what=what, downtime_ms=downtime * 1000, abandoned=abandoned)
+        self._spawn(functools.partial(self._connect_new_agent, old, downtime, self._generation))
+
+    async def _connect_new_agent(self, old: Endpoint, downtime: float, generation: int) -> None:
+        await self._wait_closed(old)
+        if downtime:
+            with contextlib.suppress(TimeoutError):  # a shutdown ends the downtime
+                await asyncio.wait_for(self._stopping.wait(), downtime)
+        assert self._connect_agent is not None
+        if self._stopping.is_set():
+            log.info("shutting down; no new agent is started")
+            self._agent_up.set()
+            self._execute([Close(Side.CLIENT)])
+            return
+        try:
+            agent = await self._connect_agent()
+        except Exception as exc:
+            log.error("could not start a new agent; ending the link", error=str(exc))
+            self._agent_up.set()
+            self._execute([Close(Side.CLIENT)])
+            return
+        if generation != self._generation or self._stopping.is_set():  # replaced, or stopping
+            agent.sever(flush=False)
+            self._release(agent)
+            if generation == self._generation:
+                self._agent_up.set()
+                self._execute([Close(Side.CLIENT)])
+            return
+        self.endpoints[Side.AGENT] = agent
+        self._closing.discard(Side.AGENT)
+        self._connected(Side.AGENT)
+        self._spawn(functools.partial(self._pump, Side.AGENT, agent, generation))
+        self._agent_up.set()

@@ -1,0 +1,283 @@
+"""Consumers of the core's observations: counters and log lines.
+
+Every :class:`~proxy.core.commands.Observation` the relay returns is handed to one
+:class:`Observer`.
+:class:`Tally` counts them under bounded labels (the same ones the Prometheus metrics use) and
+:class:`LogObserver` turns the noteworthy ones into one clear log line each.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from proxy.core.commands import (
+    CancelDropped,
+    Connected,
+    Disconnected,
+    DuplicateSwallowed,
+    FaultInjected,
+    Finding,
+    Held,
+    IdReused,
+    InitializeTimedOut,
+    InvalidSeen,
+    KeyedAttempt,
+    KeyedMessage,
+    Observation,
+    Orphaned,
+    PeerGone,
+    Relayed,
+    Restarted,
+    RulesCounted,
+    RulesReloaded,
+    Stopped,
+    Undeliverable,
+    Unroutable,
+)
+from proxy.shell.log import get_logger, shorten
+from proxy.shell.origin_policy import RequestRefused
+
+__all__ = ["Fanout", "LogObserver", "Observer", "Tally"]
+
+
+class Observer(Protocol):
+    """Something that wants to know what the relay saw."""
+
+    def observe(self, observation: Observation, link: int | None = None) -> None:
+        """Take one observation (of link ``link``, if any); must not raise nor block."""
+        ...
+
+
+class Fanout:
+    """Hand each observation to several observers, in order."""
+
+    def __init__(self, observers: Iterable[Observer]) -> None:
+        self._observers = list(observers)
+
+    def extend(self, observers: Iterable[Observer]) -> None:
+        """Add observers (after those given at construction)."""
+        self._observers.extend(observers)
+
+    def observe(self, observation: Observation, link: int | None = None) -> None:
+        """Pass ``observation`` on to every observer."""
+        for observer in self._observers:
+            observer.observe(observation, link)
+
+
+class Tally:
+    """Counts of what the relay saw, keyed by ``(name, label, ...)`` tuples."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, ...]] = Counter()
+
+    def observe(self, observation: Observation, link: int | None = None) -> None:
+        """Count ``observation`` under its kind and bounded labels."""
+        match observation:
+            case Relayed(direction=direction, kind=kind):
+                self.counts["messages", direction, kind] += 1
+            case Held(relayed=relayed):
+                self.counts["held", relayed.direction] += 1
+            case Stopped(direction=direction, disposition=disposition):
+                self.counts["stopped", direction, disposition] += 1
+            case InvalidSeen(direction=direction, reason=reason):
+                self.counts["invalid", direction, reason] += 1
+            case Orphaned(direction=direction):
+                self.counts["orphan_responses", direction] += 1
+            case CancelDropped(direction=direction):
+                self.counts["cancels_dropped", direction] += 1
+            case IdReused(direction=direction):
+                self.counts["ids_reused", direction] += 1
+            case Undeliverable(direction=direction):
+                self.counts["undeliverable", direction] += 1
+            case Unroutable(direction=direction):
+                self.counts["unroutable", direction] += 1
+            case PeerGone(side=side, abandoned=abandoned):
+                self.counts["peers_gone", side] += 1
+                self.counts["abandoned_requests", side] += abandoned
+            case FaultInjected(rule=rule, action=action):
+                self.counts["faults", rule, action] += 1
+            case DuplicateSwallowed(direction=direction):
+                self.counts["duplicate_answers_swallowed", direction] += 1
+            case Restarted(what=what, abandoned=abandoned):
+                self.counts["restarts", what] += 1
+                self.counts["abandoned_requests", "restart"] += abandoned
+            case RulesReloaded(result=result):
+                self.counts["reloads", result] += 1
+            case Connected(side=side, transport=transport):
+                self.counts["connections", side, transport] += 1
+            case Finding(check=check):
+                self.counts["findings", check] += 1
+            case KeyedAttempt(retry=retry):
+                self.counts["keyed_attempts", "retry" if retry else "first"] += 1
+            case KeyedMessage(via=via):
+                self.counts["keyed_messages", via] += 1
+            case InitializeTimedOut():
+                self.counts["timeouts", "initialize"] += 1
+            case RequestRefused(server=server, reason=reason):
+                self.counts["refused_requests", server, reason] += 1
+            case RulesCounted() | Disconnected():
+                pass
+            case _:
+                self.counts["other", type(observation).__name__] += 1
+
+    def summary(self) -> dict[str, int]:
+        """Totals per name, for a closing log line."""
+        totals: Counter[str] = Counter()
+        for key, count in self.counts.items():
+            totals[key[0]] += count
+        return dict(sorted(totals.items()))
+
+
+class LogObserver:
+    """One log line per noteworthy observation; at debug level, each message relayed (when it
+    left the proxy), held or stopped by a fault."""
+
+    def __init__(self, logger: Any = None) -> None:
+        self._log = logger or get_logger("proxy.relay")
+        self._per_link: dict[int, Any] = {}
+
+    def observe(self, observation: Observation, link: int | None = None) -> None:
+        """Log ``observation`` at the level it deserves."""
+        log = self._log
+        if link is not None:
+            log = self._per_link.get(link)
+            if log is None:
+                log = self._per_link[link] = self._log.bind(link=link)
+        if isinstance(observation, Relayed):  # one per message: skip building the line
+            if log.is_enabled_for(logging.DEBUG):
+                extra = {} if observation.hold is None else {"hold": observation.hold}
+                log.debug(
+                    "relayed",
+                    direction=observation.direction,
+                    kind=observation.kind,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                    forwarded_id=_text(observation.forwarded_id),
+                    size=observation.size,
+                    **extra,
+                )
+            return
+        match observation:
+            case Held(relayed=held):
+                log.debug(
+                    "held",
+                    hold=observation.hold,
+                    rules=list(observation.rules),
+                    delay_ms=round(observation.delay * 1000, 3),
+                    direction=held.direction,
+                    kind=held.kind,
+                    method=held.method,
+                    id=_text(held.original_id),
+                    forwarded_id=_text(held.forwarded_id),
+                    copy=held.copy,
+                )
+            case Stopped():
+                log.debug(
+                    "not relayed",
+                    disposition=observation.disposition,
+                    rule=observation.rule,
+                    direction=observation.direction,
+                    kind=observation.kind,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                    forwarded_id=_text(observation.forwarded_id),
+                )
+            case InvalidSeen():
+                log.warning(
+                    "invalid message",
+                    direction=observation.direction,
+                    reason=observation.reason,
+                    detail=shorten(observation.detail),
+                    size=observation.size,
+                    handling=observation.handling,
+                )
+            case Orphaned():
+                log.warning(
+                    "response with unknown id dropped",
+                    direction=observation.direction,
+                    id=_text(observation.id),
+                    kind=observation.kind,
+                )
+            case CancelDropped():
+                log.info(
+                    "cancel for an unknown or answered request dropped",
+                    direction=observation.direction,
+                    request_id=_text(observation.request_id),
+                )
+            case IdReused():
+                log.warning(
+                    "request id reused while still pending; both relayed",
+                    direction=observation.direction,
+                    id=_text(observation.id),
+                    method=observation.method,
+                )
+            case Undeliverable():
+                named = {}
+                if observation.hold is not None:
+                    named = {
+                        "method": observation.method,
+                        "id": _text(observation.original_id),
+                        "hold": observation.hold,
+                    }
+                log.warning(
+                    "message for a closed peer dropped",
+                    direction=observation.direction,
+                    kind=observation.kind,
+                    size=observation.size,
+                    **named,
+                )
+            case Unroutable():
+                log.info("error with null id forwarded as is", direction=observation.direction)
+            case PeerGone():
+                log.info(
+                    "peer disconnected",
+                    side=observation.side,
+                    abandoned_requests=observation.abandoned,
+                )
+            case FaultInjected():
+                log.info(
+                    "fault injected",
+                    rule=observation.rule,
+                    action=observation.action,
+                    direction=observation.direction,
+                    kind=observation.kind,
+                    method=observation.method,
+                    session=observation.session,
+                    id=_text(observation.id),
+                )
+            case DuplicateSwallowed():
+                log.info(
+                    "answer to an injected copy swallowed",
+                    direction=observation.direction,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                    copy_id=_text(observation.forwarded_id),
+                    answer=shorten(observation.data),
+                )
+            case Connected():
+                log.info("connected", side=observation.side, transport=observation.transport)
+            case InitializeTimedOut():
+                log.warning(
+                    "the agent did not answer initialize in time; the client got an error",
+                    id=_text(observation.id),
+                    forwarded_id=_text(observation.forwarded_id),
+                    timeout_s=observation.timeout,
+                )
+            case Finding():
+                log.warning(
+                    "finding",
+                    check=observation.check,
+                    session=observation.session,
+                    detail=observation.detail,
+                )
+            case Restarted() | RulesReloaded() | RulesCounted() | Disconnected():
+                pass  # logged where they happen, with their context
+            case _:
+                log.debug("observation", observation=repr(observation))
+
+
+def _text(token: bytes | None) -> str | None:
+    return None if token is None else shorten(token, 80)

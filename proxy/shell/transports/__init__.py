@@ -1,0 +1,2 @@
+"""Transport adapters: each turns one I/O library into :class:`proxy.shell.endpoint.Endpoint`
+objects."""

@@ -1,0 +1,650 @@
+"""The listener toward Clients: Streamable HTTP and WebSocket on aiohttp (wire brief 1.2, 1.3).
+
+One endpoint path serves POST, GET (SSE), DELETE and the WebSocket upgrade (``--listen http://``),
+or the upgrade alone (``--listen ws://``). Each ``initialize`` POST (and each WebSocket) is a new
+Client connection, with an ``Acp-Connection-Id`` minted here, and becomes a link of its own.
+
+Streamable HTTP as the SDKs speak it:
+
+* POST needs ``Content-Type: application/json`` (415); a batch is refused (501); ``initialize`` is
+  answered 200 with the JSON-RPC response as the body and the ``Acp-Connection-Id`` header; every
+  other POST needs a known connection id (400 without, 404 unknown) and is answered 202 once the
+  relay has taken the message (so an ``http_status`` fault can answer it instead).
+  ``Acp-Session-Id`` must equal ``params.sessionId``, and is required for the methods of
+  :data:`SESSION_ID_REQUIRED` (400).
+* GET with ``Accept: text/event-stream`` (406 otherwise) opens the connection stream, or with
+  ``Acp-Session-Id`` a session stream (404 for a session never seen on the connection); a second
+  receiver of the same stream gets 409. Streams are mailboxes: messages wait, bounded, until a
+  receiver attaches; a message already written to a receiver that dies is lost, as in the SDKs.
+  Keep-alive comments go out every 15 s.
+* Routing: a response goes to the session stream of its request's session, an Agent message to
+  its own session's stream, when that stream exists (a ``session/new`` answer creates it);
+  everything else goes to the connection stream.
+* DELETE ends the connection and its streams (202; 400; 404).
+* An ``initialize`` the Agent does not answer within ``initialize_timeout`` gets 504 with a
+  JSON-RPC error; the attempt's connection is dropped.
+* Once the proxy shuts down (:meth:`Listener.stop_accepting`), no connection is accepted and every
+  request gets 503; a pending ``initialize`` too.
+
+The Agent's cookies (:mod:`proxy.shell.transports.cookies`) come back to the Client on its next
+response (the ``initialize`` answer, a 202, a stream's headers); a WebSocket upgrade is answered
+only once the Agent is connected, so that its ``101`` carries the cookies of the Agent's handshake.
+
+Before any of this, every request (the upgrade too) passes the ``Host`` and ``Origin`` checks of
+:mod:`proxy.shell.origin_policy` (403 otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
+
+from proxy.core.commands import Handling, InvalidSeen
+from proxy.core.events import Direction
+from proxy.core.jsonrpc import (
+    Batch,
+    ErrorCode,
+    IdKey,
+    Invalid,
+    Kind,
+    Message,
+    error_response,
+    parse,
+)
+from proxy.core.sse import KEEPALIVE, encode_event
+from proxy.shell.endpoint import Endpoint, Received
+from proxy.shell.hostport import authority
+from proxy.shell.log import get_logger
+from proxy.shell.observers import Observer
+from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
+from proxy.shell.transports.cookies import SetCookies
+from proxy.shell.transports.websocket import MaskedOnlyWebSocketResponse, WsServerEndpoint
+
+__all__ = ["HttpConnection", "Listener", "ListenerConfig"]
+
+log = get_logger("proxy.http")
+
+CONNECTION_ID = "Acp-Connection-Id"
+SESSION_ID = "Acp-Session-Id"
+"""The session a POST is about: equal to its message's ``params.sessionId``
+(:attr:`~proxy.core.jsonrpc.Message.session`), wherever that is present. Toward an Agent every such
+POST carries it, whatever its method (the TypeScript SDK's server refuses one without it), and
+so does the answer to an Agent's request that named a session. From a Client it is taken
+wherever it comes if it equals ``params.sessionId``, and required for
+:data:`SESSION_ID_REQUIRED`."""
+SESSION_ID_REQUIRED = frozenset(
+    {
+        "session/prompt",
+        "session/cancel",
+        "session/close",
+        "session/set_config_option",
+        "session/set_mode",
+    }
+)
+"""Methods whose POST from a Client must carry ``Acp-Session-Id``: those every SDK Client sends
+it for. The Python SDK's Client sends it for these only (not on ``session/load`` or
+``session/resume``), the TypeScript one whenever ``params.sessionId`` is present: requiring more
+would refuse the Python Client's own ``session/load``."""
+KEEPALIVE_SECONDS = 15.0
+INITIALIZE_TIMEOUT = 30.0
+"""Seconds the Agent has to answer ``initialize`` (``--initialize-timeout``). An Agent answers
+it in milliseconds once it runs; 30 s cover a slow start (an ``npx`` download, a cold JIT), and a
+Client is told before its own patience ends."""
+HANDLERS_GRACE = 2.0
+"""Seconds the requests still being served when the listener stops get to finish (their links
+have ended by then, so they are only writing their last bytes); then their connections close."""
+STREAM_HIGH_WATER = 8 * 1024 * 1024
+"""Bytes a stream may hold for a receiver before the reader on the Agent's side waits."""
+
+OnConnection = Callable[[Endpoint, Mapping[str, str], SetCookies], Awaitable[bool]]
+"""Starts a link for a new Client connection (given its request headers, and where the cookies
+its Agent sets are left for the Client's next response); False when no upstream could be
+reached."""
+
+
+_KILL = b""
+"""In a mailbox's queue: the receiver that reaches this point is cut (``close_stream``)."""
+
+
+class Mailbox:
+    """One SSE stream: buffered messages and at most one receiver (a GET) at a time."""
+
+    def __init__(self, drained: asyncio.Event) -> None:
+        self._queue: deque[bytes] = deque()
+        self.size = 0
+        self._drained = drained
+        """Set whenever this mailbox shrinks (wakes a waiting :meth:`HttpConnection.drain`)."""
+        self._wake = asyncio.Event()
+        self.receiver: web.Request | None = None
+        self._ended = False
+
+    def put(self, event: bytes) -> None:
+        self._queue.append(event)
+        self.size += len(event)
+        self._wake.set()
+
+    def end(self) -> None:
+        """Finish the current receiver's response cleanly; no receiver can attach any more."""
+        self._ended = True
+        self._wake.set()
+
+    def kill(self) -> None:
+        """``close_stream``: the receiver dies after what is queued; later messages wait."""
+        self._queue.append(_KILL)
+        self._wake.set()
+
+    def has_receiver(self) -> bool:
+        """Whether a GET is attached and its connection still open."""
+        receiver = self.receiver
+        if receiver is None:
+            return False
+        transport = receiver.transport
+        if transport is None or transport.is_closing():
+            self._wake.set()  # let the dead receiver's loop notice and leave
+            return False
+        return True
+
+    def cut(self) -> None:
+        """``sever``: drop what is queued and cut the receiver now."""
+        self._queue.clear()
+        self.size = 0
+        self.kill()
+
+    async def serve(self, request: web.Request, headers: CIMultiDict[str]) -> web.StreamResponse:
+        """Stream to one receiver until it leaves, the stream is killed or ended."""
+        headers.extend({"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response = web.StreamResponse(status=200, headers=headers)
+        await response.prepare(request)
+        self.receiver = request
+        try:
+            while True:
+                while self._queue:
+                    transport = request.transport
+                    if transport is None or transport.is_closing():
+                        return response  # the receiver left: the message waits for the next
+                    event = self._queue.popleft()
+                    if event is _KILL:
+                        transport = request.transport
+                        if transport is not None:
+                            transport.abort()
+                        return response
+                    self.size -= len(event)
+                    self._drained.set()
+                    await response.write(event)  # lost if the receiver is gone: no replay
+                if self._ended:
+                    await response.write_eof()
+                    return response
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    await response.write(KEEPALIVE)
+        except (ConnectionError, RuntimeError):
+            return response
+        finally:
+            if self.receiver is request:
+                self.receiver = None
+
+
+@dataclass
+class _Post:
+    """A POSTed message waiting for the relay to take it."""
+
+    data: bytes
+    settled: asyncio.Future[int | None]
+
+
+class HttpConnection:
+    """One Streamable HTTP Client connection, as an endpoint of its link."""
+
+    transport = "http"
+
+    def __init__(self, connection_id: str) -> None:
+        self.connection_id = connection_id
+        # Unbounded, but each POST waits until the relay took its message: at most one message
+        # per POST in flight, so the Client's own concurrency bounds it.
+        self._inbox: asyncio.Queue[_Post | None] = asyncio.Queue()
+        self._unsettled: deque[asyncio.Future[int | None]] = deque()
+        self._drained = asyncio.Event()
+        self._streams: dict[str | None, Mailbox] = {None: Mailbox(self._drained)}
+        self._sessions: set[str] = set()
+        self._request_sessions: dict[IdKey, str | None] = {}
+        self._initialize: tuple[IdKey, asyncio.Future[bytes]] | None = None
+        self.closed = False
+        self._closed_event = asyncio.Event()
+        self.cookies = SetCookies()
+        """The cookies the Agent set, until a response to the Client carries them."""
+
+    # -- the listener's side -------------------------------------------------------------------
+
+    def response_headers(self, headers: Mapping[str, str] | None = None) -> CIMultiDict[str]:
+        """``headers`` and a ``Set-Cookie`` for each cookie the Agent set since the last one."""
+        out = CIMultiDict(headers or {})
+        for value in self.cookies.take():
+            out.add(hdrs.SET_COOKIE, value)
+        return out
+
+    async def submit(self, message: Message) -> int | None:
+        """Hand a POSTed message to the relay; its fault status once taken (None: accepted)."""
+        if message.kind is Kind.REQUEST and message.id_key is not None:
+            session = message.session
+            self._request_sessions[message.id_key] = session
+        self._note_session(message.session)
+        settled: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        await self._inbox.put(_Post(message.raw, settled))
+        return await settled
+
+    def expect_initialize(self, key: IdKey) -> asyncio.Future[bytes]:
+        """A future for the answer to the ``initialize`` that opens this connection."""
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._initialize = (key, answer)
+        return answer
+
+    def stream(self, session: str | None) -> Mailbox | None:
+        """The mailbox a GET attaches to (created for a known session), or None (404)."""
+        if session is None:
+            return self._streams[None]
+        if session not in self._sessions:
+            return None
+        return self._streams.setdefault(session, Mailbox(self._drained))
+
+    def terminate(self) -> None:
+        """End the connection: streams finish, the relay sees the Client leave (DELETE)."""
+        if self.closed:
+            return
+        self.closed = True
+        for mailbox in self._streams.values():
+            mailbox.end()
+        self._fail_waiters()
+        self.cookies.close()
+        self._inbox.put_nowait(None)
+        self._drained.set()
+        self._closed_event.set()
+
+    # -- the endpoint's side -------------------------------------------------------------------
+
+    async def receive(self) -> Received | None:
+        """The next POSTed message, or None once the connection is over."""
+        if self.closed and self._inbox.empty():
+            return None
+        post = await self._inbox.get()
+        if post is None:
+            return None
+        self._unsettled.append(post.settled)
+        return post.data
+
+    def receive_ready(self) -> bool:
+        """Each message is written on its own: the link drains after every one."""
+        return False
+
+    def processed(self, status: int | None) -> None:
+        """Answer the POST of the message the relay just took (202, or the fault's status)."""
+        if self._unsettled:
+            settled = self._unsettled.popleft()
+            if not settled.done():
+                settled.set_result(status)
+
+    def send(self, data: bytes) -> None:
+        """Route a message to the stream that carries it (or to the initialize POST)."""
+        if self.closed:
+            return
+        mailbox = self._route(data)
+        if mailbox is not None:
+            mailbox.put(encode_event(data))
+
+    def drop_stream(self, data: bytes) -> None:
+        """``close_stream``: kill the receiver of the stream that would carry ``data``."""
+        mailbox = self._route(data)
+        if mailbox is not None:
+            mailbox.kill()
+
+    async def drain(self) -> None:
+        """Wait while a stream holds too much: a Client that does not read slows the Agent down."""
+        while not self.closed and any(
+            mailbox.size > STREAM_HIGH_WATER for mailbox in self._streams.values()
+        ):
+            self._drained.clear()
+            await self._drained.wait()
+
+    def buffered(self) -> int:
+        """Bytes waiting in the streams for their receivers."""
+        return sum(mailbox.size for mailbox in self._streams.values())
+
+    def close(self) -> None:
+        """The Agent side ended: finish the streams, forget the connection."""
+        self.terminate()
+
+    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
+        """Cut every stream now; the connection id is forgotten (404 afterwards)."""
+        if not flush:
+            for mailbox in self._streams.values():
+                mailbox.cut()
+        self.terminate()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is over."""
+        await self._closed_event.wait()
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def _note_session(self, session: object) -> None:
+        if isinstance(session, str):
+            self._sessions.add(session)
+
+    def _route(self, data: bytes) -> Mailbox | None:
+        parsed = parse(data)
+        session: str | None = None
+        answers = _answered_id(parsed)
+        if answers is not None:
+            if self._initialize is not None and self._initialize[0] == answers:
+                _, answer = self._initialize
+                self._initialize = None
+                if not answer.done():
+                    answer.set_result(data)
+                return None
+            session = self._request_sessions.pop(answers, None)
+            result = parsed.body.get("result") if isinstance(parsed, Message) else None
+            if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                self._note_session(result["sessionId"])  # session/new: on the connection stream
+                self._streams.setdefault(result["sessionId"], Mailbox(self._drained))
+                session = None
+        elif isinstance(parsed, Message):
+            session = parsed.session
+            self._note_session(session)
+        mailbox = self._streams.get(session) if session is not None else None
+        return mailbox or self._streams[None]
+
+    def _fail_waiters(self) -> None:
+        if self._initialize is not None:
+            _, answer = self._initialize
+            if not answer.done():
+                answer.cancel()
+        while self._unsettled:
+            settled = self._unsettled.popleft()
+            if not settled.done():
+                settled.set_result(None)
+
+
+def _answered_id(parsed: Message | Batch | Invalid) -> IdKey | None:
+    """The id of the request an answer answers (one no parser reads too, by its readable id)."""
+    if isinstance(parsed, Message):
+        return parsed.id_key if parsed.kind in (Kind.RESPONSE, Kind.ERROR) else None
+    if isinstance(parsed, Invalid) and parsed.reads_as in (Kind.RESPONSE, Kind.ERROR):
+        return parsed.id_key
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    """Where and how the listener serves."""
+
+    host: str
+    port: int
+    path: str
+    websocket_only: bool
+    max_message_bytes: int
+    initialize_timeout: float = INITIALIZE_TIMEOUT
+    allowances: Allowances | None = NO_ALLOWANCES
+    """The ``Host`` and ``Origin`` checks (:mod:`proxy.shell.origin_policy`) and what the user
+    opened up; None checks nothing (the reference Agent, a test peer)."""
+
+
+SHUTTING_DOWN = "the proxy is shutting down"
+
+
+def _error(
+    status: int,
+    message: str,
+    code: int = ErrorCode.INVALID_REQUEST,
+    request_id: bytes | None = None,
+) -> web.Response:
+    """An HTTP error whose body is a JSON-RPC error (for ``request_id``, else ``id: null``)."""
+    body = error_response(request_id or b"null", code, message)
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+class Listener:
+    """The aiohttp server of one ``--listen`` address."""
+
+    def __init__(self, config: ListenerConfig, on_connection: OnConnection, observer: Observer):
+        self.config = config
+        self._on_connection = on_connection
+        self._observer = observer
+        allowances = config.allowances
+        self._policy = (
+            OriginPolicy("listener", config.host, allowances, observer)
+            if allowances is not None
+            else None
+        )
+        self.connections: dict[str, HttpConnection] = {}
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self.port = config.port
+        self.closing = False
+        """Shutting down: nothing new is accepted, every request gets 503."""
+
+    async def start(self) -> None:
+        """Bind and serve; the bound port (port 0 picks one) is in :attr:`port`."""
+        app = web.Application(
+            client_max_size=self.config.max_message_bytes,
+            middlewares=[self._policy.middleware] if self._policy is not None else [],
+        )
+        app.router.add_route("*", self.config.path, self._dispatch)
+        self._runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+        )
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, self.config.host, self.port, reuse_address=True)
+        await self._site.start()
+        self.port = self._runner.addresses[0][1]
+        log.info("listening", url=self.url)
+
+    @property
+    def url(self) -> str:
+        """The address served (with the bound port)."""
+        scheme = "ws" if self.config.websocket_only else "http"
+        return f"{scheme}://{authority(self.config.host, self.port)}{self.config.path}"
+
+    async def stop_accepting(self) -> None:
+        """The proxy shuts down: close the listening socket; requests on open connections get
+        503 from now on. The connections stay until their links have ended (:meth:`stop`)."""
+        self.closing = True
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
+    async def stop(self) -> None:
+        """Stop accepting and close every connection."""
+        for connection in list(self.connections.values()):
+            connection.sever(flush=False)
+        self.connections.clear()
+        self._site = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if self.closing:
+            return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR)
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        if request.method == "GET" and upgrade:
+            return await self._websocket(request)
+        if self.config.websocket_only:
+            return _error(426, "this endpoint serves WebSocket only")
+        if request.method == "POST":
+            return await self._post(request)
+        if request.method == "GET":
+            return await self._get(request)
+        if request.method == "DELETE":
+            return self._delete(request)
+        return _error(405, f"method {request.method} not allowed")
+
+    def _invalid(self, reason: Invalid, status: int) -> web.Response:
+        self._observer.observe(
+            InvalidSeen(
+                Direction.TO_AGENT, reason.reason, len(reason.raw), reason.detail, Handling.ANSWERED
+            )
+        )
+        code = reason.reason.error_code
+        return _error(status, f"{code.name.replace('_', ' ').capitalize()}: {reason.detail}", code)
+
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        if request.content_type != "application/json":
+            return _error(415, "Content-Type must be application/json")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"body exceeds {self.config.max_message_bytes} bytes")
+        parsed = parse(body)
+        if isinstance(parsed, Batch):
+            return _error(501, "batches are not supported over Streamable HTTP")
+        if isinstance(parsed, Invalid):
+            return self._invalid(parsed, 400)
+        if parsed.kind is Kind.REQUEST and parsed.method == "initialize":
+            return await self._initialize(request, parsed)
+        connection_id = request.headers.get(CONNECTION_ID)
+        if not connection_id:
+            return _error(400, f"missing {CONNECTION_ID} header")
+        connection = self.connections.get(connection_id)
+        if connection is None or connection.closed:
+            self.connections.pop(connection_id, None)
+            return _error(404, f"unknown {CONNECTION_ID}")
+        session_header = request.headers.get(SESSION_ID)
+        if parsed.method in SESSION_ID_REQUIRED and not session_header:
+            return _error(400, f"missing {SESSION_ID} header for {parsed.method}")
+        if session_header and parsed.session is not None and session_header != parsed.session:
+            return _error(400, f"Mismatched {SESSION_ID} and params.sessionId")
+        status = await connection.submit(parsed)
+        return web.Response(status=status or 202, headers=connection.response_headers())
+
+    async def _initialize(self, request: web.Request, message: Message) -> web.StreamResponse:
+        assert message.id_key is not None
+        connection = HttpConnection(secrets.token_hex(16))
+        answer = connection.expect_initialize(message.id_key)
+        if not await self._on_connection(connection, request.headers, connection.cookies):
+            if self.closing:
+                return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR, message.id_token)
+            return _error(
+                502, "the agent could not be reached", ErrorCode.INTERNAL_ERROR, message.id_token
+            )
+        self.connections[connection.connection_id] = connection
+        status = await connection.submit(message)
+        if status is not None:
+            self._forget(connection)
+            connection.terminate()
+            return web.Response(status=status)
+        timeout = self.config.initialize_timeout
+        try:
+            body = await asyncio.wait_for(asyncio.shield(answer), timeout)
+        except TimeoutError:
+            log.warning("the agent did not answer initialize in time", timeout_s=timeout)
+            self._forget(connection)
+            connection.terminate()
+            return _error(
+                504,
+                f"the agent did not answer initialize within {timeout:g} s",
+                ErrorCode.INTERNAL_ERROR,
+                message.id_token,
+            )
+        except asyncio.CancelledError:
+            if not answer.cancelled():
+                raise  # this handler is cancelled, not the answer
+            self._forget(connection)
+            if self.closing:
+                return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR, message.id_token)
+            return _error(
+                502,
+                "the agent's connection ended before it answered initialize",
+                ErrorCode.INTERNAL_ERROR,
+                message.id_token,
+            )
+        return web.Response(
+            status=200,
+            body=body,
+            content_type="application/json",
+            headers=connection.response_headers({CONNECTION_ID: connection.connection_id}),
+        )
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        accept = request.headers.get("Accept", "")
+        if "text/event-stream" not in accept and "*/*" not in accept:
+            return _error(406, "Accept must include text/event-stream")
+        connection_id = request.headers.get(CONNECTION_ID)
+        if not connection_id:
+            return _error(400, f"missing {CONNECTION_ID} header")
+        connection = self.connections.get(connection_id)
+        if connection is None or connection.closed:
+            return _error(404, f"unknown {CONNECTION_ID}")
+        session = request.headers.get(SESSION_ID)
+        mailbox = connection.stream(session)
+        if mailbox is None:
+            return _error(404, f"unknown {SESSION_ID}")
+        if mailbox.has_receiver():
+            return _error(409, "this stream already has an active receiver")
+        echo = {CONNECTION_ID: connection_id}
+        if session is not None:
+            echo[SESSION_ID] = session
+        return await mailbox.serve(request, connection.response_headers(echo))
+
+    def _delete(self, request: web.Request) -> web.StreamResponse:
+        connection_id = request.headers.get(CONNECTION_ID)
+        if not connection_id:
+            return _error(400, f"missing {CONNECTION_ID} header")
+        connection = self.connections.pop(connection_id, None)
+        if connection is None:
+            return _error(404, f"unknown {CONNECTION_ID}")
+        connection.terminate()
+        return web.Response(status=202)
+
+    def _forget(self, connection: HttpConnection) -> None:
+        self.connections.pop(connection.connection_id, None)
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        ws = MaskedOnlyWebSocketResponse(
+            # aiohttp 3.14 refuses a message of exactly max_msg_size, older ones take one byte
+            # more: one above the limit here, and the endpoint refuses what exceeds the limit.
+            max_msg_size=self.config.max_message_bytes + 1,
+            decode_text=False,
+            autoping=True,
+            compress=False,  # as toward the Agent: nothing is re-compressed hop by hop
+        )
+        if not ws.can_prepare(request).ok:  # refused before any Agent is started for it
+            return _error(
+                400,
+                "not a WebSocket upgrade: it needs GET, Connection: Upgrade, Upgrade: websocket, "
+                "Sec-WebSocket-Key and Sec-WebSocket-Version: 13",
+            )
+        connection_id = secrets.token_hex(16)
+        ws.headers[CONNECTION_ID] = connection_id
+        endpoint = WsServerEndpoint(ws, connection_id, self.config.max_message_bytes)
+        cookies = SetCookies()
+        prepared = False
+        try:
+            # The Agent first, so that the 101 carries the cookies it set on its own handshake.
+            connected = await self._on_connection(endpoint, request.headers, cookies)
+            for value in cookies.take():
+                ws.headers.add(hdrs.SET_COOKIE, value)
+            cookies.close()  # past the 101, no response is left to carry a cookie
+            await ws.prepare(request)
+            prepared = True
+        except ConnectionError as exc:  # the Client left while the Agent was being connected
+            log.info("the client left before its upgrade was answered", error=str(exc))
+            return ws
+        finally:
+            endpoint.opened(prepared)
+        if not connected:
+            if self.closing:
+                await ws.close(code=1001, message=SHUTTING_DOWN.encode())
+            else:
+                await ws.close(code=1011, message=b"the agent could not be reached")
+            return ws
+        with contextlib.suppress(asyncio.CancelledError):
+            await endpoint.wait_closed()
+        return ws

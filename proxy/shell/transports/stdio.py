@@ -1,0 +1,585 @@
+"""stdio on both sides: the proxy's own stdin/stdout toward the Client, a spawned Agent upstream.
+
+Framing is one JSON-RPC message per line (wire brief 1.1), read in chunks through
+:class:`~proxy.core.framing.LineFramer` so that asyncio's 64 KiB ``readline`` limit never applies
+and a message is bounded only by ``--max-message-bytes``. The Agent's stderr is the proxy's stderr
+(inherited, never read), and nothing but protocol bytes is ever written to stdout.
+
+Agents die with the proxy, even when it is killed with SIGKILL. On Linux each Agent is given a
+parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` between fork and exec): the kernel
+kills it when the thread that started it ends, the thread running the proxy's event loop (in the
+embedded proxy, a thread that ends only after the proxy has stopped its Agents). What the Agent
+started is out of that signal's reach; the :class:`OrphanGuard` process
+(:mod:`proxy.shell.transports.orphans`), which outlives the proxy, stops the Agent's process group
+instead, on every system (on those without a parent-death signal, the Agent too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import math
+import os
+import signal
+import stat
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, cast
+
+from proxy.core.framing import LineFramer
+from proxy.shell.endpoint import Received
+from proxy.shell.log import get_logger
+
+__all__ = [
+    "AgentProcess",
+    "LineStream",
+    "OrphanGuard",
+    "exit_status",
+    "open_client_stdio",
+    "send_signal",
+    "spawn_agent",
+]
+
+log = get_logger("proxy.stdio")
+
+READ_CHUNK = 256 * 1024
+"""Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
+GROUP_POLL = 0.05
+"""Seconds between two checks whether an exited Agent's leftover processes are gone."""
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal this process gets when the thread that created it ends."""
+ORPHANS_SCRIPT = Path(__file__).with_name("orphans.py")
+
+
+def _find_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (Linux), looked up once, before any fork: a child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return cast(Callable[..., int], prctl)
+
+
+_PRCTL = _find_prctl()
+
+
+def _die_with_proxy() -> Callable[[], None] | None:
+    """What a child runs between fork and exec to be killed (SIGKILL) when the proxy's thread
+    that forks it ends (Linux; None elsewhere)."""
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # the proxy died before the signal was asked for
+            os.kill(os.getpid(), kill)
+
+    return die_with_parent
+
+
+class OrphanGuard:
+    """The proxy's side of :mod:`proxy.shell.transports.orphans`: started with the first Agent, told
+    of each Agent's process group and of its end. One per process (:meth:`shared`).
+
+    Its pipe is never closed by the proxy (the guard reads its end of file as the proxy's death,
+    at exit). When it cannot be started or told (no Python executable to run it, a guard that
+    died), that is logged once and Agents keep only their parent-death signal.
+    """
+
+    _shared: OrphanGuard | None = None
+
+    def __init__(self) -> None:
+        self._owner = os.getpid()
+        self._fd: int | None = None
+        self._failed = False
+        self.pid: int | None = None
+        """The guard's process id, once started."""
+
+    @classmethod
+    def shared(cls) -> OrphanGuard:
+        """The guard of this process (a forked child of the proxy gets one of its own)."""
+        if cls._shared is None or cls._shared._owner != os.getpid():
+            cls._shared = cls()
+        return cls._shared
+
+    def watch(self, pgid: int, grace: float) -> None:
+        """Stop process group ``pgid`` (``grace`` seconds between SIGTERM and SIGKILL) if the
+        proxy dies before it has ended."""
+        if self._fd is None and not self._failed:
+            self._start()
+        self._tell(f"+{pgid} {grace:.3f}\n")
+
+    def forget(self, pgid: int) -> None:
+        """Process group ``pgid`` has ended: leave it alone (its number may be used again)."""
+        self._tell(f"-{pgid}\n")
+
+    def _start(self) -> None:
+        if not sys.executable:
+            self._fail("no Python executable to run it")
+            return
+        read_end, write_end = os.pipe()  # neither is inherited by an Agent (close-on-exec)
+        try:
+            self.pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", str(ORPHANS_SCRIPT)],
+                os.environ,
+                file_actions=[  # the proxy's stderr is not held open by the guard
+                    (os.POSIX_SPAWN_DUP2, read_end, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                ],
+                setsid=True,
+            )
+        except (OSError, NotImplementedError) as exc:
+            os.close(write_end)
+            self._fail(str(exc) or type(exc).__name__)
+            return
+        finally:
+            os.close(read_end)
+        self._fd = write_end
+
+    def _tell(self, line: str) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, line.encode())
+        except OSError as exc:
+            os.close(self._fd)
+            self._fd = None
+            self._fail(str(exc))
+
+    def _fail(self, cause: str) -> None:
+        self._failed = True
+        log.warning(
+            "the guard of agent process groups is not running; an agent's own children may "
+            "outlive a proxy that is killed",
+            error=cause,
+        )
+
+
+def exit_status(returncode: int) -> int:
+    """A process return code as a shell reports it (killed by signal N: 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class LineStream:
+    """A newline-framed message stream over an asyncio reader/writer pair.
+
+    ``half_close``: :meth:`close` only closes the writing end and reading goes on until the
+    peer's EOF (an Agent told to stop by EOF on stdin may still answer). Otherwise closing also
+    stops reading (the Client's stdin: once the Agent is gone nothing more is relayed).
+    """
+
+    transport = "stdio"
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        read_transport: asyncio.BaseTransport,
+        *,
+        limit: int,
+        half_close: bool,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._read_transport = read_transport
+        self._half_close = half_close
+        self._framer = LineFramer(limit)
+        self._ready: deque[Received] = deque()
+        self._loop = asyncio.get_running_loop()
+        self._gathered: list[bytes] = []
+        """Messages sent since the last write: one ``write`` (one system call) takes them all."""
+        self._gathered_size = 0
+        self._eof = False
+        self._closing = False
+        self._severed = False
+        self.flushed_by: threading.Thread | None = None
+        """A thread copying what is written on to a file; closing waits for it to finish."""
+
+    async def receive(self) -> Received | None:
+        """The next line (or oversize marker), or ``None`` at EOF or once severed."""
+        while not self._ready:
+            if self._eof or self._severed:
+                return None
+            try:
+                chunk = await self._reader.read(READ_CHUNK)
+            except (ConnectionError, OSError) as exc:
+                log.warning("read failed; treating as end of stream", error=str(exc))
+                chunk = b""
+            if self._severed:
+                return None
+            if chunk:
+                self._ready.extend(self._framer.feed(chunk))
+            else:
+                self._eof = True
+                self._ready.extend(self._framer.eof())
+        return self._ready.popleft()
+
+    def receive_ready(self) -> bool:
+        """Whether lines of the last chunk read are still to be returned."""
+        return bool(self._ready)
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` and its newline; silently dropped once the stream is closing.
+
+        A message from another transport may hold raw newlines (pretty-printed JSON, where they
+        can only be whitespace); each becomes a space, so that the message stays one line.
+        Messages are gathered and written together by :meth:`drain`, which the link calls once
+        the burst of messages read from the other peer is relayed, or else once this turn of
+        the event loop is over (a timer's message).
+        """
+        if self._closing or self._writer.transport.is_closing():
+            return
+        if b"\n" in data:
+            data = data.replace(b"\n", b" ")
+        if not self._gathered:
+            self._loop.call_soon(self._write_gathered)
+        self._gathered += (data, b"\n")
+        self._gathered_size += len(data) + 1
+
+    def _write_gathered(self) -> None:
+        if self._gathered and not self._writer.transport.is_closing():
+            self._writer.write(b"".join(self._gathered))
+        self._gathered.clear()
+        self._gathered_size = 0
+
+    async def drain(self) -> None:
+        """Write what is gathered; wait for the peer to read enough of what is queued."""
+        self._write_gathered()
+        if self._writer.transport.is_closing():
+            return
+        # A peer that went away is noticed by its reader (EOF), and the relay hears of it there.
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.drain()
+
+    def buffered(self) -> int:
+        """Bytes gathered or written and not yet taken by the pipe (its own 64 KiB not counted)."""
+        return self._gathered_size + self._writer.transport.get_write_buffer_size()
+
+    def close(self) -> None:
+        """Flush what is queued and close the writing end (and reading, unless half-closing)."""
+        if self._closing:
+            return
+        self._closing = True
+        self._write_gathered()
+        self._writer.close()
+        if not self._half_close:
+            self._read_transport.close()
+
+    def sever(self, *, flush: bool, close_code: int = 1001) -> None:
+        """Cut both pipes now (after writing what is queued, with ``flush``). Idempotent."""
+        if self._severed:
+            return
+        self._severed = True
+        self._closing = True
+        self._ready.clear()
+        if flush or self._writer.transport.is_closing():
+            self._write_gathered()
+            self._writer.close()
+        else:
+            self._gathered.clear()
+            self._gathered_size = 0
+            self._writer.transport.abort()
+        self._read_transport.close()
+
+    def processed(self, status: int | None) -> None:
+        """Nothing to settle: a line has no answer of its own."""
+
+    async def wait_closed(self) -> None:
+        """Wait for the writing end to be closed (and what was written to reach a file)."""
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.wait_closed()
+        if self.flushed_by is not None:
+            await asyncio.to_thread(self.flushed_by.join, 10.0)
+
+
+def send_signal(process: asyncio.subprocess.Process, signum: int) -> None:
+    """Send ``signum`` to a child that has not been reaped yet, by its pid.
+
+    Never ``Process.kill()``/``terminate()``: they go through ``Popen.send_signal``, which polls
+    first and may reap a child that has just exited behind asyncio's back, whose watcher then
+    reports the exit status 255.
+    """
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signum)
+
+
+def _is_stream_fd(fd: int) -> bool:
+    """Whether the event loop can poll ``fd`` (a pipe, socket or terminal; not /dev/null)."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
+
+
+def _bridge(source: int, target: int) -> threading.Thread:
+    """Copy ``source`` to ``target`` until EOF in a daemon thread (regular files, /dev/null)."""
+
+    def copy() -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(source, READ_CHUNK):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(target, view) :]
+        with contextlib.suppress(OSError):
+            os.close(target)
+
+    thread = threading.Thread(target=copy, name=f"stdio-bridge-{source}", daemon=True)
+    thread.start()
+    return thread
+
+
+class _WritePipeProtocol(asyncio.streams.FlowControlMixin):
+    """Flow control for a write-only pipe, with the close waiter ``StreamWriter`` expects."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self._closed: asyncio.Future[None] = loop.create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
+        return self._closed
+
+
+async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> LineStream:
+    """Wrap the proxy's stdin and stdout as the Client endpoint.
+
+    A file or ``/dev/null`` on either fd is bridged through a pipe by a thread, because asyncio
+    can only poll pipes, sockets and terminals.
+    """
+    loop = asyncio.get_running_loop()
+    in_fd = os.dup(stdin)
+    if not _is_stream_fd(in_fd):
+        read_end, write_end = os.pipe()
+        _bridge(in_fd, write_end)
+        in_fd = read_end
+    out_fd = os.dup(stdout)
+    out_bridge = None
+    if not _is_stream_fd(out_fd):
+        read_end, write_end = os.pipe()
+        out_bridge = _bridge(read_end, out_fd)
+        out_fd = write_end
+    reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(in_fd, "rb", 0)
+    )
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: _WritePipeProtocol(loop), os.fdopen(out_fd, "wb", 0)
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    stream = LineStream(reader, writer, read_transport, limit=limit, half_close=False)
+    stream.flushed_by = out_bridge
+    return stream
+
+
+class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Tells when the Agent has exited, even while something else holds its pipes open (where
+    ``Process.wait`` waits for the pipes too)."""
+
+    def __init__(self, *, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+class AgentProcess(LineStream):
+    """A spawned Agent: its stdin and stdout are the upstream connection, stderr is ours.
+
+    The Agent leads a process group of its own, and signals go to the whole group, so that what
+    the Agent started (a wrapper's child, a helper) is stopped with it. Whatever is left in the
+    group once the Agent has exited is sent SIGTERM, then SIGKILL after the grace period: an
+    orphan that holds the Agent's stdout open would otherwise keep its link open for ever.
+    """
+
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        stdout_transport: asyncio.BaseTransport,
+        exited: asyncio.Event,
+        *,
+        limit: int,
+        grace: float,
+        announce_exit: bool = True,
+    ) -> None:
+        assert process.stdout is not None
+        assert process.stdin is not None
+        super().__init__(
+            process.stdout, process.stdin, stdout_transport, limit=limit, half_close=True
+        )
+        self.process = process
+        self._exited = exited
+        """Set once the Agent has exited (its pipes may still be open in a child of its)."""
+        self._grace = grace
+        self._group_gone = False
+        self._flushed = False
+        self.stopped_by_proxy = False
+        """True when the proxy had to signal the Agent because it did not exit by itself."""
+        self._signalled = False
+        self._announce_exit = announce_exit
+        self._guard = OrphanGuard.shared()
+        self._guard.watch(self.pid, grace)
+        self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    @property
+    def pid(self) -> int:
+        """The Agent's process id (also the id of its process group)."""
+        return self.process.pid
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the Agent's process group while it has members (``kill_agent``).
+
+        ``os.killpg`` and never ``Popen.send_signal``: the latter polls, and may reap the Agent
+        behind asyncio's back (whose watcher then reports the exit status 255).
+        """
+        if self._group_gone:
+            return
+        self._signalled = self._signalled or signum != 0
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            self._group_gone = True
+        except PermissionError:  # no member this process may signal (a setuid one)
+            pass
+
+    async def wait_closed(self) -> None:
+        """Give the Agent ``grace`` seconds to read what is queued and exit after its stdin closed,
+        then SIGTERM its process group, then SIGKILL; return once the group is gone."""
+        if not await self._exited_within(self._grace, flush=True):
+            if not self._flushed:
+                self._writer.transport.abort()  # what the Agent did not read is dropped
+            for signum in (signal.SIGTERM, signal.SIGKILL):
+                log.info(
+                    "agent did not exit in time; signalling it",
+                    pid=self.pid,
+                    signal=signal.Signals(signum).name,
+                )
+                self.stopped_by_proxy = True
+                self.signal(signum)
+                if await self._exited_within(self._grace, flush=False):
+                    break
+        await self._exited.wait()
+        await asyncio.shield(self._reaper)  # the rest of the group is stopped: pipes close
+        await self.process.wait()
+
+    async def _exited_within(self, seconds: float, *, flush: bool) -> bool:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                if flush:
+                    await super().wait_closed()
+                    self._flushed = True
+                await self._exited.wait()
+                return True
+        return False
+
+    async def _reap(self) -> None:
+        """Once the Agent has exited, stop what it left in its group (TERM, grace, KILL); the
+        :class:`OrphanGuard` forgets the group once it is gone."""
+        await self._stop_leftovers()
+        if self._group_gone:
+            self._guard.forget(self.pid)
+
+    async def _stop_leftovers(self) -> None:
+        """An Agent that failed by itself (an exit status other than 0, no signal from the proxy)
+        is logged as a warning: otherwise a Client would only see its connection end."""
+        await self._exited.wait()
+        code = self.process.returncode
+        if code and not self._signalled and self._announce_exit:
+            log.warning("the agent exited", pid=self.pid, exit_status=exit_status(code))
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            if not self._group_alive():
+                return
+            log.info(
+                "the agent exited and left processes in its group; signalling them",
+                pgid=self.pid,
+                signal=signal.Signals(signum).name,
+            )
+            self.signal(signum)
+            for _ in range(math.ceil(self._grace / GROUP_POLL)):  # no event tells of a grandchild
+                if not self._group_alive():
+                    return
+                await asyncio.sleep(GROUP_POLL)
+
+    def _group_alive(self) -> bool:
+        self.signal(0)
+        return not self._group_gone
+
+    async def failure(self, within: float) -> str | None:
+        """Why the Agent ended, when it failed: an exit status other than 0, or a signal (one the
+        proxy sent too: ``kill_agent``); None for status 0, or while it still runs after
+        ``within`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await self._exited.wait()
+        code = self.process.returncode
+        if not code:
+            return None
+        if code > 0:
+            return f"the agent exited with status {code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the agent was killed by {name}"
+
+    async def wait(self) -> int:
+        """Wait for the Agent to exit; return its exit status as a shell reports it."""
+        return exit_status(await self.process.wait())
+
+
+async def spawn_agent(
+    argv: Sequence[str],
+    *,
+    limit: int,
+    grace: float = 5.0,
+    env: Mapping[str, str] | None = None,
+    stderr: IO[bytes] | None = None,
+    announce_exit: bool = True,
+) -> AgentProcess:
+    """Start ``argv`` with piped stdin/stdout and the proxy's own stderr and environment, as the
+    leader of a new process group (``stderr``: a file its stderr goes to instead), that dies
+    with the proxy (see the module). An exit status
+    other than 0 the proxy did not cause is logged, unless ``announce_exit`` is false.
+
+    Raises ``FileNotFoundError`` or ``PermissionError`` when the command cannot be run.
+    """
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _AgentProtocol(limit=READ_CHUNK, loop=loop),
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        env=None if env is None else dict(env),
+        process_group=0,
+        preexec_fn=_die_with_proxy(),
+    )
+    process = asyncio.subprocess.Process(transport, protocol, loop)
+    stdout_transport = transport.get_pipe_transport(1)
+    assert stdout_transport is not None
+    log.info("agent started", pid=process.pid, argv=list(argv))
+    return AgentProcess(
+        process,
+        stdout_transport,
+        protocol.exited,
+        limit=limit,
+        grace=grace,
+        announce_exit=announce_exit,
+    )

@@ -1,0 +1,205 @@
+"""``acp-proxy demo``: the retry lab in a few seconds, on loopback, with nothing to set up.
+
+The reference Client submits a few prompts, each with a key of its own, to an Agent through the
+proxy, which runs a built-in fault file:
+
+1. the answer to the first keyed prompt is lost (the Client times out and resends the same key);
+2. the second prompt's answer is lost and the Agent killed at that moment: the proxy exits like
+   the Agent did, the Client starts it again (``--state`` keeps the rules from firing twice),
+   resumes the session and resends;
+3. the third keyed prompt reaches the Agent twice, under two ids (a replayed retry).
+
+The Agent is the reference one with a session store, or with ``--bad-agent`` the reference one
+ignoring keys, or any Agent command given after ``--`` (spawned over stdio by the proxy). Then it
+prints what happened: the faults injected, the Client's attempts and verdict, the messages in the
+session's history and the proxy's findings, and a result whose status :attr:`DemoResult.status`
+is: 0 clean, 1 a flaw found (a finding, or the Client's verdict), 2 nothing checked (the Agent
+could not be run, or is not an ACP v2 Agent).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from proxy.tools.lab.client import ClientOptions, ClientReport, run_client
+from proxy.tools.lab.client import render as render_client
+from proxy.tools.report import findings_phrase, load_traces, plural, render_text, summarize
+
+__all__ = ["DEMO_FAULTS", "DemoResult", "run_demo"]
+
+DEMO_FAULTS = """\
+version: 1
+seed: 7
+rules:
+  - name: lose-first-keyed-answer
+    when: {direction: to_client, kind: response, method: session/prompt, idempotency_key: present}
+    schedule: {nth: [1]}
+    do: {action: drop}
+  - name: lose-second-answer
+    when: {direction: to_client, kind: response, method: session/prompt, idempotency_key: present}
+    schedule: {nth: [2]}
+    do: {action: drop}
+    continue: true
+  - name: kill-agent-with-the-second-answer
+    when: {direction: to_client, kind: response, method: session/prompt, idempotency_key: present}
+    schedule: {nth: [2]}
+    do: {action: kill_agent, signal: KILL}
+  - name: replay-third-prompt
+    when: {direction: to_agent, kind: request, method: session/prompt, idempotency_key: present}
+    schedule: {nth: [5]}
+    do: {action: duplicate, copies: 1, gap_ms: 10}
+"""
+"""The built-in fault file. Each rule counts its own matches: the 2nd answer ``lose-second-answer``
+sees is the second prompt's (the first rule took the first answer), and the 5th keyed request is
+the third prompt's first attempt (after one retry each of the first two)."""
+
+PROMPTS = ("Run the database migration", "Deploy to staging", "Send the release notes")
+
+KILL_NOTE = (
+    "Step 2 kills the Agent and starts it again: an Agent that keeps its sessions across "
+    "restarts (a store on disk) lets the Client resume the session and resend with the same "
+    "key; one that keeps them in memory only has lost the session, so the resume fails and the "
+    "Client stops there, as it would after a crash."
+)
+
+
+@dataclass
+class DemoResult:
+    """What the demo saw, and its exit status."""
+
+    client: ClientReport
+    summary: dict[str, Any] | None
+    """The proxy's trace summarized (``None`` when nothing was checked)."""
+    text: str
+    """The report for people; when nothing was checked, the one line saying why."""
+    status: int
+    """0 clean; 1 a flaw found (a finding, or the Client's verdict); 2 nothing checked."""
+
+
+async def run_demo(
+    *,
+    bad_agent: bool = False,
+    agent_argv: tuple[str, ...] = (),
+    directory: Path | None = None,
+    answer_timeout: float = 1.0,
+) -> DemoResult:
+    """Run the lab once against ``agent_argv`` (default: the reference Agent, ignoring keys with
+    ``bad_agent``); keep its files in ``directory`` (a temporary one by default)."""
+    if bad_agent and agent_argv:
+        raise ValueError("--bad-agent picks the reference Agent: give it or an Agent command")
+    with tempfile.TemporaryDirectory(prefix="acp-demo-") as scratch:
+        work = directory or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        faults = work / "demo-faults.yaml"
+        faults.write_text(DEMO_FAULTS)
+        trace = work / "trace.jsonl"
+        agent = list(agent_argv) or [
+            sys.executable,
+            "-m",
+            "proxy",
+            "agent",
+            "--store",
+            str(work / "store"),
+            *(["--no-dedupe"] if bad_agent else []),
+        ]
+        proxy = [
+            sys.executable,
+            "-m",
+            "proxy",
+            "run",
+            "--faults",
+            str(faults),
+            "--state",
+            str(work / "proxy-state.json"),
+            "--trace",
+            str(trace),
+            "--log-level",
+            "error",
+            "--",
+            *agent,
+        ]
+        report = await run_client(
+            ClientOptions(agent_argv=tuple(proxy), prompts=PROMPTS, answer_timeout=answer_timeout)
+        )
+        if report.exit_status == 2:
+            return DemoResult(report, None, _unchecked(report, agent_argv), 2)
+        summary = summarize(load_traces([trace]))
+        status = 1 if report.exit_status or summary["findings"]["count"] else 0
+        text = _render(report, summary, _agent_name(bad_agent, agent_argv), bool(agent_argv))
+        return DemoResult(report, summary, text, status)
+
+
+def _agent_name(bad_agent: bool, agent_argv: tuple[str, ...]) -> str:
+    if agent_argv:
+        return f"your Agent ({shlex.join(agent_argv)})"
+    if bad_agent:
+        return "the reference Agent with --no-dedupe (ignores keys)"
+    return "the reference Agent"
+
+
+def _unchecked(report: ClientReport, agent_argv: tuple[str, ...]) -> str:
+    """The one line of a run that checked nothing: which Agent, and why."""
+    name = shlex.join(agent_argv) if agent_argv else "the reference Agent"
+    return f"cannot run the demo against {name}: {report.error}"
+
+
+def _render(report: ClientReport, summary: dict[str, Any], agent: str, own_agent: bool) -> str:
+    lines = [
+        "acp-proxy demo: the reference Client -> the proxy with a built-in fault file -> " + agent,
+        "",
+    ]
+    if own_agent:
+        lines += [KILL_NOTE, ""]
+    lines += [render_client(report), "", render_text(summary), ""]
+    lines += _result(report, summary, own_agent)
+    return "\n".join(lines)
+
+
+def _result(report: ClientReport, summary: dict[str, Any], own_agent: bool) -> list[str]:
+    """The closing lines: the verdict of the Client and of the proxy, and whether they agree."""
+    found = int(summary["findings"]["count"])
+    if report.ok and found == 0:
+        clean = (
+            "Result: every lost answer was retried with its key and every submission is in the "
+            "session exactly once."
+        )
+        if own_agent:
+            return [clean]
+        return [f"{clean} Run `acp-proxy demo --bad-agent` to see an Agent that ignores keys."]
+    twice = [s for s in report.submissions if s.inserted_twice]
+    lines: list[str] = []
+    if twice or found:
+        lines.append(
+            f"The Client saw {plural(len(twice), 'submission')} inserted more than once and the "
+            f"proxy found {findings_phrase(summary)}."
+        )
+    if twice:
+        lines.append("The Agent ran work twice after a lost answer: it does not honour keys.")
+    if report.stop == "session_lost":
+        lines.append(
+            "The Agent lost the session when it was killed (step 2): the Client could not "
+            f"resume it, so {plural(len(report.not_submitted), 'prompt')} went unsubmitted. An "
+            "Agent that keeps its sessions in memory only cannot be resumed after a crash; give "
+            "it a store if it has one."
+        )
+    elif report.error is not None:
+        lines.append(f"The Client stopped: {report.error}.")
+    elif unconfirmed := sum(1 for s in report.submissions if not s.confirmed):
+        lines.append(f"{plural(unconfirmed, 'submission')} never confirmed.")
+    ledger = {
+        finding["key"]
+        for finding in summary["findings"]["list"]
+        if finding["check"] == "duplicate_insert" and finding["session"] == report.session_id
+    }
+    client = {submission.key for submission in twice}
+    if ledger != client:
+        lines.append(
+            "The Client and the proxy disagree on which keys were inserted twice: "
+            f"Client {sorted(client)}, proxy {sorted(ledger)}."
+        )
+    return [f"Result (exit 1): {lines[0]}", *lines[1:]]

@@ -1,1 +1,0 @@
-"""Transport adapters: each turns one I/O library into :class:`proxy.endpoint.Endpoint` objects."""

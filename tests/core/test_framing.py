@@ -1,0 +1,73 @@
+"""Newline framing with a size limit, fed in arbitrary chunks."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.core.framing import LineFramer, Oversized
+
+
+def feed_all(framer: LineFramer, chunks: list[bytes]) -> list[bytes | Oversized]:
+    out: list[bytes | Oversized] = []
+    for chunk in chunks:
+        out += framer.feed(chunk)
+    return out + framer.eof()
+
+
+def test_splits_lines_across_chunks() -> None:
+    """Messages split over chunk boundaries come out whole, in order."""
+    data = b'{"a":1}\n{"b":2}\n{"c":3}\n'
+    for size in (1, 2, 5, 100):
+        chunks = [data[i : i + size] for i in range(0, len(data), size)]
+        assert feed_all(LineFramer(100), chunks) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
+
+
+def test_skips_blank_lines() -> None:
+    """Empty and whitespace-only lines are not messages."""
+    assert feed_all(LineFramer(100), [b"\n \n\r\n{}\n\t\n"]) == [b"{}"]
+
+
+def test_keeps_carriage_returns_inside_the_message() -> None:
+    """A CRLF line keeps its CR (JSON whitespace), so bytes are forwarded untouched."""
+    assert feed_all(LineFramer(100), [b"{}\r\n"]) == [b"{}\r"]
+
+
+def test_delivers_an_unterminated_last_line_at_eof() -> None:
+    """A peer that ends without a final newline still has its last message delivered."""
+    framer = LineFramer(100)
+    assert framer.feed(b'{"a":1}\n{"b"') == [b'{"a":1}']
+    assert framer.feed(b":2}") == []
+    assert framer.eof() == [b'{"b":2}']
+
+
+def test_oversized_line_in_one_chunk() -> None:
+    """A line over the limit is reported with its size and the next line still arrives."""
+    framer = LineFramer(10)
+    assert framer.feed(b"x" * 11 + b"\n{}\n") == [Oversized(11, 10), b"{}"]
+
+
+def test_oversized_line_streamed_is_not_buffered() -> None:
+    """An endless line is discarded as it streams; memory stays bounded by the limit."""
+    framer = LineFramer(1000)
+    for _ in range(1000):
+        assert framer.feed(b"y" * 1000) == []
+        assert len(framer._buffer) <= 1000
+    assert framer.feed(b"yy\n{}\n") == [Oversized(1_000_002, 1000), b"{}"]
+
+
+def test_oversized_at_eof() -> None:
+    """An oversized unterminated line is reported at EOF."""
+    framer = LineFramer(4)
+    framer.feed(b"123456")
+    assert framer.eof() == [Oversized(6, 4)]
+
+
+def test_exact_limit_is_accepted() -> None:
+    """A line of exactly the limit passes."""
+    assert feed_all(LineFramer(4), [b"1234\n"]) == [b"1234"]
+
+
+def test_limit_must_be_positive() -> None:
+    """A zero limit is a configuration error."""
+    with pytest.raises(ValueError, match="at least one byte"):
+        LineFramer(0)

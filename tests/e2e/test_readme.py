@@ -1,0 +1,36 @@
+"""The README's promises stay true: its set-up commands are the ones CI runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+def shell_blocks(text: str) -> list[str]:
+    blocks: list[str] = []
+    current: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if inside:
+                blocks.append("\n".join(current))
+            inside, current = not inside, []
+        elif inside:
+            current.append(line)
+    return blocks
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """The second command of the README (install and test) is what .ci/run executes."""
+    readme = (ROOT / "README.md").read_text()
+    install_and_test = shell_blocks(readme)[1].strip()
+    assert install_and_test.startswith(
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]'"
+    )
+    assert install_and_test.endswith(".venv/bin/pytest")
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
+    # CI adds lint and type checks between installing and testing.
+    assert command.startswith(install_and_test.removesuffix(" && .venv/bin/pytest"))
+    assert command.endswith(" && .venv/bin/pytest")

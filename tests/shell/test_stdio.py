@@ -1,0 +1,329 @@
+"""`acp-proxy run` over stdio end to end: a real proxy process, a real Agent process, raw bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from harness import TIMEOUT, ProxyProcess, captured, raw_agent, say
+
+from proxy.control import ControlClient
+from proxy.shell.transports.stdio import send_signal
+
+Start = Callable[..., Awaitable[ProxyProcess]]
+
+
+@pytest.fixture
+async def start() -> AsyncIterator[Start]:
+    """Start proxies in front of Agents; kill whatever is left at the end of the test."""
+    started: list[ProxyProcess] = []
+
+    async def _start(agent: list[str], *options: str) -> ProxyProcess:
+        proxy = await ProxyProcess.start(agent, *options)
+        started.append(proxy)
+        return proxy
+
+    yield _start
+    for proxy in started:
+        await proxy.stop()
+
+
+@pytest.fixture
+def capture(tmp_path: Path) -> Path:
+    """The file the scripted Agent records every line it reads into."""
+    return tmp_path / "agent-saw.jsonl"
+
+
+async def barrier(proxy: ProxyProcess, token: str) -> None:
+    """A request whose answer proves the Agent has read everything sent before it."""
+    await proxy.send_json({"jsonrpc": "2.0", "id": token, "method": "_test/barrier"})
+    answer = await proxy.recv_json()
+    assert answer["id"] == token, answer
+
+
+CLIENT_MESSAGES: list[tuple[bytes, bytes | None]] = [
+    # (what the Client sends, the id the Agent must see instead of the Client's; None: unchanged)
+    (b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":2}}', b"0"),
+    (
+        b'{"jsonrpc":"2.0","id":"0","method":"session/prompt","params":{"sessionId":"S","idempotencyKey":"0b6f3c1e-8d2a-4c57-9a41-5e2f7d90c3ab","prompt":[{"type":"text","text":"Run the migration"}],"_meta":{"traceparent":"00-abc"}}}',
+        b"1",
+    ),
+    (
+        b'{ "params" : {"text":"esc \\" \\\\ \\u00e9 \\ud83d\\ude00 \xc3\xa9","n":123456789012345678901234567890,"f":1e400,"d":1,"d":2}, "id" : 123456789012345678901234567890 , "method":"_x/odd"}',
+        b"2",
+    ),
+    (b'{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"S"}}', None),
+    (b'{"jsonrpc":"2.0","method":"_custom/note","params":{"lone":"\\ud800"}}', None),
+]
+
+
+async def test_agent_sees_client_messages_byte_for_byte_but_the_id(
+    start: Start, capture: Path
+) -> None:
+    """Capture: every message on the Agent's side equals the Client's, except the id."""
+    proxy = await start(raw_agent(capture))
+    await proxy.send(*(message for message, _ in CLIENT_MESSAGES))
+    answers = [await proxy.recv_json() for _ in range(3)]
+    assert [a["id"] for a in answers] == [0, "0", 123456789012345678901234567890]
+    await barrier(proxy, "b")
+    seen = captured(capture)
+    assert len(seen) == len(CLIENT_MESSAGES) + 1
+    for (sent, new_id), got in zip(CLIENT_MESSAGES, seen, strict=False):
+        if new_id is None:
+            assert got == sent
+        else:
+            old_id = json.loads(sent)["id"]
+            old_token = json.dumps(old_id).encode()
+            assert got == sent.replace(b'"id":' + old_token, b'"id":' + new_id).replace(
+                b'"id" : ' + old_token, b'"id" : ' + new_id
+            )
+
+
+async def test_client_sees_agent_messages_byte_for_byte_but_the_id(
+    start: Start, capture: Path
+) -> None:
+    """Capture, the other way: Agent requests get the proxy's ids; answers get the Client's ids."""
+    proxy = await start(raw_agent(capture))
+    update = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"S","update":{"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":"\\u00e9\xc3\xa9"}}}}'
+    permission = b'{"jsonrpc":"2.0","id":"perm-1","method":"session/request_permission","params":{"sessionId":"S","options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]}}'
+    await proxy.send(say(update, permission))
+    assert await proxy.recv() == update
+    assert await proxy.recv() == permission.replace(b'"perm-1"', b"0")
+    # The Client answers under the proxy's id; the Agent gets its own id back.
+    answer = (
+        b'{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}'
+    )
+    await proxy.send(answer)
+    await barrier(proxy, "b")
+    assert captured(capture)[-2] == answer.replace(b'"id":0', b'"id":"perm-1"')
+
+
+async def test_messages_of_tens_of_mebibytes_cross_both_ways(start: Start, capture: Path) -> None:
+    """A 24 MiB prompt reaches the Agent whole and a 24 MiB update reaches the Client whole."""
+    proxy = await start(raw_agent(capture))
+    text = "x" * (24 * 1024 * 1024)
+    prompt = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {"prompt": text}}
+    ).encode()
+    await proxy.send(prompt)
+    answer = await proxy.recv_json()
+    assert answer == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {"method": "session/prompt", "size": len(prompt)},
+    }
+    update = json.dumps(
+        {"jsonrpc": "2.0", "method": "session/update", "params": {"t": text}}
+    ).encode()
+    await proxy.send(say(update))
+    assert await proxy.recv() == update
+
+
+async def test_oversized_message_gets_an_error_and_the_link_goes_on(
+    start: Start, capture: Path
+) -> None:
+    """Over --max-message-bytes: the sender gets -32600 naming the sizes; nothing is forwarded."""
+    proxy = await start(raw_agent(capture), "--max-message-bytes", "1000")
+    big = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "m", "params": "y" * 2000}).encode()
+    await proxy.send(big)
+    error = await proxy.recv_json()
+    assert error["id"] is None
+    assert error["error"]["code"] == -32600
+    assert "1000" in error["error"]["message"]
+    await barrier(proxy, "after")
+    assert all(b'"yyy' not in line for line in captured(capture))
+    assert "too_large" in proxy.stderr
+
+
+async def test_deeply_nested_messages_do_not_stall_the_proxy(start: Start, capture: Path) -> None:
+    """Two 60 MB messages nested millions of levels deep (one closed, one never closed) go on
+    to the Agent, and the control API answers while they are handled: the scanner walks runs of
+    brackets in a step (it once walked them level by level, for a minute per message)."""
+    proxy = await start(raw_agent(capture), "--log-format", "json", "--admin", "127.0.0.1:0")
+    control = ControlClient((await proxy.logged("control API listening"))["url"])
+    depth = 30_000_000
+    head = b'{"jsonrpc":"2.0","id":7,"method":"_x/deep","params":'
+    closed = head + b"[" * depth + b"]" * depth + b"}"
+    unclosed = head + b"[" * 2 * depth + b"}"
+    await proxy.send(closed, unclosed)
+    async with asyncio.timeout(TIMEOUT):
+        health = await asyncio.to_thread(control.health)
+    assert health["status"] == "ok"
+    await barrier(proxy, "after")
+    assert [len(line) for line in captured(capture)[:2]] == [len(closed), len(unclosed)]
+
+
+async def test_invalid_input_is_forwarded_untouched_by_default(start: Start, capture: Path) -> None:
+    """Malformed JSON and invalid UTF-8 reach the Agent as they were, and are logged; a request
+    id a lenient Agent could read is the proxy's own, like any, and the answer a lenient Agent
+    gives under it comes back under the Client's id."""
+    proxy = await start(raw_agent(capture))
+    await proxy.send(b"{not json", b'{"id":1,"method":"\xff\xfe"}')
+    await barrier(proxy, "b")
+    assert captured(capture)[:2] == [b"{not json", b'{"id":0,"method":"\xff\xfe"}']
+    assert "invalid_json" in proxy.stderr
+    assert "not_utf8" in proxy.stderr
+    await proxy.send(say(b'{"jsonrpc":"2.0","id":0,"result":{"lenient":true}}'))
+    assert json.loads(await proxy.recv()) == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {"lenient": True},
+    }
+
+
+async def test_strict_mode_answers_invalid_input_itself(start: Start, capture: Path) -> None:
+    """With --strict the Client gets -32700 and the Agent never sees the bad line."""
+    proxy = await start(raw_agent(capture), "--strict")
+    await proxy.send(b"{not json")
+    error = await proxy.recv_json()
+    assert (error["id"], error["error"]["code"]) == (None, -32700)
+    await barrier(proxy, "b")
+    assert b"{not json" not in captured(capture)
+
+
+async def test_agent_output_that_is_invalid_reaches_the_client(start: Start, capture: Path) -> None:
+    """An Agent's unparsable line goes to the Client, who answers it as without a proxy."""
+    proxy = await start(raw_agent(capture))
+    await proxy.send(say(b"garbage \xff", b'{"jsonrpc":"2.0","id":77,"result":{}}'))
+    assert await proxy.recv() == b"garbage \xff"
+    await barrier(proxy, "b")  # the orphan response with id 77 was dropped, not delivered
+    assert "response with unknown id dropped" in proxy.stderr
+
+
+async def test_agent_exit_status_becomes_the_proxys(start: Start, capture: Path) -> None:
+    """The Agent dies with a request pending: the Client's stdout ends, the status is passed on."""
+    proxy = await start(raw_agent(capture))
+    await proxy.send(b'{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{}}')
+    await proxy.recv_json()
+    await proxy.send(
+        b'{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{}}',
+        b'{"jsonrpc":"2.0","method":"_test/exit","params":{"code":3}}',
+    )
+    assert (await proxy.recv_json())["id"] == 2
+    assert await proxy.at_eof()
+    assert await proxy.wait() == 3
+    assert "peer disconnected" in proxy.stderr
+    exited = [line for line in proxy.stderr.splitlines() if "the agent exited" in line]
+    assert len(exited) == 1  # said, not only in the exit status
+    assert "warning" in exited[0]
+    assert "exit_status=3" in exited[0]
+
+
+async def test_agent_killed_by_a_signal_is_reported_like_a_shell(
+    start: Start, tmp_path: Path
+) -> None:
+    """An Agent killed by SIGKILL makes the proxy exit 137."""
+    proxy = await start(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    )
+    assert await proxy.wait() == 128 + signal.SIGKILL
+
+
+async def test_client_closing_stdin_shuts_the_agent_down(start: Start, capture: Path) -> None:
+    """EOF from the Client closes the Agent's stdin; the Agent's last answers still arrive."""
+    proxy = await start(raw_agent(capture))
+    await proxy.send(b'{"jsonrpc":"2.0","id":"last","method":"m"}')
+    await proxy.close_stdin()
+    assert (await proxy.recv_json())["id"] == "last"
+    assert await proxy.at_eof()
+    assert await proxy.wait() == 0
+
+
+async def test_an_agent_ignoring_eof_is_stopped_after_the_grace_period(
+    start: Start, capture: Path
+) -> None:
+    """An Agent that keeps running after stdin closes is terminated; the proxy still exits 0."""
+    proxy = await start(raw_agent(capture, "--ignore-eof"), "--agent-grace", "0.2")
+    await proxy.close_stdin()
+    assert await proxy.wait() == 0
+    assert "agent did not exit in time" in proxy.stderr
+
+
+async def test_sigterm_is_passed_to_the_agent(start: Start, capture: Path) -> None:
+    """SIGTERM to the proxy reaches the Agent; the proxy exits with the Agent's status."""
+    proxy = await start(raw_agent(capture))
+    await barrier(proxy, "ready")
+    proxy.process.send_signal(signal.SIGTERM)
+    assert await proxy.wait() == 128 + signal.SIGTERM
+    assert "signal received" in proxy.stderr
+
+
+async def test_stderr_and_environment_pass_through(start: Start, capture: Path) -> None:
+    """The Agent's stderr is the proxy's stderr; its environment is the proxy's."""
+    os.environ["ACP_PROXY_TEST_MARKER"] = "marker-value"
+    try:
+        proxy = await start(raw_agent(capture))
+    finally:
+        del os.environ["ACP_PROXY_TEST_MARKER"]
+    await proxy.send(
+        b'{"jsonrpc":"2.0","method":"_test/stderr","params":{"text":"agent says hello"}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"_test/env","params":{"name":"ACP_PROXY_TEST_MARKER"}}',
+    )
+    assert (await proxy.recv_json())["result"] == {"value": "marker-value"}
+    await proxy.close_stdin()
+    assert await proxy.wait() == 0
+    assert "agent says hello" in proxy.stderr
+
+
+async def test_stdout_carries_only_protocol_even_at_debug_level(
+    start: Start, capture: Path
+) -> None:
+    """Logs go to stderr: at debug level stdout still holds nothing but the relayed messages."""
+    proxy = await start(raw_agent(capture), "--log-level", "debug", "--log-format", "json")
+    await proxy.send(b'{"jsonrpc":"2.0","id":1,"method":"m"}', b"{bad")
+    assert (await proxy.recv_json())["id"] == 1
+    await barrier(proxy, "b")
+    await proxy.close_stdin()
+    assert await proxy.at_eof()
+    assert await proxy.wait() == 0
+    for line in proxy.stderr.splitlines():
+        event = json.loads(line)  # every log line is one JSON object
+        assert "event" in event
+    assert '"relayed"' in proxy.stderr
+
+
+async def test_request_id_reused_while_pending_is_logged_and_relayed(
+    start: Start, capture: Path
+) -> None:
+    """A Client reusing a pending id: both requests relayed, both answers carry it, reuse logged."""
+    proxy = await start(raw_agent(capture))
+    await proxy.send(
+        b'[{"jsonrpc":"2.0","id":9,"method":"a"},{"jsonrpc":"2.0","id":9,"method":"b"}]'
+    )
+    await barrier(proxy, "b")
+    assert (
+        captured(capture)[0]
+        == b'[{"jsonrpc":"2.0","id":0,"method":"a"},{"jsonrpc":"2.0","id":1,"method":"b"}]'
+    )
+    await proxy.send(
+        say(b'{"jsonrpc":"2.0","id":1,"result":"b"}', b'{"jsonrpc":"2.0","id":0,"result":"a"}')
+    )
+    assert await proxy.recv_json() == {"jsonrpc": "2.0", "id": 9, "result": "b"}
+    assert await proxy.recv_json() == {"jsonrpc": "2.0", "id": 9, "result": "a"}
+    assert "request id reused while still pending" in proxy.stderr
+
+
+async def test_missing_agent_command_exits_127(start: Start) -> None:
+    """A command that does not exist is named in a clear error."""
+    proxy = await start(["acp-proxy-no-such-agent"])
+    assert await proxy.wait() == 127
+    assert "agent command not found" in proxy.stderr
+    assert "acp-proxy-no-such-agent" in proxy.stderr
+
+
+async def test_send_signal_reaches_a_live_child_and_spares_a_reaped_one() -> None:
+    """``send_signal`` signals by pid while the child is unreaped, and does nothing after: the exit
+    status is the signal's, never the 255 of a child reaped behind asyncio's back."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
+    send_signal(child, signal.SIGTERM)
+    assert await asyncio.wait_for(child.wait(), 10) == -signal.SIGTERM
+    send_signal(child, signal.SIGKILL)  # reaped: nothing to signal, nothing raised
+    assert child.returncode == -signal.SIGTERM

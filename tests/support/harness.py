@@ -1,0 +1,187 @@
+"""Test harness: the proxy as a real subprocess, driven line by line with timeouts, never sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The project's root folder."""
+PEERS = Path(__file__).parent / "peers"
+RAW_AGENT = PEERS / "raw_agent.py"
+
+TIMEOUT = 30.0 * float(os.environ.get("ACP_PROXY_TEST_TIMEOUT_FACTOR", "1"))
+"""Seconds any single wait in a test may take; scale it on a slow machine."""
+
+PROXY_RUN = [sys.executable, "-m", "proxy", "run"]
+
+
+class ProxyProcess:
+    """``acp-proxy run`` in a subprocess, with the test process as its Client.
+
+    (Any process whose stderr carries JSON log lines can be wrapped, for :meth:`logged`.)
+    """
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self._stderr = bytearray()
+        self.news = asyncio.Event()
+        """Set whenever more stderr has been collected."""
+        self._stderr_task = asyncio.get_running_loop().create_task(self._collect_stderr())
+
+    @classmethod
+    async def start(
+        cls,
+        agent: list[str],
+        *options: str,
+        limit: int = 256 * 1024 * 1024,
+        stdout: int = asyncio.subprocess.PIPE,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> ProxyProcess:
+        """Start the proxy with ``options`` in front of ``agent`` (none: a network upstream).
+
+        ``limit``: what the test buffers of the proxy's stdout before it stops reading the pipe
+        (and the longest line :meth:`recv` takes). ``stdout``: another file descriptor for it.
+        ``preexec_fn``: run in the child before the proxy is executed (a resource limit).
+        """
+        process = await asyncio.create_subprocess_exec(
+            *PROXY_RUN,
+            *options,
+            *(["--", *agent] if agent else []),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=stdout,
+            stderr=asyncio.subprocess.PIPE,
+            limit=limit,
+            preexec_fn=preexec_fn,
+        )
+        return cls(process)
+
+    async def _collect_stderr(self) -> None:
+        assert self.process.stderr is not None
+        while chunk := await self.process.stderr.read(65536):
+            self._stderr += chunk
+            self.news.set()
+
+    async def logged(self, event: str, count: int = 1) -> dict[str, Any]:
+        """Wait until the JSON log event ``event`` has been written ``count`` times; the last."""
+        async with asyncio.timeout(TIMEOUT):
+            while len(found := log_events(self.stderr, event)) < count:
+                self.news.clear()
+                await self.news.wait()
+        return found[count - 1]
+
+    async def send(self, *lines: bytes) -> None:
+        """Write each line, newline-terminated, to the proxy's stdin."""
+        assert self.process.stdin is not None
+        for line in lines:
+            self.process.stdin.write(line + b"\n")
+        await self.process.stdin.drain()
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        """Write one message serialised compactly."""
+        await self.send(json.dumps(message, separators=(",", ":")).encode())
+
+    async def recv(self) -> bytes:
+        """The next line from the proxy's stdout, without its newline."""
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
+        assert line.endswith(b"\n"), f"stdout ended: {line!r}; stderr: {self.stderr}"
+        return line[:-1]
+
+    async def recv_json(self) -> Any:
+        """The next line, parsed."""
+        return json.loads(await self.recv())
+
+    async def at_eof(self) -> bool:
+        """Whether stdout ends without another line."""
+        assert self.process.stdout is not None
+        return await asyncio.wait_for(self.process.stdout.read(), TIMEOUT) == b""
+
+    async def close_stdin(self) -> None:
+        """End the Client's side of the conversation."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        await self.process.stdin.wait_closed()
+
+    async def wait(self) -> int:
+        """The proxy's exit status (after it exited by itself)."""
+        status = await asyncio.wait_for(self.process.wait(), TIMEOUT)
+        await asyncio.wait_for(self._stderr_task, TIMEOUT)
+        return status
+
+    @property
+    def stderr(self) -> str:
+        """What the proxy (and the Agent) wrote to stderr so far."""
+        return self._stderr.decode("utf-8", "replace")
+
+    async def stop(self) -> None:
+        """Kill the proxy if it is still running (test cleanup)."""
+        if self.process.returncode is None:
+            self.process.kill()
+            # wait() returns once every pipe has closed too; output left unread (a test that
+            # failed while it did not read) would keep stdout open, so it is read away.
+            unread = [self.process.stdout.read()] if self.process.stdout is not None else []
+            await asyncio.gather(self.process.wait(), *unread)
+        self._stderr_task.cancel()
+
+
+def raw_agent(capture: Path, *flags: str) -> list[str]:
+    """argv of the scripted Agent that records what it reads into ``capture``."""
+    return [sys.executable, str(RAW_AGENT), str(capture), *flags]
+
+
+def captured(capture: Path) -> list[bytes]:
+    """The lines the scripted Agent read, without newlines."""
+    return capture.read_bytes().splitlines()
+
+
+def log_events(text: str, event: str) -> list[dict[str, Any]]:
+    """The JSON log lines (``--log-format json``) in ``text`` whose event is ``event``."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("event") == event:
+                found.append(record)
+    return found
+
+
+def unboxed(text: str) -> str:
+    """A usage error's text without the frame typer draws around it, on one line."""
+    return " ".join(re.sub("[\u2500-\u257f]", " ", text).split())
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """A message as one compact JSON line (without the newline)."""
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def request(request_id: object, method: str, params: Any = None) -> bytes:
+    """A JSON-RPC request line."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+def notification(method: str, params: Any = None) -> bytes:
+    """A JSON-RPC notification line."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return encode(message)
+
+
+def say(*lines: bytes) -> bytes:
+    """A notification that makes the scripted Agent write ``lines`` to its stdout, in order."""
+    return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})

@@ -1,0 +1,286 @@
+"""The official ACP Python SDK as a remote Client: Streamable HTTP and WebSocket, for the tests.
+
+Import it as ``from peers.sdk_remote_client import ...`` (``tests`` is on pytest's and mypy's
+path).
+
+- :func:`connect_http` and :func:`connect_ws` connect an SDK Client to a URL and yield the SDK's
+  ``ClientSideConnection`` (``initialize``, ``new_session``, ``prompt``, ``cancel``, ...); on
+  exit they close it (HTTP: the SSE streams are cancelled and the connection DELETEd; WebSocket:
+  close 1000).
+- :func:`run_sdk_http_agent` starts ``sdk_http_agent.py`` and yields once it has printed its
+  ``LISTENING`` line (never a sleep); :func:`run_node_agent` likewise the TypeScript SDK's
+  Agent, ``node/agent.mjs`` (:data:`NODE_AGENT_MISSING` says why it cannot run, if it cannot).
+- :func:`listening_proxy` runs ``acp-proxy run --listen URL``; :func:`sdk_client` connects the
+  SDK Client to it over HTTP or WebSocket; :func:`stdio_client` has the SDK Client launch
+  ``acp-proxy run --upstream URL`` as its Agent, over stdio.
+- :class:`SimpleClient` is a minimal Client: records agent message chunks, allows permissions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import httpx2
+from acp import Client, connect_to_agent, spawn_agent_process
+from acp.client.connection import ClientSideConnection
+from acp.connection import StreamObserver
+from acp.http import create_http_stream
+from acp.schema import (
+    AgentMessageChunk,
+    AllowedOutcome,
+    PermissionOption,
+    RequestPermissionResponse,
+    TextContentBlock,
+    ToolCallUpdate,
+)
+from acp.ws import create_websocket_stream
+from acp.ws.client import MemoryAcpCookieStore
+from harness import TIMEOUT, ProxyProcess
+
+HTTP_AGENT = Path(__file__).parent / "sdk_http_agent.py"
+NODE_AGENT = Path(__file__).parent / "node" / "agent.mjs"
+LISTENING = "LISTENING "
+LIMIT = 64 * 1024 * 1024
+"""The longest line the SDK Client reads from a proxy it launches."""
+
+
+def _node_agent_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed (the TypeScript SDK's Agent runs on it)"
+    sdk = NODE_AGENT.parent / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
+    if not sdk.is_file():
+        return "the TypeScript SDK is not installed: run npm ci --prefix tests/support/peers/node"
+    return None
+
+
+NODE_AGENT_MISSING = _node_agent_missing()
+"""Why :func:`run_node_agent` cannot run here, or None (``.ci/run`` installs what it needs)."""
+
+
+def ws_url(url: str) -> str:
+    """``url`` with an ``http``/``https`` scheme turned into ``ws``/``wss`` (others unchanged)."""
+    for http, ws in (("http://", "ws://"), ("https://", "wss://")):
+        if url.startswith(http):
+            return ws + url.removeprefix(http)
+    return url
+
+
+class SimpleClient:
+    """A minimal SDK Client: records ``(session id, text)`` of each agent message chunk and
+    answers every permission request with option ``allow`` (else the first option)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[str, str]] = []
+        self.updates: list[tuple[str, Any]] = []
+        self._news = asyncio.Event()
+
+    def texts(self) -> list[str]:
+        return [text for _, text in self.chunks]
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Wait (``harness.TIMEOUT`` at most) until ``predicate()`` holds, checked per update."""
+        async with asyncio.timeout(TIMEOUT):
+            while not predicate():
+                self._news.clear()
+                await self._news.wait()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append((session_id, update))
+        if isinstance(update, AgentMessageChunk) and isinstance(update.content, TextContentBlock):
+            self.chunks.append((session_id, update.content.text))
+        self._news.set()
+
+    async def request_permission(
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        **kwargs: Any,
+    ) -> RequestPermissionResponse:
+        ids = [option.option_id for option in options]
+        choice = "allow" if "allow" in ids else ids[0]
+        return RequestPermissionResponse(outcome=AllowedOutcome(option_id=choice))
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def connect_http(
+    url: str,
+    client: Any = None,
+    *,
+    headers: dict[str, str] | None = None,
+    observers: Sequence[StreamObserver] = (),
+    http_client: httpx2.AsyncClient | None = None,
+) -> AsyncIterator[ClientSideConnection]:
+    """The SDK Client over Streamable HTTP to ``url`` (e.g. ``http://127.0.0.1:PORT/acp``).
+
+    Nothing is sent until the first call (``initialize`` must come first). ``http_client``
+    replaces the SDK's own ``httpx2.AsyncClient(http2=True, timeout=None)``, which speaks
+    HTTP/1.1 on ``http://``; ``headers`` go on every request.
+    """
+    transport = create_http_stream(url, client=http_client, headers=headers)
+    conn = connect_to_agent(
+        cast(Client, client if client is not None else SimpleClient()),
+        transport,
+        observers=list(observers),
+    )
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def connect_ws(
+    url: str,
+    client: Any = None,
+    *,
+    headers: dict[str, str] | None = None,
+    observers: Sequence[StreamObserver] = (),
+    cookie_store: MemoryAcpCookieStore | None = None,
+    max_size: int | None = None,
+) -> AsyncIterator[ClientSideConnection]:
+    """The SDK Client over WebSocket to ``url`` (``ws://`` or ``http://``, converted).
+
+    The handshake happens on entry (a refused upgrade raises here); ``initialize`` must still be
+    the first call. The SDK's WebSocket client keeps the ``websockets`` default of at most 1 MiB
+    per received message (a larger one closes the socket with 1009): pass ``max_size`` to raise
+    it, which builds the transport from the SDK's private ``_WebSocketTransport`` and skips the
+    cookie store.
+    """
+    if max_size is None:
+        transport = await create_websocket_stream(
+            ws_url(url), headers=headers, cookie_store=cookie_store
+        )
+    else:
+        from acp.ws.client import _WebSocketTransport
+        from websockets.asyncio.client import connect as ws_connect
+
+        socket = await ws_connect(ws_url(url), additional_headers=headers, max_size=max_size)
+        transport = _WebSocketTransport(socket)
+    conn = connect_to_agent(
+        cast(Client, client if client is not None else SimpleClient()),
+        transport,
+        observers=list(observers),
+    )
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def listening_proxy(
+    listen: str, *options: str, agent: list[str] | None = None
+) -> AsyncIterator[tuple[ProxyProcess, str]]:
+    """A proxy listening on ``listen`` (port 0); yields it and the URL it logged."""
+    proxy = await ProxyProcess.start(
+        agent or [], "--log-format", "json", "--listen", listen, *options
+    )
+    try:
+        event = await proxy.logged("listening")
+        yield proxy, event["url"]
+    finally:
+        await proxy.stop()
+
+
+@contextlib.asynccontextmanager
+async def sdk_client(
+    kind: str, url: str, client: SimpleClient
+) -> AsyncIterator[ClientSideConnection]:
+    """The SDK Client over ``kind`` (http or ws) to ``url``."""
+    connect = connect_ws if kind == "ws" else connect_http
+    async with connect(url, client) as conn:
+        yield conn
+
+
+@contextlib.asynccontextmanager
+async def stdio_client(
+    upstream: str, client: SimpleClient, *options: str
+) -> AsyncIterator[ClientSideConnection]:
+    """The SDK Client launching ``acp-proxy run --upstream URL OPTIONS`` as its agent."""
+    async with spawn_agent_process(
+        cast(Client, client),
+        sys.executable,
+        "-m",
+        "proxy",
+        "run",
+        "--upstream",
+        upstream,
+        *options,
+        transport_kwargs={"limit": LIMIT, "stderr": None},
+    ) as (conn, _process):
+        yield conn
+
+
+@dataclass
+class HttpAgent:
+    """A running ``sdk_http_agent.py``."""
+
+    url: str
+    """``http://127.0.0.1:PORT/acp``, as the agent printed it."""
+    process: asyncio.subprocess.Process
+
+    @property
+    def ws_url(self) -> str:
+        return ws_url(self.url)
+
+
+def run_sdk_http_agent(*args: str) -> contextlib.AbstractAsyncContextManager[HttpAgent]:
+    """Start ``sdk_http_agent.py ARGS`` (stderr inherited) and yield once it is listening.
+
+    Waits ``harness.TIMEOUT`` at most for the line. On exit the agent gets SIGTERM, then SIGKILL
+    if it has not stopped within ``harness.TIMEOUT``.
+    Anything it writes to stdout after the ``LISTENING`` line fails the exit.
+    """
+    return _run_listening_agent(sys.executable, str(HTTP_AGENT), *args)
+
+
+def run_node_agent() -> contextlib.AbstractAsyncContextManager[HttpAgent]:
+    """Start the TypeScript SDK's Agent, ``node/agent.mjs``, as :func:`run_sdk_http_agent` does
+    (only where :data:`NODE_AGENT_MISSING` is None)."""
+    return _run_listening_agent("node", str(NODE_AGENT))
+
+
+@contextlib.asynccontextmanager
+async def _run_listening_agent(*argv: str) -> AsyncIterator[HttpAgent]:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    name = Path(argv[1]).name
+    assert process.stdout is not None
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            line = (await process.stdout.readline()).decode()
+        if not line.startswith(LISTENING):
+            msg = f"{name} did not start: first stdout line {line!r}"
+            raise RuntimeError(msg)
+        yield HttpAgent(url=line.removeprefix(LISTENING).strip(), process=process)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                rest = await process.stdout.read()
+                await process.wait()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise
+    if rest:
+        msg = f"{name} wrote more than its LISTENING line to stdout: {rest!r}"
+        raise AssertionError(msg)

@@ -1,0 +1,113 @@
+"""``acp-proxy demo``: the README's first command, run as a user would, good and bad Agents.
+
+Exit statuses: 0 clean, 1 a flaw found (a finding, the Client's verdict), 2 a usage error or
+nothing checked. ``demo -- AGENT_CMD`` runs against another Agent: the reference one with a
+store (clean), without one (it loses the session when killed), and the official Python SDK's
+(not a v2 Agent).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import PEERS, TIMEOUT
+from test_readme import ROOT, shell_blocks
+
+from proxy.tools.report import load_traces, summarize
+
+REFERENCE_AGENT = (sys.executable, "-m", "proxy", "agent")
+
+
+def demo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT * 2,
+        check=False,
+    )
+
+
+def test_the_demo_shows_retries_and_no_duplicate(tmp_path: Path) -> None:
+    """The README's first command: every fault fires, each submission once, zero findings, 0."""
+    first_command = shell_blocks((ROOT / "README.md").read_text())[0].strip()
+    assert first_command.endswith("acp-proxy demo")
+    done = demo("--keep", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "OK: every submission confirmed, none inserted twice" in out
+    assert "0 findings" in out
+    assert "every submission is in the session exactly once" in out
+    summary = summarize(load_traces([tmp_path / "trace.jsonl"]))
+    fired = (
+        {row["rule"] for row in summary["faults"]["by_rule"]}
+        if isinstance(summary["faults"], dict) and "by_rule" in summary["faults"]
+        else set()
+    )
+    text_rules = [
+        "lose-first-keyed-answer",
+        "lose-second-answer",
+        "kill-agent-with-the-second-answer",
+        "replay-third-prompt",
+    ]
+    for rule in text_rules:
+        assert rule in out
+    assert fired <= set(text_rules)
+    assert summary["findings"]["count"] == 0
+
+
+def test_the_bad_agent_demo_shows_the_duplicates_and_exits_1() -> None:
+    """--bad-agent: the Agent ignores keys; the Client and the proxy both report the duplicates."""
+    done = demo("--bad-agent")
+    assert done.returncode == 1, done.stderr
+    out = done.stdout
+    assert "duplicate_insert x2" in out
+    assert "FAIL: 2 submissions inserted more than once" in out
+    assert "Result (exit 1): The Client saw 2 submissions inserted more than once" in out
+    assert "disagree" not in out
+
+
+def test_another_agent_that_stores_its_sessions_runs_the_demo_clean(tmp_path: Path) -> None:
+    """``demo -- AGENT_CMD``: the reference Agent with a store, spawned by the proxy, exits 0."""
+    done = demo("--", *REFERENCE_AGENT, "--store", str(tmp_path / "sessions"))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "-> your Agent (" in out
+    assert "Step 2 kills the Agent" in out
+    assert "OK: every submission confirmed, none inserted twice" in out
+    assert "every submission is in the session exactly once" in out
+    assert list((tmp_path / "sessions").glob("*.json"))  # the Agent given was the one run
+
+
+def test_an_agent_that_loses_its_sessions_when_killed_cannot_resume() -> None:
+    """Without a store the Agent killed in step 2 forgets the session: the Client stops, 1."""
+    done = demo("--", *REFERENCE_AGENT)
+    assert done.returncode == 1, done.stderr
+    out = done.stdout
+    assert "Result (exit 1): The Agent lost the session when it was killed (step 2)" in out
+    assert "1 prompt went unsubmitted" in out
+
+
+def test_an_agent_that_is_not_v2_is_one_clear_line_and_exit_2() -> None:
+    """The official Python SDK's Agent speaks protocol version 1: nothing to check."""
+    agent = [sys.executable, str(PEERS / "sdk_agent.py")]
+    done = demo("--", *agent)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: cannot run the demo against {shlex.join(agent)}: not an ACP v2 Agent: "
+        "initialize answered protocol version 1 (idempotency keys need 2)"
+    )
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    """--bad-agent with an Agent command, or a command that is not an executable."""
+    both = demo("--bad-agent", "--", *REFERENCE_AGENT)
+    assert both.returncode == 2
+    assert "--bad-agent picks the reference Agent" in both.stderr
+    missing = demo("--", str(tmp_path / "no-such-agent"))
+    assert missing.returncode == 2
+    assert "is not an executable" in missing.stderr
