@@ -23,6 +23,7 @@ from proxy.faultfile import Note, load_fault_files
 from proxy.faults import FaultEngine
 from proxy.hostport import authority
 from proxy.ledger import Ledger
+from proxy.limits import DEFAULT_LIMITS, Limits
 from proxy.link import Link, LinkState
 from proxy.log import get_logger
 from proxy.metrics import Metrics
@@ -106,6 +107,9 @@ class RunOptions:
     """Seconds one POST (or DELETE) to an HTTP Agent may take, answer included."""
     shutdown_timeout: float = SHUTDOWN_TIMEOUT
     """Seconds the links get to end after SIGTERM or SIGINT before they are cut."""
+    limits: Limits = DEFAULT_LIMITS
+    """What one peer can make the proxy hold (links, idle time, sessions, header time, event
+    subscribers)."""
 
 
 def build_engine(options: RunOptions) -> FaultEngine:
@@ -196,7 +200,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     tally = Tally()
     links = _Links()
     metrics = Metrics(pending=links.pending)
-    feed = EventFeed()
+    feed = EventFeed(max_subscribers=options.limits.max_event_subscribers, observer=metrics)
 
     def failed(file: str) -> Callable[[str], None]:
         return lambda _cause: metrics.write_failures.labels(file).inc()
@@ -224,6 +228,8 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         grace=options.agent_grace,
         connect_timeout=options.connect_timeout,
         http_timeout=options.http_timeout,
+        max_sessions=options.limits.max_sessions,
+        observer=fanout,
     )
     fanout.extend(observers)
     return _Experiment(engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver)
@@ -252,6 +258,7 @@ async def _serving(
                 findings=lambda: experiment.ledger.findings,
                 degraded=experiment.degraded,
                 allowances=Allowances(options.allow_hosts, options.admin_allow_origins),
+                header_timeout=options.limits.header_timeout,
             )
             try:
                 await admin.start(*options.admin)
@@ -336,6 +343,7 @@ async def run_network(
         initialize_timeout=options.initialize_timeout,
         shutdown_timeout=options.shutdown_timeout,
         allowances=Allowances(options.allow_hosts, options.allow_origins),
+        limits=options.limits,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
