@@ -273,6 +273,7 @@ def run(
     max_links: Annotated[
         int,
         typer.Option(
+            metavar="N",
             min=1,
             help="Client connections served at once on a listener (each with its Agent process "
             "or upstream connection); one more is refused with 503 before any Agent starts.",
@@ -281,6 +282,7 @@ def run(
     idle_timeout: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=0.001,
             help="Seconds an HTTP Client connection may stay idle (no request, no stream it "
             "reads, no request of its awaiting an answer); then it is ended, its Agent stopped.",
@@ -289,6 +291,7 @@ def run(
     max_sessions: Annotated[
         int,
         typer.Option(
+            metavar="N",
             min=1,
             help="Sessions one HTTP connection may name (a Client's; session streams toward an "
             "HTTP Agent); past them a Client's POST or GET is refused with 429.",
@@ -297,6 +300,7 @@ def run(
     header_timeout: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=0.001,
             help="Seconds a TCP connection to the listener or the control API has to send a "
             "complete request head (after it opens, or after its previous response).",
@@ -305,6 +309,7 @@ def run(
     max_event_subscribers: Annotated[
         int,
         typer.Option(
+            metavar="N",
             min=1,
             help="GET /api/events streams at once; one more gets 503.",
         ),

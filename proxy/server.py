@@ -173,6 +173,10 @@ class NetworkProxy:
     get 503), every link closes its Agent's connection and then its Client's, as the relay does
     when an Agent leaves, and the proxy waits for them for ``shutdown_timeout`` seconds at most,
     or until ``hurry`` is set; the links left are then cut (:meth:`Link.abort`).
+
+    At most ``limits.max_links`` links run at once: a Client past them is refused before its
+    Agent is connected (:class:`~proxy.transports.http_listener.Refused`, ``full``), counted and,
+    the first time until a link ends, logged.
     """
 
     def __init__(

@@ -13,11 +13,12 @@ WebSocket) is never cut by either. The heads themselves are bounded by aiohttp's
 
 **Descriptors.** When ``accept()`` fails for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM),
 asyncio stops accepting on that socket for a second and tries again, reporting every failure to
-the loop's exception handler as a traceback (many a second). :func:`_on_loop_error`, installed
-once per loop in front of the handler there was, takes those of a guarded socket instead: the
-first is one warning line (the next one only after a connection was accepted again, which is
-logged too), each is counted, and the oldest connection of that server still waiting for its
-first head is closed to give its descriptor back. Connections already serving go on.
+the loop's exception handler as a traceback (a round of up to 128 failures a second).
+:func:`_on_loop_error`, installed once per loop in front of the handler there was, takes those of
+a guarded socket instead: the first is one warning line (the next one only once a few seconds
+have passed without a failure, which is logged too), each round is counted and closes the oldest
+connection of that server still waiting for its first head, to give its descriptor back.
+Connections already serving go on.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ log = get_logger("proxy.serving")
 OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 """The ``accept()`` errors asyncio retries after a pause (``_accept_connection``)."""
 
+ROUND = 0.5
+"""Seconds within which failed ``accept()`` calls are one round: asyncio makes them back to back,
+and pauses a second between rounds."""
+
+RECOVERED = 3.0
+"""Seconds without a failed round of ``accept()`` after which descriptors are no longer short
+(asyncio tries again every second while they are)."""
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -57,14 +66,13 @@ class HeadGuard:
         self._waiting: dict[RequestHandler, asyncio.TimerHandle] = {}
         """Oldest first (insertion order), each with the timer that closes it."""
         self._logged_timeout = False
-        self.starved = False
-        """An ``accept()`` failed for want of descriptors, and none succeeded since."""
+        self._last_round = -ROUND
+        self._recovery: asyncio.TimerHandle | None = None
+        """While descriptors are short: the timer that says they are no more (see
+        :meth:`out_of_descriptors`)."""
 
     def accepted(self, handler: RequestHandler) -> None:
         """A connection was accepted (its protocol made): its head's clock starts."""
-        if self.starved:
-            self.starved = False
-            log.info("accepting connections again", server=self.where)
         loop = asyncio.get_running_loop()
         self._waiting[handler] = loop.call_later(self.header_timeout, self._expired, handler)
 
@@ -91,10 +99,21 @@ class HeadGuard:
             )
 
     def out_of_descriptors(self, exc: OSError) -> None:
-        """An ``accept()`` of this server failed for want of descriptors."""
+        """An ``accept()`` of this server failed for want of descriptors: once per round of
+        failures (asyncio tries ``accept()`` up to its backlog's length in a row, each failing,
+        then pauses), it is counted and one connection is shed. The first round is logged; the
+        shortage is over (logged too) once :data:`RECOVERED` seconds pass without a round, and
+        only then is the next one logged: a shed connection's descriptor, taken by the next
+        accepted connection, does not end it."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - self._last_round < ROUND:
+            return
+        self._last_round = now
         self._observe("descriptors")
-        if not self.starved:
-            self.starved = True
+        if self._recovery is not None:
+            self._recovery.cancel()
+        else:
             soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             log.warning(
                 "out of file descriptors: new connections wait",
@@ -102,7 +121,12 @@ class HeadGuard:
                 error=exc.strerror or str(exc),
                 open_files_limit=soft,
             )
+        self._recovery = loop.call_later(RECOVERED, self._recovered)
         self._shed()
+
+    def _recovered(self) -> None:
+        self._recovery = None
+        log.info("accepting connections again", server=self.where)
 
     def _shed(self) -> None:
         """Close the oldest connection still waiting for its first head (its descriptor is the
@@ -116,6 +140,9 @@ class HeadGuard:
 
     def forget(self) -> None:
         """The server stopped: no clock runs any more."""
+        if self._recovery is not None:
+            self._recovery.cancel()
+            self._recovery = None
         for timer in self._waiting.values():
             timer.cancel()
         self._waiting.clear()
