@@ -263,6 +263,8 @@ class HttpConnection:
         """Requests of the Client on this connection being served now (a GET stream too)."""
         self.last_active = asyncio.get_running_loop().time()
         """When the Client last began or ended a request here (or was last seen busy)."""
+        self.idle_timer: asyncio.TimerHandle | None = None
+        """When the listener looks next whether the Client is idle."""
         # Unbounded, but each POST waits until the relay took its message: at most one message
         # per POST in flight, so the Client's own concurrency bounds it.
         self._inbox: asyncio.Queue[_Post | None] = asyncio.Queue()
@@ -591,8 +593,8 @@ class Listener:
     async def stop(self) -> None:
         """Stop accepting and close every connection."""
         for connection in list(self.connections.values()):
+            self._forget(connection)
             connection.sever(flush=False)
-        self.connections.clear()
         self._site = None
         if self._runner is not None:
             await self._runner.cleanup()
@@ -642,7 +644,8 @@ class Listener:
             return _error(400, f"missing {CONNECTION_ID} header")
         connection = self.connections.get(connection_id)
         if connection is None or connection.closed:
-            self.connections.pop(connection_id, None)
+            if connection is not None:
+                self._forget(connection)
             return _error(404, f"unknown {CONNECTION_ID}")
         with connection.serving():
             session_header = request.headers.get(SESSION_ID)
@@ -753,27 +756,38 @@ class Listener:
         connection_id = request.headers.get(CONNECTION_ID)
         if not connection_id:
             return _error(400, f"missing {CONNECTION_ID} header")
-        connection = self.connections.pop(connection_id, None)
+        connection = self.connections.get(connection_id)
         if connection is None:
             return _error(404, f"unknown {CONNECTION_ID}")
+        self._forget(connection)
         connection.terminate()
         return web.Response(status=202)
 
     def _forget(self, connection: HttpConnection) -> None:
-        self.connections.pop(connection.connection_id, None)
+        """The connection id is unknown from now on (404), its idle timer stopped."""
+        if self.connections.get(connection.connection_id) is connection:
+            del self.connections[connection.connection_id]
+        if connection.idle_timer is not None:
+            connection.idle_timer.cancel()
+            connection.idle_timer = None
 
     # -- idle connections ------------------------------------------------------------------------
 
     def _watch_idle(self, connection: HttpConnection) -> None:
         """End ``connection`` once its Client has been idle for ``idle_timeout``: no request
         served (a stream it reads is one), none of its requests awaiting an answer."""
+        self._look_at(connection, connection.last_active + self.config.idle_timeout, False)
+
+    def _look_at(self, connection: HttpConnection, when: float, was_busy: bool) -> None:
         loop = asyncio.get_running_loop()
-        loop.call_at(
-            connection.last_active + self.config.idle_timeout, self._check_idle, connection, False
-        )
+        connection.idle_timer = loop.call_at(when, self._check_idle, connection, was_busy)
 
     def _check_idle(self, connection: HttpConnection, was_busy: bool) -> None:
-        if connection.closed or self.connections.get(connection.connection_id) is not connection:
+        connection.idle_timer = None
+        if self.connections.get(connection.connection_id) is not connection:
+            return
+        if connection.closed:  # its link ended: the id is forgotten, if no request came since
+            self._forget(connection)
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -781,12 +795,12 @@ class Listener:
         waits = self._client_waits is not None and self._client_waits(connection)
         if connection.reading(now, timeout) or waits:
             # Busy now: look again soon, and count the idle time from when it no longer is.
-            loop.call_at(now + timeout / 4, self._check_idle, connection, True)
+            self._look_at(connection, now + timeout / 4, True)
             return
         if was_busy:
             connection.last_active = max(connection.last_active, now)
         if now - connection.last_active < timeout:
-            loop.call_at(connection.last_active + timeout, self._check_idle, connection, False)
+            self._look_at(connection, connection.last_active + timeout, False)
             return
         self._forget(connection)
         connection.abort_receivers()  # a stream its Client does not read would never end
