@@ -28,6 +28,14 @@ from proxy.shell.admin import (
 from proxy.shell.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.shell.fault_files import load_fault_files
 from proxy.shell.hostport import parse_host_port
+from proxy.shell.limits import (
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_EVENT_SUBSCRIBERS,
+    DEFAULT_MAX_LINKS,
+    DEFAULT_MAX_SESSIONS,
+    Limits,
+)
 from proxy.shell.log import configure_logging
 from proxy.shell.origin_policy import parse_allowed_host, parse_allowed_origin
 from proxy.shell.server import SHUTDOWN_TIMEOUT, parse_address
@@ -264,6 +272,50 @@ def run(
             "(a second signal cuts them at once).",
         ),
     ] = SHUTDOWN_TIMEOUT,
+    max_links: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=1,
+            help="Client connections served at once on a listener (each with its Agent process "
+            "or upstream connection); one more is refused with 503 before any Agent starts.",
+        ),
+    ] = DEFAULT_MAX_LINKS,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            min=0.001,
+            help="Seconds an HTTP Client connection may stay idle (no request, no stream it "
+            "reads, no request of its awaiting an answer); then it is ended, its Agent stopped.",
+        ),
+    ] = DEFAULT_IDLE_TIMEOUT,
+    max_sessions: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=1,
+            help="Sessions one HTTP connection may name (a Client's; session streams toward an "
+            "HTTP Agent); past them a Client's POST or GET is refused with 429.",
+        ),
+    ] = DEFAULT_MAX_SESSIONS,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            min=0.001,
+            help="Seconds a TCP connection to the listener or the control API has to send a "
+            "complete request head (after it opens, or after its previous response).",
+        ),
+    ] = DEFAULT_HEADER_TIMEOUT,
+    max_event_subscribers: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=1,
+            help="GET /api/events streams at once; one more gets 503.",
+        ),
+    ] = DEFAULT_MAX_EVENT_SUBSCRIBERS,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.info,
 ) -> None:
@@ -322,6 +374,13 @@ def run(
         initialize_timeout=initialize_timeout,
         http_timeout=http_timeout,
         shutdown_timeout=shutdown_timeout,
+        limits=Limits(
+            max_links=max_links,
+            idle_timeout=idle_timeout,
+            max_sessions=max_sessions,
+            header_timeout=header_timeout,
+            max_event_subscribers=max_event_subscribers,
+        ),
         faults=tuple(faults or ()),
         seed=seed,
         watch=watch,

@@ -25,6 +25,7 @@ from proxy.shell.admin import AdminServer, Runtime
 from proxy.shell.endpoint import Signalable
 from proxy.shell.fault_files import LoadedFaults, load_fault_files, watch_fault_files
 from proxy.shell.hostport import authority
+from proxy.shell.limits import DEFAULT_LIMITS, Limits
 from proxy.shell.link import Link, LinkState
 from proxy.shell.log import get_logger
 from proxy.shell.metrics import Metrics
@@ -106,6 +107,9 @@ class RunOptions:
     """Seconds one POST (or DELETE) to an HTTP Agent may take, answer included."""
     shutdown_timeout: float = SHUTDOWN_TIMEOUT
     """Seconds the links get to end after SIGTERM or SIGINT before they are cut."""
+    limits: Limits = DEFAULT_LIMITS
+    """What one peer can make the proxy hold (links, idle time, sessions, header time, event
+    subscribers)."""
 
 
 def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
@@ -198,7 +202,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     tally = Tally()
     links = _Links()
     metrics = Metrics(pending=links.pending)
-    feed = EventFeed()
+    feed = EventFeed(max_subscribers=options.limits.max_event_subscribers, observer=metrics)
 
     def failed(file: str) -> Callable[[str], None]:
         return lambda _cause: metrics.write_failures.labels(file).inc()
@@ -226,6 +230,8 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         grace=options.agent_grace,
         connect_timeout=options.connect_timeout,
         http_timeout=options.http_timeout,
+        max_sessions=options.limits.max_sessions,
+        observer=fanout,
     )
     fanout.extend(observers)
     return _Experiment(
@@ -255,6 +261,7 @@ async def _serving(
                 findings=lambda: experiment.ledger.findings,
                 degraded=experiment.degraded,
                 allowances=Allowances(options.allow_hosts, options.admin_allow_origins),
+                header_timeout=options.limits.header_timeout,
             )
             try:
                 await admin.start(*options.admin)
@@ -339,6 +346,7 @@ async def run_network(
         initialize_timeout=options.initialize_timeout,
         shutdown_timeout=options.shutdown_timeout,
         allowances=Allowances(options.allow_hosts, options.allow_origins),
+        limits=options.limits,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:

@@ -40,6 +40,7 @@ from proxy.core.commands import (
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import Kind
 from proxy.core.ledger import CHECKS
+from proxy.shell.limits import COUNTED, LimitReached
 from proxy.shell.origin_policy import ORIGIN_OPTIONS, RequestRefused
 
 __all__ = ["ACP_METHODS", "Metrics", "method_label"]
@@ -193,6 +194,13 @@ class Metrics:
             ["server", "reason"],
             registry=registry,
         )
+        self.limits = Counter(
+            "acp_proxy_limit_reached",
+            "Times a bound on what a peer can make the proxy hold refused something or ended "
+            "what a peer held, by limit and where (listener, admin, upstream).",
+            ["limit", "where"],
+            registry=registry,
+        )
         self._durations: dict[str | None, Any] = {}
         for check in CHECKS:
             self.findings.labels(check)  # every check is scraped, at 0 until seen broken
@@ -203,6 +211,8 @@ class Metrics:
         for server in ORIGIN_OPTIONS:
             for reason in ("host", "origin"):
                 self.refused.labels(server, reason)  # scraped at 0 until a request is refused
+        for limit, where in COUNTED:
+            self.limits.labels(limit, where)
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Count one observation."""
@@ -242,6 +252,8 @@ class Metrics:
                 self.findings.labels(check).inc()
             case RequestRefused(server=server, reason=reason):
                 self.refused.labels(server, reason).inc()
+            case LimitReached(limit=limit, where=where):
+                self.limits.labels(limit, where).inc()
             case _:
                 pass
 
