@@ -25,7 +25,7 @@ from proxy.link import Link
 from proxy.log import get_logger
 from proxy.metrics import Metrics
 from proxy.observers import Fanout, LogObserver, Observer, Tally
-from proxy.relay import Relay
+from proxy.relay import DEFAULT_MAX_PENDING, Relay
 from proxy.server import (
     SHUTDOWN_TIMEOUT,
     STDIO,
@@ -94,6 +94,8 @@ class RunOptions:
     """Seconds one POST (or DELETE) to an HTTP Agent may take, answer included."""
     shutdown_timeout: float = SHUTDOWN_TIMEOUT
     """Seconds the links get to end after SIGTERM or SIGINT before they are cut."""
+    max_pending: int = DEFAULT_MAX_PENDING
+    """Requests one peer may have pending per link; past it a request is answered -32603."""
 
 
 def build_engine(options: RunOptions) -> FaultEngine:
@@ -275,6 +277,7 @@ async def run_network(
         keep_upstream=options.keep_upstream,
         initialize_timeout=options.initialize_timeout,
         shutdown_timeout=options.shutdown_timeout,
+        max_pending=options.max_pending,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
@@ -328,6 +331,7 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
             origin=origin,
             ids=ids,
             initialize_timeout=options.initialize_timeout,
+            max_pending=options.max_pending,
         ),
         {Side.CLIENT: client, Side.AGENT: agent},
         experiment.observer,

@@ -36,6 +36,7 @@ from proxy.log import configure_logging
 from proxy.reference_agent import AgentOptions, serve_agent
 from proxy.reference_client import ClientOptions, run_client
 from proxy.reference_client import render as render_client
+from proxy.relay import DEFAULT_MAX_PENDING
 from proxy.report import report_main
 from proxy.report_html import write_html
 from proxy.server import SHUTDOWN_TIMEOUT, parse_address
@@ -177,6 +178,14 @@ def run(
         int,
         typer.Option(min=1, help="Largest message accepted from a peer, in bytes."),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
+    max_pending: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Requests one peer may have unanswered per link; past it a request is "
+            "answered -32603 instead of being relayed.",
+        ),
+    ] = DEFAULT_MAX_PENDING,
     strict: Annotated[
         bool,
         typer.Option(
@@ -262,6 +271,7 @@ def run(
         trace=trace if trace is None or str(trace) != "-" else Path("/dev/stdout"),
         agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,
+        max_pending=max_pending,
         strict=strict,
         agent_grace=agent_grace,
         connect_timeout=connect_timeout,

@@ -35,6 +35,7 @@ from proxy.commands import (
     Relayed,
     Restarted,
     RulesReloaded,
+    TooManyPending,
     Undeliverable,
 )
 from proxy.events import Direction
@@ -156,6 +157,13 @@ class Metrics:
             ["direction", "reason"],
             registry=registry,
         )
+        self.refusals = Counter(
+            "acp_proxy_limit_refusals",
+            "Messages the proxy refused because a limit was reached, by limit and direction: "
+            "max_pending (a request answered -32603), max_inflight_bytes (a POST answered 503).",
+            ["limit", "direction"],
+            registry=registry,
+        )
         self.restarts = Counter(
             "acp_proxy_restarts",
             "Restarts of the data plane (proxy) or of the Agent (agent).",
@@ -203,6 +211,8 @@ class Metrics:
                 self.invalid.labels(direction.value, reason.value).inc()
             case Orphaned(direction=direction):
                 self.orphans.labels(direction.value).inc()
+            case TooManyPending(direction=direction):
+                self.refusals.labels("max_pending", direction.value).inc()
             case CancelDropped(direction=direction):
                 self.dropped.labels(direction.value, "cancel_unknown_request").inc()
             case Undeliverable(direction=direction):

@@ -33,6 +33,7 @@ from proxy.commands import (
     RulesCounted,
     RulesReloaded,
     Stopped,
+    TooManyPending,
     Undeliverable,
     Unroutable,
 )
@@ -84,6 +85,8 @@ class Tally:
                 self.counts["invalid", direction, reason] += 1
             case Orphaned(direction=direction):
                 self.counts["orphan_responses", direction] += 1
+            case TooManyPending(direction=direction):
+                self.counts["refused_too_many_pending", direction] += 1
             case CancelDropped(direction=direction):
                 self.counts["cancels_dropped", direction] += 1
             case IdReused(direction=direction):
@@ -196,6 +199,22 @@ class LogObserver:
                     direction=observation.direction,
                     id=_text(observation.id),
                     kind=observation.kind,
+                )
+            case TooManyPending(first=True):
+                log.warning(
+                    "too many pending requests; refusing more with an error until some are "
+                    "answered",
+                    direction=observation.direction,
+                    limit=observation.limit,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                )
+            case TooManyPending():
+                log.debug(
+                    "request refused: too many pending",
+                    direction=observation.direction,
+                    method=observation.method,
+                    id=_text(observation.original_id),
                 )
             case CancelDropped():
                 log.info(

@@ -171,8 +171,10 @@ class NetworkProxy:
         keep_upstream: bool = False,
         initialize_timeout: float = INITIALIZE_TIMEOUT,
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+        max_pending: int | None = None,
     ) -> None:
         self._connect_upstream = connect_upstream
+        self._max_pending = max_pending
         self._initialize_timeout = initialize_timeout
         self._shutdown_timeout = shutdown_timeout
         self._keep_upstream = keep_upstream
@@ -282,6 +284,7 @@ class NetworkProxy:
                 keep_upstream=self._keep_upstream,
                 cached_initialize=cached_initialize,
                 initialize_timeout=initialize_timeout,
+                max_pending=self._max_pending,
             )
 
         link = Link(

@@ -38,6 +38,7 @@ from proxy.commands import (
     Restarted,
     RulesReloaded,
     Stopped,
+    TooManyPending,
     Undeliverable,
     Unroutable,
 )
@@ -114,6 +115,17 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "reason": observation.reason.value,
                 "handling": observation.handling.value,
                 "size": observation.size,
+            }
+        case TooManyPending():
+            record = {
+                "event": "message",
+                "disposition": "too_many_pending",
+                "direction": observation.direction.value,
+                "kind": "request",
+                "method": observation.method,
+                "session": observation.session,
+                "id": _id(observation.original_id),
+                "limit": observation.limit,
             }
         case Orphaned():
             record = {
