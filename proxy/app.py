@@ -20,6 +20,7 @@ from proxy.endpoint import Signalable
 from proxy.events import Direction, Side
 from proxy.faultfile import load_fault_files
 from proxy.faults import FaultEngine
+from proxy.inflight import DEFAULT_MAX_INFLIGHT_BYTES, InflightBytes
 from proxy.ledger import Ledger
 from proxy.link import Link
 from proxy.log import get_logger
@@ -96,6 +97,9 @@ class RunOptions:
     """Seconds the links get to end after SIGTERM or SIGINT before they are cut."""
     max_pending: int = DEFAULT_MAX_PENDING
     """Requests one peer may have pending per link; past it a request is answered -32603."""
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    """Bytes read from peers and not yet taken by their destinations, across the proxy; past it
+    readers wait and POSTs that do not fit are answered 503."""
 
 
 def build_engine(options: RunOptions) -> FaultEngine:
@@ -147,13 +151,15 @@ class _Experiment:
     trace: TraceWriter | None
     ledger: Ledger
     saver: StateSaver | None
+    inflight: InflightBytes
 
 
 def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     engine = build_engine(options)
     tally = Tally()
     links = _Links()
-    metrics = Metrics(pending=links.pending)
+    inflight = InflightBytes(options.max_inflight_bytes)
+    metrics = Metrics(pending=links.pending, inflight=inflight)
     feed = EventFeed()
     trace = TraceWriter(options.trace) if options.trace is not None else None
     fanout = Fanout([])
@@ -177,7 +183,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         http_timeout=options.http_timeout,
     )
     fanout.extend(observers)
-    return _Experiment(engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver)
+    return _Experiment(
+        engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver, inflight
+    )
 
 
 @contextlib.asynccontextmanager
@@ -278,6 +286,7 @@ async def run_network(
         initialize_timeout=options.initialize_timeout,
         shutdown_timeout=options.shutdown_timeout,
         max_pending=options.max_pending,
+        inflight=experiment.inflight,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
@@ -336,6 +345,7 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
         {Side.CLIENT: client, Side.AGENT: agent},
         experiment.observer,
         connect_agent=functools.partial(experiment.connect_upstream, {}, None),
+        inflight=experiment.inflight,
     )
 
     deadline: asyncio.TimerHandle | None = None

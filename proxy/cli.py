@@ -32,6 +32,7 @@ from proxy.demo import run_demo
 from proxy.errors import ConfigError
 from proxy.faultfile import FaultFileError, fault_file_schema, load_fault_files
 from proxy.hostport import parse_host_port
+from proxy.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 from proxy.log import configure_logging
 from proxy.reference_agent import AgentOptions, serve_agent
 from proxy.reference_client import ClientOptions, run_client
@@ -186,6 +187,14 @@ def run(
             "answered -32603 instead of being relayed.",
         ),
     ] = DEFAULT_MAX_PENDING,
+    max_inflight_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Bytes read from peers and not yet taken by their destinations, across the "
+            "proxy; past it reading waits and a POST that does not fit is answered 503.",
+        ),
+    ] = DEFAULT_MAX_INFLIGHT_BYTES,
     strict: Annotated[
         bool,
         typer.Option(
@@ -272,6 +281,7 @@ def run(
         agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,
         max_pending=max_pending,
+        max_inflight_bytes=max_inflight_bytes,
         strict=strict,
         agent_grace=agent_grace,
         connect_timeout=connect_timeout,

@@ -27,6 +27,7 @@ __all__ = [
     "Handling",
     "Held",
     "IdReused",
+    "InflightRefused",
     "InitializeCached",
     "InitializeTimedOut",
     "InvalidSeen",
@@ -240,6 +241,16 @@ class TooManyPending(Observation):
     original_id: bytes | None
     limit: int
     first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InflightRefused(Observation):
+    """A message of ``size`` bytes was refused before it was read (a POST answered 503): the
+    proxy held ``in_flight`` bytes, too many to take it (``--max-inflight-bytes``)."""
+
+    direction: Direction
+    size: int
+    in_flight: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from proxy.framing import Oversized
 
-__all__ = ["Endpoint", "Received", "Signalable", "StreamOwner"]
+__all__ = ["Admitting", "Endpoint", "Received", "Signalable", "StreamOwner"]
 
 Received = bytes | Oversized
 """One framed message, or the marker of one that was too large to keep."""
@@ -81,6 +81,17 @@ class Signalable(Protocol):
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the process if it is still running."""
+        ...
+
+
+@runtime_checkable
+class Admitting(Protocol):
+    """An endpoint that admits each message against the bytes in flight before reading it (the
+    HTTP listener's POSTs, refused with 503 when they do not fit): its reader never waits for
+    room, and :meth:`Endpoint.receive` hands the message's reservation over to the link."""
+
+    def admits_in_flight(self) -> bool:
+        """True: this endpoint's messages are admitted before they are read."""
         ...
 
 

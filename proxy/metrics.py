@@ -18,7 +18,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from proxy.commands import (
@@ -28,6 +28,7 @@ from proxy.commands import (
     DuplicateSwallowed,
     FaultInjected,
     Finding,
+    InflightRefused,
     InvalidSeen,
     KeyedAttempt,
     Observation,
@@ -39,6 +40,7 @@ from proxy.commands import (
     Undeliverable,
 )
 from proxy.events import Direction
+from proxy.inflight import InflightBytes
 from proxy.jsonrpc import Kind
 from proxy.ledger import CHECKS
 
@@ -95,13 +97,20 @@ def method_label(method: str | None) -> str:
 class Metrics:
     """The proxy's metrics, as an observer; :meth:`exposition` renders them for ``/metrics``."""
 
-    def __init__(self, pending: Callable[[Direction], int] | None = None) -> None:
-        """``pending`` counts requests awaiting an answer per direction (read at scrape time)."""
+    def __init__(
+        self,
+        pending: Callable[[Direction], int] | None = None,
+        inflight: InflightBytes | None = None,
+    ) -> None:
+        """``pending`` counts requests awaiting an answer per direction (read at scrape time);
+        ``inflight`` is the proxy's count of bytes in flight (read at scrape time too)."""
         disable_created_metrics()  # type: ignore[no-untyped-call] # *_created series: noise
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         self._relayed = _RelayedCounts()
         registry.register(self._relayed)
+        if inflight is not None:
+            registry.register(_InflightGauges(inflight))
         self.faults = Counter(
             "acp_proxy_faults_injected",
             "Faults injected, by rule and action.",
@@ -213,6 +222,8 @@ class Metrics:
                 self.orphans.labels(direction.value).inc()
             case TooManyPending(direction=direction):
                 self.refusals.labels("max_pending", direction.value).inc()
+            case InflightRefused(direction=direction):
+                self.refusals.labels("max_inflight_bytes", direction.value).inc()
             case CancelDropped(direction=direction):
                 self.dropped.labels(direction.value, "cancel_unknown_request").inc()
             case Undeliverable(direction=direction):
@@ -238,6 +249,39 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text format a Prometheus scraper reads."""
         return generate_latest(self.registry)
+
+
+class _InflightGauges(Collector):
+    """The bytes in flight across the proxy (``--max-inflight-bytes``), read when scraped."""
+
+    def __init__(self, inflight: InflightBytes) -> None:
+        self._inflight = inflight
+
+    def collect(self) -> Iterator[Metric]:
+        """The count now, its peak, its bound, and how often readers waited for room."""
+        inflight = self._inflight
+        yield GaugeMetricFamily(
+            "acp_proxy_inflight_bytes",
+            "Bytes read from peers (or admitted POST bodies) not yet taken by their destinations "
+            "or released by timers, across the proxy.",
+            value=inflight.count,
+        )
+        yield GaugeMetricFamily(
+            "acp_proxy_inflight_bytes_peak",
+            "The largest acp_proxy_inflight_bytes since the proxy started.",
+            value=inflight.peak,
+        )
+        if inflight.bound is not None:
+            yield GaugeMetricFamily(
+                "acp_proxy_inflight_bytes_bound",
+                "The bound on bytes in flight (--max-inflight-bytes).",
+                value=inflight.bound,
+            )
+        yield CounterMetricFamily(
+            "acp_proxy_inflight_waits",
+            "Times a reader waited for the bytes in flight to fall under their bound.",
+            value=inflight.waits,
+        )
 
 
 class _RelayedCounts(Collector):

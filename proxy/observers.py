@@ -21,6 +21,7 @@ from proxy.commands import (
     Finding,
     Held,
     IdReused,
+    InflightRefused,
     InitializeTimedOut,
     InvalidSeen,
     KeyedAttempt,
@@ -87,6 +88,8 @@ class Tally:
                 self.counts["orphan_responses", direction] += 1
             case TooManyPending(direction=direction):
                 self.counts["refused_too_many_pending", direction] += 1
+            case InflightRefused(direction=direction):
+                self.counts["refused_too_much_in_flight", direction] += 1
             case CancelDropped(direction=direction):
                 self.counts["cancels_dropped", direction] += 1
             case IdReused(direction=direction):
@@ -215,6 +218,12 @@ class LogObserver:
                     direction=observation.direction,
                     method=observation.method,
                     id=_text(observation.original_id),
+                )
+            case InflightRefused():
+                log.debug(  # the first of a stretch is logged where the bound is kept
+                    "POST refused: too many bytes in flight",
+                    size=observation.size,
+                    in_flight=observation.in_flight,
                 )
             case CancelDropped():
                 log.info(

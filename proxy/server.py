@@ -29,6 +29,7 @@ from proxy.errors import ConfigError
 from proxy.events import Direction, Side
 from proxy.faults import FaultEngine
 from proxy.hostport import authority
+from proxy.inflight import InflightBytes
 from proxy.link import Link
 from proxy.log import get_logger
 from proxy.observers import Observer
@@ -172,9 +173,11 @@ class NetworkProxy:
         initialize_timeout: float = INITIALIZE_TIMEOUT,
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
         max_pending: int | None = None,
+        inflight: InflightBytes | None = None,
     ) -> None:
         self._connect_upstream = connect_upstream
         self._max_pending = max_pending
+        self._inflight = inflight
         self._initialize_timeout = initialize_timeout
         self._shutdown_timeout = shutdown_timeout
         self._keep_upstream = keep_upstream
@@ -203,6 +206,7 @@ class NetworkProxy:
             ),
             self._on_connection,
             observer,
+            inflight,
         )
         self._restarting = False
         self._restart_task: asyncio.Task[None] | None = None
@@ -294,6 +298,7 @@ class NetworkProxy:
             connect_agent=functools.partial(self._connect_upstream, passed, route),
             on_restart=self.restart,
             on_client_gone=self._park if self._keep_upstream else None,
+            inflight=self._inflight,
         )
         assert self._tasks is not None
         self._links.add(link)

@@ -27,6 +27,7 @@ from proxy.commands import (
     FaultInjected,
     Finding,
     Held,
+    InflightRefused,
     InitializeCached,
     InitializeTimedOut,
     InvalidSeen,
@@ -126,6 +127,14 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "session": observation.session,
                 "id": _id(observation.original_id),
                 "limit": observation.limit,
+            }
+        case InflightRefused():
+            record = {
+                "event": "message",
+                "disposition": "too_much_in_flight",
+                "direction": observation.direction.value,
+                "size": observation.size,
+                "in_flight": observation.in_flight,
             }
         case Orphaned():
             record = {

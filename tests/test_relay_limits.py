@@ -4,10 +4,37 @@ last message of an idle link, released once relayed."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
+import os
+import signal
+import sys
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
-from harness import ProxyProcess, captured, log_events, raw_agent
+import aiohttp
+import pytest
+from harness import (
+    PEERS,
+    TIMEOUT,
+    ProxyProcess,
+    captured,
+    log_events,
+    notification,
+    raw_agent,
+    request,
+)
+from peers.flood_agent import flood_item
+from prometheus_client.parser import text_string_to_metric_families
+from test_http_listener import Http
+from test_no_data_dropped import compact
+from test_stalled_peers import ended
+from test_stalled_peers import setup as stalled_peers_setup
+
+from proxy.app import Ready, RunOptions, run_network
+from proxy.server import parse_address
 
 TOO_MANY_PENDING = "too many pending requests; refusing more with an error until some are answered"
 
@@ -49,3 +76,203 @@ async def test_requests_past_max_pending_are_answered_an_error_and_the_link_goes
     refusals = [r for r in records if r.get("disposition") == "too_many_pending"]
     assert [r["id"] for r in refusals] == ["p3", "p4", "x"]
     assert {r["limit"] for r in refusals} == {3}
+
+
+# -- the last message of an idle link -------------------------------------------------------------
+
+LARGE = 16 * 1024 * 1024
+"""Bytes of the large message each way: far above what anything else of the test allocates."""
+LARGE_CLIENT = [sys.executable, str(PEERS / "large_client.py")]
+
+
+async def released(baseline: int) -> None:
+    """Wait until the memory traced in this process is back within half of :data:`LARGE` of
+    ``baseline`` (a collection first: a cycle may hold it); after :data:`TIMEOUT`, fail naming
+    the objects that still refer to a large string of bytes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while True:
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - baseline
+        if held < LARGE // 2:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"{held} bytes still held by the idle proxy, by {holders()}")
+        await asyncio.sleep(0.05)  # polling a condition, bounded by the deadline above
+
+
+def holders() -> list[str]:
+    """The objects the garbage collector knows that refer to a string of half :data:`LARGE` or
+    more (a coroutine: one of its local variables)."""
+    return [
+        repr(holder)[:200]
+        for holder in gc.get_objects()
+        for referent in gc.get_referents(holder)
+        if isinstance(referent, bytes | bytearray | str) and len(referent) >= LARGE // 2
+    ]
+
+
+@pytest.fixture
+def traced() -> Iterator[None]:
+    """Trace this process's allocations during the test."""
+    tracemalloc.start(32)
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.usefixtures("traced")
+@pytest.mark.parametrize("transport", ["ws", "http"])
+async def test_an_idle_link_keeps_no_message_it_relayed(transport: str, tmp_path: Path) -> None:
+    """A proxy in this process (its allocations traced) relays a 16 MiB message each way
+    between a Client process and an Agent process, which then go idle with their connections
+    open: the proxy's memory goes back to what it was, the messages are referenced no more."""
+    stop = asyncio.Event()
+    ready: asyncio.Future[Ready] = asyncio.get_running_loop().create_future()
+    options = RunOptions(
+        agent_argv=tuple(raw_agent(tmp_path / "agent-saw.jsonl")),
+        listen=parse_address(f"{transport}://127.0.0.1:0/acp", option="--listen"),
+    )
+    proxy = asyncio.create_task(run_network(options, stop=stop, on_ready=ready.set_result))
+    client: asyncio.subprocess.Process | None = None
+    try:
+        url = (await asyncio.wait_for(ready, TIMEOUT)).listen_url
+        baseline = tracemalloc.get_traced_memory()[0]
+        client = await asyncio.create_subprocess_exec(
+            *LARGE_CLIENT,
+            transport,
+            url,
+            str(LARGE),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert client.stdout is not None
+        assert await asyncio.wait_for(client.stdout.readline(), TIMEOUT) == b"idle\n"
+        await released(baseline)
+    finally:
+        if client is not None and client.returncode is None:
+            client.kill()
+            await client.wait()
+        stop.set()
+        await asyncio.wait_for(proxy, TIMEOUT)
+
+
+# -- bytes in flight across the proxy -------------------------------------------------------------
+
+ITEM = 1_000_000
+"""Bytes of one POSTed message (aiohttp's client wants no larger ``bytes`` body)."""
+POSTS = 12
+BOUND = 4 * ITEM
+"""``--max-inflight-bytes``: room for four of the twelve."""
+FLOOD_AGENT = [sys.executable, str(PEERS / "flood_agent.py")]
+
+
+async def samples(proxy: ProxyProcess) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of the proxy's ``/metrics``, by name and labels."""
+    base = (await proxy.logged("control API listening"))["url"]
+    async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as response:
+        text = await response.text()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric(
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return found.get((name, frozenset(labels.items())), 0.0)
+
+
+async def test_concurrent_large_posts_never_take_the_proxy_past_its_bound() -> None:
+    """Twelve 1 MB POSTs at once toward an Agent that reads nothing, under a bound of four:
+    four are admitted (the first taken by the relay, answered 202, the other three waiting for
+    it to reach the Agent), eight are answered 503 with ``Retry-After`` at once, before their
+    bodies are read; the count never passes the bound. Once the Agent reads, the three are
+    relayed, the eight POSTed again go through, and the Agent has all twelve."""
+    options = ["--listen", "http://127.0.0.1:0/acp", "--admin", "127.0.0.1:0"]
+    options += ["--log-format", "json", "--max-inflight-bytes", str(BOUND)]
+    async with ended(await ProxyProcess.start(FLOOD_AGENT, *options)) as proxy:
+        url = (await proxy.logged("listening"))["url"]
+        async with aiohttp.ClientSession() as session:
+            http = Http(session, url)
+            connection = await http.initialize()
+            async with http.stream(connection) as stream:
+                stall = await http.post(notification("_flood/stall"), connection=connection)
+                assert stall.status == 202
+                await proxy.logged("agent stopped reading")
+                agent = (await proxy.logged("agent started"))["pid"]
+                items = [flood_item(n, ITEM) for n in range(POSTS)]
+                posts = [
+                    asyncio.create_task(http.post(item, connection=connection)) for item in items
+                ]
+                answered = []  # the first is taken by the relay (202), then waits on the Agent
+                async with asyncio.timeout(TIMEOUT):
+                    for done in asyncio.as_completed(posts):
+                        answered.append(await done)
+                        if len(answered) == POSTS - 3:
+                            break
+                assert sorted(reply.status for reply in answered) == [202] + [503] * (POSTS - 4)
+                for reply in answered:
+                    if reply.status == 503:
+                        assert reply.headers["Retry-After"] == "1"
+                        error = json.loads(reply.body)["error"]
+                        assert "--max-inflight-bytes" in error["message"]
+                waiting = [post for post in posts if not post.done()]
+                assert len(waiting) == 3, "a POST was answered while the Agent reads nothing"
+                found = await samples(proxy)
+                assert metric(found, "acp_proxy_inflight_bytes_peak") <= BOUND
+                assert metric(found, "acp_proxy_inflight_bytes") > 3 * ITEM
+                refusals = metric(
+                    found,
+                    "acp_proxy_limit_refusals_total",
+                    limit="max_inflight_bytes",
+                    direction="to_agent",
+                )
+                assert refusals == POSTS - 4
+                os.kill(agent, signal.SIGUSR1)
+                async with asyncio.timeout(TIMEOUT):
+                    assert [(await post).status for post in waiting] == [202] * 3
+                for post in posts:
+                    if (await post).status == 503:
+                        reply = await http.post(items[posts.index(post)], connection=connection)
+                        assert reply.status == 202, reply
+                count = await http.post(request("count", "_flood/count"), connection=connection)
+                assert count.status == 202
+                assert (await stream.next_json())["result"]["received"] == POSTS
+        found = await samples(proxy)
+        assert 0 < metric(found, "acp_proxy_inflight_bytes_peak") <= BOUND
+        assert metric(found, "acp_proxy_inflight_bytes_bound") == BOUND
+
+
+async def test_a_bound_smaller_than_one_message_never_deadlocks_a_link() -> None:
+    """The Agent floods the Client (each of its writes blocks until the proxy reads it, and it
+    reads nothing meanwhile) while the Client writes to the Agent, under a bound smaller than one
+    message: the proxy must go on reading the Agent, whose stdin holds the bytes in flight, or
+    neither would ever move. Everything arrives, both ways, intact and in order."""
+    size, count = 256 * 1024, 32
+    bound = ("--max-inflight-bytes", str(64 * 1024))
+    async with stalled_peers_setup("stdio", "stdio", *bound) as s:
+
+        async def write_items() -> None:
+            for n in range(count):
+                await s.wire.send(flood_item(n, size))
+
+        async with asyncio.TaskGroup() as tasks:
+            await s.wire.send(
+                compact(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "_flood/send",
+                        "params": {"count": count, "size": size},
+                    }
+                )
+            )
+            tasks.create_task(write_items())
+            for n in range(count):
+                assert await s.wire.receive() == flood_item(n, size)
+        await s.wire.send(compact({"jsonrpc": "2.0", "id": "count", "method": "_flood/count"}))
+        answer = json.loads(await s.wire.receive())
+        assert answer["result"] == {"received": count, "intact": True}

@@ -234,6 +234,7 @@ class HttpUpstream:
             while (data := await self._outbox.get()) is not None:
                 await self._post(data)
                 self._queued -= len(data)
+                del data  # posted: not kept alive while the next one is awaited
                 if self._queued <= OUTBOX_HIGH_WATER:
                     self._room.set()
             if self.connection_id is not None and not self._ended:
@@ -331,6 +332,12 @@ class HttpUpstream:
             self._watch_sessions(data)
         await self._put(data)
 
+    async def _deliver(self, items: list[Received]) -> None:
+        """Queue the messages one chunk of a stream completed (once this returns, nothing here
+        refers to them: a stream waiting for its next chunk keeps no message alive)."""
+        for item in items:
+            await self._incoming(item)
+
     async def _put(self, data: Received) -> None:
         """Queue ``data`` for the relay, once the inbox is below its high-water mark."""
         while self._inbox_size > INBOX_HIGH_WATER:
@@ -424,10 +431,8 @@ class HttpUpstream:
                     )
                     return
                 async for chunk in response.content.iter_any():
-                    for item in decoder.feed(chunk):
-                        await self._incoming(item)
-                for item in decoder.eof():
-                    await self._incoming(item)
+                    await self._deliver(decoder.feed(chunk))
+                await self._deliver(decoder.eof())
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.info("a stream from the agent ended", session=session, error=str(exc))
         finally:

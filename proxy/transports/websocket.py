@@ -132,6 +132,7 @@ class _WsEndpoint:
         try:
             while (data := await self._outbox.get()) is not None:
                 await self._send_frame(data)
+                del data  # sent: not kept alive while the next one is awaited
         except (ConnectionError, RuntimeError, websockets.ConnectionClosed) as exc:
             log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
         finally:
