@@ -70,7 +70,7 @@ class InflightBytes:
         """``size`` bytes were read from a peer (or admitted)."""
         self.count += size
         self.peak = max(self.peak, self.count)
-        self._wake()  # a waiting reader may be exempt now (bytes were queued toward its peer)
+        self.wake()  # a waiting reader may be exempt now (bytes were queued toward its peer)
 
     def remove(self, size: int) -> None:
         """``size`` bytes have left (taken by their destination, or released)."""
@@ -78,7 +78,7 @@ class InflightBytes:
         if self._over and not self.full():
             self._over = False
             log.info("bytes in flight back under their bound", count=self.count, bound=self.bound)
-        self._wake()
+        self.wake()
 
     async def room(self, exempt: Callable[[], bool]) -> None:
         """Wait while the bound is reached, unless ``exempt()`` says this reader must go on
@@ -124,7 +124,9 @@ class InflightBytes:
                 bound=self.bound,
             )
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Have every waiting reader check again whether it may go on (its exemption may have
+        changed: its peer was closed)."""
         for waiter in self._waiters:
             waiter.set()
 

@@ -369,6 +369,7 @@ class Link:
         """The proxy closed ``side``: its reading task must go on to see the end of it."""
         self._closing.add(side)
         self._held_room.set()
+        self._inflight.wake()
 
     def _feed(self, event: Event) -> set[Side]:
         try:

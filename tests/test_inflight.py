@@ -80,3 +80,17 @@ async def test_a_reader_the_count_depends_on_never_waits() -> None:
     inflight.add(10)  # the other side read a message, now queued toward this reader's peer
     await asyncio.wait_for(reader, TIMEOUT)
     assert inflight.full()
+
+
+async def test_a_waiting_reader_checks_again_when_woken() -> None:
+    """A reader whose peer the proxy closed must go on to see its end: the link wakes the
+    waiting readers, and the one now exempt leaves its wait."""
+    inflight = InflightBytes(10)
+    inflight.add(10)
+    closed = False
+    reader = asyncio.create_task(inflight.room(lambda: closed))
+    await asyncio.sleep(0)
+    assert not reader.done()
+    closed = True
+    inflight.wake()
+    await asyncio.wait_for(reader, TIMEOUT)

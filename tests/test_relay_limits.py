@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -35,6 +35,7 @@ from test_stalled_peers import setup as stalled_peers_setup
 
 from proxy.app import Ready, RunOptions, run_network
 from proxy.server import parse_address
+from proxy.transports.http_listener import CONNECTION_ID
 
 TOO_MANY_PENDING = "too many pending requests; refusing more with an error until some are answered"
 
@@ -276,3 +277,45 @@ async def test_a_bound_smaller_than_one_message_never_deadlocks_a_link() -> None
         await s.wire.send(compact({"jsonrpc": "2.0", "id": "count", "method": "_flood/count"}))
         answer = json.loads(await s.wire.receive())
         assert answer["result"] == {"received": count, "intact": True}
+
+
+async def test_a_chunked_post_is_admitted_as_its_chunks_come() -> None:
+    """A POST without ``Content-Length`` is counted chunk by chunk: toward an Agent that reads
+    nothing, behind a message that fills most of the bound, one that grows past the room left is
+    answered 503; a small one fits and is relayed once the Agent reads."""
+    options = ["--listen", "http://127.0.0.1:0/acp", "--log-format", "json"]
+    options += ["--max-inflight-bytes", str(ITEM)]
+    async with ended(await ProxyProcess.start(FLOOD_AGENT, *options)) as proxy:
+        url = (await proxy.logged("listening"))["url"]
+        async with aiohttp.ClientSession() as session:
+            http = Http(session, url)
+            connection = await http.initialize()
+            async with http.stream(connection) as stream:
+                await http.post(notification("_flood/stall"), connection=connection)
+                await proxy.logged("agent stopped reading")
+                filler = await http.post(flood_item(0, ITEM * 3 // 4), connection=connection)
+                assert filler.status == 202  # taken by the relay, held toward the Agent
+
+                async def chunked(data: bytes) -> tuple[int, bytes]:
+                    async def chunks() -> AsyncIterator[bytes]:
+                        for start in range(0, len(data), 16 * 1024):
+                            yield data[start : start + 16 * 1024]
+
+                    headers = {"Content-Type": "application/json", CONNECTION_ID: connection}
+                    async with (
+                        asyncio.timeout(TIMEOUT),
+                        session.post(url, data=chunks(), headers=headers) as response,
+                    ):
+                        assert response.headers.get("Transfer-Encoding") != "identity"
+                        return response.status, await response.read()
+
+                status, body = await chunked(flood_item(1, ITEM // 2))
+                assert status == 503, body
+                assert "--max-inflight-bytes" in json.loads(body)["error"]["message"]
+                small = asyncio.create_task(chunked(flood_item(1, 1000)))
+                agent = (await proxy.logged("agent started"))["pid"]
+                os.kill(agent, signal.SIGUSR1)
+                assert (await small)[0] == 202
+                count = await http.post(request("count", "_flood/count"), connection=connection)
+                assert count.status == 202
+                assert (await stream.next_json())["result"] == {"received": 2, "intact": True}
