@@ -238,6 +238,10 @@ class WsClientEndpoint(_WsEndpoint):
         await self.connection.close(code=code)
 
 
+WS_READ_AHEAD = 2
+"""Frames the ``websockets`` client reads ahead of the relay from an Agent (its ``max_queue``;
+16 by default): what it buffers is outside the proxy's count of bytes in flight, and a frame may
+be ``--max-message-bytes`` long, so the link's own reader, which waits at that bound, decides."""
 CONNECT_TIMEOUT = 10.0
 """Seconds to reach a network Agent (``--connect-timeout``): the TCP connection and, for a
 WebSocket, its opening handshake. A loopback or LAN Agent answers in milliseconds; 10 s leaves
@@ -262,6 +266,7 @@ async def connect_ws(
         url,
         additional_headers=dict(headers or {}),
         max_size=limit,
+        max_queue=WS_READ_AHEAD,
         open_timeout=open_timeout,
         proxy=None,
         compression=None,
