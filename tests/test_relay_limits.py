@@ -49,7 +49,8 @@ async def test_requests_past_max_pending_are_answered_an_error_and_the_link_goes
     capture = tmp_path / "agent-saw.jsonl"
     trace = tmp_path / "trace.jsonl"
     agent = raw_agent(capture, "--no-answer", "session/prompt")
-    options = ("--log-format", "json", "--max-pending", "3", "--trace", str(trace))
+    options = ["--log-format", "json", "--max-pending", "3", "--trace", str(trace)]
+    options += ["--admin", "127.0.0.1:0"]
     proxy = await ProxyProcess.start(agent, *options)
     try:
         for n in range(5):
@@ -65,6 +66,12 @@ async def test_requests_past_max_pending_are_answered_an_error_and_the_link_goes
         await proxy.send_json({"jsonrpc": "2.0", "id": "x", "method": "_test/other"})
         refused = await proxy.recv_json()
         assert (refused["id"], refused["error"]["code"]) == ("x", -32603)
+        found = await samples(proxy)
+        counted = metric(
+            found, "acp_proxy_limit_refusals_total", limit="max_pending", direction="to_agent"
+        )
+        assert counted == 3
+        assert metric(found, "acp_proxy_pending_requests", direction="to_agent") == 3
         await proxy.close_stdin()
         assert await proxy.wait() == 0
     finally:
