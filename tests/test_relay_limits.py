@@ -30,7 +30,8 @@ from peers.flood_agent import flood_item
 from prometheus_client.parser import text_string_to_metric_families
 from test_http_listener import Http
 from test_no_data_dropped import compact
-from test_stalled_peers import ended
+from test_stalled_peers import ended, flood
+from test_stalled_peers import fault_file as stalled_peers_fault_file
 from test_stalled_peers import setup as stalled_peers_setup
 
 from proxy.app import Ready, RunOptions, run_network
@@ -38,6 +39,10 @@ from proxy.server import parse_address
 from proxy.transports.http_listener import CONNECTION_ID
 
 TOO_MANY_PENDING = "too many pending requests; refusing more with an error until some are answered"
+INFLIGHT_BOUND_REACHED = (
+    "bytes in flight reached their bound; reading waits and POSTs that do not fit are refused "
+    "(503) until peers read"
+)
 
 
 async def test_requests_past_max_pending_are_answered_an_error_and_the_link_goes_on(
@@ -326,3 +331,21 @@ async def test_a_chunked_post_is_admitted_as_its_chunks_come() -> None:
                 count = await http.post(request("count", "_flood/count"), connection=connection)
                 assert count.status == 202
                 assert (await stream.next_json())["result"] == {"received": 2, "intact": True}
+
+
+async def test_messages_held_by_timers_make_readers_wait_at_the_bound(tmp_path: Path) -> None:
+    """Every item from the Agent is delayed: what the timers hold counts, so past the bound
+    (well under the timers' own 8 MiB) the proxy reads the Agent no more until timers release
+    some; the bound is logged and the waits counted, and every item arrives, in order."""
+    size, count, bound = 256 * 1024, 16, 1024 * 1024
+    options = ["--faults", stalled_peers_fault_file(tmp_path, 300), "--admin", "127.0.0.1:0"]
+    options += ["--max-inflight-bytes", str(bound)]
+    async with stalled_peers_setup("stdio", "stdio", *options) as s:
+        await s.wire.send(flood(count=count, size=size))
+        for n in range(count):
+            assert await s.wire.receive() == flood_item(n, size)
+        logged = await s.proxy.logged(INFLIGHT_BOUND_REACHED)
+        assert logged["bound"] == bound
+        found = await samples(s.proxy)
+        assert metric(found, "acp_proxy_inflight_waits_total") >= 1
+        assert metric(found, "acp_proxy_inflight_bytes_peak") < bound + 2 * size
