@@ -39,8 +39,8 @@ import contextlib
 import heapq
 import itertools
 import signal
-from collections.abc import Awaitable, Callable, Mapping
-from typing import assert_never
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, assert_never
 
 from proxy.commands import (
     Close,
@@ -426,9 +426,14 @@ class Link:
                     assert_never(command)
         return written
 
-    def _spawn(self, work: Awaitable[None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         assert self._tasks is not None
-        self._tasks.create_task(_run(work))
+        runner = _run(work)
+        try:
+            self._tasks.create_task(runner)
+        except RuntimeError:  # the link is ending: its last task just finished, all was waited for
+            runner.close()
+            work.close()
 
     def _release(self, endpoint: Endpoint) -> None:
         """Wait for ``endpoint`` to close, once, within the link (its resources are freed)."""
@@ -534,5 +539,5 @@ class Link:
         self._agent_up.set()
 
 
-async def _run(work: Awaitable[None]) -> None:
+async def _run(work: Coroutine[Any, Any, None]) -> None:
     await work
