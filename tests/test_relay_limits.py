@@ -5,6 +5,8 @@ last message of an idle link, released once relayed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -30,7 +32,7 @@ from peers.flood_agent import flood_item
 from prometheus_client.parser import text_string_to_metric_families
 from test_http_listener import Http
 from test_no_data_dropped import compact
-from test_stalled_peers import ended, flood
+from test_stalled_peers import ended, flood, network_agent
 from test_stalled_peers import fault_file as stalled_peers_fault_file
 from test_stalled_peers import setup as stalled_peers_setup
 
@@ -98,12 +100,12 @@ LARGE = 16 * 1024 * 1024
 LARGE_CLIENT = [sys.executable, str(PEERS / "large_client.py")]
 
 
-async def released(baseline: int) -> None:
+async def released(baseline: int, within: float = TIMEOUT) -> None:
     """Wait until the memory traced in this process is back within half of :data:`LARGE` of
-    ``baseline`` (a collection first: a cycle may hold it); after :data:`TIMEOUT`, fail naming
-    the objects that still refer to a large string of bytes."""
+    ``baseline`` (a collection first: a cycle may hold it); after ``within`` seconds, fail
+    naming the objects that still refer to a large string of bytes."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + TIMEOUT
+    deadline = loop.time() + within
     while True:
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - baseline
@@ -115,60 +117,85 @@ async def released(baseline: int) -> None:
 
 
 def holders() -> list[str]:
-    """The objects the garbage collector knows that refer to a string of half :data:`LARGE` or
-    more (a coroutine: one of its local variables)."""
+    """What the garbage collector knows that refers to a string of half :data:`LARGE` or more:
+    the name of a coroutine (one of its local variables holds it), else the holder's type."""
     return [
-        repr(holder)[:200]
+        getattr(holder, "__qualname__", None) or type(holder).__qualname__
         for holder in gc.get_objects()
-        for referent in gc.get_referents(holder)
-        if isinstance(referent, bytes | bytearray | str) and len(referent) >= LARGE // 2
+        if any(
+            isinstance(referent, bytes | bytearray | str) and len(referent) >= LARGE // 2
+            for referent in gc.get_referents(holder)
+        )
     ]
 
 
 @pytest.fixture
 def traced() -> Iterator[None]:
     """Trace this process's allocations during the test."""
-    tracemalloc.start(32)
+    tracemalloc.start()
     try:
         yield
     finally:
         tracemalloc.stop()
 
 
+KEEPALIVE_FIRST = 15.0
+"""Seconds within which an idle link has let go, where a keepalive 20 s later would do it too."""
+IDLE_LINKS = [("ws", "stdio"), ("http", "stdio"), ("ws", "ws"), ("http", "http")]
+"""(Client's transport, Agent's transport): each transport's reader and writer on both sides."""
+
+
 @pytest.mark.usefixtures("traced")
-@pytest.mark.parametrize("transport", ["ws", "http"])
-async def test_an_idle_link_keeps_no_message_it_relayed(transport: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("downstream", "upstream"), IDLE_LINKS)
+async def test_an_idle_link_keeps_no_message_it_relayed(
+    downstream: str, upstream: str, tmp_path: Path
+) -> None:
     """A proxy in this process (its allocations traced) relays a 16 MiB message each way
     between a Client process and an Agent process, which then go idle with their connections
     open: the proxy's memory goes back to what it was, the messages are referenced no more."""
-    stop = asyncio.Event()
-    ready: asyncio.Future[Ready] = asyncio.get_running_loop().create_future()
-    options = RunOptions(
-        agent_argv=tuple(raw_agent(tmp_path / "agent-saw.jsonl")),
-        listen=parse_address(f"{transport}://127.0.0.1:0/acp", option="--listen"),
-    )
-    proxy = asyncio.create_task(run_network(options, stop=stop, on_ready=ready.set_result))
-    client: asyncio.subprocess.Process | None = None
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        if upstream == "stdio":
+            agent, options = "raw", RunOptions(agent_argv=tuple(raw_agent(tmp_path / "saw")))
+        else:
+            _, agent_url = await stack.enter_async_context(network_agent(upstream))
+            upstream_at = parse_address(agent_url, option="--upstream")
+            agent, options = "flood", RunOptions(agent_argv=(), upstream=upstream_at)
+        listen = parse_address(f"{downstream}://127.0.0.1:0/acp", option="--listen")
+        options = dataclasses.replace(options, listen=listen)
+        stop = asyncio.Event()
+        ready: asyncio.Future[Ready] = asyncio.get_running_loop().create_future()
+        proxy = asyncio.create_task(run_network(options, stop=stop, on_ready=ready.set_result))
+        stack.push_async_callback(stopped, stop, proxy)
         url = (await asyncio.wait_for(ready, TIMEOUT)).listen_url
         baseline = tracemalloc.get_traced_memory()[0]
         client = await asyncio.create_subprocess_exec(
             *LARGE_CLIENT,
-            transport,
+            downstream,
             url,
             str(LARGE),
+            agent,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
+        stack.push_async_callback(ended_client, client)
         assert client.stdout is not None
         assert await asyncio.wait_for(client.stdout.readline(), TIMEOUT) == b"idle\n"
-        await released(baseline)
-    finally:
-        if client is not None and client.returncode is None:
-            client.kill()
-            await client.wait()
-        stop.set()
-        await asyncio.wait_for(proxy, TIMEOUT)
+        # A WebSocket Agent's keepalive (a ping every 20 s) would release a frame its library
+        # kept: the memory must be back before that.
+        await released(baseline, KEEPALIVE_FIRST if upstream == "ws" else TIMEOUT)
+
+
+async def stopped(stop: asyncio.Event, proxy: asyncio.Task[int]) -> None:
+    """Stop the proxy running in this process, and wait until it has."""
+    stop.set()
+    await asyncio.wait_for(proxy, TIMEOUT)
+
+
+async def ended_client(client: asyncio.subprocess.Process) -> None:
+    """Stop the Client process (it never ends by itself)."""
+    if client.returncode is None:
+        client.kill()
+    await asyncio.wait_for(client.wait(), TIMEOUT)
 
 
 # -- bytes in flight across the proxy -------------------------------------------------------------

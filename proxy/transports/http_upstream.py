@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -296,8 +297,10 @@ class HttpUpstream:
     async def _exchange(self, data: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
         """POST ``data``: the status and body of the answer. The answer to ``initialize`` gives
         the connection its id and opens its stream."""
+        # From a buffer, the body is written in chunks, each waiting for the socket to take
+        # the last (as raw bytes, a large body would sit whole in the transport's buffer).
         async with self._http.post(
-            self.url, data=data, headers=headers, timeout=self._timeout
+            self.url, data=io.BytesIO(data), headers=headers, timeout=self._timeout
         ) as response:
             self._answered(response)
             body = await response.read()
