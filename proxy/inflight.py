@@ -12,8 +12,8 @@ Past the bound the proxy takes no more from peers, without dropping anything:
   or the TCP window fills and the peer waits. A reader of a peer toward which the proxy still has
   bytes queued never waits: that peer may be writing before it reads, and its reading is what
   makes the count fall (without this, one stalled link could stop every other, and two links
-  could wait on each other for ever). So the count may pass the bound by the message each such
-  reader, and each reader that had begun before the bound was reached, takes;
+  could wait on each other for ever). So the count may pass the bound: by one message for each
+  such reader, and for each reader that was already reading when the bound was reached;
 * a POST whose body does not fit (its ``Content-Length``, or its chunks as they come) is answered
   503 with ``Retry-After`` before its body is read (:meth:`InflightBytes.admit`): a POST cannot be
   held back without holding its connection and its Client's patience, the message was not relayed
@@ -56,11 +56,10 @@ class InflightBytes:
         """The largest :attr:`count` seen."""
         self.waits = 0
         """Times a reader waited for room."""
-        self.refusals = 0
-        """POSTs refused for want of room."""
         self._waiters: set[asyncio.Event] = set()
         self._over = False
-        """The count reached the bound and has not fallen below it since (logged once)."""
+        """The count reached the bound and has not fallen under half of it since: logged once
+        (a count hovering at the bound would otherwise log at every message)."""
 
     def full(self) -> bool:
         """Whether the count has reached the bound."""
@@ -75,9 +74,11 @@ class InflightBytes:
     def remove(self, size: int) -> None:
         """``size`` bytes have left (taken by their destination, or released)."""
         self.count -= size
-        if self._over and not self.full():
+        if self._over and self.bound is not None and self.count < self.bound // 2:
             self._over = False
-            log.info("bytes in flight back under their bound", count=self.count, bound=self.bound)
+            log.info(
+                "bytes in flight back under half their bound", count=self.count, bound=self.bound
+            )
         self.wake()
 
     async def room(self, exempt: Callable[[], bool]) -> None:
@@ -104,8 +105,7 @@ class InflightBytes:
         return reservation
 
     def refused(self) -> None:
-        """A message was refused for want of room (counted; the first of a stretch logged)."""
-        self.refusals += 1
+        """A message was refused for want of room (the first of a stretch is logged)."""
         self._note_over()
 
     def fits(self, size: int, own: int = 0) -> bool:
