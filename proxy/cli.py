@@ -18,6 +18,7 @@ import typer
 from proxy import __version__
 from proxy.core.errors import ConfigError, StartupError
 from proxy.core.faultfile import FaultFileError, fault_file_schema, rule_notes
+from proxy.core.relay import DEFAULT_MAX_PENDING
 from proxy.shell import app as application
 from proxy.shell.admin import (
     ADMIN_TOKEN_ENV,
@@ -28,6 +29,7 @@ from proxy.shell.admin import (
 from proxy.shell.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.shell.fault_files import load_fault_files
 from proxy.shell.hostport import parse_host_port
+from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 from proxy.shell.limits import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -233,6 +235,22 @@ def run(
         int,
         typer.Option(min=1, help="Largest message accepted from a peer, in bytes."),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
+    max_pending: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Requests one peer may have unanswered per link; past it a request is "
+            "answered -32603 instead of being relayed.",
+        ),
+    ] = DEFAULT_MAX_PENDING,
+    max_inflight_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Bytes read from peers and not yet taken by their destinations, across the "
+            "proxy; past it reading waits and a POST that does not fit is answered 503.",
+        ),
+    ] = DEFAULT_MAX_INFLIGHT_BYTES,
     strict: Annotated[
         bool,
         typer.Option(
@@ -380,6 +398,8 @@ def run(
             max_sessions=max_sessions,
             header_timeout=header_timeout,
             max_event_subscribers=max_event_subscribers,
+            max_pending=max_pending,
+            max_inflight_bytes=max_inflight_bytes,
         ),
         faults=tuple(faults or ()),
         seed=seed,

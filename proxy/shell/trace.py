@@ -36,6 +36,7 @@ from proxy.core.commands import (
     FaultInjected,
     Finding,
     Held,
+    InflightRefused,
     InitializeCached,
     InitializeTimedOut,
     InvalidSeen,
@@ -47,6 +48,7 @@ from proxy.core.commands import (
     Restarted,
     RulesReloaded,
     Stopped,
+    TooManyPending,
     Undeliverable,
     Unroutable,
 )
@@ -132,6 +134,25 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "reason": observation.reason.value,
                 "handling": observation.handling.value,
                 "size": observation.size,
+            }
+        case TooManyPending():
+            record = {
+                "event": "message",
+                "disposition": "too_many_pending",
+                "direction": observation.direction.value,
+                "kind": "request",
+                "method": observation.method,
+                "session": observation.session,
+                "id": _id(observation.original_id),
+                "limit": observation.limit,
+            }
+        case InflightRefused():
+            record = {
+                "event": "message",
+                "disposition": "too_much_in_flight",
+                "direction": observation.direction.value,
+                "size": observation.size,
+                "in_flight": observation.in_flight,
             }
         case Orphaned():
             record = {
