@@ -71,7 +71,8 @@ ANSWER_TIMEOUT = 10.0
 """Seconds the Client waits for an answer the proxy did not drop (then resends)."""
 STARTUP_TIMEOUT = 30.0
 """Seconds the proxy and the Agent it spawns get to start and answer ``initialize`` (a busy
-machine starts Python slowly), and to exit once the Client is done with them."""
+machine starts Python slowly), and to exit once the Client is done with them (the proxy saves
+its ``--state`` and its last trace lines as it exits)."""
 
 PROMPTS = ("Run the database migration", "Deploy to staging", "Send the release notes")
 

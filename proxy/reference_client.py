@@ -107,8 +107,10 @@ class ClientOptions:
     max_attempts: int = 5
     """Requests per submission (and tries per reconnection) before giving up."""
     cwd: str = "/"
-    setup_timeout: float = 10.0
-    """Seconds to wait for an answer to ``initialize``, ``session/new`` or ``session/resume``."""
+    setup_timeout: float = 30.0
+    """Seconds to wait for an answer to ``initialize``, ``session/new`` or ``session/resume``
+    (a command just spawned, a Python Agent behind a proxy, starts in seconds on a busy
+    machine)."""
     verify: bool = True
     """Resume the session with a full replay at the end, to count the copies in history."""
     grace: float = 5.0

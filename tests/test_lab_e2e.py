@@ -153,10 +153,16 @@ async def test_an_agent_that_ignores_keys_is_a_duplicate_insert(tmp_path: Path) 
 
 def followed(argv: tuple[str, ...], trace: Path, prompts: tuple[str, ...]) -> ClientOptions:
     """The reference Client spawning ``argv`` (a proxy writing ``trace``) and following the
-    trace: it resends what the proxy lost at once and waits for every other answer (the
-    harness's bound), so a busy machine changes nothing it does."""
+    trace: it resends what the proxy lost at once and waits for every other answer, and for
+    what it spawns to start and stop (the harness's bound), so a busy machine changes nothing
+    it does."""
     return ClientOptions(
-        agent_argv=argv, prompts=prompts, follow_trace=trace, answer_timeout=TIMEOUT
+        agent_argv=argv,
+        prompts=prompts,
+        follow_trace=trace,
+        answer_timeout=TIMEOUT,
+        setup_timeout=TIMEOUT,
+        grace=TIMEOUT,
     )
 
 

@@ -65,8 +65,10 @@ def followed(
 
 
 async def run(**fields: object) -> ClientReport:
-    """Run the Client with these options; the report is also JSON and renders as text."""
-    async with asyncio.timeout(TIMEOUT):
+    """Run the Client with these options; the report is also JSON and renders as text. Starting
+    and stopping what it spawns get the harness's bound (``TIMEOUT``)."""
+    fields = {"setup_timeout": TIMEOUT, "grace": TIMEOUT, **fields}
+    async with asyncio.timeout(TIMEOUT * 2):
         report = await run_client(ClientOptions(**fields))  # type: ignore[arg-type]
     assert json.loads(json.dumps(report.to_json()))["ok"] == report.ok
     assert render(report)
