@@ -20,6 +20,8 @@ from harness import TIMEOUT
 from proxy.bench import DELAY_RULES, RULES, TARGETS, WORKLOADS, render
 from proxy.faultfile import load_fault_files
 
+pytestmark = pytest.mark.slow
+
 STATUSES = {"PASS", "MISS", "SKIP"}
 
 

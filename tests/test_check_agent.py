@@ -11,6 +11,8 @@ from xml.etree import ElementTree
 import pytest
 from harness import TIMEOUT
 
+pytestmark = pytest.mark.slow
+
 REFERENCE = [sys.executable, "-m", "proxy", "agent", "--turn-ms", "300"]
 SDK_AGENT = [sys.executable, str(Path(__file__).parent / "peers" / "sdk_agent.py")]
 

@@ -14,10 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from harness import PEERS, TIMEOUT
 from test_readme import ROOT, shell_blocks
 
 from proxy.report import load_traces, summarize
+
+pytestmark = pytest.mark.slow
 
 REFERENCE_AGENT = (sys.executable, "-m", "proxy", "agent")
 

@@ -20,6 +20,8 @@ from harness import TIMEOUT, ProxyProcess, raw_agent, request, say
 from proxy.control import ControlClient
 from proxy.reference_client import ClientOptions, run_client
 
+pytestmark = pytest.mark.slow
+
 AGENT = (sys.executable, "-m", "proxy", "agent", "--turn-ms", "20")
 PROXY = (sys.executable, "-m", "proxy", "run")
 

@@ -33,6 +33,8 @@ from proxy.reference_client import (
     run_client,
 )
 
+pytestmark = pytest.mark.slow
+
 AGENT = (sys.executable, "-m", "proxy", "agent")
 PROXY = (sys.executable, "-m", "proxy", "run")
 CLIENT = (sys.executable, "-m", "proxy", "client")

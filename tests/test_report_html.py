@@ -113,6 +113,7 @@ def assert_self_contained(html: str, page: Page) -> None:
     assert "url(" not in html
 
 
+@pytest.mark.slow  # the demo runs first
 def test_a_demo_trace_of_the_bad_agent(bad_trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     assert write_html([bad_trace], out) == 1  # duplicate_insert is failing
@@ -205,6 +206,7 @@ def test_a_demo_trace_of_the_good_agent_exits_0(tmp_path: Path) -> None:
     assert '<table class="totals"><tbody>' in html  # no empty row of column titles
 
 
+@pytest.mark.slow  # the demo runs first
 @pytest.mark.parametrize("as_json", [False, True])
 def test_the_command_writes_the_page_and_with_json_prints_the_summary_too(
     bad_trace: Path, tmp_path: Path, as_json: bool
