@@ -40,6 +40,7 @@ from harness import (
     ProxyProcess,
     captured,
     encode,
+    fault_file,
     log_events,
     notification,
     raw_agent,
@@ -136,13 +137,6 @@ def assert_error(answer: Answer, status: int, message: str) -> dict[str, Any]:
     assert body["status"] == status
     assert message in body["error"], body
     return body
-
-
-def fault_file(directory: Path, *rules: dict[str, Any]) -> Path:
-    """A fault file of ``rules``; its path."""
-    path = directory / "faults.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "rules": list(rules)}, sort_keys=False))
-    return path
 
 
 Start = Callable[..., Awaitable[tuple[ProxyProcess, ControlClient]]]

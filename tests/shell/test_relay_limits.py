@@ -18,6 +18,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from floods import ended, flood, network_agent
+from floods import fault_file as stalled_peers_fault_file
+from floods import setup as stalled_peers_setup
 from harness import (
     PEERS,
     TIMEOUT,
@@ -28,13 +31,9 @@ from harness import (
     raw_agent,
     request,
 )
+from listener_client import Http, compact
 from peers.flood_agent import flood_item
 from prometheus_client.parser import text_string_to_metric_families
-from test_http_listener import Http
-from test_no_data_dropped import compact
-from test_stalled_peers import ended, flood, network_agent
-from test_stalled_peers import fault_file as stalled_peers_fault_file
-from test_stalled_peers import setup as stalled_peers_setup
 
 from proxy.shell.app import Ready, RunOptions, run_network
 from proxy.shell.server import parse_address
