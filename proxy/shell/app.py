@@ -1,4 +1,9 @@
-"""The composition root: wires a proxy run from options; callable from tests without the CLI."""
+"""The composition root: wires a proxy run from options; callable from tests without the CLI.
+
+:class:`RunOptions` is the model of ``acp-proxy run``'s options (its
+:meth:`~RunOptions.from_command_line` checks the command line's values), :func:`run_main` the
+command's entry.
+"""
 
 from __future__ import annotations
 
@@ -159,8 +164,6 @@ class RunOptions:
                 admin_at = parse_host_port(admin, option="--admin")
                 check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
                 admin_token = admin_token_from(admin_token, admin_token_file, environ)
-        except OptionError:
-            raise
         except ConfigError as exc:
             raise OptionError(str(exc)) from None
         if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
