@@ -25,7 +25,7 @@ SCANNED = ("proxy", "tests/support")
 OWNERS = {
     # -- TaskGroups
     "proxy/shell/link.py::Link._spawn": "the link's TaskGroup (Link.run)",
-    "proxy/shell/server.py::NetworkProxy._on_connection": "the proxy's TaskGroup (serve)",
+    "proxy/shell/server.py::NetworkProxy._connect": "the proxy's TaskGroup (serve)",
     "proxy/shell/server.py::NetworkProxy.restart": "the proxy's TaskGroup (serve)",
     # -- objects and functions that keep their tasks, and await or cancel them
     "proxy/shell/admin.py::AdminServer._events": "the event stream's handler: cancelled as it ends",
@@ -38,6 +38,9 @@ OWNERS = {
     "proxy/shell/transports/websocket.py::_WsEndpoint.__init__": (
         "the writer: awaited by wait_closed"
     ),
+    "proxy/shell/transports/websocket.py::WsClientEndpoint.receive": (
+        "the release ping: cancelled by wait_closed"
+    ),
     "proxy/tools/bench/__init__.py::_delays": "the background traffic: awaited before it returns",
     "proxy/tools/bench/__init__.py::_Server.start": "the server's stderr reader: awaited by stop",
     "proxy/tools/check_agent.py::Lab._start_listener": "the proxy's stderr copy: awaited by close",
@@ -48,6 +51,12 @@ OWNERS = {
         "serve_agent's connections: cancelled when it stops"
     ),
     "proxy/tools/lab/client.py::_Connection.__init__": "the reader: awaited or cancelled by close",
+    "proxy/tools/lab/client.py::_Run._answered": (
+        "the wait on the followed trace: cancelled before it returns"
+    ),
+    "proxy/tools/lab/trace_follow.py::TraceFollower.__aenter__": (
+        "the follower's reader: cancelled and awaited by __aexit__"
+    ),
     "tests/support/harness.py::ProxyProcess.__init__": (
         "the stderr collector: awaited or cancelled as the process is stopped"
     ),

@@ -4,16 +4,18 @@ the commands themselves in ``test_check_agent.py``, ``test_demo.py``, ``tests/e2
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import pytest
 
+from proxy import cli
 from proxy.core.errors import OptionError
 from proxy.tools import cannot_run
 from proxy.tools.check_agent import TRACES, CheckOptions
 from proxy.tools.lab.agent import AgentOptions
 from proxy.tools.lab.client import ClientOptions
-from proxy.tools.lab.demo import DemoOptions
+from proxy.tools.lab.demo import ANSWER_TIMEOUT, DemoOptions
 
 
 def test_the_agent_listens_where_told_or_refuses_what_is_no_address() -> None:
@@ -39,6 +41,13 @@ def test_the_demo_takes_the_bad_agent_or_an_agent_command_not_both() -> None:
         "--bad-agent picks the reference Agent: give it or an Agent command, not both"
     )
     assert refused.value.option == "AGENT_CMD"
+
+
+def test_the_demo_command_waits_for_an_answer_as_long_as_the_demo_does() -> None:
+    """The command line cannot import the demo for its default (it loads no tool until one
+    runs): its --answer-timeout default is the demo's, written again, and kept equal here."""
+    default = inspect.signature(cli.demo).parameters["answer_timeout"].default
+    assert default == ANSWER_TIMEOUT == DemoOptions().answer_timeout
 
 
 def test_the_client_needs_an_agent_command_or_a_url() -> None:

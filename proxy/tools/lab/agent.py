@@ -48,7 +48,7 @@ from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Fanout
 from proxy.shell.server import STDIO, Address, parse_address
-from proxy.shell.transports.http_listener import Listener, ListenerConfig
+from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refused
 from proxy.shell.transports.stdio import open_client_stdio
 
 __all__ = ["AgentOptions", "ReferenceAgent", "agent_main", "serve_agent"]
@@ -481,11 +481,11 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
     stop = stop or asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 
-    async def on_connection(endpoint: Endpoint, headers: Any, cookies: Any) -> bool:
+    async def on_connection(endpoint: Endpoint, headers: Any, cookies: Any) -> Refused | None:
         task = asyncio.get_running_loop().create_task(agent.serve(endpoint))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
-        return True
+        return None
 
     listener = Listener(
         ListenerConfig(

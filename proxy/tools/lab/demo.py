@@ -9,6 +9,13 @@ proxy, which runs a built-in fault file:
    resumes the session and resends;
 3. the third keyed prompt reaches the Agent twice, under two ids (a replayed retry).
 
+What the run shows does not depend on the machine's speed. The Client follows the proxy's trace
+(:mod:`proxy.trace_follow`): its timeout for an answer ends the moment the proxy drops that
+answer, so a slow answer is never taken for a lost one and the rules' counts always meet the
+same messages; a killed Agent ends the connection, which the Client sees; and the final history
+is read once the proxy's copy in step 3 has been answered. The Client's retries are its own:
+same key, new id, reconnect, resume, as when it runs alone on a timer.
+
 The Agent is the reference one with a session store, or with ``--bad-agent`` the reference one
 ignoring keys, or any Agent command given after ``--`` (spawned over stdio by the proxy). Then it
 prints what happened: the faults injected, the Client's attempts and verdict, the messages in the
@@ -33,7 +40,7 @@ from proxy.tools.lab.client import ClientOptions, ClientReport, run_client
 from proxy.tools.lab.client import render as render_client
 from proxy.tools.report import findings_phrase, load_traces, plural, render_text, summarize
 
-__all__ = ["DEMO_FAULTS", "DemoOptions", "DemoResult", "demo_main", "run_demo"]
+__all__ = ["ANSWER_TIMEOUT", "DEMO_FAULTS", "DemoOptions", "DemoResult", "demo_main", "run_demo"]
 
 DEMO_FAULTS = """\
 version: 1
@@ -45,21 +52,30 @@ rules:
     do: {action: drop}
   - name: lose-second-answer
     when: {direction: to_client, kind: response, method: session/prompt, idempotency_key: present}
-    schedule: {nth: [2]}
+    schedule: {nth: [3]}
     do: {action: drop}
     continue: true
   - name: kill-agent-with-the-second-answer
     when: {direction: to_client, kind: response, method: session/prompt, idempotency_key: present}
-    schedule: {nth: [2]}
+    schedule: {nth: [3]}
     do: {action: kill_agent, signal: KILL}
   - name: replay-third-prompt
     when: {direction: to_agent, kind: request, method: session/prompt, idempotency_key: present}
     schedule: {nth: [5]}
     do: {action: duplicate, copies: 1, gap_ms: 10}
 """
-"""The built-in fault file. Each rule counts its own matches: the 2nd answer ``lose-second-answer``
-sees is the second prompt's (the first rule took the first answer), and the 5th keyed request is
-the third prompt's first attempt (after one retry each of the first two)."""
+"""The built-in fault file. Each rule counts every message its ``when`` matches, those an earlier
+rule acted on included: the 3rd keyed answer is the second prompt's (after the first prompt's
+lost answer and its retry's), and the 5th keyed request is the third prompt's first attempt
+(after one retry each of the first two). The counts hold because the Client resends only what
+the proxy dropped (it follows the trace), never an answer that is merely slow."""
+
+ANSWER_TIMEOUT = 10.0
+"""Seconds the Client waits for an answer the proxy did not drop (then resends)."""
+STARTUP_TIMEOUT = 30.0
+"""Seconds the proxy and the Agent it spawns get to start and answer ``initialize`` (a busy
+machine starts Python slowly), and to exit once the Client is done with them (the proxy saves
+its ``--state`` and its last trace lines as it exits)."""
 
 PROMPTS = ("Run the database migration", "Deploy to staging", "Send the release notes")
 
@@ -81,8 +97,8 @@ class DemoOptions:
     """Another Agent, spawned over stdio by the proxy (default: the reference Agent)."""
     directory: Path | None = None
     """Where the run's files (trace, store, fault file) are kept (default: a temporary one)."""
-    answer_timeout: float = 1.0
-    """Seconds the Client waits for an answer before resending."""
+    answer_timeout: float = ANSWER_TIMEOUT
+    """Seconds the Client waits for an answer the proxy did not drop (then resends)."""
 
     def __post_init__(self) -> None:
         if self.bad_agent and self.agent_argv:
@@ -123,7 +139,11 @@ def demo_main(options: DemoOptions) -> int:
 async def run_demo(options: DemoOptions) -> DemoResult:
     """Run the lab once against ``options.agent_argv`` (default: the reference Agent, ignoring
     keys with ``options.bad_agent``); keep its files in ``options.directory`` (a temporary one by
-    default)."""
+    default).
+
+    The Client follows the proxy's trace: it resends when the proxy dropped an answer, and waits
+    ``options.answer_timeout`` for the others (only an Agent that does not answer ever spends
+    it)."""
     bad_agent, agent_argv = options.bad_agent, options.agent_argv
     with tempfile.TemporaryDirectory(prefix="acp-demo-") as scratch:
         work = options.directory or Path(scratch)
@@ -131,6 +151,9 @@ async def run_demo(options: DemoOptions) -> DemoResult:
         faults = work / "demo-faults.yaml"
         faults.write_text(DEMO_FAULTS)
         trace = work / "trace.jsonl"
+        state = work / "proxy-state.json"
+        for previous in (trace, state):  # a kept directory used again: this run's files only
+            previous.unlink(missing_ok=True)
         agent = list(agent_argv) or [
             sys.executable,
             "-m",
@@ -148,7 +171,7 @@ async def run_demo(options: DemoOptions) -> DemoResult:
             "--faults",
             str(faults),
             "--state",
-            str(work / "proxy-state.json"),
+            str(state),
             "--trace",
             str(trace),
             "--log-level",
@@ -158,7 +181,12 @@ async def run_demo(options: DemoOptions) -> DemoResult:
         ]
         report = await run_client(
             ClientOptions(
-                agent_argv=tuple(proxy), prompts=PROMPTS, answer_timeout=options.answer_timeout
+                agent_argv=tuple(proxy),
+                prompts=PROMPTS,
+                answer_timeout=options.answer_timeout,
+                setup_timeout=max(STARTUP_TIMEOUT, options.answer_timeout),
+                grace=STARTUP_TIMEOUT,
+                follow_trace=trace,
             )
         )
         if report.exit_status == 2:
@@ -214,7 +242,10 @@ def _result(report: ClientReport, summary: dict[str, Any], own_agent: bool) -> l
             f"proxy found {findings_phrase(summary)}."
         )
     if twice:
-        lines.append("The Agent ran work twice after a lost answer: it does not honour keys.")
+        lines.append(
+            "The Agent inserted a prompt again under a key it had seen (a retry after a lost "
+            "answer, a replayed request): it does not honour keys."
+        )
     if report.stop == "session_lost":
         lines.append(
             "The Agent lost the session when it was killed (step 2): the Client could not "
