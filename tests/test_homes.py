@@ -47,6 +47,8 @@ ELSEWHERE: dict[str, str] = {
     "shell/transports/stdio.py": "shell/test_stdio.py",
     "shell/transports/websocket.py": "shell/test_http_listener.py",
     # the tools
+    "tools/__init__.py": "tools/test_tool_options.py",
+    "tools/report/command.py": "tools/test_report.py",
     "tools/lab/agent.py": "tools/test_reference_agent.py",
     "tools/lab/client.py": "tools/test_reference_client.py",
     "tools/lab/demo.py": "tools/test_demo.py",

@@ -156,7 +156,7 @@ async def test_sdk_dropped_prompt_response_leaves_the_sdk_client_waiting(
     client = SdkClient()
     async with sdk_client_session(client, "--faults", str(faults)) as (conn, _, stderr):
         session = await open_session(conn)
-        first = asyncio.create_task(
+        first = asyncio.create_task(  # noqa: TID251 - the test cancels and awaits it
             conn.prompt(session_id=session, prompt=[TextContentBlock(text="echo one")])
         )
         await client.until(lambda: "one" in client.texts())  # the Agent acted on the prompt
@@ -517,7 +517,7 @@ async def test_sdk_kill_agent_ends_the_proxy_with_137_and_the_prompt_unanswered(
     async with sdk_client_session(client, "--faults", str(faults)) as (conn, process, stderr):
         session = await open_session(conn)
         state = await sdk_state(conn)
-        pending = asyncio.create_task(
+        pending = asyncio.create_task(  # noqa: TID251 - the test awaits it
             conn.prompt(session_id=session, prompt=[TextContentBlock(text="wait")])
         )
         await client.until(lambda: "waiting" in client.texts())  # the Agent is working on it
@@ -552,7 +552,7 @@ async def test_sdk_kill_agent_with_respawn_keeps_the_client_and_starts_a_fresh_a
     async with sdk_client_session(client, "--faults", str(faults)) as (conn, process, stderr):
         session = await open_session(conn)
         old = await sdk_state(conn)
-        pending = asyncio.create_task(
+        pending = asyncio.create_task(  # noqa: TID251 - the test cancels and awaits it
             conn.prompt(session_id=session, prompt=[TextContentBlock(text="wait")])
         )
         await client.until(lambda: "waiting" in client.texts())
