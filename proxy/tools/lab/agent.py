@@ -48,6 +48,7 @@ from proxy.shell.observers import Fanout
 from proxy.shell.server import STDIO, Address
 from proxy.shell.transports.http_listener import Listener, ListenerConfig
 from proxy.shell.transports.stdio import open_client_stdio
+from proxy.tools.rpc import encode
 
 __all__ = ["AgentOptions", "ReferenceAgent", "serve_agent"]
 
@@ -245,7 +246,7 @@ class AgentConnection:
     # -- plumbing ------------------------------------------------------------------------------
 
     def send(self, message: dict[str, Any]) -> None:
-        self.endpoint.send(orjson.dumps({"jsonrpc": "2.0", **message}))
+        self.endpoint.send(encode(message))
 
     def result(self, request_id: Any, result: dict[str, Any]) -> None:
         self.send({"id": request_id, "result": result})

@@ -1,0 +1,54 @@
+"""What the reference Client does, and to which Agent: :class:`ClientOptions`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ClientOptions"]
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """What the reference Client does, and to which Agent.
+
+    Exactly one of ``agent_argv`` (a command spawned over stdio, typically ``acp-proxy run ...
+    -- AGENT``; respawned after it exits) and ``connect`` (a ``ws://`` or ``http://`` URL;
+    connected again after the connection ends) is given.
+    """
+
+    agent_argv: tuple[str, ...] = ()
+    connect: str | None = None
+    prompts: tuple[str, ...] = ()
+    answer_timeout: float = 10.0
+    """Seconds to wait for a prompt's answer before its outcome counts as unknown (then resent)."""
+    max_attempts: int = 5
+    """Requests per submission (and tries per reconnection) before giving up."""
+    cwd: str = "/"
+    setup_timeout: float = 10.0
+    """Seconds to wait for an answer to ``initialize``, ``session/new`` or ``session/resume``."""
+    verify: bool = True
+    """Resume the session with a full replay at the end, to count the copies in history."""
+    grace: float = 5.0
+    """Seconds a spawned command gets to exit after its stdin closes (then SIGTERM, SIGKILL)."""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    def __post_init__(self) -> None:
+        if bool(self.agent_argv) == (self.connect is not None):
+            raise ValueError("give either an agent command or a URL to connect to, not both")
+        if self.connect is not None and not self.connect.startswith(
+            ("ws://", "wss://", "http://", "https://")
+        ):
+            raise ValueError(f"expected a ws:// or http:// URL, got {self.connect!r}")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.answer_timeout <= 0 or self.setup_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+
+    @property
+    def transport(self) -> str:
+        """``stdio``, ``ws`` or ``http``."""
+        if self.connect is None:
+            return "stdio"
+        return "ws" if self.connect.startswith("ws") else "http"

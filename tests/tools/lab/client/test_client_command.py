@@ -1,0 +1,45 @@
+"""``acp-proxy client``: the report on stdout, the exit status from the verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from client_lab import (
+    AGENT,
+    CLIENT,
+    LOSE_FIRST,
+    ledger_duplicates,
+    replay_without_the_retry,
+    through_proxy,
+)
+from harness import TIMEOUT
+
+
+def test_the_client_command_exits_1_on_a_duplicate(tmp_path: Path) -> None:
+    """``acp-proxy client`` prints the duplicate and exits 1, agreeing with the ledger."""
+    state = tmp_path / "state.json"
+    argv = through_proxy(
+        "--faults",
+        LOSE_FIRST,
+        "--faults",
+        replay_without_the_retry(tmp_path),
+        "--state",
+        state,
+        agent=(*AGENT, "--no-dedupe"),
+    )
+    done = subprocess.run(
+        [*CLIENT, "-p", "first", "-p", "second", "--answer-timeout", "1", "--json", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["duplicates"] == 1
+    first, second = report["submissions"]
+    assert len(first["messageIds"]) == 2
+    assert second["messageIds"] == [second["messageId"]]
+    assert ledger_duplicates(state) == {first["key"]}
