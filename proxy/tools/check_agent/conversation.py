@@ -47,6 +47,7 @@ class Conversation:
         return request_id
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send a notification."""
         self.peer.notify(method, params)
 
     async def until(self, predicate: Predicate, wait: float | None = None) -> Message | None:

@@ -65,6 +65,7 @@ class Connection:
 
     @property
     def replaying(self) -> bool:
+        """A ``session/resume`` is in flight: the updates arriving now are its replay."""
         return self._resume_id is not None
 
     async def request(
