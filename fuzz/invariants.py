@@ -587,7 +587,9 @@ class _Shared:
         self.metrics = Metrics()
         self.trace = TraceWriter(os.devnull)
         self.feed = EventFeed()
-        self.subscriber = self.feed.subscribe()
+        subscriber = self.feed.subscribe()
+        assert subscriber is not None
+        self.subscriber = subscriber
 
 
 _shared: _Shared | None = None
@@ -647,9 +649,9 @@ class RelayLab:
     def _observe(self, observation: Observation, link: int | None = None) -> None:
         for observer in self.observers:
             observer.observe(observation, link)
-        queue = _shared_observers().subscriber
-        while not queue.empty():
-            json.dumps(queue.get_nowait())  # as /api/events writes each record
+        events = _shared_observers().subscriber.events  # each record encoded as /api/events
+        while not events.empty():  # writes it
+            events.get_nowait()
 
     def handle(self, event: Event) -> list[Command]:
         """Feed ``event``; carry out the commands as far as a link's bookkeeping goes."""

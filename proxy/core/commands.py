@@ -27,6 +27,7 @@ __all__ = [
     "Handling",
     "Held",
     "IdReused",
+    "InflightRefused",
     "InitializeCached",
     "InitializeTimedOut",
     "InvalidSeen",
@@ -45,6 +46,7 @@ __all__ = [
     "SignalAgent",
     "StartTimer",
     "Stopped",
+    "TooManyPending",
     "Undeliverable",
     "Unroutable",
 ]
@@ -222,6 +224,33 @@ class Unroutable(Observation):
 
     direction: Direction
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TooManyPending(Observation):
+    """A request was refused, not forwarded: its sender already had ``limit`` requests pending
+    in that direction (``--max-pending``); the sender got an error under its own id.
+
+    ``first``: the first refusal of this link and direction (it is logged; the others are only
+    counted and traced).
+    """
+
+    direction: Direction
+    method: str | None
+    session: str | None
+    original_id: bytes | None
+    limit: int
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InflightRefused(Observation):
+    """A message of ``size`` bytes was refused before it was read (a POST answered 503): the
+    proxy held ``in_flight`` bytes, too many to take it (``--max-inflight-bytes``)."""
+
+    direction: Direction
+    size: int
+    in_flight: int
 
 
 @dataclass(frozen=True, slots=True)

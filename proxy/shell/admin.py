@@ -19,9 +19,9 @@ stops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
-import json
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -46,13 +46,15 @@ from proxy.core.faultfile import (
     validate_rules,
     validated,
 )
-from proxy.core.sse import KEEPALIVE, encode_event
+from proxy.core.sse import KEEPALIVE
 from proxy.shell.hostport import authority
+from proxy.shell.limits import DEFAULT_HEADER_TIMEOUT, RETRY_AFTER_SECONDS, LimitReached
 from proxy.shell.link import Link
 from proxy.shell.log import get_logger
 from proxy.shell.metrics import Metrics
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
-from proxy.shell.trace import EventFeed
+from proxy.shell.trace import EventFeed, Subscription
+from proxy.shell.transports.guarded_site import GuardedSite, HeadGuard
 from proxy.shell.transports.http_listener import HANDLERS_GRACE
 
 __all__ = [
@@ -69,6 +71,8 @@ log = get_logger("proxy.admin")
 MAX_BODY = 1024 * 1024
 """The largest request body the control API reads."""
 KEEPALIVE_SECONDS = 15.0
+DROP_GRACE = 1.0
+"""Seconds a dropped event subscriber's last comment may take to be written."""
 ADMIN_TOKEN_ENV = "ACP_PROXY_ADMIN_TOKEN"
 """The environment variable that may give ``--admin-token``."""
 MAX_TOKEN_FILE = 4096
@@ -199,10 +203,13 @@ class AdminServer:
         findings: Callable[[], Any] = lambda: [],
         degraded: Callable[[], dict[str, str]] = dict,
         allowances: Allowances = NO_ALLOWANCES,
+        header_timeout: float = DEFAULT_HEADER_TIMEOUT,
     ) -> None:
         """``degraded``: what no longer works as asked (``{"trace": why}``), for ``/healthz``.
         ``allowances``: the hosts and origins admitted beyond the server's own
-        (:mod:`proxy.shell.origin_policy`)."""
+        (:mod:`proxy.shell.origin_policy`). ``header_timeout``: seconds a connection has for each
+        request head (:mod:`proxy.shell.transports.guarded_site`); the event subscribers are bounded
+        by ``feed``."""
         self._runtime = runtime
         self._engine = engine
         self._metrics = metrics
@@ -216,14 +223,19 @@ class AdminServer:
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         """Set when the server stops: every event stream ends."""
+        self._subscribers_logged = False
+        self._header_timeout = header_timeout
         self.port = 0
         self.url = ""
         """Where it serves, once started (``http://HOST:PORT``)."""
 
-    def app(self, bind_host: str) -> web.Application:
-        """The aiohttp application, checking hosts and origins as bound to ``bind_host``."""
+    def app(self, bind_host: str, guard: HeadGuard | None = None) -> web.Application:
+        """The aiohttp application, checking hosts and origins as bound to ``bind_host`` (and
+        telling ``guard`` of each request head)."""
         policy = OriginPolicy("admin", bind_host, self._allowances, self._metrics)
         middlewares = [policy.middleware, self._errors, self._auth, self._json_only]
+        if guard is not None:
+            middlewares.insert(0, guard.middleware)
         app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
         routes = app.router
         routes.add_get("/healthz", self._healthz)
@@ -242,11 +254,16 @@ class AdminServer:
 
     async def start(self, host: str, port: int) -> None:
         """Bind (port 0 picks one, in :attr:`port`) and serve."""
+        guard = HeadGuard("admin", self._header_timeout, self._metrics)
         self._runner = web.AppRunner(
-            self.app(host), handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+            self.app(host, guard),
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=HANDLERS_GRACE,
+            keepalive_timeout=self._header_timeout,
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        site = GuardedSite(self._runner, host, port, guard)
         await site.start()
         self.port = self._runner.addresses[0][1]
         self.url = f"http://{authority(host, self.port)}"
@@ -408,44 +425,86 @@ class AdminServer:
         return web.json_response({"findings": self._findings()})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
+        """The live trace records; a subscriber too many gets 503, one that does not read is
+        dropped (:class:`~proxy.shell.trace.EventFeed`) and its stream ends with a comment saying
+        so."""
+        subscription = self._feed.subscribe()  # before the headers: one that has them is fed
+        if subscription is None:
+            return self._too_many_subscribers()
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
-        queue = self._feed.subscribe()  # before the headers: a Client that has them is subscribed
         loop = asyncio.get_running_loop()
         closing = loop.create_task(self._closing.wait())
-        getting: asyncio.Task[dict[str, Any]] | None = None
+        dropped = loop.create_task(subscription.dropped.wait())
+        pump: asyncio.Task[None] | None = None
         try:
             await response.prepare(request)
-            while True:
-                if getting is None or getting.done():
-                    getting = loop.create_task(queue.get())
-                done, _ = await asyncio.wait(
-                    (getting, closing),
-                    timeout=KEEPALIVE_SECONDS,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if getting in done:
-                    await response.write(_event(getting.result()))
-                elif closing in done:
-                    break
-                else:
-                    await response.write(KEEPALIVE)
-            while not queue.empty():  # what was observed before the end, then the end
-                await response.write(_event(queue.get_nowait()))
-            await response.write_eof()
+            pump = loop.create_task(_pump(subscription, response))
+            await asyncio.wait((pump, closing, dropped), return_when=asyncio.FIRST_COMPLETED)
+            if pump.done():
+                pump.result()  # the Client left (ConnectionError)
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            if subscription.dropped.is_set():
+                await _end_dropped(request, response, self._feed.backlog)
+            else:
+                events = subscription.events
+                while not events.empty():  # what was observed before the end, then the end
+                    await response.write(events.get_nowait())
+                await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            for task in (closing, getting):
+            for task in (pump, closing, dropped):
                 if task is not None:
                     task.cancel()
-            self._feed.unsubscribe(queue)
+            self._feed.unsubscribe(subscription)
+        return response
+
+    def _too_many_subscribers(self) -> web.Response:
+        self._metrics.observe(LimitReached("event_subscribers", "admin"))
+        limit = self._feed.max_subscribers
+        if not self._subscribers_logged:
+            self._subscribers_logged = True
+            log.warning(
+                "event subscriber refused: at --max-event-subscribers",
+                max_event_subscribers=limit,
+                further="counted, not logged",
+            )
+        response = _json_error(
+            503,
+            f"{limit} event subscribers already, the most there may be "
+            "(--max-event-subscribers); try again later",
+        )
+        response.headers[hdrs.RETRY_AFTER] = str(RETRY_AFTER_SECONDS)
         return response
 
 
-def _event(record: dict[str, Any]) -> bytes:
-    return encode_event(json.dumps(record).encode())
+async def _pump(subscription: Subscription, response: web.StreamResponse) -> None:
+    """Write a subscription's events as they come, a keep-alive comment after a quiet while."""
+    events = subscription.events
+    while True:
+        try:
+            event = await asyncio.wait_for(events.get(), KEEPALIVE_SECONDS)
+        except TimeoutError:
+            event = KEEPALIVE
+        await response.write(event)
+
+
+async def _end_dropped(request: web.Request, response: web.StreamResponse, backlog: int) -> None:
+    """End a dropped subscriber's stream with a comment saying why. A Client that does not read
+    has :data:`DROP_GRACE` seconds to take it; then, or if it is still not written out, its
+    connection is cut (a socket nobody reads would never flush)."""
+    comment = f": dropped: {backlog} records waited for this subscriber, unread\n\n".encode()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DROP_GRACE):
+            await response.write(comment)
+            await response.write_eof()
+    transport = request.transport
+    if transport is not None and transport.get_write_buffer_size():
+        transport.abort()
 
 
 def _json_error(status: int, message: str, errors: list[str] | None = None) -> web.Response:

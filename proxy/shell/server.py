@@ -30,12 +30,21 @@ from proxy.core.events import Direction, Side
 from proxy.core.relay import Relay
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.hostport import authority
+from proxy.shell.inflight import InflightBytes
+from proxy.shell.limits import DEFAULT_LIMITS, DEFAULT_MAX_SESSIONS, LimitReached, Limits
 from proxy.shell.link import Link
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances
 from proxy.shell.transports.cookies import CookieRoute, CookieSink, SetCookies
-from proxy.shell.transports.http_listener import INITIALIZE_TIMEOUT, Listener, ListenerConfig
+from proxy.shell.transports.http_listener import (
+    INITIALIZE_TIMEOUT,
+    SHUTTING_DOWN,
+    HttpConnection,
+    Listener,
+    ListenerConfig,
+    Refused,
+)
 from proxy.shell.transports.http_upstream import HTTP_TIMEOUT, connect_http
 from proxy.shell.transports.stdio import spawn_agent
 from proxy.shell.transports.websocket import CONNECT_TIMEOUT, connect_ws
@@ -56,6 +65,9 @@ log = get_logger("proxy.server")
 UpstreamFactory = Callable[[Mapping[str, str], CookieSink | None], Awaitable[Endpoint]]
 """Connects one link's Agent; its arguments: the Client's headers to pass on (auth, cookies), and
 where the cookies the Agent sets go back to the Client (``None``: nowhere, a stdio Client)."""
+
+UNREACHABLE = Refused("unreachable", "the agent could not be reached")
+CLOSING = Refused("closing", SHUTTING_DOWN)
 
 SHUTDOWN_TIMEOUT = 15.0
 """Seconds the links get to end after SIGTERM or SIGINT, before they are cut: enough for a
@@ -124,8 +136,11 @@ def upstream_factory(
     grace: float,
     connect_timeout: float = CONNECT_TIMEOUT,
     http_timeout: float = HTTP_TIMEOUT,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    observer: Observer | None = None,
 ) -> UpstreamFactory:
-    """How each link connects to the Agent."""
+    """How each link connects to the Agent (``max_sessions``: the session streams one
+    connection to an HTTP Agent holds; ``observer`` hears when that bound is reached)."""
 
     async def connect(headers: Mapping[str, str], cookies: CookieSink | None) -> Endpoint:
         if address.scheme == "stdio":
@@ -145,6 +160,8 @@ def upstream_factory(
             connect_timeout=connect_timeout,
             http_timeout=http_timeout,
             cookies=cookies,
+            max_sessions=max_sessions,
+            observer=observer,
         )
 
     return connect
@@ -157,6 +174,10 @@ class NetworkProxy:
     get 503), every link closes its Agent's connection and then its Client's, as the relay does
     when an Agent leaves, and the proxy waits for them for ``shutdown_timeout`` seconds at most,
     or until ``hurry`` is set; the links left are then cut (:meth:`Link.abort`).
+
+    At most ``limits.max_links`` links run at once: a Client past them is refused before its
+    Agent is connected (:class:`~proxy.shell.transports.http_listener.Refused`, ``full``), counted
+    and, the first time until a link ends, logged.
     """
 
     def __init__(
@@ -173,11 +194,21 @@ class NetworkProxy:
         initialize_timeout: float = INITIALIZE_TIMEOUT,
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
         allowances: Allowances = NO_ALLOWANCES,
+        limits: Limits = DEFAULT_LIMITS,
+        max_pending: int | None = None,
+        inflight: InflightBytes | None = None,
     ) -> None:
         """``allowances``: the hosts and origins admitted beyond the listener's own
-        (:mod:`proxy.shell.origin_policy`)."""
+        (:mod:`proxy.shell.origin_policy`); ``limits``: what one peer can make the proxy hold."""
         self._listen = listen
+        self._max_links = limits.max_links
+        self._connecting = 0
+        """Client connections past the check of ``max_links`` whose link is not made yet."""
+        self._full_logged = False
+        """The refusal of a Client for ``max_links`` was logged (again once the links drop)."""
         self._connect_upstream = connect_upstream
+        self._max_pending = max_pending
+        self._inflight = inflight
         self._initialize_timeout = initialize_timeout
         self._shutdown_timeout = shutdown_timeout
         self._keep_upstream = keep_upstream
@@ -204,9 +235,14 @@ class NetworkProxy:
                 limit,
                 initialize_timeout=initialize_timeout,
                 allowances=allowances,
+                idle_timeout=limits.idle_timeout,
+                max_sessions=limits.max_sessions,
+                header_timeout=limits.header_timeout,
             ),
             self._on_connection,
             observer,
+            client_waits=self._client_waits,
+            inflight=inflight,
         )
         self._restarting = False
         self._restart_task: asyncio.Task[None] | None = None
@@ -254,29 +290,57 @@ class NetworkProxy:
 
     async def _on_connection(
         self, downstream: Endpoint, headers: Mapping[str, str], cookies: SetCookies
-    ) -> bool:
+    ) -> Refused | None:
         if self._stopping.is_set():
-            return False
+            return CLOSING
         parked, self._parked = self._parked, None
         if parked is not None and parked in self._links and parked.attach_client(downstream):
             log.info("a new client takes over the kept agent connection")
             self._cookie_routes[parked].point(cookies)
-            return True
+            return None
+        if len(self._links) + self._connecting >= self._max_links:
+            return self._full()
+        self._connecting += 1
+        try:
+            return await self._connect(downstream, headers, cookies)
+        finally:
+            self._connecting -= 1
+
+    def _full(self) -> Refused:
+        """A Client refused: the links are at ``max_links`` (logged once until they drop)."""
+        self._observer.observe(LimitReached("links", "listener"))
+        if not self._full_logged:
+            self._full_logged = True
+            log.warning(
+                "client refused: the links are at --max-links",
+                max_links=self._max_links,
+                further="counted, not logged, until a link ends",
+            )
+        return Refused(
+            "full",
+            f"the proxy serves {self._max_links} client connections, the most it may "
+            "(--max-links); try again later",
+        )
+
+    async def _connect(
+        self, downstream: Endpoint, headers: Mapping[str, str], cookies: SetCookies
+    ) -> Refused | None:
+        """Connect the Agent of a new Client connection and start their link."""
         passed = passed_headers(headers)
         route = CookieRoute(cookies)
         try:
             upstream = await self._connect_upstream(passed, route)
         except (OSError, ConnectionError, TimeoutError) as exc:
             log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
-            return False
+            return UNREACHABLE
         except Exception as exc:  # the websockets and aiohttp handshake errors
             log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
-            return False
+            return UNREACHABLE
         if self._stopping.is_set():  # the proxy began to shut down while the Agent connected
             upstream.sever(flush=False)
             assert self._tasks is not None
             self._tasks.create_task(_closed(upstream))
-            return False
+            return CLOSING
         transport = downstream.transport
         # Over HTTP the listener bounds the initialize POST itself (a 504 without a connection).
         initialize_timeout = None if transport == "http" else self._initialize_timeout
@@ -291,6 +355,7 @@ class NetworkProxy:
                 keep_upstream=self._keep_upstream,
                 cached_initialize=cached_initialize,
                 initialize_timeout=initialize_timeout,
+                max_pending=self._max_pending,
             )
 
         link = Link(
@@ -301,17 +366,25 @@ class NetworkProxy:
             on_restart=self.restart,
             on_client_gone=self._park if self._keep_upstream else None,
             on_ended=self._forget,
+            inflight=self._inflight,
         )
         assert self._tasks is not None
         self._links.add(link)
         self._cookie_routes[link] = route
         self.idle.clear()
         self._tasks.create_task(self._run(link))
-        return True
+        return None
 
     def links(self) -> list[Link]:
         """The links running now (the control API's view)."""
         return list(self._links)
+
+    def _client_waits(self, connection: HttpConnection) -> bool:
+        """Whether the Client of an HTTP connection awaits answers to its requests."""
+        for link in self._links:
+            if link.endpoints[Side.CLIENT] is connection:
+                return link.relay.pending(Direction.TO_AGENT) > 0
+        return False
 
     def _park(self, link: Link) -> None:
         log.info("client gone; keeping the agent connection for the next client")
@@ -330,6 +403,8 @@ class NetworkProxy:
         self._links.discard(link)
         self._cookie_routes.pop(link, None)
         log.info("link ended", link=link.id, links=len(self._links))
+        if len(self._links) < self._max_links:
+            self._full_logged = False
         if not self._links:
             self.idle.set()
         if self._parked is link:

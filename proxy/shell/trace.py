@@ -36,6 +36,7 @@ from proxy.core.commands import (
     FaultInjected,
     Finding,
     Held,
+    InflightRefused,
     InitializeCached,
     InitializeTimedOut,
     InvalidSeen,
@@ -47,13 +48,17 @@ from proxy.core.commands import (
     Restarted,
     RulesReloaded,
     Stopped,
+    TooManyPending,
     Undeliverable,
     Unroutable,
 )
 from proxy.core.errors import StartupError, os_cause
+from proxy.core.sse import encode_event
+from proxy.shell.limits import DEFAULT_MAX_EVENT_SUBSCRIBERS, EVENT_BACKLOG, LimitReached
 from proxy.shell.log import get_logger
+from proxy.shell.observers import Observer
 
-__all__ = ["STDOUT", "EventFeed", "TraceWriter", "open_trace", "trace_record"]
+__all__ = ["STDOUT", "EventFeed", "Subscription", "TraceWriter", "open_trace", "trace_record"]
 
 log = get_logger("proxy.trace")
 
@@ -129,6 +134,25 @@ def trace_record(observation: Observation, link: int | None, now: float) -> dict
                 "reason": observation.reason.value,
                 "handling": observation.handling.value,
                 "size": observation.size,
+            }
+        case TooManyPending():
+            record = {
+                "event": "message",
+                "disposition": "too_many_pending",
+                "direction": observation.direction.value,
+                "kind": "request",
+                "method": observation.method,
+                "session": observation.session,
+                "id": _id(observation.original_id),
+                "limit": observation.limit,
+            }
+        case InflightRefused():
+            record = {
+                "event": "message",
+                "disposition": "too_much_in_flight",
+                "direction": observation.direction.value,
+                "size": observation.size,
+                "in_flight": observation.in_flight,
             }
         case Orphaned():
             record = {
@@ -358,24 +382,52 @@ class TraceWriter:
                 os.close(fd)
 
 
+class Subscription:
+    """One ``/api/events`` subscriber: the SSE events waiting to be written to it."""
+
+    def __init__(self, backlog: int) -> None:
+        self.events: asyncio.Queue[bytes] = asyncio.Queue(backlog)
+        self.dropped = asyncio.Event()
+        """Set when it was dropped for falling behind; its stream ends."""
+
+
 class EventFeed:
-    """Trace records for live subscribers (``/api/events``); a slow one loses records, counted."""
+    """Trace records, as SSE events, for live subscribers (``/api/events``).
 
-    def __init__(self, clock: Callable[[], float] = time.time, depth: int = 1024) -> None:
-        self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+    At most ``max_subscribers`` at once (:meth:`subscribe` answers None past them). Each record is
+    encoded once for them all. A subscriber with ``backlog`` events waiting when the next comes
+    is dropped: its backlog is let go, :attr:`Subscription.dropped` is set, it is counted
+    (``event_backlog``) and logged. So a subscriber that does not read costs the relay one
+    queue's worth of memory and then nothing.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        max_subscribers: int = DEFAULT_MAX_EVENT_SUBSCRIBERS,
+        backlog: int = EVENT_BACKLOG,
+        observer: Observer | None = None,
+    ) -> None:
+        """``observer`` hears of each subscriber dropped (a :class:`LimitReached`)."""
+        self._subscribers: set[Subscription] = set()
         self._clock = clock
-        self._depth = depth
-        self.lost = 0
+        self.max_subscribers = max_subscribers
+        self.backlog = backlog
+        self._observer = observer
 
-    def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
-        """A new queue of records; pass it to :meth:`unsubscribe` when done."""
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(self._depth)
-        self._subscribers.add(queue)
-        return queue
+    def subscribe(self) -> Subscription | None:
+        """A new subscription (pass it to :meth:`unsubscribe` when done); None when there are
+        ``max_subscribers`` already."""
+        if len(self._subscribers) >= self.max_subscribers:
+            return None
+        subscription = Subscription(self.backlog)
+        self._subscribers.add(subscription)
+        return subscription
 
-    def unsubscribe(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
-        """Stop feeding ``queue``."""
-        self._subscribers.discard(queue)
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Stop feeding ``subscription``."""
+        self._subscribers.discard(subscription)
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Hand the observation's record to every subscriber (never blocks)."""
@@ -384,8 +436,22 @@ class EventFeed:
         record = trace_record(observation, link, self._clock())
         if record is None:
             return
-        for queue in self._subscribers:
+        event = encode_event(_dumps(record))
+        behind = []
+        for subscription in self._subscribers:
             try:
-                queue.put_nowait(record)
+                subscription.events.put_nowait(event)
             except asyncio.QueueFull:
-                self.lost += 1
+                behind.append(subscription)
+        for subscription in behind:
+            self._drop(subscription)
+
+    def _drop(self, subscription: Subscription) -> None:
+        self._subscribers.discard(subscription)
+        events = subscription.events
+        while not events.empty():
+            events.get_nowait()
+        subscription.dropped.set()
+        if self._observer is not None:
+            self._observer.observe(LimitReached("event_backlog", "admin"))
+        log.warning("event subscriber dropped: it did not read its backlog", backlog=self.backlog)

@@ -591,19 +591,21 @@ async def test_get_opens_the_connection_stream(tmp_path: Path) -> None:
 
 
 async def test_get_of_a_session_stream(tmp_path: Path) -> None:
-    """GET with Acp-Session-Id of a session seen on the connection is 200; of another, 404."""
+    """GET with Acp-Session-Id is 200 for a session seen on the connection, and for one not seen
+    yet: that stream buffers until the session appears, as the SDKs' servers do (a TypeScript
+    Client opens it before its session/load or session/resume)."""
     async with serving(tmp_path) as s:
         connection = await s.http.initialize()
-        other = await s.http.initialize()
-        assert (await s.http.get(connection=connection, session="sess-x")).status == 404
         seen = notification("session/cancel", {"sessionId": "sess-x"})
         assert (await s.http.post(seen, connection=connection, session="sess-x")).status == 202
         async with s.http.stream(connection, "sess-x") as stream:
             assert stream.response.headers[SESSION_ID] == "sess-x"
             assert stream.response.headers[CONNECTION_ID] == connection
-        assert (await s.http.get(connection=connection, session="sess-y")).status == 404
-        # sessions belong to their connection
-        assert (await s.http.get(connection=other, session="sess-x")).status == 404
+        async with s.http.stream(connection, "sess-new") as early:
+            assert early.response.headers[SESSION_ID] == "sess-new"
+            note = compact(notification("_x/note", {"sessionId": "sess-new"}))
+            assert (await s.http.post(say(note), connection=connection)).status == 202
+            assert await early.next() == note  # the Agent's message of that session, there
 
 
 async def test_second_concurrent_get_of_a_stream_is_409(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ from peers.sdk_remote_client import (
 )
 from peers.stalling import ScriptedHttpAgent
 
+from proxy.shell.metrics import Metrics
 from proxy.shell.transports import http_upstream
 
 AGENTS = ["python", "python-gated", "typescript"]
@@ -213,12 +214,14 @@ async def test_each_post_carries_the_session_its_message_names() -> None:
             await asyncio.wait_for(upstream.wait_closed(), TIMEOUT)
 
 
-async def test_session_streams_toward_an_agent_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No more than ``MAX_SESSION_STREAMS`` session streams are open at once on a connection: a
-    message naming one more session is POSTed all the same, with its header."""
-    monkeypatch.setattr(http_upstream, "MAX_SESSION_STREAMS", 2)
+async def test_session_streams_toward_an_agent_are_bounded() -> None:
+    """No more than ``max_sessions`` session streams are open at once on a connection: a message
+    naming one more session is POSTed all the same, with its header, and counted."""
+    metrics = Metrics()
     async with ScriptedHttpAgent() as agent:
-        upstream = await http_upstream.connect_http(agent.url, limit=1 << 20)
+        upstream = await http_upstream.connect_http(
+            agent.url, limit=1 << 20, max_sessions=2, observer=metrics
+        )
         try:
             answered = await relay_to(
                 upstream,
@@ -228,6 +231,11 @@ async def test_session_streams_toward_an_agent_are_bounded(monkeypatch: pytest.M
             assert answered == [1, 2, 3, 4]
             assert agent.session_streams == ["s2", "s3"]
             assert agent.posted_sessions == [None, "s2", "s3", "s4"]
+            counted = metrics.registry.get_sample_value(
+                "acp_proxy_limit_reached_total", {"limit": "sessions", "where": "upstream"}
+            )
+            assert counted is not None
+            assert counted >= 1
         finally:
             upstream.close()
             await asyncio.wait_for(upstream.wait_closed(), TIMEOUT)

@@ -40,7 +40,7 @@ class BuggyRelay(Relay):
 
 
 async def test_a_raising_core_drops_one_message_and_the_link_goes_on(tmp_path: Path) -> None:
-    log_path = tmp_path / "proxy.log"
+    log_path = tmp_path / "proxy.shell.log"
     capture = tmp_path / "agent-saw.jsonl"
     to_proxy_read, to_proxy_write = os.pipe()
     from_proxy_read, from_proxy_write = os.pipe()
@@ -97,7 +97,7 @@ class BuggyHttpUpstream(HttpUpstream):
 async def test_a_failing_http_upstream_task_ends_the_connection_loudly(tmp_path: Path) -> None:
     """A background task of the HTTP upstream that dies of a bug is logged, and the connection
     ends (the link sees the Agent go) instead of leaving the relay waiting for ever."""
-    log_path = tmp_path / "proxy.log"
+    log_path = tmp_path / "proxy.shell.log"
     with log_path.open("w") as log_file:
         configure_logging("json", "info", log_file)
         try:

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect as ws_connect
 
 from proxy.control import ControlClient
+from proxy.shell.limits import COUNTED
 from proxy.shell.metrics import ACP_METHODS
 
 P = ParamSpec("P")
@@ -219,6 +220,9 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
         for server in ("listener", "admin")
         for reason in ("host", "origin")
     }
+    assert of(series, "acp_proxy_limit_reached_total") == {  # scraped at 0 before a limit
+        labels(limit=limit, where=where): 0 for limit, where in COUNTED
+    }
 
     assert types["acp_proxy_messages"] == "counter"
     assert types["acp_proxy_request_duration_seconds"] == "histogram"
@@ -228,7 +232,7 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
     names = {name for _, label_set in series for name, _ in label_set}
     assert names <= {
         "direction", "kind", "method", "rule", "action", "side", "transport", "reason",
-        "what", "result", "attempt", "check", "le", "file", "server",
+        "what", "result", "attempt", "check", "le", "file", "server", "limit", "where",
     }  # fmt: skip
     values = {value for _, label_set in series for _, value in label_set}
     assert {SESSION, "f", "999", "2", "_x/a", "_x/b", "_test/barrier", "_test/say"}.isdisjoint(

@@ -2,8 +2,11 @@
 commands, the ready fault files, a run with its report checked for shape, and readings of it.
 
 The Client runs in the test process; everything else is a real subprocess: the reference Agent on
-its own, or behind ``acp-proxy run`` with the ready fault files of ``config/``. Timeouts are the
-Client's own ``answer_timeout``; nothing sleeps.
+its own, or behind ``acp-proxy run`` with the ready fault files of ``config/``. Nothing sleeps,
+and no test races a clock: a Client behind a proxy follows the proxy's trace (``follow_trace``:
+an answer the proxy lost is resent at once, and its ``answer_timeout``, the harness's bound,
+never expires), except the one that checks that the Client alone resends on its timer, and
+asserts only what a slow answer cannot change.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ CLIENT = (sys.executable, "-m", "proxy", "client")
 CONFIG = ROOT / "config"
 LOSE_FIRST = CONFIG / "lose-first-prompt-response.yaml"
 AGENT_DIES = CONFIG / "agent-dies-with-prompt-pending.yaml"
-AGENT_RESTARTS = CONFIG / "agent-restarts-with-prompt-pending.yaml"
 SEVER_CLIENT = CONFIG / "sever-client-after-keyed-prompt.yaml"
 GARBAGE = CONFIG / "garbage-from-agent.yaml"
 TEXTS = ("first", "second", "third")
@@ -47,9 +49,24 @@ def through_proxy(*proxy_options: str | Path, agent: tuple[str, ...] = AGENT) ->
     return (*PROXY, *map(str, proxy_options), "--", *agent)
 
 
+def followed(
+    tmp_path: Path, *proxy_options: str | Path, agent: tuple[str, ...] = AGENT
+) -> dict[str, object]:
+    """Options of a Client that spawns the proxy with a trace and follows it: what the proxy
+    loses is resent at once, and nothing else times out (``answer_timeout`` is the bound)."""
+    trace = tmp_path / "trace.jsonl"
+    return {
+        "agent_argv": through_proxy("--trace", trace, *proxy_options, agent=agent),
+        "follow_trace": trace,
+        "answer_timeout": TIMEOUT,
+    }
+
+
 async def run(**fields: object) -> ClientReport:
-    """Run the Client with these options; the report is also JSON and renders as text."""
-    async with asyncio.timeout(TIMEOUT):
+    """Run the Client with these options; the report is also JSON and renders as text. Starting
+    and stopping what it spawns get the harness's bound (``TIMEOUT``)."""
+    fields = {"setup_timeout": TIMEOUT, "grace": TIMEOUT, **fields}
+    async with asyncio.timeout(TIMEOUT * 2):
         report = await run_client(ClientOptions(**fields))  # type: ignore[arg-type]
     assert json.loads(json.dumps(report.to_json()))["ok"] == report.ok
     assert render(report)

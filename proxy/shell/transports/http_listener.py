@@ -13,18 +13,29 @@ Streamable HTTP as the SDKs speak it:
   ``Acp-Session-Id`` must equal ``params.sessionId``, and is required for the methods of
   :data:`SESSION_ID_REQUIRED` (400).
 * GET with ``Accept: text/event-stream`` (406 otherwise) opens the connection stream, or with
-  ``Acp-Session-Id`` a session stream (404 for a session never seen on the connection); a second
-  receiver of the same stream gets 409. Streams are mailboxes: messages wait, bounded, until a
-  receiver attaches; a message already written to a receiver that dies is lost, as in the SDKs.
-  Keep-alive comments go out every 15 s.
+  ``Acp-Session-Id`` a session stream (of a session not seen yet too: it buffers until the session
+  appears, as the SDKs' servers do); a second receiver of the same stream gets 409. Streams are
+  mailboxes: messages wait, bounded, until a receiver attaches; a message already written to a
+  receiver that dies is lost, as in the SDKs. Keep-alive comments go out every 15 s.
 * Routing: a response goes to the session stream of its request's session, an Agent message to
   its own session's stream, when that stream exists (a ``session/new`` answer creates it);
   everything else goes to the connection stream.
 * DELETE ends the connection and its streams (202; 400; 404).
+* A POST's body is admitted against the bytes in flight (:mod:`proxy.shell.inflight`) before it is
+  read: one that does not fit gets 503 with ``Retry-After`` (its message is not relayed).
 * An ``initialize`` the Agent does not answer within ``initialize_timeout`` gets 504 with a
   JSON-RPC error; the attempt's connection is dropped.
 * Once the proxy shuts down (:meth:`Listener.stop_accepting`), no connection is accepted and every
   request gets 503; a pending ``initialize`` too.
+
+Bounds (:mod:`proxy.shell.limits`): a new Client connection the proxy refuses for ``--max-links``
+gets 503 with ``Retry-After`` (an ``initialize`` POST a JSON-RPC error too; a WebSocket upgrade is
+not made). A connection may name ``max_sessions`` sessions: a POST naming one more (or making one,
+``session/new``), or a GET of one more session's stream, gets 429 with a JSON-RPC error naming the
+limit. A connection whose Client is idle for ``idle_timeout`` (no request being served, a stream
+it reads counting as one, and no request of its awaiting an answer) is ended as a DELETE would
+end it. Every TCP connection has ``header_timeout`` for each request head
+(:mod:`proxy.shell.transports.guarded_site`).
 
 The Agent's cookies (:mod:`proxy.shell.transports.cookies`) come back to the Client on its next
 response (the ``initialize`` answer, a 202, a stream's headers); a WebSocket upgrade is answered
@@ -40,13 +51,14 @@ import asyncio
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
-from proxy.core.commands import Handling, InvalidSeen
+from proxy.core.commands import Handling, InflightRefused, InvalidSeen
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import (
     Batch,
@@ -61,13 +73,22 @@ from proxy.core.jsonrpc import (
 from proxy.core.sse import KEEPALIVE, encode_event
 from proxy.shell.endpoint import Endpoint, Received
 from proxy.shell.hostport import authority
+from proxy.shell.inflight import INFLIGHT_RETRY_AFTER_SECONDS, InflightBytes, Reservation
+from proxy.shell.limits import (
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_SESSIONS,
+    RETRY_AFTER_SECONDS,
+    LimitReached,
+)
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
 from proxy.shell.transports.cookies import SetCookies
+from proxy.shell.transports.guarded_site import GuardedSite, HeadGuard
 from proxy.shell.transports.websocket import MaskedOnlyWebSocketResponse, WsServerEndpoint
 
-__all__ = ["HttpConnection", "Listener", "ListenerConfig"]
+__all__ = ["HttpConnection", "Listener", "ListenerConfig", "Refused"]
 
 log = get_logger("proxy.http")
 
@@ -92,6 +113,8 @@ SESSION_ID_REQUIRED = frozenset(
 it for. The Python SDK's Client sends it for these only (not on ``session/load`` or
 ``session/resume``), the TypeScript one whenever ``params.sessionId`` is present: requiring more
 would refuse the Python Client's own ``session/load``."""
+SESSION_MAKERS = frozenset({"session/new", "session/fork"})
+"""Methods whose answer names a new session: refused on a connection that has all it may."""
 KEEPALIVE_SECONDS = 15.0
 INITIALIZE_TIMEOUT = 30.0
 """Seconds the Agent has to answer ``initialize`` (``--initialize-timeout``). An Agent answers
@@ -103,10 +126,24 @@ have ended by then, so they are only writing their last bytes); then their conne
 STREAM_HIGH_WATER = 8 * 1024 * 1024
 """Bytes a stream may hold for a receiver before the reader on the Agent's side waits."""
 
-OnConnection = Callable[[Endpoint, Mapping[str, str], SetCookies], Awaitable[bool]]
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a new Client connection was not made, and what its Client is told."""
+
+    reason: Literal["unreachable", "full", "closing"]
+    """``unreachable``: no upstream could be reached (502, or a WebSocket closed 1011);
+    ``full``: the links are at their bound (503 with ``Retry-After``, before any upgrade);
+    ``closing``: the proxy shuts down (503, or a WebSocket closed 1001)."""
+    message: str
+
+
+OnConnection = Callable[[Endpoint, Mapping[str, str], SetCookies], Awaitable[Refused | None]]
 """Starts a link for a new Client connection (given its request headers, and where the cookies
-its Agent sets are left for the Client's next response); False when no upstream could be
-reached."""
+its Agent sets are left for the Client's next response); None once it runs, or why not."""
+
+ClientWaits = Callable[["HttpConnection"], bool]
+"""Whether the Client of a connection awaits answers to requests it sent (its link knows)."""
 
 
 _KILL = b""
@@ -123,6 +160,8 @@ class Mailbox:
         """Set whenever this mailbox shrinks (wakes a waiting :meth:`HttpConnection.drain`)."""
         self._wake = asyncio.Event()
         self.receiver: web.Request | None = None
+        self.blocked_since: float | None = None
+        """When the write to the receiver now under way began (None: no write waits)."""
         self._ended = False
 
     def put(self, event: bytes) -> None:
@@ -177,7 +216,8 @@ class Mailbox:
                         return response
                     self.size -= len(event)
                     self._drained.set()
-                    await response.write(event)  # lost if the receiver is gone: no replay
+                    await self._write(response, event)  # lost if the receiver is gone
+                    del event  # written: not kept alive while the stream waits for the next
                 if self._ended:
                     await response.write_eof()
                     return response
@@ -185,12 +225,30 @@ class Mailbox:
                 try:
                     await asyncio.wait_for(self._wake.wait(), KEEPALIVE_SECONDS)
                 except TimeoutError:
-                    await response.write(KEEPALIVE)
+                    await self._write(response, KEEPALIVE)
         except (ConnectionError, RuntimeError):
             return response
         finally:
             if self.receiver is request:
                 self.receiver = None
+
+    async def _write(self, response: web.StreamResponse, data: bytes) -> None:
+        self.blocked_since = asyncio.get_running_loop().time()
+        try:
+            await response.write(data)
+        finally:
+            self.blocked_since = None
+
+    def stalled(self, now: float, patience: float) -> bool:
+        """Whether a write to the receiver has waited ``patience`` seconds or more: a Client
+        that holds its stream open without reading it."""
+        return self.blocked_since is not None and now - self.blocked_since >= patience
+
+    def abort_receiver(self) -> None:
+        """Cut the receiver's connection now (one that does not read would never see an end)."""
+        transport = self.receiver.transport if self.receiver is not None else None
+        if transport is not None:
+            transport.abort()
 
 
 @dataclass
@@ -199,15 +257,29 @@ class _Post:
 
     data: bytes
     settled: asyncio.Future[int | None]
+    reservation: Reservation | None
+    """Its bytes in flight, handed over to the link when it takes the message."""
 
 
 class HttpConnection:
-    """One Streamable HTTP Client connection, as an endpoint of its link."""
+    """One Streamable HTTP Client connection, as an endpoint of its link.
+
+    It holds at most ``max_sessions`` sessions (each with its stream): a Client's POST or GET
+    naming one more is refused by the listener (:meth:`admits`), an Agent's message naming one
+    more goes to the connection stream.
+    """
 
     transport = "http"
 
-    def __init__(self, connection_id: str) -> None:
+    def __init__(self, connection_id: str, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
         self.connection_id = connection_id
+        self.max_sessions = max_sessions
+        self.requests_open = 0
+        """Requests of the Client on this connection being served now (a GET stream too)."""
+        self.last_active = asyncio.get_running_loop().time()
+        """When the Client last began or ended a request here (or was last seen busy)."""
+        self.idle_timer: asyncio.TimerHandle | None = None
+        """When the listener looks next whether the Client is idle."""
         # Unbounded, but each POST waits until the relay took its message: at most one message
         # per POST in flight, so the Client's own concurrency bounds it.
         self._inbox: asyncio.Queue[_Post | None] = asyncio.Queue()
@@ -231,14 +303,15 @@ class HttpConnection:
             out.add(hdrs.SET_COOKIE, value)
         return out
 
-    async def submit(self, message: Message) -> int | None:
-        """Hand a POSTed message to the relay; its fault status once taken (None: accepted)."""
+    async def submit(self, message: Message, reservation: Reservation | None = None) -> int | None:
+        """Hand a POSTed message (its bytes in flight in ``reservation``) to the relay; its
+        fault status once taken (None: accepted)."""
         if message.kind is Kind.REQUEST and message.id_key is not None:
             session = message.session
             self._request_sessions[message.id_key] = session
         self._note_session(message.session)
         settled: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        await self._inbox.put(_Post(message.raw, settled))
+        await self._inbox.put(_Post(message.raw, settled, reservation))
         return await settled
 
     def expect_initialize(self, key: IdKey) -> asyncio.Future[bytes]:
@@ -247,12 +320,48 @@ class HttpConnection:
         self._initialize = (key, answer)
         return answer
 
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around each request of the Client on this connection: it is active meanwhile."""
+        loop = asyncio.get_running_loop()
+        self.requests_open += 1
+        self.last_active = loop.time()
+        try:
+            yield
+        finally:
+            self.requests_open -= 1
+            self.last_active = loop.time()
+
+    def reading(self, now: float, patience: float) -> bool:
+        """Whether a request is being served whose stream, if any, the Client reads (a write to
+        it has not waited ``patience`` seconds)."""
+        stalled = sum(1 for mailbox in self._streams.values() if mailbox.stalled(now, patience))
+        return self.requests_open > stalled
+
+    def abort_receivers(self) -> None:
+        """Cut every stream's receiver now."""
+        for mailbox in self._streams.values():
+            mailbox.abort_receiver()
+
+    def admits(self, session: str | None, method: str | None) -> bool:
+        """Whether a Client's message about ``session`` (or one that makes a session) stays
+        within :attr:`max_sessions`."""
+        if len(self._sessions) < self.max_sessions:
+            return True
+        if method in SESSION_MAKERS:
+            return False
+        return session is None or session in self._sessions
+
     def stream(self, session: str | None) -> Mailbox | None:
-        """The mailbox a GET attaches to (created for a known session), or None (404)."""
+        """The mailbox a GET attaches to; a session not seen yet gets one that buffers until
+        the session appears, as the SDKs' servers do; None when that would be a session too
+        many."""
         if session is None:
             return self._streams[None]
         if session not in self._sessions:
-            return None
+            if len(self._sessions) >= self.max_sessions:
+                return None
+            self._sessions.add(session)
         return self._streams.setdefault(session, Mailbox(self._drained))
 
     def terminate(self) -> None:
@@ -277,8 +386,14 @@ class HttpConnection:
         post = await self._inbox.get()
         if post is None:
             return None
+        if post.reservation is not None:
+            post.reservation.release()  # the link counts it from here on
         self._unsettled.append(post.settled)
         return post.data
+
+    def admits_in_flight(self) -> bool:
+        """Each POST's body is admitted against the bytes in flight before it is read."""
+        return True
 
     def receive_ready(self) -> bool:
         """Each message is written on its own: the link drains after every one."""
@@ -334,9 +449,16 @@ class HttpConnection:
 
     # -- routing -------------------------------------------------------------------------------
 
-    def _note_session(self, session: object) -> None:
-        if isinstance(session, str):
-            self._sessions.add(session)
+    def _note_session(self, session: object) -> bool:
+        """Know ``session`` from now on; False when it would be a session too many."""
+        if not isinstance(session, str):
+            return False
+        if session in self._sessions:
+            return True
+        if len(self._sessions) >= self.max_sessions:
+            return False  # the Agent's: its messages go to the connection stream
+        self._sessions.add(session)
+        return True
 
     def _route(self, data: bytes) -> Mailbox | None:
         parsed = parse(data)
@@ -352,8 +474,8 @@ class HttpConnection:
             session = self._request_sessions.pop(answers, None)
             result = parsed.body.get("result") if isinstance(parsed, Message) else None
             if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
-                self._note_session(result["sessionId"])  # session/new: on the connection stream
-                self._streams.setdefault(result["sessionId"], Mailbox(self._drained))
+                if self._note_session(result["sessionId"]):  # session/new: on the connection stream
+                    self._streams.setdefault(result["sessionId"], Mailbox(self._drained))
                 session = None
         elif isinstance(parsed, Message):
             session = parsed.session
@@ -394,6 +516,12 @@ class ListenerConfig:
     allowances: Allowances | None = NO_ALLOWANCES
     """The ``Host`` and ``Origin`` checks (:mod:`proxy.shell.origin_policy`) and what the user
     opened up; None checks nothing (the reference Agent, a test peer)."""
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    """Seconds an HTTP Client connection may stay idle before it is ended (``--idle-timeout``)."""
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    """Sessions one HTTP Client connection may name (``--max-sessions``)."""
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    """Seconds a TCP connection has for each request head (``--header-timeout``)."""
 
 
 SHUTTING_DOWN = "the proxy is shutting down"
@@ -410,13 +538,33 @@ def _error(
     return web.Response(status=status, body=body, content_type="application/json")
 
 
+def _busy(refused: Refused, request_id: bytes | None = None) -> web.Response:
+    """503 for a bound that frees itself when another Client leaves: try again later."""
+    response = _error(503, refused.message, ErrorCode.INTERNAL_ERROR, request_id)
+    response.headers[hdrs.RETRY_AFTER] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 class Listener:
     """The aiohttp server of one ``--listen`` address."""
 
-    def __init__(self, config: ListenerConfig, on_connection: OnConnection, observer: Observer):
+    def __init__(
+        self,
+        config: ListenerConfig,
+        on_connection: OnConnection,
+        observer: Observer,
+        client_waits: ClientWaits | None = None,
+        inflight: InflightBytes | None = None,
+    ):
+        """``client_waits``: whether a connection's Client awaits answers (then it is not idle);
+        without it, no Client is ever seen waiting. ``inflight``: the bytes in flight across the
+        proxy, against which each POST's body is admitted before it is read."""
         self.config = config
+        self._inflight = inflight or InflightBytes(None)
         self._on_connection = on_connection
         self._observer = observer
+        self._client_waits = client_waits
+        self._sessions_logged = False
         allowances = config.allowances
         self._policy = (
             OriginPolicy("listener", config.host, allowances, observer)
@@ -425,23 +573,30 @@ class Listener:
         )
         self.connections: dict[str, HttpConnection] = {}
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._site: GuardedSite | None = None
         self.port = config.port
         self.closing = False
         """Shutting down: nothing new is accepted, every request gets 503."""
 
     async def start(self) -> None:
         """Bind and serve; the bound port (port 0 picks one) is in :attr:`port`."""
+        guard = HeadGuard("listener", self.config.header_timeout, self._observer)
+        middlewares = [guard.middleware]
+        if self._policy is not None:
+            middlewares.append(self._policy.middleware)
         app = web.Application(
-            client_max_size=self.config.max_message_bytes,
-            middlewares=[self._policy.middleware] if self._policy is not None else [],
+            client_max_size=self.config.max_message_bytes, middlewares=middlewares
         )
         app.router.add_route("*", self.config.path, self._dispatch)
         self._runner = web.AppRunner(
-            app, handle_signals=False, access_log=None, shutdown_timeout=HANDLERS_GRACE
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=HANDLERS_GRACE,
+            keepalive_timeout=self.config.header_timeout,
         )
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.config.host, self.port, reuse_address=True)
+        self._site = GuardedSite(self._runner, self.config.host, self.port, guard)
         await self._site.start()
         self.port = self._runner.addresses[0][1]
         log.info("listening", url=self.url)
@@ -463,8 +618,8 @@ class Listener:
     async def stop(self) -> None:
         """Stop accepting and close every connection."""
         for connection in list(self.connections.values()):
+            self._forget(connection)
             connection.sever(flush=False)
-        self.connections.clear()
         self._site = None
         if self._runner is not None:
             await self._runner.cleanup()
@@ -498,44 +653,127 @@ class Listener:
     async def _post(self, request: web.Request) -> web.StreamResponse:
         if request.content_type != "application/json":
             return _error(415, "Content-Type must be application/json")
+        body = await self._admitted_body(request)
+        if isinstance(body, web.Response):
+            return body
+        data, reservation = body
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"body exceeds {self.config.max_message_bytes} bytes")
-        parsed = parse(body)
+            return await self._relay_post(request, parse(data), reservation)
+        finally:
+            reservation.release()  # refused, or taken by the link (which counts it from then)
+
+    async def _admitted_body(
+        self, request: web.Request
+    ) -> tuple[bytes, Reservation] | web.Response:
+        """The body of a POST, admitted against the bytes in flight before it is read; or the
+        answer refusing it: 413 past ``--max-message-bytes``, 503 when it does not fit in what
+        the proxy may hold now (``Retry-After``: the message was not relayed, a retry is safe).
+
+        The body is read chunk by chunk, never through ``Request.read``, which would keep it
+        alive in the request object for as long as its connection is kept open."""
+        limit = self.config.max_message_bytes
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            return _error(413, f"body exceeds {limit} bytes")
+        reservation = self._inflight.admit(declared or 0)
+        if reservation is None:
+            return self._too_much_in_flight(declared or 0)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                if size > limit:
+                    reservation.release()
+                    return _error(413, f"body exceeds {limit} bytes")
+                if declared is None and not reservation.grow(len(chunk)):
+                    reservation.release()
+                    return self._too_much_in_flight(size)
+                chunks.append(chunk)
+        except BaseException:
+            reservation.release()
+            raise
+        return b"".join(chunks), reservation
+
+    def _too_much_in_flight(self, size: int) -> web.Response:
+        inflight = self._inflight
+        inflight.refused()
+        self._observer.observe(InflightRefused(Direction.TO_AGENT, size, inflight.count))
+        response = _error(
+            503,
+            f"the proxy holds {inflight.count} bytes in flight, its bound is {inflight.bound} "
+            "(--max-inflight-bytes); retry once peers have read",
+            ErrorCode.INTERNAL_ERROR,
+        )
+        response.headers[hdrs.RETRY_AFTER] = str(INFLIGHT_RETRY_AFTER_SECONDS)
+        return response
+
+    async def _relay_post(
+        self, request: web.Request, parsed: Message | Batch | Invalid, reservation: Reservation
+    ) -> web.StreamResponse:
         if isinstance(parsed, Batch):
             return _error(501, "batches are not supported over Streamable HTTP")
         if isinstance(parsed, Invalid):
             return self._invalid(parsed, 400)
         if parsed.kind is Kind.REQUEST and parsed.method == "initialize":
-            return await self._initialize(request, parsed)
+            return await self._initialize(request, parsed, reservation)
         connection_id = request.headers.get(CONNECTION_ID)
         if not connection_id:
             return _error(400, f"missing {CONNECTION_ID} header")
         connection = self.connections.get(connection_id)
         if connection is None or connection.closed:
-            self.connections.pop(connection_id, None)
+            if connection is not None:
+                self._forget(connection)
             return _error(404, f"unknown {CONNECTION_ID}")
-        session_header = request.headers.get(SESSION_ID)
-        if parsed.method in SESSION_ID_REQUIRED and not session_header:
-            return _error(400, f"missing {SESSION_ID} header for {parsed.method}")
-        if session_header and parsed.session is not None and session_header != parsed.session:
-            return _error(400, f"Mismatched {SESSION_ID} and params.sessionId")
-        status = await connection.submit(parsed)
-        return web.Response(status=status or 202, headers=connection.response_headers())
+        with connection.serving():
+            session_header = request.headers.get(SESSION_ID)
+            if parsed.method in SESSION_ID_REQUIRED and not session_header:
+                return _error(400, f"missing {SESSION_ID} header for {parsed.method}")
+            if session_header and parsed.session is not None and session_header != parsed.session:
+                return _error(400, f"Mismatched {SESSION_ID} and params.sessionId")
+            if not connection.admits(parsed.session, parsed.method):
+                request_id = parsed.id_token if parsed.kind is Kind.REQUEST else None
+                return self._too_many_sessions(connection, request_id)
+            status = await connection.submit(parsed, reservation)
+            return web.Response(status=status or 202, headers=connection.response_headers())
 
-    async def _initialize(self, request: web.Request, message: Message) -> web.StreamResponse:
-        assert message.id_key is not None
-        connection = HttpConnection(secrets.token_hex(16))
-        answer = connection.expect_initialize(message.id_key)
-        if not await self._on_connection(connection, request.headers, connection.cookies):
-            if self.closing:
-                return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR, message.id_token)
-            return _error(
-                502, "the agent could not be reached", ErrorCode.INTERNAL_ERROR, message.id_token
+    def _too_many_sessions(
+        self, connection: HttpConnection, request_id: bytes | None
+    ) -> web.Response:
+        """429: a Client's POST or GET would make one session too many on its connection."""
+        self._observer.observe(LimitReached("sessions", "listener"))
+        limit = connection.max_sessions
+        if not self._sessions_logged:
+            self._sessions_logged = True
+            log.warning(
+                "session refused: the connection is at --max-sessions",
+                max_sessions=limit,
+                further="counted, not logged",
             )
+        return _error(
+            429,
+            f"this connection has {limit} sessions, the most one may have (--max-sessions); "
+            "open another connection for more",
+            ErrorCode.INVALID_REQUEST,
+            request_id,
+        )
+
+    async def _initialize(
+        self, request: web.Request, message: Message, reservation: Reservation
+    ) -> web.StreamResponse:
+        assert message.id_key is not None
+        connection = HttpConnection(secrets.token_hex(16), self.config.max_sessions)
+        answer = connection.expect_initialize(message.id_key)
+        refused = await self._on_connection(connection, request.headers, connection.cookies)
+        if refused is not None:
+            if refused.reason == "full":
+                return _busy(refused, message.id_token)
+            if self.closing or refused.reason == "closing":
+                return _error(503, SHUTTING_DOWN, ErrorCode.INTERNAL_ERROR, message.id_token)
+            return _error(502, refused.message, ErrorCode.INTERNAL_ERROR, message.id_token)
         self.connections[connection.connection_id] = connection
-        status = await connection.submit(message)
+        self._watch_idle(connection)
+        status = await connection.submit(message, reservation)
         if status is not None:
             self._forget(connection)
             connection.terminate()
@@ -582,29 +820,77 @@ class Listener:
         connection = self.connections.get(connection_id)
         if connection is None or connection.closed:
             return _error(404, f"unknown {CONNECTION_ID}")
-        session = request.headers.get(SESSION_ID)
-        mailbox = connection.stream(session)
-        if mailbox is None:
-            return _error(404, f"unknown {SESSION_ID}")
-        if mailbox.has_receiver():
-            return _error(409, "this stream already has an active receiver")
-        echo = {CONNECTION_ID: connection_id}
-        if session is not None:
-            echo[SESSION_ID] = session
-        return await mailbox.serve(request, connection.response_headers(echo))
+        with connection.serving():
+            session = request.headers.get(SESSION_ID)
+            mailbox = connection.stream(session)
+            if mailbox is None:
+                return self._too_many_sessions(connection, None)
+            if mailbox.has_receiver():
+                return _error(409, "this stream already has an active receiver")
+            echo = {CONNECTION_ID: connection_id}
+            if session is not None:
+                echo[SESSION_ID] = session
+            return await mailbox.serve(request, connection.response_headers(echo))
 
     def _delete(self, request: web.Request) -> web.StreamResponse:
         connection_id = request.headers.get(CONNECTION_ID)
         if not connection_id:
             return _error(400, f"missing {CONNECTION_ID} header")
-        connection = self.connections.pop(connection_id, None)
+        connection = self.connections.get(connection_id)
         if connection is None:
             return _error(404, f"unknown {CONNECTION_ID}")
+        self._forget(connection)
         connection.terminate()
         return web.Response(status=202)
 
     def _forget(self, connection: HttpConnection) -> None:
-        self.connections.pop(connection.connection_id, None)
+        """The connection id is unknown from now on (404), its idle timer stopped."""
+        if self.connections.get(connection.connection_id) is connection:
+            del self.connections[connection.connection_id]
+        if connection.idle_timer is not None:
+            connection.idle_timer.cancel()
+            connection.idle_timer = None
+
+    # -- idle connections ------------------------------------------------------------------------
+
+    def _watch_idle(self, connection: HttpConnection) -> None:
+        """End ``connection`` once its Client has been idle for ``idle_timeout``: no request
+        served (a stream it reads is one), none of its requests awaiting an answer."""
+        self._look_at(connection, connection.last_active + self.config.idle_timeout, False)
+
+    def _look_at(self, connection: HttpConnection, when: float, was_busy: bool) -> None:
+        loop = asyncio.get_running_loop()
+        connection.idle_timer = loop.call_at(when, self._check_idle, connection, was_busy)
+
+    def _check_idle(self, connection: HttpConnection, was_busy: bool) -> None:
+        connection.idle_timer = None
+        if self.connections.get(connection.connection_id) is not connection:
+            return
+        if connection.closed:  # its link ended: the id is forgotten, if no request came since
+            self._forget(connection)
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        timeout = self.config.idle_timeout
+        waits = self._client_waits is not None and self._client_waits(connection)
+        if connection.reading(now, timeout) or waits:
+            # Busy now: look again soon, and count the idle time from when it no longer is.
+            self._look_at(connection, now + timeout / 4, True)
+            return
+        if was_busy:
+            connection.last_active = max(connection.last_active, now)
+        if now - connection.last_active < timeout:
+            self._look_at(connection, connection.last_active + timeout, False)
+            return
+        self._forget(connection)
+        connection.abort_receivers()  # a stream its Client does not read would never end
+        connection.terminate()
+        self._observer.observe(LimitReached("idle", "listener"))
+        log.info(
+            "idle client connection ended",
+            connection=connection.connection_id[:8],
+            idle_timeout_s=timeout,
+        )
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         ws = MaskedOnlyWebSocketResponse(
@@ -628,7 +914,10 @@ class Listener:
         prepared = False
         try:
             # The Agent first, so that the 101 carries the cookies it set on its own handshake.
-            connected = await self._on_connection(endpoint, request.headers, cookies)
+            refused = await self._on_connection(endpoint, request.headers, cookies)
+            if refused is not None and refused.reason == "full":
+                cookies.close()
+                return _busy(refused)  # no upgrade: the Client hears the status
             for value in cookies.take():
                 ws.headers.add(hdrs.SET_COOKIE, value)
             cookies.close()  # past the 101, no response is left to carry a cookie
@@ -639,11 +928,11 @@ class Listener:
             return ws
         finally:
             endpoint.opened(prepared)
-        if not connected:
-            if self.closing:
+        if refused is not None:
+            if self.closing or refused.reason == "closing":
                 await ws.close(code=1001, message=SHUTTING_DOWN.encode())
             else:
-                await ws.close(code=1011, message=b"the agent could not be reached")
+                await ws.close(code=1011, message=refused.message.encode())
             return ws
         with contextlib.suppress(asyncio.CancelledError):
             await endpoint.wait_closed()

@@ -20,7 +20,9 @@ A failed POST is reported, not hidden: a request whose POST failed is answered w
 error -32603 whose ``data`` holds the HTTP status and body (as the TS SDK's Client does); 401,
 403, 404 and 410 mean the connection is gone, and the link ends. The end of the connection
 stream ends the link; a session stream that ends is opened again when a message names it. At
-most :data:`MAX_SESSION_STREAMS` session streams are open at once.
+most ``max_sessions`` session streams (``--max-sessions``) are open at once; a message naming a
+session past them is POSTed without a stream for it, counted (``acp_proxy_limit_reached_total``
+with ``limit="sessions", where="upstream"``) and, the first time, logged.
 Cookies are kept per connection (sticky sessions) and passed back to the Client
 (:mod:`proxy.shell.transports.cookies`); the Client's auth headers are passed on.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +49,9 @@ from aiohttp import hdrs
 from proxy.core.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response, parse
 from proxy.core.sse import SseDecoder
 from proxy.shell.endpoint import Received
+from proxy.shell.limits import DEFAULT_MAX_SESSIONS, LimitReached
 from proxy.shell.log import get_logger, shorten
+from proxy.shell.observers import Observer
 from proxy.shell.transports.cookies import CookieSink
 from proxy.shell.transports.http_listener import CONNECTION_ID, SESSION_ID
 from proxy.shell.transports.websocket import CONNECT_TIMEOUT
@@ -67,9 +72,6 @@ INBOX_HIGH_WATER = 4 * 1024 * 1024
 messages would let large messages pile up)."""
 OUTBOX_HIGH_WATER = 8 * 1024 * 1024
 """Bytes waiting to be POSTed before the Client's reader waits (backpressure)."""
-MAX_SESSION_STREAMS = 1024
-"""Session streams open at once on one connection (the TypeScript SDK's server buffers as many
-per connection): a message naming one more session is still POSTed, without a stream for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +98,12 @@ class HttpUpstream:
         connect_timeout: float = CONNECT_TIMEOUT,
         http_timeout: float = HTTP_TIMEOUT,
         cookies: CookieSink | None = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        observer: Observer | None = None,
     ) -> None:
         self.url = url
+        self._max_sessions = max_sessions
+        self._observer = observer
         self._cookies = cookies
         self._http = session
         self._limit = limit
@@ -234,6 +240,7 @@ class HttpUpstream:
             while (data := await self._outbox.get()) is not None:
                 await self._post(data)
                 self._queued -= len(data)
+                del data  # posted: not kept alive while the next one is awaited
                 if self._queued <= OUTBOX_HIGH_WATER:
                     self._room.set()
             if self.connection_id is not None and not self._ended:
@@ -295,8 +302,10 @@ class HttpUpstream:
     async def _exchange(self, data: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
         """POST ``data``: the status and body of the answer. The answer to ``initialize`` gives
         the connection its id and opens its stream."""
+        # From a buffer, the body is written in chunks, each waiting for the socket to take
+        # the last (as raw bytes, a large body would sit whole in the transport's buffer).
         async with self._http.post(
-            self.url, data=data, headers=headers, timeout=self._timeout
+            self.url, data=io.BytesIO(data), headers=headers, timeout=self._timeout
         ) as response:
             self._answered(response)
             body = await response.read()
@@ -331,6 +340,12 @@ class HttpUpstream:
             self._watch_sessions(data)
         await self._put(data)
 
+    async def _deliver(self, items: list[Received]) -> None:
+        """Queue the messages one chunk of a stream completed (once this returns, nothing here
+        refers to them: a stream waiting for its next chunk keeps no message alive)."""
+        for item in items:
+            await self._incoming(item)
+
     async def _put(self, data: Received) -> None:
         """Queue ``data`` for the relay, once the inbox is below its high-water mark."""
         while self._inbox_size > INBOX_HIGH_WATER:
@@ -363,23 +378,24 @@ class HttpUpstream:
 
     def _open_stream(self, session: str) -> asyncio.Event | None:
         """Open the session's stream unless a GET holds it: an event set once that GET has been
-        answered or has ended, or None (no connection yet, or :data:`MAX_SESSION_STREAMS` are
-        open)."""
+        answered or has ended, or None (no connection yet, or ``max_sessions`` are open)."""
         stream = self._session_streams.get(session)
         if stream is not None and not stream.task.done():
             return stream.settled
         if self.connection_id is None or self._closing:
             return None
-        if len(self._session_streams) >= MAX_SESSION_STREAMS:
+        if len(self._session_streams) >= self._max_sessions:
             self._session_streams = {
                 key: held for key, held in self._session_streams.items() if not held.task.done()
             }
-            if len(self._session_streams) >= MAX_SESSION_STREAMS:
+            if len(self._session_streams) >= self._max_sessions:
+                if self._observer is not None:
+                    self._observer.observe(LimitReached("sessions", "upstream"))
                 if not self._streams_bound_logged:
                     self._streams_bound_logged = True
                     log.warning(
                         "too many session streams open; no stream for more sessions",
-                        limit=MAX_SESSION_STREAMS,
+                        limit=self._max_sessions,
                         session=session,
                     )
                 return None
@@ -424,10 +440,8 @@ class HttpUpstream:
                     )
                     return
                 async for chunk in response.content.iter_any():
-                    for item in decoder.feed(chunk):
-                        await self._incoming(item)
-                for item in decoder.eof():
-                    await self._incoming(item)
+                    await self._deliver(decoder.feed(chunk))
+                await self._deliver(decoder.eof())
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.info("a stream from the agent ended", session=session, error=str(exc))
         finally:
@@ -444,9 +458,12 @@ async def connect_http(
     connect_timeout: float = CONNECT_TIMEOUT,
     http_timeout: float = HTTP_TIMEOUT,
     cookies: CookieSink | None = None,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    observer: Observer | None = None,
 ) -> HttpUpstream:
     """An HTTP connection to ``url`` (nothing is sent until the Client's initialize); the cookies
-    the Agent sets go to ``cookies`` as well."""
+    the Agent sets go to ``cookies`` as well; at most ``max_sessions`` session streams
+    (``observer`` hears when more are named)."""
     session = aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None), cookie_jar=aiohttp.CookieJar(unsafe=True)
     )
@@ -458,4 +475,6 @@ async def connect_http(
         connect_timeout=connect_timeout,
         http_timeout=http_timeout,
         cookies=cookies,
+        max_sessions=max_sessions,
+        observer=observer,
     )

@@ -46,7 +46,7 @@ from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Fanout
 from proxy.shell.server import STDIO, Address
-from proxy.shell.transports.http_listener import Listener, ListenerConfig
+from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refused
 from proxy.shell.transports.stdio import open_client_stdio
 from proxy.tools.rpc import encode
 
@@ -454,11 +454,11 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
     stop = stop or asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 
-    async def on_connection(endpoint: Endpoint, headers: Any, cookies: Any) -> bool:
+    async def on_connection(endpoint: Endpoint, headers: Any, cookies: Any) -> Refused | None:
         task = asyncio.get_running_loop().create_task(agent.serve(endpoint))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
-        return True
+        return None
 
     listener = Listener(
         ListenerConfig(

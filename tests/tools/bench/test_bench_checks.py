@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from tool_runs import short_bench
+
+pytestmark = pytest.mark.slow
 
 STATUSES = {"PASS", "MISS", "SKIP"}
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from tool_runs import latency_figures, positive, short_bench
 
 from proxy.shell.fault_files import load_fault_files
 from proxy.tools.bench import DELAY_RULES
 
 
+@pytest.mark.slow
 def test_injected_delays_are_measured_idle_and_busy() -> None:
     report = short_bench()
     delays = report["delays"]

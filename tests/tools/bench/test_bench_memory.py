@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from tool_runs import bench, positive
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_memory_check_samples_the_proxy() -> None:

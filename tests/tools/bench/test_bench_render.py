@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from tool_runs import short_bench
 
 from proxy.tools.bench import TARGETS, render
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_text_report_names_every_target() -> None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 import shutil
 
+import pytest
 from tool_runs import positive, short_bench
 
 from proxy.tools.bench import TARGETS, WORKLOADS
+
+pytestmark = pytest.mark.slow
 
 
 def test_every_target_and_workload_is_reported() -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from tool_runs import latency_figures, positive, short_bench
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_websocket_links_were_all_open_at_once_and_answered() -> None:

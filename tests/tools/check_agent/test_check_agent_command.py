@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from tool_runs import check_agent
+
+pytestmark = pytest.mark.slow
 
 REFERENCE = [sys.executable, "-m", "proxy", "agent", "--turn-ms", "300"]
 

@@ -8,6 +8,8 @@ import sys
 import pytest
 from tool_runs import check_agent
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize(
     ("transport", "lost"),

@@ -13,6 +13,8 @@ import pytest
 from harness import PEERS
 from tool_runs import check_agent
 
+pytestmark = pytest.mark.slow
+
 REFERENCE = [sys.executable, "-m", "proxy", "agent", "--turn-ms", "300"]
 BROKEN = [sys.executable, str(PEERS / "broken_v2_agent.py")]
 

@@ -7,7 +7,10 @@ It is the Client side of the retry lab (DESIGN 8, issue 6), written to the idemp
   JSON-RPC request with a new ``id`` and the same ``idempotencyKey``.
 * No answer within ``answer_timeout``: the outcome is unknown, so the prompt is sent again with
   the same key on the same connection (trace T1); a late answer to an earlier attempt still
-  confirms the submission.
+  confirms the submission. With ``follow_trace`` (the trace of the proxy in front of the Agent,
+  :mod:`proxy.tools.lab.trace_follow`) an answer the proxy lost times out at once, and the timer
+  is left for answers that are really late: what a run shows does not depend on the machine's
+  speed (``acp-proxy demo`` runs the Client so).
 * The connection fails (stdout EOF when the spawned command exits, the WebSocket closes, the HTTP
   connection stream ends): the Client connects again (respawning a stdio command), sends
   ``initialize`` and ``session/resume`` with ``replayFrom: {"type": "start"}``, collects the
@@ -17,9 +20,11 @@ It is the Client side of the retry lab (DESIGN 8, issue 6), written to the idemp
   longer knows this connection or session (an Agent restarted behind a proxy that kept the pipe):
   the Client first initializes and resumes again on the same connection.
 * At the end the session is resumed once more with a full replay (the history the report
-  shows). The verdict counts every ``user_message`` seen for a submission: live during a turn
-  and replayed by any ``session/resume``, on every connection, and the ``messageId`` s its
-  attempts were answered with. A submission with more than one distinct ``messageId`` was
+  shows); with ``follow_trace``, once the proxy has nothing held for the Agent or outstanding
+  there (a copy it injected has been answered), so that history is final. The verdict counts
+  every ``user_message`` seen for a submission: live during a turn and replayed by any
+  ``session/resume``, on every connection, and the ``messageId`` s its attempts were answered
+  with. A submission with more than one distinct ``messageId`` was
   inserted more than once (the RFD's invariant is one), as the proxy's ledger judges
   ``duplicate_insert``: an Agent's replay that leaves a copy out hides nothing.
 

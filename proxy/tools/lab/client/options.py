@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ClientOptions"]
 
@@ -26,13 +27,21 @@ class ClientOptions:
     max_attempts: int = 5
     """Requests per submission (and tries per reconnection) before giving up."""
     cwd: str = "/"
-    setup_timeout: float = 10.0
-    """Seconds to wait for an answer to ``initialize``, ``session/new`` or ``session/resume``."""
+    setup_timeout: float = 30.0
+    """Seconds to wait for an answer to ``initialize``, ``session/new`` or ``session/resume``
+    (a command just spawned, a Python Agent behind a proxy, starts in seconds on a busy
+    machine)."""
     verify: bool = True
     """Resume the session with a full replay at the end, to count the copies in history."""
     grace: float = 5.0
     """Seconds a spawned command gets to exit after its stdin closes (then SIGTERM, SIGKILL)."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    follow_trace: Path | None = None
+    """The trace (``--trace``) of the proxy in front of the Agent, used by this Client alone
+    (:mod:`proxy.tools.lab.trace_follow`): an answer it says is lost (dropped, or owed by an
+    Agent the proxy replaced) counts as timed out at once, and the final replay waits
+    (``answer_timeout`` at most) until the proxy has nothing held for the Agent or outstanding
+    there."""
 
     def __post_init__(self) -> None:
         if bool(self.agent_argv) == (self.connect is not None):

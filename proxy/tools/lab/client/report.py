@@ -37,7 +37,8 @@ class Attempt:
     outcome: Outcome = "pending"
     """``pending`` until answered; still ``pending`` in the report means never answered."""
     timed_out: bool = False
-    """The Client stopped waiting for it (``answer_timeout``) and sent another attempt."""
+    """The Client stopped waiting for it (``answer_timeout``, or the followed trace said its
+    answer was dropped) and sent another attempt."""
     message_id: str | None = None
     error: dict[str, Any] | None = None
     """``code`` and ``message`` of an error answer."""

@@ -1,7 +1,8 @@
 """Delivering one submission: send, wait, resend with the same key until an answer confirms it.
 
-* No answer within ``answer_timeout``: the outcome is unknown, so the prompt is sent again with
-  the same key on the same connection; a late answer to an earlier attempt still confirms it.
+* No answer within ``answer_timeout``, or the followed trace says the proxy lost it: the outcome
+  is unknown, so the prompt is sent again with the same key on the same connection; a late
+  answer to an earlier attempt still confirms it.
 * The connection fails: a new one (the session resumed), then the same key again.
 * An error answer: not inserted, the key still unused, so the same key again; ``-32600`` or
   ``-32002`` first initialize and resume again on the same connection (the Agent forgot it).
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Literal
+from typing import Any, Literal
 
 from proxy.core.jsonrpc import ErrorCode
 from proxy.shell.log import get_logger
 from proxy.tools.lab.client.connection import Connection
 from proxy.tools.lab.client.report import Attempt, Submission
 from proxy.tools.lab.client.session import Action, SessionKeeper
+from proxy.tools.lab.trace_follow import TraceFollower
 from proxy.tools.rpc import Answer
 
 __all__ = ["RESYNC_CODES", "submit"]
@@ -73,22 +75,52 @@ async def submit(keeper: SessionKeeper, submission: Submission) -> None:
             # this connection may yet be answered, and a success among them still counts.
             action = _after_failure(current, submission)
             continue
-        waiting = [f for c, f in sent if c is current and not f.done()]
-        done, _ = await asyncio.wait(
-            waiting, timeout=options.answer_timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        if done:
+        waiting = {
+            attempt.request_id: future
+            for attempt, (connection, future) in zip(submission.attempts, sent, strict=True)
+            if connection is current and not future.done()
+        }
+        if await _answered(waiting, options.answer_timeout, keeper.trace):
             action = "wait"
             continue
         for attempt, (_, future) in zip(submission.attempts, sent, strict=True):
             if not future.done():
                 attempt.timed_out = True
+        action = "send"
+
+
+async def _answered(
+    waiting: dict[int, asyncio.Future[Answer]], answer_timeout: float, trace: TraceFollower | None
+) -> bool:
+    """Wait for an answer to one of ``waiting`` (by request id): ``True`` when one came (or the
+    connection ended), ``False`` when they are lost: ``answer_timeout`` passed, or the followed
+    ``trace`` says every one of them is lost (dropped, or owed by a replaced Agent)."""
+    futures: set[asyncio.Future[Any]] = set(waiting.values())
+    dropped = None
+    if trace is not None:
+        dropped = asyncio.get_running_loop().create_task(trace.lost(waiting))
+        futures.add(dropped)
+    try:
+        done, _ = await asyncio.wait(
+            futures, timeout=answer_timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        if dropped is not None:
+            dropped.cancel()
+    if any(future in done for future in waiting.values()):
+        return True
+    if dropped is not None and dropped in done:
+        log.warning(
+            "the proxy's trace says the answer is lost; resending with the same key",
+            ids=list(waiting),
+        )
+    else:
         log.warning(
             "no answer in time; the outcome is unknown, resending with the same key",
-            key=submission.key,
-            timeout=options.answer_timeout,
+            ids=list(waiting),
+            timeout=answer_timeout,
         )
-        action = "send"
+    return False
 
 
 def _after_failure(connection: Connection | None, submission: Submission) -> Action:

@@ -3,6 +3,7 @@ verify the history, and judge the report."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from proxy.shell.log import get_logger
@@ -10,6 +11,7 @@ from proxy.tools.lab.client.options import ClientOptions
 from proxy.tools.lab.client.report import ClientReport, Submission, judge
 from proxy.tools.lab.client.retry import submit
 from proxy.tools.lab.client.session import Fatal, SessionKeeper
+from proxy.tools.lab.trace_follow import TraceFollower
 
 __all__ = ["run_client"]
 
@@ -22,8 +24,15 @@ async def run_client(options: ClientOptions) -> ClientReport:
     Never raises for trouble with the Agent or the connection: the report's ``error`` says why
     the run stopped early, and unconfirmed submissions stay unconfirmed.
     """
-    report = ClientReport(options.transport)
-    keeper = SessionKeeper(options, report)
+    async with contextlib.AsyncExitStack() as stack:
+        trace = None
+        if options.follow_trace is not None:
+            trace = await stack.enter_async_context(TraceFollower(options.follow_trace))
+        return await _run(options, SessionKeeper(options, ClientReport(options.transport), trace))
+
+
+async def _run(options: ClientOptions, keeper: SessionKeeper) -> ClientReport:
+    report = keeper.report
     try:
         await keeper.open()
         for number, text in enumerate(options.prompts):

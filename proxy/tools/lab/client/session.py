@@ -18,6 +18,7 @@ from proxy.shell.log import get_logger, shorten
 from proxy.tools.lab.client.connection import Connection, Failure, open_endpoint
 from proxy.tools.lab.client.options import ClientOptions
 from proxy.tools.lab.client.report import ClientReport, Resume, SeenMessage, Stop
+from proxy.tools.lab.trace_follow import TraceFollower
 from proxy.tools.rpc import Message
 
 __all__ = ["Action", "Fatal", "SessionKeeper"]
@@ -42,11 +43,15 @@ class Fatal(Exception):
 
 
 class SessionKeeper:
-    """The Client's connection and session for one run; what it sees goes to ``report``."""
+    """The Client's connection and session for one run; what it sees goes to ``report``;
+    ``trace``, the followed trace of the proxy in front of the Agent (``follow_trace``)."""
 
-    def __init__(self, options: ClientOptions, report: ClientReport) -> None:
+    def __init__(
+        self, options: ClientOptions, report: ClientReport, trace: TraceFollower | None = None
+    ) -> None:
         self.options = options
         self.report = report
+        self.trace = trace
         self.connection: Connection | None = None
         self._ids = itertools.count(1)
 
@@ -193,6 +198,7 @@ class SessionKeeper:
 
     async def verify(self) -> None:
         """Resume once more with a full replay: the history the report is judged on."""
+        await self._settle()
         for _ in range(self.options.max_attempts):
             connection = self.connection
             if connection is None or connection.lost:
@@ -207,6 +213,25 @@ class SessionKeeper:
                     continue
             self.report.history = list(resume.user_message_ids)
             return
+
+    async def _settle(self) -> None:
+        """With a followed trace: wait (``answer_timeout`` at most) until the proxy relayed
+        every answer this Client got and has nothing held for the Agent or outstanding there."""
+        if self.trace is None:
+            return
+        answered = [
+            attempt.request_id
+            for submission in self.report.submissions
+            for attempt in submission.attempts
+            if attempt.outcome == "answered"
+        ]
+        try:
+            await asyncio.wait_for(self.trace.quiet(answered), self.options.answer_timeout)
+        except TimeoutError:
+            log.warning(
+                "the proxy still has requests at the agent; verifying anyway",
+                timeout=self.options.answer_timeout,
+            )
 
     # -- what the session shows ----------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from client_lab import (
     AGENT,
     CLIENT,
@@ -16,11 +17,16 @@ from client_lab import (
 )
 from harness import TIMEOUT
 
+pytestmark = pytest.mark.slow
+
 
 def test_the_client_command_exits_1_on_a_duplicate(tmp_path: Path) -> None:
     """``acp-proxy client`` prints the duplicate and exits 1, agreeing with the ledger."""
     state = tmp_path / "state.json"
+    trace = tmp_path / "trace.jsonl"
     argv = through_proxy(
+        "--trace",
+        trace,
         "--faults",
         LOSE_FIRST,
         "--faults",
@@ -29,8 +35,9 @@ def test_the_client_command_exits_1_on_a_duplicate(tmp_path: Path) -> None:
         state,
         agent=(*AGENT, "--no-dedupe"),
     )
+    patience = ["--answer-timeout", str(TIMEOUT), "--follow-trace", str(trace)]
     done = subprocess.run(
-        [*CLIENT, "-p", "first", "-p", "second", "--answer-timeout", "1", "--json", "--", *argv],
+        [*CLIENT, "-p", "first", "-p", "second", *patience, "--json", "--", *argv],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from client_lab import AGENT, TEXTS, check_inserted_once, run, servers
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("scheme", ["ws", "http"])
 async def test_over_a_network_transport(scheme: str) -> None:

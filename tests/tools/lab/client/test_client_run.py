@@ -3,9 +3,12 @@ prompt its own key, one attempt each, and the final replay as the history."""
 
 from __future__ import annotations
 
+import pytest
 from client_lab import AGENT, TEXTS, check_inserted_once, live_ids, outcomes, run
 
 from proxy.tools.lab.client import render
+
+pytestmark = pytest.mark.slow
 
 
 async def test_each_prompt_is_inserted_once_with_its_own_key() -> None:

@@ -5,17 +5,19 @@ an Agent without a store has lost the session, and the report says so."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from client_lab import (
     AGENT,
     AGENT_DIES,
-    AGENT_RESTARTS,
     LOSE_FIRST,
     PROXY,
     SEVER_CLIENT,
     TEXTS,
     check_inserted_once,
+    followed,
     live_ids,
     outcomes,
     run,
@@ -25,6 +27,8 @@ from client_lab import (
 from harness import TIMEOUT
 
 from proxy.tools.lab.client import render
+
+pytestmark = pytest.mark.slow
 
 
 async def test_a_dead_agent_is_respawned_resumed_and_answers_the_retry_with_the_original(
@@ -106,20 +110,53 @@ async def test_without_a_store_the_respawned_agent_lost_the_session(tmp_path: Pa
     assert "2 prompt(s) not submitted" in render(report)
 
 
+def lose_first_and_respawn(tmp_path: Path) -> Path:
+    """A fault file: the first keyed answer is dropped and its Agent killed and started again
+    at that moment (the proxy keeps the Client's pipe)."""
+    path = tmp_path / "lose-first-and-respawn.yaml"
+    when = {
+        "direction": "to_client",
+        "kind": "response",
+        "method": "session/prompt",
+        "idempotency_key": "present",
+    }
+    first = {"nth": [1]}
+    rules = [
+        {
+            "name": "lose",
+            "when": when,
+            "schedule": first,
+            "do": {"action": "drop"},
+            "continue": True,
+        },
+        {
+            "name": "respawn",
+            "when": when,
+            "schedule": first,
+            "do": {"action": "kill_agent", "signal": "KILL", "respawn": True},
+        },
+    ]
+    path.write_text(json.dumps({"version": 1, "rules": rules}))
+    return path
+
+
 async def test_an_agent_restarted_behind_the_proxy_is_initialized_and_resumed_again(
     tmp_path: Path,
 ) -> None:
-    """The proxy starts a new Agent and keeps the pipe: -32600, initialize, resume, resend."""
-    argv = through_proxy(
-        "--faults",
-        LOSE_FIRST,
-        "--faults",
-        AGENT_RESTARTS,
-        agent=(*AGENT, "--store", str(tmp_path / "store")),
+    """The proxy starts a new Agent and keeps the pipe: -32600, initialize, resume, resend.
+
+    The Client resends once the trace says the new Agent is up (the answer was dropped and its
+    Agent replaced): the retry always meets the new Agent, however long it takes to start.
+    """
+    report = await run(
+        **followed(
+            tmp_path,
+            "--faults",
+            lose_first_and_respawn(tmp_path),
+            agent=(*AGENT, "--store", str(tmp_path / "store")),
+        ),
+        prompts=TEXTS,
     )
-    # The kill comes 100 ms after the prompt, well before the Client's timeout; the timeout also
-    # leaves the new Agent (a Python start, seconds on a busy machine) time to answer the retry.
-    report = await run(agent_argv=argv, prompts=TEXTS, answer_timeout=5.0)
     check_inserted_once(report)
     assert (report.connections, report.reconnects, report.resyncs) == (1, 0, 1)
     assert outcomes(report, 0) == [
