@@ -41,17 +41,17 @@ OWNERS = {
     "proxy/shell/transports/websocket.py::WsClientEndpoint.receive": (
         "the release ping: cancelled by wait_closed"
     ),
-    "proxy/tools/bench/__init__.py::_delays": "the background traffic: awaited before it returns",
-    "proxy/tools/bench/__init__.py::_Server.start": "the server's stderr reader: awaited by stop",
-    "proxy/tools/check_agent.py::Lab._start_listener": "the proxy's stderr copy: awaited by close",
+    "proxy/tools/bench/delays.py::delay_check": "the background traffic: awaited before it returns",
+    "proxy/tools/bench/processes.py::Server.start": "the server's stderr reader: awaited by stop",
+    "proxy/tools/check_agent/lab.py::Lab._start_listener": "the proxy's stderr copy: awaited by close",
     "proxy/tools/lab/agent.py::ReferenceAgent.insert_next": (
         "the session's turn (Session.turn): cancelled by session/cancel and session/close"
     ),
     "proxy/tools/lab/agent.py::serve_agent.on_connection": (
         "serve_agent's connections: cancelled when it stops"
     ),
-    "proxy/tools/lab/client.py::_Connection.__init__": "the reader: awaited or cancelled by close",
-    "proxy/tools/lab/client.py::_Run._answered": (
+    "proxy/tools/rpc.py::Peer.__init__": "the reader: awaited or cancelled by close",
+    "proxy/tools/lab/client/retry.py::_answered": (
         "the wait on the followed trace: cancelled before it returns"
     ),
     "proxy/tools/lab/trace_follow.py::TraceFollower.__aenter__": (

@@ -50,6 +50,7 @@ from proxy.shell.observers import Fanout
 from proxy.shell.server import STDIO, Address, parse_address
 from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refused
 from proxy.shell.transports.stdio import open_client_stdio
+from proxy.tools.rpc import encode
 
 __all__ = ["AgentOptions", "ReferenceAgent", "agent_main", "serve_agent"]
 
@@ -257,7 +258,7 @@ class AgentConnection:
     # -- plumbing ------------------------------------------------------------------------------
 
     def send(self, message: dict[str, Any]) -> None:
-        self.endpoint.send(orjson.dumps({"jsonrpc": "2.0", **message}))
+        self.endpoint.send(encode(message))
 
     def result(self, request_id: Any, result: dict[str, Any]) -> None:
         self.send({"id": request_id, "result": result})

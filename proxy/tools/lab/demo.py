@@ -10,8 +10,8 @@ proxy, which runs a built-in fault file:
 3. the third keyed prompt reaches the Agent twice, under two ids (a replayed retry).
 
 What the run shows does not depend on the machine's speed. The Client follows the proxy's trace
-(:mod:`proxy.trace_follow`): its timeout for an answer ends the moment the proxy drops that
-answer, so a slow answer is never taken for a lost one and the rules' counts always meet the
+(:mod:`proxy.tools.lab.trace_follow`): its timeout for an answer ends the moment the proxy drops
+that answer, so a slow answer is never taken for a lost one and the rules' counts always meet the
 same messages; a killed Agent ends the connection, which the Client sees; and the final history
 is read once the proxy's copy in step 3 has been answered. The Client's retries are its own:
 same key, new id, reconnect, resume, as when it runs alone on a timer.

@@ -2,7 +2,7 @@
 
 :class:`TraceState` is fed records shaped as the proxy writes them (see ``proxy/shell/trace.py``);
 :class:`TraceFollower` reads a real file as it grows. The reference Client and the demo use both
-(``tests/test_reference_client.py``, ``tests/test_demo.py``, against real proxies).
+(``tests/tools/lab/client/``, ``tests/tools/lab/test_demo.py``, against real proxies).
 """
 
 from __future__ import annotations

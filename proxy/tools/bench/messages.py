@@ -1,0 +1,33 @@
+"""What the bench and its Agents say to one another: the bench's methods, the bounds of one
+message, the notification the stdio Agent streams and the answer the WebSocket Agent echoes.
+
+Standard library only, nothing else of the bench: the bench Agents import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PING_METHOD", "READ_LIMIT", "STREAM_METHOD", "echo_result", "update_line"]
+
+PING_METHOD = "_bench/ping"
+"""A small request every Agent answers at once."""
+STREAM_METHOD = "_bench/stream"
+"""Params ``{"count": N}``: the stdio Agent first writes N ``session/update`` notifications."""
+READ_LIMIT = 1 << 20
+"""Bytes of one message any bench process reads, at most."""
+
+_UPDATE_HEAD = (
+    b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"bench-1","update":'
+    b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"chunk '
+)
+
+
+def update_line(seq: int) -> bytes:
+    """The ``seq``-th notification of a stream, a line of its own."""
+    return b'%s%d"}}}}\n' % (_UPDATE_HEAD, seq)
+
+
+def echo_result(params: Any) -> dict[str, Any]:
+    """The WebSocket Agent's result for a request with ``params``."""
+    return {"ok": True, "echo": params}

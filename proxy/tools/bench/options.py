@@ -1,0 +1,49 @@
+"""What a bench run does: :class:`BenchOptions`, its defaults and the short run's tiny counts."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["WS_LINKS", "BenchOptions"]
+
+WS_LINKS = 1000
+"""Concurrent WebSocket links of a full run (DESIGN 11's target)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    """What a bench run does."""
+
+    requests: int = 2000
+    notifications: int = 20000
+    prompts: int = 300
+    rounds: int = 3
+    memory_check: int = 0
+    """Messages of the long-run memory check (0: no check)."""
+    ws_links: int = WS_LINKS
+    """Concurrent WebSocket links to open through one proxy (0: none)."""
+    delays: int = 200
+    """Delayed requests per variant of the injected-delay check (0: no check)."""
+    short: bool = False
+    socat: str | None = None
+    """The socat executable, or ``None`` for no byte-relay column."""
+    python: str = sys.executable
+
+    @classmethod
+    def short_run(cls, **changes: Any) -> BenchOptions:
+        """Tiny counts, for CI: checks that everything runs, not how fast."""
+        values: dict[str, Any] = {
+            "requests": 30,
+            "notifications": 300,
+            "prompts": 10,
+            "rounds": 1,
+            "ws_links": 100,
+            "delays": 10,
+            "short": True,
+            "socat": shutil.which("socat"),
+        }
+        values.update(changes)
+        return cls(**values)

@@ -1,0 +1,88 @@
+"""The targets: the process trees the bench drives its workloads through, and their commands.
+
+Each target is the stdio bench Agent (:mod:`.agent`) reached
+
+* ``direct``: spawned by the bench itself;
+* ``socat``: through a byte relay, ``socat -b 262144 STDIO EXEC:...`` (only with ``socat``);
+* ``asyncio``: through the floor of any Python relay (:mod:`.relay`);
+* ``proxy``: through ``python -m proxy run`` with no rules;
+* ``proxy+rules``: the same with :data:`RULES` loaded, evaluated on every message, never firing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proxy.tools.bench.options import BenchOptions
+
+__all__ = ["PROCESSES", "RULES", "TARGETS", "agent_argv", "quiet_proxy", "target_argv"]
+
+TARGETS = ("direct", "socat", "asyncio", "proxy", "proxy+rules")
+
+PROCESSES = {"direct": "agent", "socat": "socat", "asyncio": "relay"}
+"""The process whose memory a target's figures give (the bench spawned it); else the proxy."""
+
+RULES = """\
+# A realistic rule set that matches nothing the bench sends: every rule is evaluated on every
+# message, none fires.
+version: 1
+seed: 11
+rules:
+  - name: drop-cancel
+    when: {direction: to_agent, kind: notification, method: session/cancel}
+    do: {action: drop}
+  - name: slow-tool-calls
+    when:
+      direction: to_client
+      kind: notification
+      method: session/update
+      params: {update: {sessionUpdate: tool_call}}
+    do: {action: delay, ms: 50, jitter_ms: 10}
+  - name: never-fail-prompts
+    when: {direction: to_agent, kind: request, method: session/prompt}
+    schedule: {probability: 0.0}
+    do: {action: error, code: -32603}
+  - name: replay-keyed-prompts
+    when: {direction: to_agent, kind: request, method: session/prompt, idempotency_key: present}
+    do: {action: duplicate, copies: 1, gap_ms: 20}
+  - name: other-sessions-slow
+    when: {session: "other-*"}
+    do: {action: delay, ms: 40}
+  - name: kill-on-write
+    when: {direction: to_agent, method: fs/write_text_file}
+    do: {action: kill_agent, signal: KILL}
+  - name: sever-terminals
+    when: {method: "terminal/*"}
+    do: {action: sever, side: both}
+  - name: garble-loads
+    when: {direction: to_client, kind: response, method: session/load}
+    schedule: {every: 3}
+    do: {action: corrupt, mode: garbage}
+"""
+"""The fault file of ``proxy+rules``: every rule evaluated on every message, none firing."""
+
+
+def agent_argv(python: str) -> list[str]:
+    """The stdio bench Agent."""
+    return [python, "-m", "proxy.tools.bench.agent"]
+
+
+def quiet_proxy(python: str) -> list[str]:
+    """``python -m proxy run`` logging warnings only, before its own options."""
+    return [python, "-m", "proxy", "run", "--log-level", "warning"]
+
+
+def target_argv(target: str, options: BenchOptions, rules: Path) -> list[str]:
+    """The command of ``target``, whose ``proxy+rules`` loads the fault file ``rules``."""
+    agent = agent_argv(options.python)
+    if target == "direct":
+        return agent
+    if target == "socat":
+        assert options.socat is not None
+        return [options.socat, "-b", "262144", "STDIO", "EXEC:" + " ".join(agent)]
+    if target == "asyncio":
+        return [options.python, "-m", "proxy.tools.bench.relay", "--", *agent]
+    proxy = quiet_proxy(options.python)
+    if target == "proxy+rules":
+        proxy += ["--faults", str(rules), "--seed", "1"]
+    return [*proxy, "--", *agent]

@@ -1,0 +1,132 @@
+"""The workloads driven through every target, one round in one process tree, and their figures.
+
+* ``ping``: small requests, one in flight at a time (ping-pong); the round trip of each is timed
+  with :func:`time.perf_counter` from just before the write to just after the answer is read;
+* ``stream``: one request asks the Agent for N ``session/update`` notifications, written as fast
+  as it can; throughput is N over the time from the request's write to the last message read;
+* ``prompt64k``: ``session/prompt`` requests carrying a 64 KiB text, one in flight, each round
+  trip timed.
+
+A round pools its samples into the target's :class:`Samples`; :func:`figures` turns them into the
+report's figures, :func:`compare` sets one target's against another's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.tools.bench.messages import PING_METHOD, STREAM_METHOD
+from proxy.tools.bench.options import BenchOptions
+from proxy.tools.bench.processes import BenchError, StdioPeer, children_maxrss_kib, proc_kib
+from proxy.tools.bench.stats import Figures, latency
+
+__all__ = [
+    "PROMPT_BYTES",
+    "WORKLOADS",
+    "Samples",
+    "compare",
+    "drive",
+    "figures",
+    "prompt_params",
+    "stream",
+]
+
+WORKLOADS = ("ping", "stream", "prompt64k")
+PROMPT_BYTES = 64 * 1024
+
+
+@dataclass(slots=True)
+class Samples:
+    """What the rounds on one target measured, pooled."""
+
+    ping: list[float] = field(default_factory=list)
+    prompt: list[float] = field(default_factory=list)
+    stream_messages: int = 0
+    stream_seconds: float = 0.0
+    peak_rss_kib: int = 0
+
+
+def prompt_params(size: int) -> dict[str, Any]:
+    """The params of a ``session/prompt`` whose text is ``size`` bytes."""
+    return {"sessionId": "bench-1", "prompt": [{"type": "text", "text": "x" * size}]}
+
+
+async def stream(peer: StdioPeer, count: int) -> tuple[int, float]:
+    """Ask for ``count`` notifications; the count received and the seconds it took."""
+    request_id, data = peer.request(STREAM_METHOD, {"count": count})
+    start = time.perf_counter()
+    peer.writer.write(data)
+    await peer.writer.drain()
+    received = 0
+    while True:
+        line = await peer.read_line()
+        if b'"session/update"' in line:
+            received += 1
+            continue
+        message = json.loads(line)
+        if message.get("id") != request_id:
+            raise BenchError(f"unexpected message in the stream: {line[:200]!r}")
+        break
+    elapsed = time.perf_counter() - start
+    if received != count:
+        raise BenchError(f"asked for {count} notifications, got {received}")
+    return received, elapsed
+
+
+async def drive(argv: Sequence[str], options: BenchOptions, samples: Samples) -> None:
+    """One round on one target: the three workloads, in one process tree."""
+    peer = await StdioPeer.spawn(argv)
+    try:
+        await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        warmup = max(5, options.requests // 20)
+        for _ in range(warmup):
+            await peer.call(PING_METHOD, {"seq": -1})
+        for seq in range(options.requests):
+            samples.ping.append(await peer.call(PING_METHOD, {"seq": seq}))
+        await stream(peer, min(100, options.notifications))  # warm-up
+        received, seconds = await stream(peer, options.notifications)
+        samples.stream_messages += received
+        samples.stream_seconds += seconds
+        prompt = prompt_params(PROMPT_BYTES)
+        await peer.call("session/prompt", prompt)  # warm-up
+        for _ in range(options.prompts):
+            samples.prompt.append(await peer.call("session/prompt", prompt))
+        peak = proc_kib(peer.process.pid, "VmHWM")
+    finally:
+        await peer.close()
+    samples.peak_rss_kib = max(samples.peak_rss_kib, peak or children_maxrss_kib())
+
+
+def figures(samples: Samples) -> dict[str, Figures]:
+    """The figures of each workload from a target's samples."""
+    prompt = latency(samples.prompt)
+    prompt["mib_per_second"] = len(samples.prompt) * PROMPT_BYTES / sum(samples.prompt) / 2**20
+    return {
+        "ping": latency(samples.ping),
+        "stream": {
+            "count": samples.stream_messages,
+            "seconds": samples.stream_seconds,
+            "per_second": samples.stream_messages / samples.stream_seconds,
+        },
+        "prompt64k": prompt,
+    }
+
+
+def compare(mine: dict[str, Figures], base: dict[str, Figures]) -> dict[str, dict[str, float]]:
+    """One target's figures against a base's: latency added and its ratio, throughput ratio."""
+    out: dict[str, dict[str, float]] = {}
+    for workload in ("ping", "prompt64k"):
+        a, b = mine[workload], base[workload]
+        out[workload] = {
+            "added_p50_ms": a["p50_ms"] - b["p50_ms"],
+            "added_p99_ms": a["p99_ms"] - b["p99_ms"],
+            "p50_ratio": a["p50_ms"] / b["p50_ms"],
+        }
+    out["stream"] = {
+        "throughput_ratio": mine["stream"]["per_second"] / base["stream"]["per_second"]
+    }
+    return out

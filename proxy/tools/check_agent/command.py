@@ -1,0 +1,29 @@
+"""The entry of ``acp-proxy check-agent``: the traces run, the results printed, the exit status."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from proxy.tools import cannot_run
+from proxy.tools.check_agent.options import CheckOptions
+from proxy.tools.check_agent.output import exit_status, render, to_json, to_junit
+from proxy.tools.check_agent.runner import check_agent
+
+__all__ = ["check_agent_main"]
+
+
+def check_agent_main(options: CheckOptions, *, as_json: bool, junit: Path | None) -> int:
+    """``acp-proxy check-agent``: run the traces, print the results (a table, or JSON), write
+    them as JUnit XML to ``junit`` if given; the exit status (:func:`exit_status`), 2 when the
+    Agent cannot be run."""
+    why = cannot_run(options.agent_argv)
+    if why is not None:
+        sys.stderr.write(f"error: {why}\n")
+        return 2
+    results = asyncio.run(check_agent(options))
+    sys.stdout.write((to_json(results) if as_json else render(results, options)) + "\n")
+    if junit is not None:
+        junit.write_bytes(to_junit(results, options))
+    return exit_status(results)

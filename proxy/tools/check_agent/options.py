@@ -1,0 +1,41 @@
+"""What check-agent checks, and how: :class:`CheckOptions`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.errors import OptionError
+
+__all__ = ["CheckOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOptions:
+    """What to check, and how."""
+
+    agent_argv: tuple[str, ...]
+    transport: str = "stdio"
+    answer_timeout: float = 5.0
+    """Seconds to wait for one expected message before judging the trace."""
+    loss_wait: float = 1.0
+    """Seconds to wait for an answer the proxy is meant to have lost (proof it is lost)."""
+    startup_timeout: float = 30.0
+    """Seconds an Agent just started (or restarted) has to answer ``initialize``: a slow start (an
+    ``npx`` download, a cold JIT, a loaded machine) is not a failure of the RFD."""
+    traces: tuple[str, ...] = ("T0", "T1", "T2", "T3", "T4", "T5", "T6", "T7")
+
+    @classmethod
+    def from_command_line(
+        cls, *, agent_argv: Sequence[str], traces: Sequence[str] = (), **settings: Any
+    ) -> CheckOptions:
+        """The options of ``acp-proxy check-agent``: ``traces`` the names of those to run (none:
+        every one); :class:`~proxy.core.errors.OptionError` for a name that is not a trace."""
+        from proxy.tools.check_agent.traces import TRACES  # noqa: PLC0415 - the traces use these options
+
+        names = tuple(traces or TRACES)
+        unknown = [name for name in names if name not in TRACES]
+        if unknown:
+            raise OptionError(f"unknown traces {unknown}; known: {list(TRACES)}")
+        return cls(agent_argv=tuple(agent_argv), traces=names, **settings)

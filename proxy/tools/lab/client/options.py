@@ -1,0 +1,65 @@
+"""What the reference Client does, and to which Agent: :class:`ClientOptions`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.core.errors import OptionError
+
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ClientOptions"]
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """What the reference Client does, and to which Agent.
+
+    Exactly one of ``agent_argv`` (a command spawned over stdio, typically ``acp-proxy run ...
+    -- AGENT``; respawned after it exits) and ``connect`` (a ``ws://`` or ``http://`` URL;
+    connected again after the connection ends) is given.
+    """
+
+    agent_argv: tuple[str, ...] = ()
+    connect: str | None = None
+    prompts: tuple[str, ...] = ()
+    answer_timeout: float = 10.0
+    """Seconds to wait for a prompt's answer before its outcome counts as unknown (then resent)."""
+    max_attempts: int = 5
+    """Requests per submission (and tries per reconnection) before giving up."""
+    cwd: str = "/"
+    setup_timeout: float = 30.0
+    """Seconds to wait for an answer to ``initialize``, ``session/new`` or ``session/resume``
+    (a command just spawned, a Python Agent behind a proxy, starts in seconds on a busy
+    machine)."""
+    verify: bool = True
+    """Resume the session with a full replay at the end, to count the copies in history."""
+    grace: float = 5.0
+    """Seconds a spawned command gets to exit after its stdin closes (then SIGTERM, SIGKILL)."""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    follow_trace: Path | None = None
+    """The trace (``--trace``) of the proxy in front of the Agent, used by this Client alone
+    (:mod:`proxy.tools.lab.trace_follow`): an answer it says is lost (dropped, or owed by an
+    Agent the proxy replaced) counts as timed out at once, and the final replay waits
+    (``answer_timeout`` at most) until the proxy has nothing held for the Agent or outstanding
+    there."""
+
+    def __post_init__(self) -> None:
+        if bool(self.agent_argv) == (self.connect is not None):
+            raise OptionError("give either an agent command or a URL to connect to, not both")
+        if self.connect is not None and not self.connect.startswith(
+            ("ws://", "wss://", "http://", "https://")
+        ):
+            raise OptionError(f"expected a ws:// or http:// URL, got {self.connect!r}")
+        if self.max_attempts < 1:
+            raise OptionError("max_attempts must be at least 1")
+        if self.answer_timeout <= 0 or self.setup_timeout <= 0:
+            raise OptionError("timeouts must be positive")
+
+    @property
+    def transport(self) -> str:
+        """``stdio``, ``ws`` or ``http``."""
+        if self.connect is None:
+            return "stdio"
+        return "ws" if self.connect.startswith("ws") else "http"

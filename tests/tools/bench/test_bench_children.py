@@ -1,0 +1,116 @@
+"""The bench's own processes, each ``python -m proxy.tools.bench.<module>`` with an argument list
+of its own (no second command line): the stdio Agent (``agent``), the WebSocket Agent
+(``ws_agent``) and the asyncio floor (``relay``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+from harness import TIMEOUT
+from websockets.asyncio.client import connect
+
+AGENT = [sys.executable, "-m", "proxy.tools.bench.agent"]
+RELAY = [sys.executable, "-m", "proxy.tools.bench.relay"]
+WS_AGENT = [sys.executable, "-m", "proxy.tools.bench.ws_agent"]
+
+
+def lines(stdin: str, argv: list[str]) -> list[dict[str, object]]:
+    """What ``argv`` writes for ``stdin``, one JSON message a line; it must exit 0."""
+    done = subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+PING = '{"jsonrpc":"2.0","id":2,"method":"_bench/ping","params":{}}'
+SCRIPT = "\n".join(
+    [
+        "not json",
+        '{"jsonrpc":"2.0","method":"_bench/noise","params":{}}',
+        '{"jsonrpc":"2.0","id":1,"method":"_bench/stream","params":{"count":3}}',
+        PING,
+    ]
+)
+
+
+@pytest.mark.parametrize("argv", [AGENT, [*RELAY, "--", *AGENT]], ids=["agent", "relay"])
+def test_the_agent_streams_then_answers_and_ignores_the_rest(argv: list[str]) -> None:
+    """``_bench/stream`` writes its N updates, then its answer; any other request is answered
+    with its size (its line's, newline included); notifications and garbage get nothing. Through the relay: the same lines."""
+    messages = lines(SCRIPT + "\n", argv)
+    updates = [m for m in messages if m.get("method") == "session/update"]
+    assert [u["params"]["update"]["content"]["text"] for u in updates] == [  # type: ignore[index]
+        "chunk 0",
+        "chunk 1",
+        "chunk 2",
+    ]
+    answers = [m for m in messages if "id" in m]
+    assert answers == [
+        {"jsonrpc": "2.0", "id": 1, "result": {"sent": 3}},
+        {"jsonrpc": "2.0", "id": 2, "result": {"ok": True, "size": len(PING) + 1}},
+    ]
+    assert messages[3:] == answers  # the updates came before the stream's answer
+
+
+def test_the_relay_exits_with_its_commands_status() -> None:
+    """The relay ends when both directions have, with the command's exit status."""
+    done = subprocess.run(
+        [*RELAY, sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read()); exit(3)"],
+        input="a line\n",
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (3, "a line\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        ([*AGENT, "--agent"], "usage: python -m proxy.tools.bench.agent"),
+        ([*WS_AGENT, "x"], "usage: python -m proxy.tools.bench.ws_agent"),
+        (RELAY, "usage: python -m proxy.tools.bench.relay [--] COMMAND"),
+        ([*RELAY, "--"], "usage: python -m proxy.tools.bench.relay [--] COMMAND"),
+    ],
+)
+def test_a_wrong_argument_list_is_a_usage_line_and_status_2(argv: list[str], usage: str) -> None:
+    """The Agents take no arguments, the relay a command: one line on stderr, exit 2."""
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=TIMEOUT, check=False, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(usage)
+    assert "Traceback" not in done.stderr
+
+
+async def test_the_websocket_agent_says_where_and_echoes_every_request() -> None:
+    """Its URL on stdout; every request on any connection answered with its params echoed."""
+    process = await asyncio.create_subprocess_exec(
+        *WS_AGENT, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(TIMEOUT):
+            url = (await process.stdout.readline()).decode().strip()
+            assert url.startswith("ws://127.0.0.1:")
+            assert url.endswith("/acp")
+            async with connect(url) as one, connect(url) as two:
+                await one.send('{"jsonrpc":"2.0","method":"_bench/noise","params":{}}')
+                for number, link in enumerate((one, two)):
+                    request = {"jsonrpc": "2.0", "id": 5, "method": "x", "params": {"n": number}}
+                    await link.send(json.dumps(request))
+                    answer = json.loads(await link.recv())
+                    assert answer == {
+                        "jsonrpc": "2.0",
+                        "id": 5,
+                        "result": {"ok": True, "echo": {"n": number}},
+                    }
+    finally:
+        process.terminate()
+        await process.wait()

@@ -1,0 +1,21 @@
+"""``acp-proxy bench``'s entry (``proxy.tools.bench.command``): counts are checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.tools.bench import make_options
+
+
+def test_counts_below_one_are_refused() -> None:
+    with pytest.raises(ValueError, match="--requests"):
+        make_options(requests=0)
+    with pytest.raises(ValueError, match="--memory-check"):
+        make_options(memory_check=-1)
+    with pytest.raises(ValueError, match="--ws-links"):
+        make_options(ws_links=-1)
+    with pytest.raises(ValueError, match="--delays"):
+        make_options(delays=-1)
+    assert (make_options(ws_links=0).ws_links, make_options(delays=0).delays) == (0, 0)
+    short = make_options(short=True, prompts=3, socat=False)
+    assert (short.short, short.prompts, short.socat) == (True, 3, None)

@@ -1,0 +1,47 @@
+"""The injected-delay check (``proxy.tools.bench.delays``), in the short bench's report, and its
+fault file."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from tool_runs import latency_figures, positive, short_bench
+
+from proxy.shell.fault_files import load_fault_files
+from proxy.tools.bench import DELAY_RULES
+
+
+@pytest.mark.slow
+def test_injected_delays_are_measured_idle_and_busy() -> None:
+    report = short_bench()
+    delays = report["delays"]
+    setting = report["config"]["delay_ms"]
+    count = report["config"]["delays"]
+    assert delays["setting_ms"] == setting > 0
+    assert delays["requests"] == count > 0
+    assert set(delays["variants"]) == {"idle", "busy"}
+    for variant in delays["variants"].values():
+        latency_figures(variant["baseline"], count)
+        latency_figures(variant["observed"], count)
+        # The rule fired on every marked request: none came back sooner than it was held.
+        assert variant["observed"]["min_ms"] >= setting
+        excess = variant["excess"]
+        assert excess["count"] == count
+        for key in ("p50_ms", "p99_ms", "max_ms", "mean_ms"):
+            assert math.isfinite(excess[key]), key
+        assert excess["p50_ms"] <= excess["p99_ms"] <= excess["max_ms"]
+    assert positive(delays["variants"]["busy"]["background_per_second"])
+    checks = [c for c in report["design_targets"] if c["name"].startswith("injected delays")]
+    assert {c["target"] for c in checks} == {"proxy, idle", "proxy, busy"}
+    assert {c["status"] for c in checks} <= {"PASS", "MISS"}
+
+
+def test_the_delay_rule_holds_the_marked_method_only(tmp_path: Path) -> None:
+    """One rule: a delay of ``_bench/delayed`` requests."""
+    path = tmp_path / "delay.yaml"
+    path.write_text(DELAY_RULES)
+    [rule] = load_fault_files([path]).rules
+    assert rule.do.action == "delay"
+    assert rule.when.method == "_bench/delayed"

@@ -1,0 +1,23 @@
+"""The bench's text report (``proxy.tools.bench.render``) names every target and every check."""
+
+from __future__ import annotations
+
+import pytest
+from tool_runs import short_bench
+
+from proxy.tools.bench import TARGETS, render
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_text_report_names_every_target() -> None:
+    report = short_bench()
+    text = render(report)
+    for target in TARGETS:
+        assert target in text
+    assert "Performance targets (information only" in text
+    assert "peak RSS" in text
+    assert f"{report['config']['ws_links']} WebSocket links through one proxy" in text
+    assert "injected delays: 50 ms" in text
+    if not report["targets"]["socat"]["available"]:
+        assert "socat: absent" in text

@@ -1,0 +1,64 @@
+"""The workloads through every target (``proxy.tools.bench.workloads``), in the short bench's
+report: every figure present, and every relay compared to ``direct``.
+
+No figure is compared to a limit here: timings belong to the bench's own report (DESIGN 11), never
+to a test's verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+from tool_runs import positive, short_bench
+
+from proxy.tools.bench import TARGETS, WORKLOADS
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_target_and_workload_is_reported() -> None:
+    report = short_bench()
+    assert report["mode"] == "short"
+    assert report["errors"] == {}
+    assert set(report["targets"]) == set(TARGETS)
+    socat_present = shutil.which("socat") is not None
+    for name, target in report["targets"].items():
+        if name == "socat" and not socat_present:
+            assert target["available"] is False
+            assert "socat" in target["reason"]
+            assert "workloads" not in target
+            continue
+        assert target["available"] is True, name
+        assert set(target["workloads"]) == set(WORKLOADS), name
+        assert positive(target["peak_rss_kib"]), name
+        ping, stream, prompt = (target["workloads"][w] for w in ("ping", "stream", "prompt64k"))
+        for latency in (ping, prompt):
+            for key in ("p50_ms", "p99_ms", "mean_ms", "per_second"):
+                assert positive(latency[key]), (name, key)
+            assert latency["p50_ms"] <= latency["p99_ms"]
+        assert ping["count"] == report["config"]["requests"] * report["config"]["rounds"]
+        assert prompt["count"] == report["config"]["prompts"] * report["config"]["rounds"]
+        assert positive(prompt["mib_per_second"])
+        assert stream["count"] == report["config"]["notifications"] * report["config"]["rounds"]
+        assert positive(stream["seconds"])
+        assert positive(stream["per_second"])
+
+
+def test_every_relay_is_compared_to_direct() -> None:
+    """Added latency may be negative (noise in a short run), but it is a finite number."""
+    report = short_bench()
+    relays = [t for t in TARGETS if t != "direct" and report["targets"][t]["available"]]
+    assert "proxy" in relays
+    assert "proxy+rules" in relays
+    for target in relays:
+        versus = report["comparisons"][target]["direct"]
+        for workload in ("ping", "prompt64k"):
+            for key in ("added_p50_ms", "added_p99_ms"):
+                assert math.isfinite(versus[workload][key])
+            assert positive(versus[workload]["p50_ratio"])
+        assert positive(versus["stream"]["throughput_ratio"])
+        if target != "socat":
+            socat = report["targets"]["socat"]["available"]
+            assert ("socat" in report["comparisons"][target]) == socat

@@ -1,0 +1,90 @@
+"""The traces T0-T7 (``proxy.tools.check_agent.traces``) against real Agents, on every transport:
+the reference Agent passes them all; an Agent that ignores keys, lacks a store, answers prompts
+with errors or echoes keys fails or skips the trace concerned, with the reason."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+from harness import PEERS
+from tool_runs import check_agent
+
+pytestmark = pytest.mark.slow
+
+REFERENCE = [sys.executable, "-m", "proxy", "agent", "--turn-ms", "300"]
+BROKEN = [sys.executable, str(PEERS / "broken_v2_agent.py")]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "ws", "http"])
+def test_the_reference_agent_passes_every_trace(transport: str, tmp_path: Path) -> None:
+    """T0-T7 all PASS against the reference Agent with a store, on each transport."""
+    done = check_agent(
+        "--transport",
+        transport,
+        "--json",
+        "--junit",
+        str(tmp_path / "junit.xml"),
+        "--",
+        *REFERENCE,
+        "--store",
+        str(tmp_path / "store"),
+    )
+    results = json.loads(done.stdout)
+    assert [(r["trace"], r["status"]) for r in results] == [(f"T{n}", "PASS") for n in range(8)], (
+        done.stdout
+    )
+    assert done.returncode == 0
+    titles = {r["trace"]: r["title"] for r in results}
+    assert titles["T2"].endswith("(over ws: a reconnect needs a listener)") == (
+        transport == "stdio"
+    )
+    suite = ElementTree.parse(tmp_path / "junit.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("8", "0", "0")
+
+
+def test_an_agent_that_ignores_keys_fails_t1(tmp_path: Path) -> None:
+    """--no-dedupe: T1 fails with the reason; the exit status is 1."""
+    done = check_agent("--trace", "T1", "--trace", "T6", "--", *REFERENCE, "--no-dedupe")
+    assert done.returncode == 1
+    assert "T1  FAIL" in done.stdout
+    assert "2 user messages for one submission" in done.stdout
+    assert "T6  PASS" in done.stdout
+    assert "1 passed, 1 failed, 0 skipped" in done.stdout
+
+
+def test_without_a_store_a_restarted_agent_is_skipped_or_failed_never_crashed(
+    tmp_path: Path,
+) -> None:
+    """T3 needs stored sessions: an in-memory Agent gets a SKIP naming what is missing; a run in
+    which nothing was checked exits 2, so that CI does not take it for a pass."""
+    done = check_agent("--trace", "T3", "--", *REFERENCE)
+    assert done.returncode == 2
+    assert "nothing was checked: every trace was skipped" in done.stdout
+    assert "T3  SKIP" in done.stdout
+    assert "does not keep the session" in done.stdout
+
+
+@pytest.mark.parametrize(("mode", "said"), [("error", "-32603"), ("string-error", "nope")])
+def test_prompts_answered_with_errors_are_named_not_blamed_on_the_proxy(
+    mode: str, said: str
+) -> None:
+    """A keyed prompt answered with an error (well-formed or not) fails with that error."""
+    done = check_agent("--trace", "T1", "--", *BROKEN, mode)
+    assert f"the keyed prompt was answered with error {said}, no messageId" in done.stdout
+    assert "did not lose" not in done.stdout
+    assert "Error:" not in done.stdout  # no checker exception shown as the verdict
+    assert done.returncode == 1
+
+
+def test_an_echoed_key_fails_and_only_the_keys_sent_are_looked_for() -> None:
+    """Keys are fresh UUIDs, so an id that happens to contain a short label is no echo; an Agent
+    that sends the key back fails the trace, naming it."""
+    done = check_agent("--json", "--trace", "T1", "--", *BROKEN, "echo-key")
+    (result,) = json.loads(done.stdout)
+    assert result["status"] == "FAIL"
+    assert result["reason"].startswith("the Agent echoed keys: ['K1-")
+    assert done.returncode == 1

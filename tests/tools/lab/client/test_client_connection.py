@@ -1,0 +1,30 @@
+"""How the reference Client reaches the Agent (``proxy.tools.lab.client.connection``): a spawned
+command, a WebSocket or Streamable HTTP; a command that cannot start is reported, not raised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from client_lab import AGENT, TEXTS, check_inserted_once, run, servers
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("scheme", ["ws", "http"])
+async def test_over_a_network_transport(scheme: str) -> None:
+    """The Client connects to an Agent served over WebSocket or Streamable HTTP."""
+    async with servers() as serve:
+        url = await serve(*AGENT, "--turn-ms", "1", "--listen", f"{scheme}://127.0.0.1:0/acp")
+        report = await run(connect=url, prompts=TEXTS)
+    check_inserted_once(report)
+    assert (report.transport, report.connections, report.reconnects) == (scheme, 1, 0)
+
+
+async def test_a_command_that_cannot_start_is_reported(tmp_path: Path) -> None:
+    """No exception: the report carries the error, and nothing was submitted."""
+    report = await run(agent_argv=(str(tmp_path / "missing"),), prompts=TEXTS)
+    assert report.error is not None
+    assert report.error.startswith("cannot connect")
+    assert (report.connections, report.submissions, report.ok) == (0, [], False)
+    assert report.not_submitted == list(TEXTS)
