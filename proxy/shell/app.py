@@ -481,8 +481,9 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     started by then, is killed).
 
     SIGINT and SIGTERM are passed on to a spawned Agent (its process group), and the link ends as
-    when the Agent leaves: its stdin is closed, what it still writes reaches the Client, then the
-    Client's stdout is closed. After ``shutdown_timeout`` seconds, or at a second signal, the link
+    when the Agent leaves: what it still writes reaches the Client, then the Client's stdout is
+    closed. Its stdin stays open for ``agent_grace`` seconds (no EOF races the signal), then is
+    closed. After ``shutdown_timeout`` seconds, or at a second signal, the link
     is cut and the Agent killed.
     """
     experiment = _experiment(options, observer)
@@ -542,7 +543,10 @@ async def _relay_stdio(options: RunOptions, experiment: _Experiment) -> int:
         current = link.endpoints[Side.AGENT]
         if isinstance(current, Signalable):
             current.signal(signum)
-        link.shutdown()
+            # As under a shell: the Agent ends as it chooses to, its stdin open for its grace.
+            link.shutdown(after=options.agent_grace)
+        else:
+            link.shutdown()
         deadline = loop.call_later(
             options.shutdown_timeout, cut, "the link did not end in time; cutting it"
         )

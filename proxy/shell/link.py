@@ -241,13 +241,26 @@ class Link:
             self._held_room.set()
             self._runner = None  # the task may go on (a stdio run): an abort now cancels nothing
 
-    def shutdown(self) -> None:
+    def shutdown(self, *, after: float = 0.0) -> None:
         """End the link for a shutdown of the proxy: close the Agent's connection (a spawned
         Agent gets EOF, then SIGTERM and SIGKILL after its grace); the Client's is closed once
-        the Agent's stream has ended (1001 on a WebSocket). No new Agent is started any more."""
+        the Agent's stream has ended (1001 on a WebSocket). No new Agent is started any more.
+
+        ``after`` seconds leaves the Agent's connection open that long first: an Agent that was
+        just passed a signal ends as it chooses to (dies of it, or exits with a status of its
+        own), without an EOF racing the signal; the link ends when it leaves."""
         if self._stopping.is_set() or self._refused("shutdown"):
             return
         self._stopping.set()
+        if after > 0:
+            self._loop.call_later(after, self._close_agent)
+        else:
+            self._close_agent()
+
+    def _close_agent(self) -> None:
+        """Close the Agent's connection, if the link still has one up."""
+        if self._refused("close the agent"):
+            return
         if self._agent_up.is_set():
             self._execute([Close(Side.AGENT)])
         # else the Agent is being replaced: _connect_new_agent sees _stopping and ends the link

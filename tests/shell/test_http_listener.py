@@ -121,9 +121,10 @@ async def test_an_answer_no_parser_reads_reaches_the_stream_of_its_request(
     ):
         http = Http(session, url)
         connection = await http.initialize()
-        note = compact(notification("_x/note", {"sessionId": "S"}))  # session S is known now
-        assert (await http.post(say(note), connection=connection)).status == 202
+        note = compact(notification("_x/note", {"sessionId": "S"}))
         async with http.stream(connection, "S") as stream:
+            assert (await http.post(say(note), connection=connection)).status == 202
+            assert await stream.next() == note  # session S is known now
             hang = request("q", "_x/hang", {"sessionId": "S"})
             assert (await http.post(hang, connection=connection)).status == 202
             lenient = b'{"jsonrpc":"2.0","id":1,"result":{"t":"caf\xe9"}}'  # the proxy's id 1

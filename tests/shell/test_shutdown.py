@@ -130,6 +130,38 @@ async def test_stdio_signal_reaches_the_agent_and_nothing_is_answered_falsely(
     assert gone["abandoned_requests"] == 1
 
 
+SIGNALLED = (
+    "import json, signal, sys\n"
+    "def on_signal(signum, frame):\n"
+    "    print(json.dumps({'jsonrpc': '2.0', 'method': '_x/signalled'}), flush=True)\n"
+    "signal.signal(signal.SIGTERM, on_signal)\n"
+    "print(json.dumps({'jsonrpc': '2.0', 'method': '_x/ready'}), flush=True)\n"
+    "for line in sys.stdin:\n"
+    "    message = json.loads(line)\n"
+    "    print(json.dumps({'jsonrpc': '2.0', 'id': message['id'], 'result': {}}), flush=True)\n"
+    "    sys.exit(3)\n"
+    "sys.exit(0)\n"
+)
+"""An Agent that, signalled, says so and finishes its work: it answers the next request, then
+exits 3 (0 at the end of its stdin)."""
+
+
+async def test_stdio_agent_signalled_finishes_its_work_before_its_stdin_closes(
+    proxies: list[ProxyProcess], marker: str
+) -> None:
+    """A signal passed to the Agent is not raced by the end of its stdin: an Agent that handles
+    it still reads what the Client sends within its grace, answers, and its status is the
+    proxy's."""
+    agent = [sys.executable, "-c", SIGNALLED, marker]
+    proxy, _ = await start(proxies, agent, "--agent-grace", str(TIMEOUT))
+    assert await proxy.recv_json() == READY
+    proxy.process.send_signal(signal.SIGTERM)
+    assert await proxy.recv_json() == {"jsonrpc": "2.0", "method": "_x/signalled"}
+    await proxy.send(request("last", "_x/work"))
+    assert await proxy.recv_json() == {"jsonrpc": "2.0", "id": "last", "result": {}}
+    assert await proxy.wait() == 3
+
+
 async def test_stdio_agent_ignoring_signals_and_eof_is_killed(
     proxies: list[ProxyProcess], marker: str
 ) -> None:
