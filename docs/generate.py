@@ -24,8 +24,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import typer.main
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+from typer.testing import CliRunner
+
+from proxy.cli import app
+from proxy.core import faultfile
+from proxy.core.actions import actions
 
 DOCS = Path(__file__).resolve().parent
 """The folder of the pages."""
@@ -35,7 +41,9 @@ HELP_WIDTH = 100
 """The terminal width the help is rendered at (the same whatever terminal runs the generator)."""
 
 _REGION = re.compile(
-    r"(<!-- BEGIN GENERATED: (?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
+    r"(<!-- BEGIN GENERATED: (?P<name>[\w:-]+) -->\n)"
+    r"(?P<body>.*?)"
+    r"(<!-- END GENERATED: (?P=name) -->)",
     re.DOTALL,
 )
 
@@ -49,20 +57,12 @@ class DocsError(Exception):
 
 def command_names() -> list[str]:
     """Every command of ``acp-proxy``, in the order of its ``--help``."""
-    import typer.main
-
-    from proxy.cli import app
-
     group: Any = typer.main.get_command(app)
     return list(group.commands)
 
 
 def command_help(command: str) -> str:
     """``acp-proxy COMMAND --help`` (``""``: the top level) as a text block."""
-    from typer.testing import CliRunner
-
-    from proxy.cli import app
-
     args = [*command.split(), "--help"]
     done = CliRunner().invoke(
         app, args, prog_name="acp-proxy", terminal_width=HELP_WIDTH, max_content_width=HELP_WIDTH
@@ -169,8 +169,6 @@ def fields_table(model: type[BaseModel], skip: Iterable[str] = ()) -> str:
 
 def action_entries() -> str:
     """One entry per registered action: its name, its summary, what it acts on, its fields."""
-    from proxy.core.actions import actions
-
     entries = []
     for action in actions:
         text = f"### `{action.name}`\n\n{action.summary[0].upper()}{action.summary[1:]}.\n\n"
@@ -185,10 +183,9 @@ def action_entries() -> str:
 
 def fault_file_fields(model_name: str) -> str:
     """The fields table of one model of the fault file (``FaultFile``, ``Rule``, ...)."""
-    from proxy.core import faultfile
-
     model = getattr(faultfile, model_name)
-    assert isinstance(model, type) and issubclass(model, BaseModel)
+    assert isinstance(model, type)
+    assert issubclass(model, BaseModel)
     return fields_table(model)
 
 
@@ -252,5 +249,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(DOCS.parent))
     raise SystemExit(main())
