@@ -4,7 +4,8 @@
   actions) are what ``docs/generate.py`` writes from the code now.
 * Every registered action has its entry in ``docs/fault-files.md``, every command its help in
   ``docs/cli.md``, every metric the proxy exposes its row in ``docs/metrics.md``.
-* Every link between the pages names a page that exists and, with ``#anchor``, one of its headings.
+* Every link between the pages names a page that exists and, with ``#anchor``, one of its headings;
+  every file of the project a page names exists.
 * Every shell block of the README and of ``docs/`` is run, in order, page by page, in a scratch
   folder holding ``config/`` (and the ``file=NAME`` blocks before it), with this environment's
   ``acp-proxy`` on the ``PATH``: each command must exit 0, or the status its line's comment says
@@ -322,6 +323,22 @@ def test_links_resolve(page: Path) -> None:
         if anchor:
             assert linked.suffix == ".md", f"{page.name}:{line}: {target}: an anchor of a non-page"
             assert anchor in anchors(linked), f"{page.name}:{line}: {target}: no such heading"
+
+
+MADE_AT_RUN_TIME = {"fuzz/.work/", "fuzz/.crashes/"}
+"""Folders the pages name that a run makes (a fuzzer's memory and its crashes)."""
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_the_files_named_exist(page: Path) -> None:
+    """Every file or folder of the project a page names (``proxy/shell/link.py``, ``config/``)
+    exists: a move must not leave the docs pointing at nothing."""
+    for named in re.findall(
+        r"`((?:proxy|tests|fuzz|config|docker|docs|\.ci)/[^`\s#<*]*)`", page.read_text()
+    ):
+        if named in MADE_AT_RUN_TIME or not (named.endswith("/") or "." in named.rsplit("/")[-1]):
+            continue  # made by a run, or not a path (a method such as proxy/successor)
+        assert (ROOT / named).exists(), f"{page.name} names {named}, which does not exist"
 
 
 def test_every_page_is_linked_from_the_readme() -> None:
