@@ -9,7 +9,7 @@
 * Every shell block of the README and of ``docs/`` is run, in order, page by page, in a scratch
   folder holding ``config/`` (and the ``file=NAME`` blocks before it), with this environment's
   ``acp-proxy`` on the ``PATH``: each command must exit 0, or the status its line's comment says
-  (``# exit 1``). A block ``sh admin`` runs against a proxy started here (the reference Agent over
+  (``# exit 1``); a ``text shows`` block after it holds lines of what it printed. A block ``sh admin`` runs against a proxy started here (the reference Agent over
   stdio, the control API on a free port in place of ``127.0.0.1:9090``). A block
   ``sh no-run=REASON`` is not run, and its test is skipped saying why (``docs/development.md``,
   "The docs", lists the reasons).
@@ -145,6 +145,24 @@ def commands(block: Block) -> list[tuple[str, int]]:
     return found
 
 
+_VARYING = re.compile(r"^(\d{4}-\d\d-\d\dT\S+|\[\w*|\]|(id|link|session|pid)=\S*)$")
+"""Words of a shown output that differ from run to run: times, log levels' brackets, ids."""
+
+
+def shown_lines(text: str) -> list[re.Pattern[str]]:
+    """Each line of a ``text shows`` block as a pattern one line of the output before it must
+    match: its words in order, any value where a word varies."""
+    return [
+        re.compile(
+            r"\s+".join(
+                r"\S*" if _VARYING.match(word) else re.escape(word) for word in line.split()
+            )
+        )
+        for line in text.splitlines()
+        if line.strip()
+    ]
+
+
 def scratch(tmp_path: Path) -> Path:
     """A folder to run a page's blocks in, holding the project's ``config/``."""
     (tmp_path / "config").symlink_to(ROOT / "config", target_is_directory=True)
@@ -181,8 +199,10 @@ async def run_command(command: str, cwd: Path) -> tuple[int, str]:
     return process.returncode, output.decode("utf-8", "replace")
 
 
-async def run_block(block: Block, cwd: Path, replace: dict[str, str] | None = None) -> None:
-    """Every command of ``block``, in order, each with the status it must exit with."""
+async def run_block(block: Block, cwd: Path, replace: dict[str, str] | None = None) -> str:
+    """Every command of ``block``, in order, each with the status it must exit with; the output
+    of the last."""
+    output = ""
     for written, expected in commands(block):
         command = written
         for old, new in (replace or {}).items():
@@ -193,6 +213,7 @@ async def run_block(block: Block, cwd: Path, replace: dict[str, str] | None = No
         )
         if block.option("admin") is not None:
             assert '"error"' not in output, f"{block.where}: {command!r}: {output[-2000:]}"
+    return output
 
 
 async def run_admin_block(block: Block, cwd: Path) -> None:
@@ -214,7 +235,7 @@ async def run_admin_block(block: Block, cwd: Path) -> None:
     )
     try:
         url = (await proxy.logged("control API listening"))["url"]
-        await run_block(block, cwd, {ADMIN_ADDRESS: url.removeprefix("http://")})
+        _ = await run_block(block, cwd, {ADMIN_ADDRESS: url.removeprefix("http://")})
         await proxy.close_stdin()
         await proxy.wait()
     finally:
@@ -384,13 +405,19 @@ async def test_the_shell_blocks_run(page: Path, tmp_path: Path) -> None:
     """The page's shell blocks run in order, in one scratch folder, each command exiting as the
     page says."""
     cwd = scratch(tmp_path)
+    output = ""
     for block in blocks(page):
         name = block.option("file")
         if name:
             (cwd / name).write_text(block.text)
+        elif block.language == "text" and block.option("shows") is not None:
+            for shown in shown_lines(block.text):
+                assert any(shown.search(line) for line in output.splitlines()), (
+                    f"{block.where}: no line of the output is like {shown.pattern!r}:\n{output}"
+                )
         elif block.language != "sh" or block.option("no-run"):
             continue
         elif block.option("admin") is not None:
             await run_admin_block(block, cwd)
         else:
-            await run_block(block, cwd)
+            output = await run_block(block, cwd)
