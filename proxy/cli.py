@@ -57,7 +57,7 @@ from proxy.tools.check_agent import (
 from proxy.tools.lab.agent import AgentOptions, serve_agent
 from proxy.tools.lab.client import ClientOptions, run_client
 from proxy.tools.lab.client import render as render_client
-from proxy.tools.lab.demo import run_demo
+from proxy.tools.lab.demo import ANSWER_TIMEOUT, run_demo
 from proxy.tools.report import report_main
 from proxy.tools.report.html import write_html
 
@@ -574,6 +574,15 @@ def client(
     cwd: Annotated[
         str | None, typer.Option(help="The session's working directory (default: this one).")
     ] = None,
+    follow_trace: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The --trace of the proxy in front of the Agent (used by this Client alone): an "
+            "answer it says is lost times out at once, so a busy machine's slow answers are "
+            "not taken for lost ones.",
+        ),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
@@ -587,6 +596,7 @@ def client(
             answer_timeout=answer_timeout,
             max_attempts=max_attempts,
             cwd=cwd or str(Path.cwd()),
+            follow_trace=follow_trace,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -625,10 +635,11 @@ def demo(
         float,
         typer.Option(
             min=0.001,
-            help="Seconds the Client waits for an answer before resending (a slow Agent needs "
-            "more).",
+            help="Seconds the Client waits for an answer the proxy did not lose before it "
+            "resends (an answer the proxy drops is resent at once; an Agent that answers "
+            "prompts slowly needs more).",
         ),
-    ] = 1.0,
+    ] = ANSWER_TIMEOUT,
 ) -> None:
     configure_logging("console", "critical")  # the Client's report says why it stopped
     if agent_cmd and bad_agent:

@@ -94,6 +94,7 @@ __all__ = [
     "keys_table",
     "load_traces",
     "not_relayed_table",
+    "parse_record",
     "plural",
     "prompts_note",
     "prompts_table",
@@ -150,8 +151,9 @@ class TraceRecords(list[dict[str, Any]]):
         self.notes: list[str] = []
 
 
-def _record(line: bytes) -> dict[str, Any] | None:
-    """A trace record parsed from one line, or ``None`` when the line is not one."""
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """A trace record parsed from one line (a JSON object with ``time`` and ``event``), or
+    ``None`` when the line is not one."""
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -182,7 +184,7 @@ def _read_file(path: Path) -> tuple[list[dict[str, Any]], _FileInfo]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        record = _record(line)
+        record = parse_record(line)
         if record is None:
             info.skipped += 1
             if len(info.unreadable) < _KEEP_LINES:
