@@ -101,8 +101,12 @@ def _dumpable(value: Any) -> Any:
 class When(_Model):
     """Which messages a rule matches; every field must match (all default to anything)."""
 
-    direction: Literal["to_agent", "to_client", "any"] = "any"
-    kind: Literal["request", "notification", "response", "error", "any"] = "any"
+    direction: Literal["to_agent", "to_client", "any"] = Field(
+        "any", description="toward the Agent or toward the Client"
+    )
+    kind: Literal["request", "notification", "response", "error", "any"] = Field(
+        "any", description="the message's kind (an `error` is an answer carrying `error`)"
+    )
     method: str = Field("*", description="glob; for a response or error, the method it answers")
     session: str = Field("*", description="glob on params.sessionId (a response: its request's)")
     idempotency_key: Literal["present", "absent", "any"] = Field(
@@ -146,9 +150,13 @@ class Schedule(_Model):
 class Rule(_Model):
     """One fault: which messages, which occurrences, what happens."""
 
-    name: str = Field(min_length=1, max_length=200)
-    when: When = When()
-    schedule: Schedule = Schedule()
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        description="unique in a run; names the rule in logs, metrics, the trace and the API",
+    )
+    when: When = Field(When(), description="which messages the rule matches")
+    schedule: Schedule = Field(Schedule(), description="which of its matches fire")
     do: ActionModel
     """The action and its parameters: one of the registered actions' models."""
     continue_: bool = Field(
@@ -159,9 +167,11 @@ class Rule(_Model):
 class FaultFile(_Model):
     """A whole fault file."""
 
-    version: Literal[1]
+    version: Literal[1] = Field(description="the format's version: 1")
     seed: int | None = Field(None, description="seed of every random draw; same seed, same faults")
-    rules: list[Rule] = Field(min_length=1, max_length=MAX_RULES)
+    rules: list[Rule] = Field(
+        min_length=1, max_length=MAX_RULES, description="the rules, in the order they are tried"
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> FaultFile:
@@ -467,7 +477,8 @@ def _install(models: tuple[type[ActionModel], ...]) -> None:
     :meth:`~proxy.core.actions.ActionRegistry.register`), so the located errors, the schema and
     the control API know every action, a plugin's too."""
     union: Any = functools.reduce(operator.or_, models)
-    annotation: Any = Annotated[union, Field(discriminator="action")]
+    described = Field(discriminator="action", description="the action (`action`) and its fields")
+    annotation: Any = Annotated[union, described]
     Rule.model_fields["do"] = FieldInfo.from_annotation(annotation)
     for model in (Rule, FaultFile, _RuleList):
         model.model_rebuild(force=True)

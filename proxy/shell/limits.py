@@ -1,8 +1,8 @@
 """What one peer can make the proxy hold, bounded (DESIGN 10): each limit, its default, and what
 is counted when it refuses.
 
-Every bound here is a ``run`` option (README, "Limits"). A bound that refuses something, or ends
-something a peer held, is observed as a :class:`LimitReached` and counted in
+Every bound here is a ``run`` option (docs/security.md, "Limits"). A bound that refuses
+something, or ends something a peer held, is observed as a :class:`LimitReached` and counted in
 ``acp_proxy_limit_reached_total{limit,where}``; what the peer hears is each owner's business (the
 listener, the control API, the upstream transport), and each owner logs the first refusal of a
 run of them, not every one.

@@ -6,7 +6,7 @@ record is written when the message leaves the proxy: a held one (``delay``, a sp
 copy) has a ``held`` record when it arrives and its ``message`` record, carrying the same ``hold``,
 when it is sent, so the order of the records is the order on the wire. Each line is written with a
 single ``write`` and flushed, so a crash loses at most the line being written. The schema is in
-the README ("Trace events"); ``report`` reads it back.
+docs/trace.md; ``report`` reads it back.
 
 The file is opened without following a symbolic link in its place and without blocking (a FIFO
 planted there is refused, never waited on); it must be a regular file (``-`` is stdout instead).

@@ -2,7 +2,7 @@
 
 A short run in CI: the seeds (every known nasty input) and a few thousand mutations per target,
 each in its own process, with its corpus and crash files kept out of the source tree. Longer
-runs: ``python fuzz/run.py --seconds 600`` (README, "What is fuzzed").
+runs: ``python fuzz/run.py --seconds 600`` (docs/development.md, "What is fuzzed").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ RUNS = 2000
 
 
 def test_every_surface_has_a_target() -> None:
-    """The surfaces the README names each have a target."""
+    """The surfaces docs/development.md names each have a target."""
     names = {path.stem.removeprefix("fuzz_") for path in TARGETS}
     assert names == {"jsonrpc", "splice", "framing", "sse", "faultfile", "relay"}
 

@@ -8,7 +8,7 @@ and reloaded by ``--watch``. Every rule set holds the same three rules on *marke
 methods, a schedule never due, a mark never sent). Unmarked messages, and every answer, must
 arrive exactly once and in their sender's order, both ways; marked ones as their rule says:
 dropped ones never, delayed ones once and in their own order (a delay holds only its message,
-README "Ordering"), duplicated notifications and requests twice (a duplicated request answered
+docs/fault-files.md, "Ordering"), duplicated notifications and requests twice (a duplicated request answered
 once; of the two answers to a duplicated Agent request, one reaches the Agent).
 
 The ends are found without waiting on time: the Agent's ``_seq/drained`` and the Client's

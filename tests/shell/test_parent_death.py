@@ -5,7 +5,7 @@ SIGTERM, SIGINT and the end of its stdin, and so does the child it starts in its
 The proxy is killed with SIGKILL, so that it can stop nothing itself; the test then waits
 (bounded by ``TIMEOUT``, looking in ``/proc``) until the Agent and its child are gone: the Agent
 by its parent-death signal, its child by the guard of process groups. Without the guard (killed
-first), the Agent still dies, and its child is left: the limit the README documents.
+first), the Agent still dies, and its child is left: the limit docs/transports.md documents.
 """
 
 from __future__ import annotations

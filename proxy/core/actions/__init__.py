@@ -11,9 +11,10 @@ The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.acti
 Adding an action is one module here: its :class:`~proxy.core.actions.base.ActionModel` (the
 fields of ``do``), its ``apply``, and an :class:`~proxy.core.actions.base.Action` named
 ``ACTION``, listed in :data:`BUILTIN`; its test in ``tests/core/actions/``; its entry in the docs
-(generated from the model). Another package adds its own with :func:`register` (the shell does it
-for the ``acp_proxy.actions`` entry point group): the fault file's models, ``acp-proxy schema``,
-``validate`` and the control API then know it.
+(generated from the model). Another package, imported in the same process, adds its own with
+:meth:`actions.register <ActionRegistry.register>`: the fault file's models, ``acp-proxy schema``,
+``validate`` and the control API then know it. Nothing is discovered: no entry point is read, so
+an action registered by a package the running command never imports does not exist there.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ import random
 from collections.abc import Iterator
 from typing import Literal
 
+from pydantic import Field
+
 from proxy.core.actions.base import Action, ActionModel, Effect, Fault, Rewrite
 
 __all__ = ["ACTION", "Corrupt", "corrupt"]
@@ -18,7 +20,11 @@ class Corrupt(ActionModel):
     """Send malformed bytes instead of the message."""
 
     action: Literal["corrupt"]
-    mode: Literal["truncate", "garbage", "invalid_utf8"] = "garbage"
+    mode: Literal["truncate", "garbage", "invalid_utf8"] = Field(
+        "garbage",
+        description="`truncate`: the first half of the message; `garbage`: printable noise; "
+        "`invalid_utf8`: an invalid UTF-8 sequence inside its first string",
+    )
 
 
 def corrupt(data: bytes, mode: str, draw: Iterator[int]) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import NonNegativeFloat
+from pydantic import Field, NonNegativeFloat
 
 from proxy.core.actions.base import Action, ActionModel, Effect, Fault, Hold
 
@@ -16,8 +16,10 @@ class Delay(ActionModel):
     """Hold the message ``ms`` (+ uniform ``jitter_ms``), then forward it; others keep flowing."""
 
     action: Literal["delay"]
-    ms: NonNegativeFloat
-    jitter_ms: NonNegativeFloat = 0.0
+    ms: NonNegativeFloat = Field(description="milliseconds the message is held")
+    jitter_ms: NonNegativeFloat = Field(
+        0.0, description="up to this many milliseconds more, drawn uniformly from the seeded stream"
+    )
 
 
 def apply(params: Delay, fault: Fault) -> list[Effect]:

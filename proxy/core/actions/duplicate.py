@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import NonNegativeFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveInt
 
 from proxy.core.actions.base import Action, ActionModel, Copies, Effect, Fault
 
@@ -17,8 +17,8 @@ class Duplicate(ActionModel):
     """Send the message ``copies`` extra times, ``gap_ms`` apart (a request: a replayed retry)."""
 
     action: Literal["duplicate"]
-    copies: PositiveInt = 1
-    gap_ms: NonNegativeFloat = 0.0
+    copies: PositiveInt = Field(1, description="how many copies follow the message")
+    gap_ms: NonNegativeFloat = Field(0.0, description="milliseconds between the copies")
 
 
 def apply(params: Duplicate, _fault: Fault) -> list[Effect]:

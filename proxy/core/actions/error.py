@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from proxy.core.actions.base import Action, ActionModel, Effect, Fault, Reply, Stop, Subject
 from proxy.core.jsonrpc import Kind, error_response
@@ -17,9 +17,11 @@ class ErrorReply(ActionModel):
     """Answer a request at once with a JSON-RPC error under the sender's id; do not forward it."""
 
     action: Literal["error"]
-    code: int = -32603
-    message: str = "Error injected by acp-fault-proxy"
-    data: Any = None
+    code: int = Field(-32603, description="the JSON-RPC error code")
+    message: str = Field(
+        "Error injected by acp-fault-proxy", description="the JSON-RPC error message"
+    )
+    data: Any = Field(None, description="the error's `data`: any JSON (left out when null)")
 
     @model_validator(mode="after")
     def _writable(self) -> ErrorReply:

@@ -19,8 +19,10 @@ class HttpStatus(ActionModel):
     """HTTP listener: answer the POST with ``status``; ``forward`` still relays the message."""
 
     action: Literal["http_status"]
-    status: int = Field(ge=400, le=599)
-    forward: bool = False
+    status: int = Field(ge=400, le=599, description="the HTTP status the POST is answered with")
+    forward: bool = Field(
+        False, description="relay the message all the same (the POST failed but the Agent acted)"
+    )
 
 
 def applies(_params: HttpStatus, subject: Subject) -> bool:

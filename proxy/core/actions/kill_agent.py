@@ -43,9 +43,15 @@ class KillAgent(ActionModel):
     """Send ``signal`` to the spawned Agent after ``after_ms``; ``respawn`` starts a new one."""
 
     action: Literal["kill_agent"]
-    signal: SignalNumber = int(signal.SIGKILL)
-    after_ms: NonNegativeFloat = 0.0
-    respawn: bool = False
+    signal: SignalNumber = Field(
+        int(signal.SIGKILL), description="a name (KILL, TERM, ...) or a number (9 is KILL)"
+    )
+    after_ms: NonNegativeFloat = Field(
+        0.0, description="milliseconds after the message was forwarded"
+    )
+    respawn: bool = Field(
+        False, description="start a new Agent at once; the Client's connection stays open"
+    )
 
 
 def apply(params: KillAgent, _fault: Fault) -> list[Effect]:

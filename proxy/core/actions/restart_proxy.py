@@ -24,7 +24,9 @@ class RestartProxy(ActionModel):
     """Restart the data plane: connections closed, id maps forgotten, down ``downtime_ms``."""
 
     action: Literal["restart_proxy"]
-    downtime_ms: Downtime = 0.0
+    downtime_ms: Downtime = Field(
+        0.0, description="milliseconds the data plane stays down (an hour at most)"
+    )
 
 
 def apply(params: RestartProxy, _fault: Fault) -> list[Effect]:

@@ -54,7 +54,9 @@ class Sever(ActionModel):
     """
 
     action: Literal["sever"]
-    side: Literal["client", "agent", "both"] = "both"
+    side: Literal["client", "agent", "both"] = Field(
+        "both", description="the connection cut: the Client's, the Agent's or both"
+    )
     moment: Literal["before", "after"] = Field(
         "before",
         validation_alias=AliasChoices("moment", "when"),
