@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from proxy.core import acp
 from proxy.core.commands import (
     Disconnected,
     DuplicateSwallowed,
@@ -65,7 +66,6 @@ CHECKS = (
     "cancel_incomplete",
     "unkeyed_resend",
 )
-PROMPT = "session/prompt"
 LOSING_ACTIONS = frozenset(
     {"drop", "sever", "kill_agent", "restart_proxy", "http_status", "close_stream", "corrupt"}
 )
@@ -164,11 +164,11 @@ class Ledger:
             case Relayed(message=message) if message is not None:
                 self._relayed(observation, message, link)
             case Relayed(direction=Direction.TO_CLIENT, kind=Kind.RESPONSE | Kind.ERROR):
-                if observation.method == PROMPT:  # an answer no parser reads, passed on
+                if observation.method == acp.PROMPT:  # an answer no parser reads, passed on
                     self._unreadable_answer(observation, link)
-            case DuplicateSwallowed(method=method, data=data) if method == PROMPT:
+            case DuplicateSwallowed(method=method, data=data) if method == acp.PROMPT:
                 self._swallowed(observation.forwarded_id, data, link)
-            case FaultInjected(method=method, action=action) if method == PROMPT:
+            case FaultInjected(method=method, action=action) if method == acp.PROMPT:
                 if action in LOSING_ACTIONS:
                     self._fault(observation, link)
             case Restarted() | Disconnected(side=Side.AGENT):
@@ -178,15 +178,15 @@ class Ledger:
 
     def _relayed(self, seen: Relayed, message: Message, link: int | None) -> None:
         if seen.direction is Direction.TO_AGENT:
-            if seen.kind is Kind.REQUEST and seen.method == PROMPT:
+            if seen.kind is Kind.REQUEST and seen.method == acp.PROMPT:
                 self._prompt(message, seen, link)
-            elif seen.kind is Kind.NOTIFICATION and message.method == "$/cancel_request":
+            elif seen.kind is Kind.NOTIFICATION and message.method == acp.CANCEL_REQUEST:
                 self._cancel(message, link)
             return
         self._echo(message, link)
-        if seen.kind in (Kind.RESPONSE, Kind.ERROR) and seen.method == PROMPT:
+        if seen.kind in (Kind.RESPONSE, Kind.ERROR) and seen.method == acp.PROMPT:
             self._answer(message, seen, link)
-        elif seen.kind is Kind.NOTIFICATION and message.method == "session/update":
+        elif seen.kind is Kind.NOTIFICATION and message.method == acp.SESSION_UPDATE:
             self._update(message, link)
 
     # -- attempts --------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import assert_never
 
+from proxy.core import acp
 from proxy.core.actions import actions
 from proxy.core.actions.base import (
     After,
@@ -118,12 +119,8 @@ from proxy.core.jsonrpc import (
 )
 from proxy.core.splice import Span, splice
 
-__all__ = ["CANCEL_METHOD", "SUCCESSOR_METHODS", "Relay"]
+__all__ = ["Relay"]
 
-CANCEL_METHOD = "$/cancel_request"
-INITIALIZE_METHOD = "initialize"
-ELICITATION_METHOD = "elicitation/create"
-SUCCESSOR_METHODS = frozenset({"proxy/successor", "_proxy/successor"})
 _REQUEST_ID_PATH = ("params", "requestId")
 _SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
 _ANSWERS = (Kind.RESPONSE, Kind.ERROR)
@@ -556,7 +553,7 @@ class Relay:
     ) -> list[bytes]:
         """The bytes to forward for ``message`` (ids rewritten); empty to drop it."""
         if message.kind is Kind.REQUEST:
-            if message.method == INITIALIZE_METHOD and self._cached_initialize is not None:
+            if message.method == acp.INITIALIZE and self._cached_initialize is not None:
                 self._answer_initialize(direction, message, out)
                 return []
             return [self._request(direction, message, at, out)]
@@ -591,7 +588,7 @@ class Relay:
             message.id_token, message.id_key, message.method, message.session, at, keyed=keyed
         )
         if (
-            message.method == INITIALIZE_METHOD
+            message.method == acp.INITIALIZE
             and direction is Direction.TO_AGENT
             and self._initialize_timeout is not None
         ):
@@ -601,7 +598,7 @@ class Relay:
         edits: list[tuple[Span, bytes]] = [
             (span, pending.forwarded_id) for span in message.id_spans
         ]
-        if message.method == ELICITATION_METHOD and direction is Direction.TO_CLIENT:
+        if message.method == acp.ELICITATION_CREATE and direction is Direction.TO_CLIENT:
             # The Agent names the Client's request it is tied to by the id the Agent knows.
             found = token_at(message.raw, _REQUEST_ID_PATH)
             if found is not None:
@@ -630,7 +627,8 @@ class Relay:
         method = message.method
         params = message.params
         inner = params.get("method") if isinstance(params, dict) else None
-        if method == CANCEL_METHOD or (method in SUCCESSOR_METHODS and inner == CANCEL_METHOD):
+        cancel = acp.CANCEL_REQUEST
+        if method == cancel or (method in acp.SUCCESSORS and inner == cancel):
             forwards = self._cancel(direction, message, out)
             if not forwards:
                 return forwards
@@ -675,7 +673,7 @@ class Relay:
         if pending is None:
             out.append(Orphaned(direction, message.id_token, message.kind))
             return []
-        if pending.method == INITIALIZE_METHOD and message.kind is Kind.RESPONSE:
+        if pending.method == acp.INITIALIZE and message.kind is Kind.RESPONSE:
             self.initialize_answer = self.initialize_answer or message.raw
         if pending.group is not None:
             if pending.group.answered:

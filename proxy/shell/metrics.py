@@ -21,6 +21,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from proxy.core.acp import method_label
 from proxy.core.commands import (
     CancelDropped,
     Connected,
@@ -43,54 +44,7 @@ from proxy.core.ledger import CHECKS
 from proxy.shell.limits import COUNTED, LimitReached
 from proxy.shell.origin_policy import ORIGIN_OPTIONS, RequestRefused
 
-__all__ = ["ACP_METHODS", "Metrics", "method_label"]
-
-ACP_METHODS = frozenset(
-    {
-        "initialize",
-        "auth/login",
-        "auth/logout",
-        "auth/status",
-        "auth/status_update",
-        "session/new",
-        "session/resume",
-        "session/load",
-        "session/prompt",
-        "session/close",
-        "session/list",
-        "session/delete",
-        "session/fork",
-        "session/archive",
-        "session/unarchive",
-        "session/set_title",
-        "session/status",
-        "session/set_config_option",
-        "session/set_mode",
-        "session/cancel",
-        "session/update",
-        "session/request_permission",
-        "tool_call/cancel",
-        "terminal/cancel",
-        "elicitation/create",
-        "elicitation/complete",
-        "providers/list",
-        "providers/set",
-        "providers/disable",
-        "mcp/message",
-        "proxy/initialize",
-        "proxy/successor",
-        "_proxy/successor",
-        "$/cancel_request",
-    }
-)
-"""Methods of ACP (v1 and the v2 draft) that label metrics by name; any other is ``other``."""
-
-
-def method_label(method: str | None) -> str:
-    """The bounded metrics label of a method (``none`` when a message has no known method)."""
-    if method is None:
-        return "none"
-    return method if method in ACP_METHODS else "other"
+__all__ = ["Metrics"]
 
 
 class Metrics:

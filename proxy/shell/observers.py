@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from proxy.core import acp
 from proxy.core.commands import (
     CancelDropped,
     Connected,
@@ -115,7 +116,7 @@ class Tally:
             case KeyedMessage(via=via):
                 self.counts["keyed_messages", via] += 1
             case InitializeTimedOut():
-                self.counts["timeouts", "initialize"] += 1
+                self.counts["timeouts", acp.INITIALIZE] += 1
             case RequestRefused(server=server, reason=reason):
                 self.counts["refused_requests", server, reason] += 1
             case RulesCounted() | Disconnected():

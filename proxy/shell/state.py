@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from proxy.core import acp
 from proxy.core.commands import (
     FaultInjected,
     Finding,
@@ -157,7 +158,7 @@ class StateSaver:
             observation, RulesCounted | FaultInjected | KeyedAttempt | KeyedMessage | Finding
         ) or (
             isinstance(observation, Relayed)
-            and observation.method == "session/prompt"
+            and observation.method == acp.PROMPT
             and observation.kind in (Kind.RESPONSE, Kind.ERROR)
         ):
             self.save()

@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect as ws_connect
 
 from proxy.control import ControlClient
+from proxy.core.acp import METHODS
 from proxy.shell.limits import COUNTED
-from proxy.shell.metrics import ACP_METHODS
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -239,7 +239,7 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
         values
     )
     methods = {value for _, label_set in series for name, value in label_set if name == "method"}
-    assert methods <= ACP_METHODS | {"other", "none"}
+    assert methods <= METHODS | {"other", "none"}
 
 
 async def test_network_connections_are_counted_and_active_ones_go_down(

@@ -56,6 +56,7 @@ from typing import Literal
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
+from proxy.core import acp
 from proxy.core.commands import Handling, InvalidSeen
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import (
@@ -99,8 +100,8 @@ wherever it comes if it equals ``params.sessionId``, and required for
 :data:`SESSION_ID_REQUIRED`."""
 SESSION_ID_REQUIRED = frozenset(
     {
-        "session/prompt",
-        "session/cancel",
+        acp.PROMPT,
+        acp.SESSION_CANCEL,
         "session/close",
         "session/set_config_option",
         "session/set_mode",
@@ -646,7 +647,7 @@ class Listener:
             return _error(501, "batches are not supported over Streamable HTTP")
         if isinstance(parsed, Invalid):
             return self._invalid(parsed, 400)
-        if parsed.kind is Kind.REQUEST and parsed.method == "initialize":
+        if parsed.kind is Kind.REQUEST and parsed.method == acp.INITIALIZE:
             return await self._initialize(request, parsed)
         connection_id = request.headers.get(CONNECTION_ID)
         if not connection_id:
