@@ -41,15 +41,7 @@ import structlog
 from proxy.core import acp
 from proxy.core.actions.base import Subject
 from proxy.core.actions.error import ErrorReply
-from proxy.core.commands import (
-    Close,
-    Command,
-    Observation,
-    Relayed,
-    Send,
-    Sever,
-    StartTimer,
-)
+from proxy.core.commands import Close, Command, Send, Sever, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import (
     Direction,
@@ -78,6 +70,7 @@ from proxy.core.jsonrpc import (
     parse,
 )
 from proxy.core.ledger import Ledger
+from proxy.core.observations import Observation, Relayed
 from proxy.core.relay import Relay
 from proxy.core.splice import splice
 from proxy.core.sse import SseDecoder

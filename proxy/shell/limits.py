@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from proxy.core.commands import Observation
+from proxy.core.observations import Observation
 
 __all__ = [
     "COUNTED",

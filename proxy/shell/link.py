@@ -52,13 +52,9 @@ from typing import Any, assert_never
 from proxy.core.commands import (
     Close,
     Command,
-    Connected,
-    Disconnected,
     DropStream,
     FailPost,
-    Observation,
     Restart,
-    Restarted,
     Send,
     Sever,
     SignalAgent,
@@ -73,6 +69,7 @@ from proxy.core.events import (
     Side,
     TimerFired,
 )
+from proxy.core.observations import Connected, Disconnected, Observation, Restarted, RestartWhat
 from proxy.core.relay import Relay
 from proxy.shell.endpoint import ClosesWithReason, Endpoint, ExitReporter, Signalable, StreamOwner
 from proxy.shell.log import get_logger
@@ -549,7 +546,7 @@ class Link:
         if respawn:
             self._replace_agent("agent", 0.0, stop=False)
 
-    def _replace_agent(self, what: str, downtime: float, *, stop: bool) -> None:
+    def _replace_agent(self, what: RestartWhat, downtime: float, *, stop: bool) -> None:
         """Start a new generation: forget the old Agent and relay now, connect a new Agent later.
 
         Not while the link shuts down (the Agent is ending) nor while a new Agent is on its way

@@ -22,7 +22,10 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from proxy.core.acp import method_label
-from proxy.core.commands import (
+from proxy.core.events import Direction
+from proxy.core.jsonrpc import Kind
+from proxy.core.ledger import CHECKS
+from proxy.core.observations import (
     CancelDropped,
     Connected,
     Disconnected,
@@ -38,9 +41,6 @@ from proxy.core.commands import (
     RulesReloaded,
     Undeliverable,
 )
-from proxy.core.events import Direction
-from proxy.core.jsonrpc import Kind
-from proxy.core.ledger import CHECKS
 from proxy.shell.limits import COUNTED, LimitReached
 from proxy.shell.origin_policy import ORIGIN_OPTIONS, RequestRefused
 

@@ -1,6 +1,6 @@
 """Consumers of the core's observations: counters and log lines.
 
-Every :class:`~proxy.core.commands.Observation` the relay returns is handed to one
+Every :class:`~proxy.core.observations.Observation` the relay returns is handed to one
 :class:`Observer`.
 :class:`Tally` counts them under bounded labels (the same ones the Prometheus metrics use) and
 :class:`LogObserver` turns the noteworthy ones into one clear log line each.
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from proxy.core import acp
-from proxy.core.commands import (
+from proxy.core.observations import (
     CancelDropped,
     Connected,
     Disconnected,

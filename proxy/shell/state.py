@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from proxy.core import acp
-from proxy.core.commands import (
+from proxy.core.engine import FaultEngine
+from proxy.core.errors import StartupError, os_cause
+from proxy.core.jsonrpc import Kind
+from proxy.core.ledger import Ledger
+from proxy.core.observations import (
     FaultInjected,
     Finding,
     KeyedAttempt,
@@ -30,10 +34,6 @@ from proxy.core.commands import (
     Relayed,
     RulesCounted,
 )
-from proxy.core.engine import FaultEngine
-from proxy.core.errors import StartupError, os_cause
-from proxy.core.jsonrpc import Kind
-from proxy.core.ledger import Ledger
 from proxy.shell.log import get_logger
 
 __all__ = ["StateFile", "StateSaver"]

@@ -28,7 +28,8 @@ from typing import Any
 
 import orjson
 
-from proxy.core.commands import (
+from proxy.core.errors import StartupError, os_cause
+from proxy.core.observations import (
     CancelDropped,
     Connected,
     Disconnected,
@@ -50,7 +51,6 @@ from proxy.core.commands import (
     Undeliverable,
     Unroutable,
 )
-from proxy.core.errors import StartupError, os_cause
 from proxy.core.sse import encode_event
 from proxy.shell.limits import DEFAULT_MAX_EVENT_SUBSCRIBERS, EVENT_BACKLOG, LimitReached
 from proxy.shell.log import get_logger

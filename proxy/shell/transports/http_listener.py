@@ -57,7 +57,6 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from proxy.core import acp
-from proxy.core.commands import Handling, InvalidSeen
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import (
     Batch,
@@ -69,6 +68,7 @@ from proxy.core.jsonrpc import (
     error_response,
     parse,
 )
+from proxy.core.observations import Handling, InvalidSeen
 from proxy.core.sse import KEEPALIVE, encode_event
 from proxy.shell.endpoint import Endpoint, Received
 from proxy.shell.hostport import authority
@@ -629,7 +629,11 @@ class Listener:
     def _invalid(self, reason: Invalid, status: int) -> web.Response:
         self._observer.observe(
             InvalidSeen(
-                Direction.TO_AGENT, reason.reason, len(reason.raw), reason.detail, Handling.ANSWERED
+                direction=Direction.TO_AGENT,
+                reason=reason.reason,
+                size=len(reason.raw),
+                detail=reason.detail,
+                handling=Handling.ANSWERED,
             )
         )
         code = reason.reason.error_code
