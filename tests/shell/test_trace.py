@@ -24,11 +24,13 @@ from proxy.core.observations import (
     Held,
     KeyedAttempt,
     KeyedMessage,
+    Observation,
     Relayed,
     Stopped,
     Undeliverable,
 )
-from proxy.shell.trace import TraceWriter, trace_record
+from proxy.core.records import as_json, record_of
+from proxy.shell.trace import TraceWriter
 
 SESSION = "sess-trace"
 
@@ -334,6 +336,12 @@ def test_held_stopped_and_undeliverable_records() -> None:
 
 def _fields(relayed: Relayed) -> dict[str, Any]:
     return {name: getattr(relayed, name) for name in Relayed.__dataclass_fields__}
+
+
+def trace_record(observation: Observation, link: int, at: float) -> dict[str, Any] | None:
+    """The JSON object of the observation's trace line."""
+    record = record_of(observation, link, at)
+    return None if record is None else as_json(record)
 
 
 async def test_trace_to_stdout_is_refused_in_stdio_mode(
