@@ -11,10 +11,13 @@ header), ``event``, then the record's fields in the order they are declared here
 optional (:data:`WHEN_SET`) is written only when it has a value (``copy`` when true). A
 ``message`` record's fields depend on its ``disposition`` (:data:`MESSAGE_FIELDS`).
 
-Reading is strict about what this version writes and lenient about what it does not know: a
-record of a known event whose fields do not hold what they should is no record (``report``
-counts the line as unreadable), a field it does not know is ignored, and an event it does not
-know is an :class:`UnknownRecord`.
+Reading is strict about the shape of what this version writes and lenient about what a newer
+writer may add: a record of a known event that lacks a field, or whose field holds another type
+(a ``time`` that is no finite number, a ``direction`` that is no direction), is no record
+(``report`` counts the line as unreadable); a field it does not know is ignored; an event it does
+not know is an :class:`UnknownRecord`; and the vocabularies that grow (a ``disposition``, an
+invalid message's ``reason``, a finding's ``check``; a fault's ``action`` is any registered
+action's name) take a value this version does not know as its text (:data:`Open`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 import orjson
-from pydantic import AllowInfNan, Discriminator, Tag, TypeAdapter, ValidationError
+from pydantic import AllowInfNan, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from proxy.core import acp
 from proxy.core.events import Direction, Side
@@ -77,6 +80,7 @@ __all__ = [
     "KeyedMessageRecord",
     "KeyedRecord",
     "MessageRecord",
+    "Open",
     "Record",
     "ReloadRecord",
     "RestartRecord",
@@ -101,6 +105,10 @@ Time = Annotated[float, AllowInfNan(False)]
 
 WHEN_SET: Mapping[str, bool] = {"optional": True}
 """The metadata of a field written only when it has a value (not None, not false)."""
+
+Open = Field(union_mode="left_to_right")
+"""A field of a vocabulary that grows: a value this version knows is its member, another its
+text (``Annotated[Disposition | str, Open]``)."""
 
 
 class Disposition(enum.StrEnum):
@@ -159,7 +167,7 @@ class MessageRecord(_OnLink):
     fields each disposition has)."""
 
     EVENT: ClassVar[str] = "message"
-    disposition: Disposition = Disposition.RELAYED
+    disposition: Annotated[Disposition | str, Open] = Disposition.RELAYED
     direction: Direction
     kind: Kind
     method: str | None = None
@@ -177,7 +185,7 @@ class MessageRecord(_OnLink):
     """The :class:`HeldRecord` it was released from."""
     rule: str | None = None
     """The rule that stopped it."""
-    reason: InvalidReason | None = None
+    reason: Annotated[InvalidReason | str | None, Open] = None
     handling: Handling | None = None
     timeout_ms: float | None = None
 
@@ -248,7 +256,7 @@ class FindingRecord(_OnLink):
     """The ledger saw a rule of the idempotency RFD broken."""
 
     EVENT: ClassVar[str] = "finding"
-    check: Check
+    check: Annotated[Check | str, Open]
     session: str | None
     key: str | None
     detail: str
@@ -314,7 +322,7 @@ _BY_EVENT = {kind.EVENT: kind for kind in _KNOWN}
 
 _NAMED = ("direction", "kind", "method", "session", "id", "forwarded_id", "size")
 _STOPPED = (*_NAMED, "rule")
-MESSAGE_FIELDS: Mapping[Disposition, tuple[str, ...]] = {
+MESSAGE_FIELDS: Mapping[str, tuple[str, ...]] = {
     Disposition.RELAYED: (*_NAMED, "duration_ms", "copy", "hold"),
     Disposition.DROPPED: _STOPPED,
     Disposition.ANSWERED_BY_PROXY: _STOPPED,
@@ -339,7 +347,8 @@ MESSAGE_FIELDS: Mapping[Disposition, tuple[str, ...]] = {
     Disposition.TIMED_OUT: ("direction", "kind", "method", "id", "forwarded_id", "timeout_ms"),
 }
 """The fields of a ``message`` record (after ``disposition``), by disposition, in order. An
-``undeliverable`` message is named (``method`` to ``hold``) only when it was held."""
+``undeliverable`` message is named (``method`` to ``hold``) only when it was held; a
+disposition this version does not know has them all."""
 
 UNTRACED: tuple[type[Observation], ...] = (IdReused, PeerGone, RulesCounted)
 """The observations of the core that have no record (logged and counted only)."""
@@ -583,7 +592,7 @@ _OPTIONAL = {
 def _names(record: TraceRecord) -> Iterable[str]:
     """The fields written for ``record``, in order."""
     if isinstance(record, MessageRecord):
-        names = MESSAGE_FIELDS[record.disposition]
+        names = MESSAGE_FIELDS.get(record.disposition, _FIELDS[MessageRecord][1:])
         if record.disposition is Disposition.UNDELIVERABLE and record.hold is None:
             names = names[:3]
         return ("disposition", *names)

@@ -392,14 +392,36 @@ def test_the_header_and_every_disposition_read_back() -> None:
 
 
 def test_what_a_reader_tolerates_and_what_it_refuses() -> None:
-    """An unknown event is read as such; an unknown field is ignored; a line whose known fields
-    do not hold what they should, or that is no record, is none."""
+    """An unknown event is read as such; an unknown field is ignored; a value a newer writer may
+    add to a growing vocabulary is read as its text; a line whose known fields do not hold what
+    they should, or that is no record, is none."""
     unknown = decode(b'{"time":1,"link":2,"event":"breakpoint","paused":true}')
     assert unknown == UnknownRecord(time=1.0, link=2, event="breakpoint")
     newer = decode(
         b'{"time":1,"link":null,"event":"restart","what":"agent","abandoned":0,"cause":"x"}'
     )
     assert newer == RestartRecord(time=1.0, link=None, what="agent", abandoned=0)
+    grown = decode(
+        b'{"time":1,"link":1,"event":"message","disposition":"teleported","direction":"to_agent",'
+        b'"kind":"invalid","reason":"warped","size":3}'
+    )
+    assert isinstance(grown, MessageRecord)
+    assert (grown.disposition, grown.reason, grown.size) == ("teleported", "warped", 3)
+    known = decode(encode(grown))  # written back with every field it has
+    assert known == grown
+    check = decode(
+        b'{"time":1,"link":1,"event":"finding","check":"new_check","session":null,"key":null,'
+        b'"detail":"d"}'
+    )
+    assert isinstance(check, FindingRecord)
+    assert check.check == "new_check"
+    relayed = decode(
+        b'{"time":1,"link":1,"event":"message","disposition":"relayed","direction":"to_agent",'
+        b'"kind":"request","reason":"invalid_json"}'
+    )
+    assert isinstance(relayed, MessageRecord)
+    assert relayed.disposition is Disposition.RELAYED  # a value it knows is its member
+    assert relayed.reason is InvalidReason.INVALID_JSON
     for line in [
         b"",
         b"not json",
