@@ -18,6 +18,7 @@ import typer
 from proxy import __version__
 from proxy.core.errors import ConfigError, StartupError
 from proxy.core.faultfile import FaultFileError, fault_file_schema, rule_notes
+from proxy.core.relay import DEFAULT_MAX_PENDING
 from proxy.shell import app as application
 from proxy.shell.admin import (
     ADMIN_TOKEN_ENV,
@@ -28,6 +29,7 @@ from proxy.shell.admin import (
 from proxy.shell.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
 from proxy.shell.fault_files import load_fault_files
 from proxy.shell.hostport import parse_host_port
+from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 from proxy.shell.limits import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -55,7 +57,7 @@ from proxy.tools.check_agent import (
 from proxy.tools.lab.agent import AgentOptions, serve_agent
 from proxy.tools.lab.client import ClientOptions, run_client
 from proxy.tools.lab.client import render as render_client
-from proxy.tools.lab.demo import run_demo
+from proxy.tools.lab.demo import ANSWER_TIMEOUT, run_demo
 from proxy.tools.report import report_main
 from proxy.tools.report.html import write_html
 
@@ -233,6 +235,22 @@ def run(
         int,
         typer.Option(min=1, help="Largest message accepted from a peer, in bytes."),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
+    max_pending: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Requests one peer may have unanswered per link; past it a request is "
+            "answered -32603 instead of being relayed.",
+        ),
+    ] = DEFAULT_MAX_PENDING,
+    max_inflight_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Bytes read from peers and not yet taken by their destinations, across the "
+            "proxy; past it reading waits and a POST that does not fit is answered 503.",
+        ),
+    ] = DEFAULT_MAX_INFLIGHT_BYTES,
     strict: Annotated[
         bool,
         typer.Option(
@@ -380,6 +398,8 @@ def run(
             max_sessions=max_sessions,
             header_timeout=header_timeout,
             max_event_subscribers=max_event_subscribers,
+            max_pending=max_pending,
+            max_inflight_bytes=max_inflight_bytes,
         ),
         faults=tuple(faults or ()),
         seed=seed,
@@ -554,6 +574,15 @@ def client(
     cwd: Annotated[
         str | None, typer.Option(help="The session's working directory (default: this one).")
     ] = None,
+    follow_trace: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The --trace of the proxy in front of the Agent (used by this Client alone): an "
+            "answer it says is lost times out at once, so a busy machine's slow answers are "
+            "not taken for lost ones.",
+        ),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
@@ -567,6 +596,7 @@ def client(
             answer_timeout=answer_timeout,
             max_attempts=max_attempts,
             cwd=cwd or str(Path.cwd()),
+            follow_trace=follow_trace,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -605,10 +635,11 @@ def demo(
         float,
         typer.Option(
             min=0.001,
-            help="Seconds the Client waits for an answer before resending (a slow Agent needs "
-            "more).",
+            help="Seconds the Client waits for an answer the proxy did not lose before it "
+            "resends (an answer the proxy drops is resent at once; an Agent that answers "
+            "prompts slowly needs more).",
         ),
-    ] = 1.0,
+    ] = ANSWER_TIMEOUT,
 ) -> None:
     configure_logging("console", "critical")  # the Client's report says why it stopped
     if agent_cmd and bad_agent:

@@ -33,6 +33,7 @@ __all__ = [
     "Handling",
     "Held",
     "IdReused",
+    "InflightRefused",
     "InitializeCached",
     "InitializeTimedOut",
     "InvalidSeen",
@@ -49,6 +50,7 @@ __all__ = [
     "RulesReloaded",
     "Stopped",
     "Stopping",
+    "TooManyPending",
     "Undeliverable",
     "Unroutable",
     "Via",
@@ -181,6 +183,33 @@ class Unroutable(Observation):
 
     direction: Direction
     size: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TooManyPending(Observation):
+    """A request was refused, not forwarded: its sender already had ``limit`` requests pending
+    in that direction (``--max-pending``); the sender got an error under its own id.
+
+    ``first``: the first refusal of this link and direction (it is logged; the others are only
+    counted and traced).
+    """
+
+    direction: Direction
+    method: str | None
+    session: str | None
+    original_id: bytes | None
+    limit: int
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InflightRefused(Observation):
+    """A message of ``size`` bytes was refused before it was read (a POST answered 503): the
+    proxy held ``in_flight`` bytes, too many to take it (``--max-inflight-bytes``)."""
+
+    direction: Direction
+    size: int
+    in_flight: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from proxy.core.observations import (
     Handling,
     Held,
     IdReused,
+    InflightRefused,
     InitializeCached,
     InitializeTimedOut,
     InvalidSeen,
@@ -61,6 +62,7 @@ from proxy.core.observations import (
     RulesCounted,
     RulesReloaded,
     Stopped,
+    TooManyPending,
     Undeliverable,
     Unroutable,
     Via,
@@ -136,6 +138,10 @@ class Disposition(enum.StrEnum):
     ANSWERED_FROM_CACHE = "answered_from_cache"
     TIMED_OUT = "timed_out"
     """``initialize`` unanswered within ``--initialize-timeout``: the proxy answered an error."""
+    TOO_MANY_PENDING = "too_many_pending"
+    """A request refused for ``--max-pending``: its sender got an error, nothing went on."""
+    TOO_MUCH_IN_FLIGHT = "too_much_in_flight"
+    """A POST refused (503) before it was read, for ``--max-inflight-bytes`` (no kind: unread)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +175,8 @@ class MessageRecord(_OnLink):
     EVENT: ClassVar[str] = "message"
     disposition: Annotated[Disposition | str, Open] = Disposition.RELAYED
     direction: Direction
-    kind: Kind
+    kind: Kind | None = None
+    """None only for a message refused unread (``too_much_in_flight``)."""
     method: str | None = None
     session: str | None = None
     id: JsonValue = None
@@ -188,6 +195,10 @@ class MessageRecord(_OnLink):
     reason: Annotated[InvalidReason | str | None, Open] = None
     handling: Handling | None = None
     timeout_ms: float | None = None
+    limit: int | None = None
+    """``too_many_pending``: the bound (``--max-pending``)."""
+    in_flight: int | None = None
+    """``too_much_in_flight``: the bytes the proxy held when it refused this one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -345,6 +356,8 @@ MESSAGE_FIELDS: Mapping[str, tuple[str, ...]] = {
     Disposition.SWALLOWED: _NAMED,
     Disposition.ANSWERED_FROM_CACHE: ("direction", "kind", "method", "id"),
     Disposition.TIMED_OUT: ("direction", "kind", "method", "id", "forwarded_id", "timeout_ms"),
+    Disposition.TOO_MANY_PENDING: ("direction", "kind", "method", "session", "id", "limit"),
+    Disposition.TOO_MUCH_IN_FLIGHT: ("direction", "size", "in_flight"),
 }
 """The fields of a ``message`` record (after ``disposition``), by disposition, in order. An
 ``undeliverable`` message is named (``method`` to ``hold``) only when it was held; a
@@ -508,6 +521,27 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
                 id=_id(observation.id),
                 forwarded_id=_id(observation.forwarded_id),
                 timeout_ms=_ms(observation.timeout),
+            )
+        case TooManyPending():
+            return MessageRecord(
+                time=time,
+                link=link,
+                disposition=Disposition.TOO_MANY_PENDING,
+                direction=observation.direction,
+                kind=Kind.REQUEST,
+                method=observation.method,
+                session=observation.session,
+                id=_id(observation.original_id),
+                limit=observation.limit,
+            )
+        case InflightRefused():
+            return MessageRecord(
+                time=time,
+                link=link,
+                disposition=Disposition.TOO_MUCH_IN_FLIGHT,
+                direction=observation.direction,
+                size=observation.size,
+                in_flight=observation.in_flight,
             )
         case FaultInjected():
             return FaultRecord(

@@ -30,6 +30,11 @@ The relay rules, each pinned down by ``tests/core/test_relay.py``:
    not UTF-8, JSON cut short) are forwarded untouched.
 8. With ``initialize_timeout``, an ``initialize`` the Agent has not answered in that time is
    answered -32603 by the proxy (a timer, like a delay's); a late answer is then an orphan.
+9. With ``max_pending``, a request that finds that many requests already pending in its direction
+   is not forwarded: its sender gets -32603 under its own id, naming the limit (the proxy is
+   overloaded by this peer; the request never reached the other peer, so a retry is safe).
+   Notifications and answers always pass. Injected copies (``duplicate``) are pending requests
+   too: a request's copies are cut to the room left, so the map never exceeds the bound.
 
 Faults (DESIGN 6): each usable message (each element of a batch) is matched against the
 :class:`~proxy.core.engine.FaultEngine`; the actions of the rules that fire are applied in rule
@@ -111,12 +116,13 @@ from proxy.core.observations import (
     RulesCounted,
     Stopped,
     Stopping,
+    TooManyPending,
     Undeliverable,
     Unroutable,
 )
 from proxy.core.splice import Span, splice
 
-__all__ = ["Relay"]
+__all__ = ["DEFAULT_MAX_PENDING", "Relay"]
 
 _REQUEST_ID_PATH = ("params", "requestId")
 _SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
@@ -124,6 +130,11 @@ _ANSWERS = (Kind.RESPONSE, Kind.ERROR)
 MAX_INVALID_PENDING = 64
 """Invalid requests per direction whose answer the relay still expects (most are never answered
 under their id: the peer cannot read them; the oldest is forgotten, its late answer an orphan)."""
+DEFAULT_MAX_PENDING = 10_000
+"""Requests one peer may have pending per link (``--max-pending``). A Client keeps a handful
+pending (a prompt, a few session calls), an Agent a few permission or file requests per turn:
+ten thousand is far above any of them. Each pending request costs the proxy a few hundred bytes
+(half a million took 284 MiB), so the bound keeps one link's map near 6 MiB."""
 
 
 def _refusal(detail: str) -> bytes:
@@ -155,7 +166,9 @@ class Relay:
         "_invalid_maps",
         "_keep_upstream",
         "_maps",
+        "_max_pending",
         "_origin",
+        "_refused_pending",
         "_strict",
         "_timers",
         "_tokens",
@@ -173,6 +186,7 @@ class Relay:
         keep_upstream: bool = False,
         cached_initialize: bytes | None = None,
         initialize_timeout: float | None = None,
+        max_pending: int | None = None,
     ) -> None:
         """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
 
@@ -183,6 +197,8 @@ class Relay:
         kept for the next Client. ``cached_initialize``: the Agent's answer to the first Client's
         ``initialize``; this relay's Client gets it instead of reaching the Agent again.
         ``initialize_timeout``: seconds the Agent has to answer ``initialize`` (None: no bound).
+        ``max_pending``: requests each direction may have pending; past it a request is refused
+        (rule 9; None: no bound).
         """
         self._downstream = downstream
         self._keep_upstream = keep_upstream
@@ -203,6 +219,9 @@ class Relay:
         self._initialize_timeout = initialize_timeout
         self._deadlines: dict[int, bytes] = {}
         """Timer token -> the forwarded id of an ``initialize`` that must be answered by then."""
+        self._max_pending = max_pending
+        self._refused_pending: set[Direction] = set()
+        """Directions that have had a request refused for ``max_pending`` (logged once each)."""
         self._invalid_maps = {direction: self._maps[direction].sibling() for direction in Direction}
         """Invalid requests whose id a lenient peer could read, kept apart (the latest
         ``MAX_INVALID_PENDING``): the peer most likely cannot read them, so they count as pending
@@ -265,6 +284,9 @@ class Relay:
         self, direction: Direction, message: Message, at: float, out: list[Command]
     ) -> tuple[list[bytes], list[Command]]:
         """Apply the rules that fire, then relay: (bytes to forward now, commands to follow)."""
+        if message.kind is Kind.REQUEST and self._room(direction) <= 0:
+            self._refuse_pending(direction, message, out)
+            return [], []
         engine = self._engine
         if engine is None:
             return self._translate(direction, message, at, out), []
@@ -377,6 +399,38 @@ class Relay:
                 now.append(copy)
         return now, after
 
+    def _room(self, direction: Direction) -> int:
+        """How many more requests ``direction`` may have pending (``max_pending``)."""
+        if self._max_pending is None:
+            return 1 << 62
+        return self._max_pending - len(self._maps[direction])
+
+    def _refuse_pending(self, direction: Direction, message: Message, out: list[Command]) -> None:
+        """Rule 9: the sender has too many requests pending; it gets an error, nothing goes on."""
+        assert message.id_token is not None
+        limit = self._max_pending
+        assert limit is not None
+        first = direction not in self._refused_pending
+        self._refused_pending.add(direction)
+        out.append(
+            TooManyPending(
+                direction=direction,
+                method=message.method,
+                session=message.session,
+                original_id=message.id_token,
+                limit=limit,
+                first=first,
+            )
+        )
+        if direction.source not in self._closing:
+            text = (
+                f"Too many pending requests: the proxy relays at most {limit} unanswered "
+                "requests per peer and link (--max-pending); retry once some are answered"
+            )
+            data = {"limit": "max_pending", "max_pending": limit}
+            error = error_response(message.id_token, ErrorCode.INTERNAL_ERROR, text, data)
+            out.append(Send(direction.source, error))
+
     def _stopped(
         self, direction: Direction, message: Message, subject: Subject, rule: str, how: Stopping
     ) -> Stopped:
@@ -462,7 +516,7 @@ class Relay:
         primary = requests.pending_with(message.id_key)[-1]
         group = primary.group = DuplicateGroup()
         copies: list[tuple[bytes, Relayed | None]] = []
-        for _ in range(count):
+        for _ in range(min(count, self._room(direction))):  # rule 9: copies are pending too
             copy = requests.add(
                 message.id_token,
                 message.id_key,

@@ -25,6 +25,7 @@ from proxy.shell.admin import AdminServer, Runtime
 from proxy.shell.endpoint import Signalable
 from proxy.shell.fault_files import LoadedFaults, load_fault_files, watch_fault_files
 from proxy.shell.hostport import authority
+from proxy.shell.inflight import InflightBytes
 from proxy.shell.limits import DEFAULT_LIMITS, Limits
 from proxy.shell.link import Link, LinkState
 from proxy.shell.log import get_logger
@@ -109,7 +110,7 @@ class RunOptions:
     """Seconds the links get to end after SIGTERM or SIGINT before they are cut."""
     limits: Limits = DEFAULT_LIMITS
     """What one peer can make the proxy hold (links, idle time, sessions, header time, event
-    subscribers)."""
+    subscribers, pending requests, bytes in flight)."""
 
 
 def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
@@ -179,6 +180,7 @@ class _Experiment:
     trace: TraceWriter | None
     ledger: Ledger
     saver: StateSaver | None
+    inflight: InflightBytes
 
     def close(self) -> None:
         """Close the trace (again: it may be)."""
@@ -201,7 +203,8 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     engine = build_engine(options, faults)
     tally = Tally()
     links = _Links()
-    metrics = Metrics(pending=links.pending)
+    inflight = InflightBytes(options.limits.max_inflight_bytes)
+    metrics = Metrics(pending=links.pending, inflight=inflight)
     feed = EventFeed(max_subscribers=options.limits.max_event_subscribers, observer=metrics)
 
     def failed(file: str) -> Callable[[str], None]:
@@ -235,7 +238,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     )
     fanout.extend(observers)
     return _Experiment(
-        faults, engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver
+        faults, engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver, inflight
     )
 
 
@@ -347,6 +350,8 @@ async def run_network(
         shutdown_timeout=options.shutdown_timeout,
         allowances=Allowances(options.allow_hosts, options.allow_origins),
         limits=options.limits,
+        max_pending=options.limits.max_pending,
+        inflight=experiment.inflight,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
@@ -412,10 +417,12 @@ async def _relay_stdio(options: RunOptions, experiment: _Experiment) -> int:
             origin=origin,
             ids=ids,
             initialize_timeout=options.initialize_timeout,
+            max_pending=options.limits.max_pending,
         ),
         {Side.CLIENT: client, Side.AGENT: agent},
         experiment.observer,
         connect_agent=functools.partial(experiment.connect_upstream, {}, None),
+        inflight=experiment.inflight,
     )
 
     deadline: asyncio.TimerHandle | None = None

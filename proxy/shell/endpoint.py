@@ -11,7 +11,15 @@ from typing import Protocol, runtime_checkable
 
 from proxy.core.framing import Oversized
 
-__all__ = ["ClosesWithReason", "Endpoint", "ExitReporter", "Received", "Signalable", "StreamOwner"]
+__all__ = [
+    "Admitting",
+    "ClosesWithReason",
+    "Endpoint",
+    "ExitReporter",
+    "Received",
+    "Signalable",
+    "StreamOwner",
+]
 
 Received = bytes | Oversized
 """One framed message, or the marker of one that was too large to keep."""
@@ -102,6 +110,17 @@ class ClosesWithReason(Protocol):
     def close_with(self, code: int, reason: str) -> None:
         """Like :meth:`Endpoint.close`, with the close frame's ``code`` and ``reason``; nothing
         changes once the connection is closing already."""
+        ...
+
+
+@runtime_checkable
+class Admitting(Protocol):
+    """An endpoint that admits each message against the bytes in flight before reading it (the
+    HTTP listener's POSTs, refused with 503 when they do not fit): its reader never waits for
+    room, and :meth:`Endpoint.receive` hands the message's reservation over to the link."""
+
+    def admits_in_flight(self) -> bool:
+        """True: this endpoint's messages are admitted before they are read."""
         ...
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.core.observations import Observation
+from proxy.core.relay import DEFAULT_MAX_PENDING
+from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 
 __all__ = [
     "COUNTED",
@@ -39,16 +41,20 @@ LimitName = Literal[
     "descriptors",
     "event_subscribers",
     "event_backlog",
+    "pending",
+    "inflight_bytes",
 ]
 """Which bound: ``links`` (a Client refused for ``--max-links``), ``idle`` (an HTTP Client
 connection ended after ``--idle-timeout``), ``sessions`` (a session over ``--max-sessions`` on
 one connection), ``header_time`` (a TCP connection closed for ``--header-timeout``),
 ``descriptors`` (an ``accept()`` that failed for want of file descriptors),
 ``event_subscribers`` (an ``/api/events`` subscriber refused for ``--max-event-subscribers``),
-``event_backlog`` (a subscriber dropped for not reading)."""
+``event_backlog`` (a subscriber dropped for not reading), ``pending`` (a request answered -32603
+for ``--max-pending``), ``inflight_bytes`` (a POST answered 503 for ``--max-inflight-bytes``)."""
 
-Where = Literal["listener", "admin", "upstream"]
-"""Where it was reached: the Clients' listener, the control API, or toward an HTTP Agent."""
+Where = Literal["listener", "admin", "upstream", "link"]
+"""Where it was reached: the Clients' listener, the control API, toward an HTTP Agent, or in a
+link (either direction)."""
 
 COUNTED: tuple[tuple[LimitName, Where], ...] = (
     ("links", "listener"),
@@ -61,6 +67,8 @@ COUNTED: tuple[tuple[LimitName, Where], ...] = (
     ("descriptors", "admin"),
     ("event_subscribers", "admin"),
     ("event_backlog", "admin"),
+    ("pending", "link"),
+    ("inflight_bytes", "listener"),
 )
 """Every pair that can be counted (scraped at 0 until it happens)."""
 
@@ -100,6 +108,8 @@ class Limits:
     max_sessions: int = DEFAULT_MAX_SESSIONS
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     max_event_subscribers: int = DEFAULT_MAX_EVENT_SUBSCRIBERS
+    max_pending: int = DEFAULT_MAX_PENDING
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
 
 
 DEFAULT_LIMITS = Limits()

@@ -9,6 +9,12 @@ lasts :data:`STALL_SECONDS` or more is logged once (``peer stalled``, noticed by
 looks every :data:`STALL_SECONDS` while a drain is pending), and again when the peer has taken
 everything queued for it (``peer resumed``).
 
+Every message read counts toward the bytes in flight the whole proxy shares
+(:mod:`proxy.shell.inflight`, ``--max-inflight-bytes``) until its destinations have drained; past
+the bound a reading task waits before it reads on, unless the proxy still has bytes queued toward
+the peer it reads (that peer's reading is what lets the count fall). A message, once relayed, is
+referenced no more by its reading task: an idle link keeps none of what it relayed alive.
+
 Timers are the core's ``StartTimer`` commands, fed back as ``TimerFired``. What they hold (delayed
 messages, spaced copies) is bounded too: past :data:`HELD_HIGH_WATER` bytes the reading tasks wait
 for timers to fire (but not for a peer the proxy has closed: its end must be seen), and each waits
@@ -71,7 +77,16 @@ from proxy.core.events import (
 )
 from proxy.core.observations import Connected, Disconnected, Observation, Restarted, RestartWhat
 from proxy.core.relay import Relay
-from proxy.shell.endpoint import ClosesWithReason, Endpoint, ExitReporter, Signalable, StreamOwner
+from proxy.shell.endpoint import (
+    Admitting,
+    ClosesWithReason,
+    Endpoint,
+    ExitReporter,
+    Received,
+    Signalable,
+    StreamOwner,
+)
+from proxy.shell.inflight import InflightBytes
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 
@@ -126,6 +141,7 @@ class Link:
         on_client_gone: Callable[[Link], None] | None = None,
         on_ended: Callable[[Link], None] | None = None,
         clock: Callable[[], float] | None = None,
+        inflight: InflightBytes | None = None,
     ) -> None:
         """``connect_agent`` starts a new Agent (``kill_agent`` with ``respawn``, restarts).
 
@@ -134,6 +150,9 @@ class Link:
         ``on_client_gone`` (conductor mode): the Client left and the Agent stays; the link
         waits for :meth:`attach_client`. ``on_ended`` hears the link end, at once when its last
         task is done (its state is then :attr:`LinkState.ENDED`; :meth:`run` returns later).
+        ``inflight``: the count of bytes in flight the whole proxy shares
+        (``--max-inflight-bytes``): this link adds what it reads and holds; its readers wait for
+        room.
         """
         self.id = next(_link_ids)
         """This link's number in the process (logs, trace, control API)."""
@@ -160,6 +179,7 @@ class Link:
         self._timer_handle: asyncio.TimerHandle | None = None
         self._held = 0
         """Bytes of the messages the pending timers hold."""
+        self._inflight = inflight or InflightBytes(None)
         self._held_room = asyncio.Event()
         self._held_room.set()
         self._held_logged = False
@@ -213,6 +233,7 @@ class Link:
                 if handle is not None:
                     handle.cancel()
             self._timers.clear()
+            self._inflight.remove(self._held)
             self._held = 0
             self._held_room.set()
             self._runner = None  # the task may go on (a stdio run): an abort now cancels nothing
@@ -287,56 +308,84 @@ class Link:
     async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
         other = side.other
         unflushed: set[Side] = set()
-        while True:
-            received = await endpoint.receive()
-            if side is Side.AGENT and generation != self._generation:
-                return  # an Agent that was replaced: nothing it says counts any more
-            if received is None and side is Side.AGENT:
-                failure = await self._failure(endpoint)
-                if generation != self._generation:
+        admitted = isinstance(endpoint, Admitting)  # counted before it was read
+        charged = 0  # bytes of the burst being relayed: in flight until its destinations drained
+        try:
+            while True:
+                if not admitted and not endpoint.receive_ready():
+                    await self._inflight.room(lambda: self._must_read(side, endpoint))
+                received = await endpoint.receive()
+                if isinstance(received, bytes):
+                    charged += len(received)
+                    self._inflight.add(len(received))
+                if side is Side.AGENT and generation != self._generation:
+                    return  # an Agent that was replaced: nothing it says counts any more
+                if received is None and side is Side.AGENT:
+                    failure = await self._failure(endpoint)
+                    if generation != self._generation:
+                        return
+                    self._agent_failure = failure
+                if side is Side.CLIENT and not self._agent_up.is_set():
+                    await self._agent_up.wait()
+                ended = received is None
+                unflushed |= self._relay_one(side, endpoint, received)
+                # Relayed: what goes on is in the destinations' queues. While this task waits
+                # (for a drain, for the next message) nothing here keeps the message alive.
+                del received
+                if ended or not endpoint.receive_ready():
+                    # A burst read together is relayed whole, then written and drained at once.
+                    # The far side is drained too: a held message reaches it later, without a
+                    # drain.
+                    unflushed.add(other)
+                    for destination in unflushed:
+                        self._waiting[side] = destination
+                        self._drains[side] += 1
+                        if self._watchdog is None:
+                            self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
+                        await self.endpoints[destination].drain()
+                    unflushed.clear()
+                    self._waiting[side] = None
+                    self._inflight.remove(charged)
+                    charged = 0
+                    if self._stalled:
+                        self._check_resumed()
+                    if self._held > HELD_HIGH_WATER and side not in self._closing:
+                        await self._wait_for_timers(side)
+                if ended:
+                    gone = self._on_client_gone
+                    if side is Side.CLIENT and gone and not self.relay.has_ended(Side.AGENT):
+                        gone(self)
+                    if side is Side.AGENT:
+                        endpoint.close()  # an Agent that closed its stdout is stopped all the same
+                        self._release(endpoint)
                     return
-                self._agent_failure = failure
-            if side is Side.CLIENT and not self._agent_up.is_set():
-                await self._agent_up.wait()
-            at = self._clock()
-            event: Event
-            if received is None:
-                event = PeerClosed(side, at)
-                self._observer.observe(Disconnected(side, endpoint.transport), self.id)
-                if self.closed_first is None:
-                    self.closed_first = side
-            elif isinstance(received, bytes):
-                event = MessageReceived(side, received, at)
-            else:
-                event = OversizedReceived(side, received.size, received.limit, at)
-            self._post_status = None
-            unflushed |= self._feed(event)
-            if received is not None:
-                endpoint.processed(self._post_status)
-            if received is None or not endpoint.receive_ready():
-                # A burst read together is relayed whole, then written and drained at once. The
-                # far side is drained too: a held message reaches it later, without a drain.
-                unflushed.add(other)
-                for destination in unflushed:
-                    self._waiting[side] = destination
-                    self._drains[side] += 1
-                    if self._watchdog is None:
-                        self._watchdog = self._loop.call_later(STALL_SECONDS, self._watch)
-                    await self.endpoints[destination].drain()
-                unflushed.clear()
-                self._waiting[side] = None
-                if self._stalled:
-                    self._check_resumed()
-                if self._held > HELD_HIGH_WATER and side not in self._closing:
-                    await self._wait_for_timers(side)
-            if received is None:
-                gone = self._on_client_gone
-                if side is Side.CLIENT and gone and not self.relay.has_ended(Side.AGENT):
-                    gone(self)
-                if side is Side.AGENT:
-                    endpoint.close()  # an Agent that closed its stdout is stopped all the same
-                    self._release(endpoint)
-                return
+        finally:
+            self._inflight.remove(charged)
+
+    def _must_read(self, side: Side, endpoint: Endpoint) -> bool:
+        """Whether ``side`` is read even past the bound on bytes in flight: the proxy still has
+        bytes queued toward it (it may be writing before it reads, and its reading is what lets
+        the count fall), or the proxy closed it (its end must be seen)."""
+        return endpoint.buffered() > 0 or side in self._closing
+
+    def _relay_one(self, side: Side, endpoint: Endpoint, received: Received | None) -> set[Side]:
+        """Feed what ``side`` sent (``None``: its end) to the relay; the sides written to."""
+        at = self._clock()
+        event: Event
+        if received is None:
+            event = PeerClosed(side, at)
+            self._observer.observe(Disconnected(side, endpoint.transport), self.id)
+            if self.closed_first is None:
+                self.closed_first = side
+        elif isinstance(received, bytes):
+            event = MessageReceived(side, received, at)
+        else:
+            event = OversizedReceived(side, received.size, received.limit, at)
+        self._post_status = None
+        written = self._feed(event)
+        if received is not None:
+            endpoint.processed(self._post_status)
+        return written
 
     async def _failure(self, agent: Endpoint) -> str | None:
         """How the Agent whose output ended failed, when its Client can still be told (a
@@ -403,6 +452,7 @@ class Link:
         """The proxy closed ``side``: its reading task must go on to see the end of it."""
         self._closing.add(side)
         self._held_room.set()
+        self._inflight.wake()
 
     def _feed(self, event: Event) -> set[Side]:
         try:
@@ -511,6 +561,7 @@ class Link:
         deadline = self._loop.time() + delay
         entry = (deadline, next(self._timer_sequence), token, self._generation, size)
         self._held += size
+        self._inflight.add(size)
         heapq.heappush(self._timers, entry)
         if self._timers[0] is entry:
             self._arm()
@@ -528,6 +579,7 @@ class Link:
         while self._timers and self._timers[0][0] <= now:
             _, _, token, generation, size = heapq.heappop(self._timers)
             self._held -= size
+            self._inflight.remove(size)
             if generation == self._generation:
                 self._feed(TimerFired(token, self._clock()))
         if self._held <= HELD_HIGH_WATER:

@@ -18,7 +18,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from proxy.core.acp import method_label
@@ -32,6 +32,7 @@ from proxy.core.observations import (
     DuplicateSwallowed,
     FaultInjected,
     Finding,
+    InflightRefused,
     InvalidSeen,
     KeyedAttempt,
     Observation,
@@ -39,8 +40,10 @@ from proxy.core.observations import (
     Relayed,
     Restarted,
     RulesReloaded,
+    TooManyPending,
     Undeliverable,
 )
+from proxy.shell.inflight import InflightBytes
 from proxy.shell.limits import COUNTED, LimitReached
 from proxy.shell.origin_policy import ORIGIN_OPTIONS, RequestRefused
 
@@ -50,13 +53,20 @@ __all__ = ["Metrics"]
 class Metrics:
     """The proxy's metrics, as an observer; :meth:`exposition` renders them for ``/metrics``."""
 
-    def __init__(self, pending: Callable[[Direction], int] | None = None) -> None:
-        """``pending`` counts requests awaiting an answer per direction (read at scrape time)."""
+    def __init__(
+        self,
+        pending: Callable[[Direction], int] | None = None,
+        inflight: InflightBytes | None = None,
+    ) -> None:
+        """``pending`` counts requests awaiting an answer per direction (read at scrape time);
+        ``inflight`` is the proxy's count of bytes in flight (read at scrape time too)."""
         disable_created_metrics()  # type: ignore[no-untyped-call] # *_created series: noise
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         self._relayed = _RelayedCounts()
         registry.register(self._relayed)
+        if inflight is not None:
+            registry.register(_InflightGauges(inflight))
         self.faults = Counter(
             "acp_proxy_faults_injected",
             "Faults injected, by rule and action.",
@@ -151,7 +161,7 @@ class Metrics:
         self.limits = Counter(
             "acp_proxy_limit_reached",
             "Times a bound on what a peer can make the proxy hold refused something or ended "
-            "what a peer held, by limit and where (listener, admin, upstream).",
+            "what a peer held, by limit and where (listener, admin, upstream, link).",
             ["limit", "where"],
             registry=registry,
         )
@@ -185,6 +195,10 @@ class Metrics:
                 self.invalid.labels(direction.value, reason.value).inc()
             case Orphaned(direction=direction):
                 self.orphans.labels(direction.value).inc()
+            case TooManyPending():
+                self.limits.labels("pending", "link").inc()
+            case InflightRefused():
+                self.limits.labels("inflight_bytes", "listener").inc()
             case CancelDropped(direction=direction):
                 self.dropped.labels(direction.value, "cancel_unknown_request").inc()
             case Undeliverable(direction=direction):
@@ -214,6 +228,39 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text format a Prometheus scraper reads."""
         return generate_latest(self.registry)
+
+
+class _InflightGauges(Collector):
+    """The bytes in flight across the proxy (``--max-inflight-bytes``), read when scraped."""
+
+    def __init__(self, inflight: InflightBytes) -> None:
+        self._inflight = inflight
+
+    def collect(self) -> Iterator[Metric]:
+        """The count now, its peak, its bound, and how often readers waited for room."""
+        inflight = self._inflight
+        yield GaugeMetricFamily(
+            "acp_proxy_inflight_bytes",
+            "Bytes read from peers (or admitted POST bodies) not yet taken by their destinations "
+            "or released by timers, across the proxy.",
+            value=inflight.count,
+        )
+        yield GaugeMetricFamily(
+            "acp_proxy_inflight_bytes_peak",
+            "The largest acp_proxy_inflight_bytes since the proxy started.",
+            value=inflight.peak,
+        )
+        if inflight.bound is not None:
+            yield GaugeMetricFamily(
+                "acp_proxy_inflight_bytes_bound",
+                "The bound on bytes in flight (--max-inflight-bytes).",
+                value=inflight.bound,
+            )
+        yield CounterMetricFamily(
+            "acp_proxy_inflight_waits",
+            "Times a reader waited for the bytes in flight to fall under their bound.",
+            value=inflight.waits,
+        )
 
 
 class _RelayedCounts(Collector):

@@ -23,6 +23,7 @@ from proxy.core.observations import (
     Finding,
     Held,
     IdReused,
+    InflightRefused,
     InitializeTimedOut,
     InvalidSeen,
     KeyedAttempt,
@@ -35,6 +36,7 @@ from proxy.core.observations import (
     RulesCounted,
     RulesReloaded,
     Stopped,
+    TooManyPending,
     Undeliverable,
     Unroutable,
 )
@@ -87,6 +89,10 @@ class Tally:
                 self.counts["invalid", direction, reason] += 1
             case Orphaned(direction=direction):
                 self.counts["orphan_responses", direction] += 1
+            case TooManyPending(direction=direction):
+                self.counts["refused_too_many_pending", direction] += 1
+            case InflightRefused(direction=direction):
+                self.counts["refused_too_much_in_flight", direction] += 1
             case CancelDropped(direction=direction):
                 self.counts["cancels_dropped", direction] += 1
             case IdReused(direction=direction):
@@ -201,6 +207,28 @@ class LogObserver:
                     direction=observation.direction,
                     id=_text(observation.id),
                     kind=observation.kind,
+                )
+            case TooManyPending(first=True):
+                log.warning(
+                    "too many pending requests; refusing more with an error until some are "
+                    "answered",
+                    direction=observation.direction,
+                    limit=observation.limit,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                )
+            case TooManyPending():
+                log.debug(
+                    "request refused: too many pending",
+                    direction=observation.direction,
+                    method=observation.method,
+                    id=_text(observation.original_id),
+                )
+            case InflightRefused():
+                log.debug(  # the first of a stretch is logged where the bound is kept
+                    "POST refused: too many bytes in flight",
+                    size=observation.size,
+                    in_flight=observation.in_flight,
                 )
             case CancelDropped():
                 log.info(

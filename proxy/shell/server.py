@@ -30,6 +30,7 @@ from proxy.core.events import Direction, Side
 from proxy.core.relay import Relay
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.hostport import authority
+from proxy.shell.inflight import InflightBytes
 from proxy.shell.limits import DEFAULT_LIMITS, DEFAULT_MAX_SESSIONS, LimitReached, Limits
 from proxy.shell.link import Link
 from proxy.shell.log import get_logger
@@ -194,6 +195,8 @@ class NetworkProxy:
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
         allowances: Allowances = NO_ALLOWANCES,
         limits: Limits = DEFAULT_LIMITS,
+        max_pending: int | None = None,
+        inflight: InflightBytes | None = None,
     ) -> None:
         """``allowances``: the hosts and origins admitted beyond the listener's own
         (:mod:`proxy.shell.origin_policy`); ``limits``: what one peer can make the proxy hold."""
@@ -204,6 +207,8 @@ class NetworkProxy:
         self._full_logged = False
         """The refusal of a Client for ``max_links`` was logged (again once the links drop)."""
         self._connect_upstream = connect_upstream
+        self._max_pending = max_pending
+        self._inflight = inflight
         self._initialize_timeout = initialize_timeout
         self._shutdown_timeout = shutdown_timeout
         self._keep_upstream = keep_upstream
@@ -237,6 +242,7 @@ class NetworkProxy:
             self._on_connection,
             observer,
             client_waits=self._client_waits,
+            inflight=inflight,
         )
         self._restarting = False
         self._restart_task: asyncio.Task[None] | None = None
@@ -349,6 +355,7 @@ class NetworkProxy:
                 keep_upstream=self._keep_upstream,
                 cached_initialize=cached_initialize,
                 initialize_timeout=initialize_timeout,
+                max_pending=self._max_pending,
             )
 
         link = Link(
@@ -359,6 +366,7 @@ class NetworkProxy:
             on_restart=self.restart,
             on_client_gone=self._park if self._keep_upstream else None,
             on_ended=self._forget,
+            inflight=self._inflight,
         )
         assert self._tasks is not None
         self._links.add(link)

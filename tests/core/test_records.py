@@ -29,6 +29,7 @@ from proxy.core.observations import (
     Handling,
     Held,
     IdReused,
+    InflightRefused,
     InitializeCached,
     InitializeTimedOut,
     InvalidSeen,
@@ -42,6 +43,7 @@ from proxy.core.observations import (
     RulesCounted,
     RulesReloaded,
     Stopped,
+    TooManyPending,
     Undeliverable,
     Unroutable,
 )
@@ -315,6 +317,26 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
         KeyedMessageRecord,
         '{"time":5.0,"link":3,"event":"keyed_message","session":"S","key":"K1",'
         '"message_id":"M1","via":"insert"}',
+    ),
+    (
+        TooManyPending(
+            direction=A,
+            method="session/prompt",
+            session="S",
+            original_id=b'"p9"',
+            limit=2,
+            first=True,
+        ),
+        MessageRecord,
+        '{"time":5.0,"link":3,"event":"message","disposition":"too_many_pending",'
+        '"direction":"to_agent","kind":"request","method":"session/prompt","session":"S",'
+        '"id":"p9","limit":2}',
+    ),
+    (
+        InflightRefused(A, 4096, 1 << 20),
+        MessageRecord,
+        '{"time":5.0,"link":3,"event":"message","disposition":"too_much_in_flight",'
+        '"direction":"to_agent","size":4096,"in_flight":1048576}',
     ),
     (IdReused(A, b"1", "m"), None, ""),
     (PeerGone(Side.AGENT, 2), None, ""),

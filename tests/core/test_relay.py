@@ -27,6 +27,7 @@ from proxy.core.observations import (
     Orphaned,
     PeerGone,
     Relayed,
+    TooManyPending,
     Undeliverable,
     Unroutable,
 )
@@ -678,6 +679,74 @@ class TestInitializeTimeout:
         [timer] = observed_timers(feed(relay, CLIENT, request(b"1", "initialize")))
         relay.handle(PeerClosed(AGENT, 0.5))
         assert relay.handle(TimerFired(timer.token, 1.0)) == []
+
+
+class TestMaxPending:
+    """Rule 9: a peer's pending requests per link and direction are bounded."""
+
+    def test_a_request_past_the_bound_is_answered_an_error_under_its_own_id(self) -> None:
+        """Three pending: the fourth is not forwarded, its sender gets -32603 naming the limit;
+        the first refusal of a direction is flagged (logged once), the next ones are not."""
+        relay = Relay(max_pending=3)
+        for n in range(3):
+            assert only_send(feed(relay, CLIENT, request(b"%d" % n)), AGENT) == request(b"%d" % n)
+        refused = feed(relay, CLIENT, request(b'"four"'))
+        error = json.loads(only_send(refused, CLIENT))
+        assert error["id"] == "four"
+        assert error["error"]["code"] == -32603
+        assert "--max-pending" in error["error"]["message"]
+        assert error["error"]["data"] == {"limit": "max_pending", "max_pending": 3}
+        [seen] = observed(refused, TooManyPending)
+        assert (seen.direction, seen.original_id, seen.limit, seen.first) == (
+            Direction.TO_AGENT,
+            b'"four"',
+            3,
+            True,
+        )
+        assert relay.pending(Direction.TO_AGENT) == 3
+        again = observed(feed(relay, CLIENT, request(b'"five"')), TooManyPending)
+        assert [r.first for r in again] == [False]
+        assert not observed(refused, Relayed)
+
+    def test_notifications_and_answers_pass_and_an_answer_makes_room(self) -> None:
+        """At the bound, the Client's notifications and its answers to the Agent still go
+        through; once the Agent answers one request, the next request is forwarded."""
+        relay = Relay(max_pending=1)
+        feed(relay, CLIENT, request(b"1"))
+        feed(relay, AGENT, request(b"9", "session/request_permission"))
+        update = b'{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"S"}}'
+        assert only_send(feed(relay, CLIENT, update), AGENT) == update
+        assert only_send(feed(relay, CLIENT, result(b"0")), AGENT) == result(b"9")
+        assert only_send(feed(relay, CLIENT, request(b"2")), CLIENT)  # refused
+        assert only_send(feed(relay, AGENT, result(b"0")), CLIENT) == result(b"1")
+        assert only_send(feed(relay, CLIENT, request(b"2")), AGENT) == request(b"1")
+
+    def test_each_direction_has_its_own_bound(self) -> None:
+        """The Client at its bound does not stop the Agent's requests, and the reverse."""
+        relay = Relay(max_pending=2)
+        for n in range(3):
+            feed(relay, CLIENT, request(b"%d" % n))
+        assert relay.pending(Direction.TO_AGENT) == 2
+        forwarded = feed(relay, AGENT, request(b"7", "fs/read_text_file"))
+        assert only_send(forwarded, CLIENT) == request(b"0", "fs/read_text_file")
+        assert not observed(forwarded, TooManyPending)
+
+    def test_a_batch_element_past_the_bound_is_answered_apart(self) -> None:
+        """In a batch, the requests that fit are forwarded; the others are answered one by one."""
+        relay = Relay(max_pending=1)
+        commands = feed(relay, CLIENT, b"[" + request(b"1") + b"," + request(b"2") + b"]")
+        assert sends(commands) == [
+            (CLIENT, sends(commands)[0][1]),
+            (AGENT, b"[" + request(b"0") + b"]"),
+        ]
+        assert json.loads(sends(commands)[0][1])["id"] == 2
+
+    def test_without_a_bound_nothing_is_refused(self) -> None:
+        """The default relay (no ``max_pending``) forwards every request."""
+        relay = Relay()
+        for n in range(2000):
+            feed(relay, CLIENT, request(b"%d" % n))
+        assert relay.pending(Direction.TO_AGENT) == 2000
 
 
 def observed_timers(commands: list[Command]) -> list[StartTimer]:

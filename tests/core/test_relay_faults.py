@@ -47,11 +47,11 @@ def answer(id_token: bytes, message_id: str = "M1") -> bytes:
     )
 
 
-def relay_with(*rules: dict[str, Any], seed: int = 1) -> Relay:
+def relay_with(*rules: dict[str, Any], seed: int = 1, max_pending: int | None = None) -> Relay:
     parsed = [
         Rule.model_validate({"name": f"r{index}", **rule}) for index, rule in enumerate(rules)
     ]
-    return Relay(engine=FaultEngine(parsed, random.Random(seed)))
+    return Relay(engine=FaultEngine(parsed, random.Random(seed)), max_pending=max_pending)
 
 
 def feed(relay: Relay, side: Side, raw: bytes, at: float = 0.0) -> list[Command]:
@@ -373,6 +373,21 @@ class TestDuplicate:
         assert [timer.delay for timer in timers] == pytest.approx([0.02, 0.04])
         for timer in timers:
             assert sends(relay.handle(TimerFired(timer.token, 1.0))) == [(CLIENT, UPDATE)]
+
+    def test_request_copies_never_take_the_pending_requests_past_their_bound(self) -> None:
+        """Copies are pending requests too: with room for three, a request and two of its five
+        copies are forwarded; the next request is refused; the answer still comes back once."""
+        relay = relay_with(
+            {"when": {"kind": "request"}, "do": {"action": "duplicate", "copies": 5}},
+            max_pending=3,
+        )
+        commands = feed(relay, CLIENT, PROMPT)
+        assert [json.loads(data)["id"] for _, data in sends(commands)] == [0, 1, 2]
+        assert relay.pending(Direction.TO_AGENT) == 3
+        [(to, refusal)] = sends(feed(relay, CLIENT, UNKEYED))
+        assert (to, json.loads(refusal)["error"]["code"]) == (CLIENT, -32603)
+        assert sends(feed(relay, AGENT, answer(b"2"))) == [(CLIENT, answer(b'"p1"'))]
+        assert sends(feed(relay, AGENT, answer(b"0"))) == []
 
     def test_notification_copies_are_identical(self) -> None:
         """A duplicated notification is sent byte for byte again."""

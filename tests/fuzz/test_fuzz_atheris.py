@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("atheris", reason="atheris has wheels for Linux x86_64 only (the 'fuzz' extra)")
+pytestmark = pytest.mark.slow
 
 FUZZ = Path(__file__).parents[2] / "fuzz"
 TARGETS = sorted(FUZZ.glob("fuzz_*.py"))

@@ -324,6 +324,6 @@ async def test_send_signal_reaches_a_live_child_and_spares_a_reaped_one() -> Non
         sys.executable, "-c", "import time; time.sleep(60)"
     )
     send_signal(child, signal.SIGTERM)
-    assert await asyncio.wait_for(child.wait(), 10) == -signal.SIGTERM
+    assert await asyncio.wait_for(child.wait(), TIMEOUT) == -signal.SIGTERM
     send_signal(child, signal.SIGKILL)  # reaped: nothing to signal, nothing raised
     assert child.returncode == -signal.SIGTERM

@@ -20,6 +20,8 @@ from harness import TIMEOUT
 from proxy.shell.fault_files import load_fault_files
 from proxy.tools.bench import DELAY_RULES, RULES, TARGETS, WORKLOADS, render
 
+pytestmark = pytest.mark.slow
+
 STATUSES = {"PASS", "MISS", "SKIP"}
 
 

@@ -8,22 +8,29 @@ store (clean), without one (it loses the session when killed), and the official 
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from harness import PEERS, TIMEOUT
 from test_readme import ROOT, shell_blocks
 
+from proxy.core.records import TraceHeader
 from proxy.tools.report import load_traces, summarize
+
+pytestmark = pytest.mark.slow
 
 REFERENCE_AGENT = (sys.executable, "-m", "proxy", "agent")
 
 
 def demo(*args: str) -> subprocess.CompletedProcess[str]:
+    """``acp-proxy demo ARGS``; the Client's answer timeout is the harness's bound (it only
+    expires for an Agent that does not answer: the Client follows the proxy's trace)."""
     return subprocess.run(
-        [sys.executable, "-m", "proxy", "demo", *args],
+        [sys.executable, "-m", "proxy", "demo", "--answer-timeout", str(TIMEOUT), *args],
         capture_output=True,
         text=True,
         timeout=TIMEOUT * 2,
@@ -41,6 +48,15 @@ def test_the_demo_shows_retries_and_no_duplicate(tmp_path: Path) -> None:
     assert "OK: every submission confirmed, none inserted twice" in out
     assert "0 findings" in out
     assert "every submission is in the session exactly once" in out
+    # What each step did, whatever the machine's speed: a resend only after a drop.
+    rows = [line for line in out.splitlines() if re.match(r" +\d+  '", line)]
+    attempts = [row.split("  ")[-1].strip() for row in rows]
+    assert attempts == [
+        "#3@1 timeout, connection lost, #4@1 answered",
+        "#5@1 connection lost, #8@2 answered",
+        "#9@2 answered",
+    ]
+    assert "1 injected copy, 1 answer to copies swallowed" in out
     summary = summarize(load_traces([tmp_path / "trace.jsonl"]))
     fired = (
         {row["rule"] for row in summary["faults"]["by_rule"]}
@@ -59,14 +75,27 @@ def test_the_demo_shows_retries_and_no_duplicate(tmp_path: Path) -> None:
     assert summary["findings"]["count"] == 0
 
 
+def test_a_kept_directory_used_again_holds_the_last_run_only(tmp_path: Path) -> None:
+    """``--keep DIR`` twice: the second run's rules fire again (the first run's ``--state`` is
+    not carried over) and the trace holds the second run alone (two proxy runs: the restart)."""
+    assert demo("--keep", str(tmp_path)).returncode == 0
+    done = demo("--keep", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "faults       4 injected" in done.stdout
+    records = load_traces([tmp_path / "trace.jsonl"])
+    assert sum(isinstance(entry.record, TraceHeader) for entry in records) == 2
+
+
 def test_the_bad_agent_demo_shows_the_duplicates_and_exits_1() -> None:
-    """--bad-agent: the Agent ignores keys; the Client and the proxy both report the duplicates."""
+    """--bad-agent: the Agent ignores keys; the Client and the proxy both report the duplicates:
+    each of the three steps inserts its prompt twice (a retry after a lost answer, a resend
+    after the restart, the replayed copy)."""
     done = demo("--bad-agent")
     assert done.returncode == 1, done.stderr
     out = done.stdout
-    assert "duplicate_insert x2" in out
-    assert "FAIL: 2 submissions inserted more than once" in out
-    assert "Result (exit 1): The Client saw 2 submissions inserted more than once" in out
+    assert "duplicate_insert x3" in out
+    assert "FAIL: 3 submissions inserted more than once" in out
+    assert "Result (exit 1): The Client saw 3 submissions inserted more than once" in out
     assert "disagree" not in out
 
 

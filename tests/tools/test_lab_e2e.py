@@ -20,6 +20,8 @@ from harness import TIMEOUT, ProxyProcess, raw_agent, request, say
 from proxy.control import ControlClient
 from proxy.tools.lab.client import ClientOptions, run_client
 
+pytestmark = pytest.mark.slow
+
 AGENT = (sys.executable, "-m", "proxy", "agent", "--turn-ms", "20")
 PROXY = (sys.executable, "-m", "proxy", "run")
 
@@ -151,14 +153,27 @@ async def test_an_agent_that_ignores_keys_is_a_duplicate_insert(tmp_path: Path) 
         await proxy.stop()
 
 
+def followed(argv: tuple[str, ...], trace: Path, prompts: tuple[str, ...]) -> ClientOptions:
+    """The reference Client spawning ``argv`` (a proxy writing ``trace``) and following the
+    trace: it resends what the proxy lost at once and waits for every other answer, and for
+    what it spawns to start and stop (the harness's bound), so a busy machine changes nothing
+    it does."""
+    return ClientOptions(
+        agent_argv=argv,
+        prompts=prompts,
+        follow_trace=trace,
+        answer_timeout=TIMEOUT,
+        setup_timeout=TIMEOUT,
+        grace=TIMEOUT,
+    )
+
+
 async def test_a_clean_run_has_no_finding(tmp_path: Path) -> None:
     """The reference Client and Agent through the proxy: zero findings."""
     proxy_state = tmp_path / "findings.json"
     trace = tmp_path / "trace.jsonl"
     argv = (*PROXY, "--trace", str(trace), "--state", str(proxy_state), "--", *AGENT)
-    report = await run_client(
-        ClientOptions(agent_argv=argv, prompts=("a", "b"), answer_timeout=2.0)
-    )
+    report = await run_client(followed(argv, trace, prompts=("a", "b")))
     assert report.ok
     state = json.loads(proxy_state.read_text())
     assert state["ledger"]["findings"] == []
@@ -216,8 +231,11 @@ async def test_the_reference_client_recovers_from_every_fault_action(
     """Through each action, every submission is confirmed and in the session exactly once."""
     rule = {"name": action, **ACTIONS[action]}
     faults = fault_file(tmp_path, rule)
+    trace = tmp_path / "trace.jsonl"
     argv = (
         *PROXY,
+        "--trace",
+        str(trace),
         "--faults",
         str(faults),
         "--state",
@@ -228,9 +246,7 @@ async def test_the_reference_client_recovers_from_every_fault_action(
         str(tmp_path / "store"),
     )
     async with asyncio.timeout(TIMEOUT * 2):
-        report = await run_client(
-            ClientOptions(agent_argv=argv, prompts=("one", "two", "three"), answer_timeout=1.0)
-        )
+        report = await run_client(followed(argv, trace, prompts=("one", "two", "three")))
     assert report.ok, report.to_json()
     assert report.duplicates == 0
     assert report.history is not None
@@ -259,10 +275,11 @@ async def test_the_reference_clients_verdict_agrees_with_the_ledger(
     a replayed copy): the Client and the ledger name the same key, the Client exits 1."""
     state = tmp_path / "proxy-state.json"
     faults = fault_file(tmp_path, {"name": action, **KEY_IGNORED[action]})
-    argv = (*PROXY, "--faults", str(faults), "--state", str(state), "--", *AGENT, "--no-dedupe")
+    trace = tmp_path / "trace.jsonl"
+    argv = (*PROXY, "--trace", str(trace), "--faults", str(faults), "--state", str(state))
     async with asyncio.timeout(TIMEOUT * 2):
         report = await run_client(
-            ClientOptions(agent_argv=argv, prompts=("one", "two"), answer_timeout=1.0)
+            followed((*argv, "--", *AGENT, "--no-dedupe"), trace, prompts=("one", "two"))
         )
     first, second = report.submissions
     assert (report.duplicates, report.exit_status) == (1, 1)

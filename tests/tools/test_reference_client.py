@@ -4,7 +4,10 @@ The Client runs in the test process; everything else is a real subprocess: the r
 its own, or behind ``acp-proxy run`` with the ready fault files of ``config/``. Each test reads
 the Client's report and checks it against what the Agent put in the session's history (the final
 replay): every submission inserted once, and a resent prompt answered with the original
-``messageId``. Timeouts are the Client's own ``answer_timeout``; nothing sleeps.
+``messageId``. Nothing sleeps, and no test races a clock: a Client behind a proxy follows the
+proxy's trace (``follow_trace``: an answer the proxy lost is resent at once, and its
+``answer_timeout``, the harness's bound, never expires), except the one that checks that the
+Client alone resends on its timer, and asserts only what a slow answer cannot change.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ from proxy.tools.lab.client import (
     run_client,
 )
 
+pytestmark = pytest.mark.slow
+
 AGENT = (sys.executable, "-m", "proxy", "agent")
 PROXY = (sys.executable, "-m", "proxy", "run")
 CLIENT = (sys.executable, "-m", "proxy", "client")
 CONFIG = Path(__file__).parents[2] / "config"
 LOSE_FIRST = CONFIG / "lose-first-prompt-response.yaml"
 AGENT_DIES = CONFIG / "agent-dies-with-prompt-pending.yaml"
-AGENT_RESTARTS = CONFIG / "agent-restarts-with-prompt-pending.yaml"
 SEVER_CLIENT = CONFIG / "sever-client-after-keyed-prompt.yaml"
 GARBAGE = CONFIG / "garbage-from-agent.yaml"
 TEXTS = ("first", "second", "third")
@@ -49,9 +53,24 @@ def through_proxy(*proxy_options: str | Path, agent: tuple[str, ...] = AGENT) ->
     return (*PROXY, *map(str, proxy_options), "--", *agent)
 
 
+def followed(
+    tmp_path: Path, *proxy_options: str | Path, agent: tuple[str, ...] = AGENT
+) -> dict[str, object]:
+    """Options of a Client that spawns the proxy with a trace and follows it: what the proxy
+    loses is resent at once, and nothing else times out (``answer_timeout`` is the bound)."""
+    trace = tmp_path / "trace.jsonl"
+    return {
+        "agent_argv": through_proxy("--trace", trace, *proxy_options, agent=agent),
+        "follow_trace": trace,
+        "answer_timeout": TIMEOUT,
+    }
+
+
 async def run(**fields: object) -> ClientReport:
-    """Run the Client with these options; the report is also JSON and renders as text."""
-    async with asyncio.timeout(TIMEOUT):
+    """Run the Client with these options; the report is also JSON and renders as text. Starting
+    and stopping what it spawns get the harness's bound (``TIMEOUT``)."""
+    fields = {"setup_timeout": TIMEOUT, "grace": TIMEOUT, **fields}
+    async with asyncio.timeout(TIMEOUT * 2):
         report = await run_client(ClientOptions(**fields))  # type: ignore[arg-type]
     assert json.loads(json.dumps(report.to_json()))["ok"] == report.ok
     assert render(report)
@@ -152,11 +171,11 @@ async def test_over_a_network_transport(serve: Serve, scheme: str) -> None:
 # -- a lost answer on an open connection (T1) ----------------------------------------------------
 
 
-async def test_a_lost_answer_is_resent_with_the_same_key_and_gets_the_original() -> None:
+async def test_a_lost_answer_is_resent_with_the_same_key_and_gets_the_original(
+    tmp_path: Path,
+) -> None:
     """The first answer is dropped: a timeout, the same key again, the original messageId."""
-    report = await run(
-        agent_argv=through_proxy("--faults", LOSE_FIRST), prompts=TEXTS, answer_timeout=1.0
-    )
+    report = await run(**followed(tmp_path, "--faults", LOSE_FIRST), prompts=TEXTS)
     check_inserted_once(report)
     assert (report.connections, report.reconnects, report.resyncs) == (1, 0, 0)
     # The lost attempt stays unanswered; the retry on the same connection is answered.
@@ -165,6 +184,27 @@ async def test_a_lost_answer_is_resent_with_the_same_key_and_gets_the_original()
     assert first.attempts[1].message_id == first.message_id
     assert live_ids(report, "first") == [first.message_id]  # inserted by the first attempt
     assert outcomes(report, 1) == outcomes(report, 2) == [("answered", False, 1)]
+    assert "timeout" in render(report)
+
+
+async def test_alone_the_client_resends_when_its_timer_expires() -> None:
+    """No trace to follow: the dropped answer is noticed by ``answer_timeout`` alone.
+
+    A busy machine may make another answer slower than the timer too: each such timeout is one
+    more attempt with the same key (hence the room in ``max_attempts``), never a second message.
+    """
+    report = await run(
+        agent_argv=through_proxy("--faults", LOSE_FIRST),
+        prompts=TEXTS[:1],
+        answer_timeout=1.0,
+        max_attempts=20,
+    )
+    check_inserted_once(report, TEXTS[:1])
+    [first] = report.submissions
+    assert outcomes(report, 0)[0] == ("pending", True, 1)  # its answer was dropped
+    assert len(first.attempts) > 1
+    assert first.attempts[-1].outcome == "answered"
+    assert first.attempts[-1].message_id == first.message_id
     assert "timeout" in render(report)
 
 
@@ -250,20 +290,53 @@ async def test_without_a_store_the_respawned_agent_lost_the_session(tmp_path: Pa
     assert "2 prompt(s) not submitted" in render(report)
 
 
+def lose_first_and_respawn(tmp_path: Path) -> Path:
+    """A fault file: the first keyed answer is dropped and its Agent killed and started again
+    at that moment (the proxy keeps the Client's pipe)."""
+    path = tmp_path / "lose-first-and-respawn.yaml"
+    when = {
+        "direction": "to_client",
+        "kind": "response",
+        "method": "session/prompt",
+        "idempotency_key": "present",
+    }
+    first = {"nth": [1]}
+    rules = [
+        {
+            "name": "lose",
+            "when": when,
+            "schedule": first,
+            "do": {"action": "drop"},
+            "continue": True,
+        },
+        {
+            "name": "respawn",
+            "when": when,
+            "schedule": first,
+            "do": {"action": "kill_agent", "signal": "KILL", "respawn": True},
+        },
+    ]
+    path.write_text(json.dumps({"version": 1, "rules": rules}))
+    return path
+
+
 async def test_an_agent_restarted_behind_the_proxy_is_initialized_and_resumed_again(
     tmp_path: Path,
 ) -> None:
-    """The proxy starts a new Agent and keeps the pipe: -32600, initialize, resume, resend."""
-    argv = through_proxy(
-        "--faults",
-        LOSE_FIRST,
-        "--faults",
-        AGENT_RESTARTS,
-        agent=(*AGENT, "--store", str(tmp_path / "store")),
+    """The proxy starts a new Agent and keeps the pipe: -32600, initialize, resume, resend.
+
+    The Client resends once the trace says the new Agent is up (the answer was dropped and its
+    Agent replaced): the retry always meets the new Agent, however long it takes to start.
+    """
+    report = await run(
+        **followed(
+            tmp_path,
+            "--faults",
+            lose_first_and_respawn(tmp_path),
+            agent=(*AGENT, "--store", str(tmp_path / "store")),
+        ),
+        prompts=TEXTS,
     )
-    # The kill comes 100 ms after the prompt, well before the Client's timeout; the timeout also
-    # leaves the new Agent (a Python start, seconds on a busy machine) time to answer the retry.
-    report = await run(agent_argv=argv, prompts=TEXTS, answer_timeout=5.0)
     check_inserted_once(report)
     assert (report.connections, report.reconnects, report.resyncs) == (1, 0, 1)
     assert outcomes(report, 0) == [
@@ -299,10 +372,10 @@ async def test_a_severed_websocket_is_reconnected_and_the_session_resumed(serve:
 # -- an Agent that ignores keys ------------------------------------------------------------------
 
 
-async def test_an_agent_that_ignores_keys_inserts_the_retry_again() -> None:
+async def test_an_agent_that_ignores_keys_inserts_the_retry_again(tmp_path: Path) -> None:
     """``--no-dedupe``: the retry after the lost answer is a second message, one duplicate."""
-    argv = through_proxy("--faults", LOSE_FIRST, agent=(*AGENT, "--no-dedupe"))
-    report = await run(agent_argv=argv, prompts=TEXTS[:2], answer_timeout=1.0)
+    options = followed(tmp_path, "--faults", LOSE_FIRST, agent=(*AGENT, "--no-dedupe"))
+    report = await run(**options, prompts=TEXTS[:2])
     assert report.error is None
     assert report.duplicates == 1
     assert not report.ok
@@ -373,7 +446,8 @@ async def test_a_duplicate_seen_live_counts_though_the_final_replay_lacks_it(
     replay misses the second copy. The Client saw both live: one duplicate, as the ledger says.
     """
     state = tmp_path / "state.json"
-    argv = through_proxy(
+    options = followed(
+        tmp_path,
         "--faults",
         LOSE_FIRST,
         "--faults",
@@ -382,7 +456,7 @@ async def test_a_duplicate_seen_live_counts_though_the_final_replay_lacks_it(
         state,
         agent=(*AGENT, "--no-dedupe"),
     )
-    report = await run(agent_argv=argv, prompts=TEXTS[:2], answer_timeout=1.0)
+    report = await run(**options, prompts=TEXTS[:2])
     first, second = report.submissions
     [original, again] = live_ids(report, "first")
     assert report.history is not None
@@ -401,7 +475,10 @@ async def test_a_duplicate_seen_live_counts_though_the_final_replay_lacks_it(
 def test_the_client_command_exits_1_on_a_duplicate(tmp_path: Path) -> None:
     """``acp-proxy client`` prints the duplicate and exits 1, agreeing with the ledger."""
     state = tmp_path / "state.json"
+    trace = tmp_path / "trace.jsonl"
     argv = through_proxy(
+        "--trace",
+        trace,
         "--faults",
         LOSE_FIRST,
         "--faults",
@@ -410,8 +487,9 @@ def test_the_client_command_exits_1_on_a_duplicate(tmp_path: Path) -> None:
         state,
         agent=(*AGENT, "--no-dedupe"),
     )
+    patience = ["--answer-timeout", str(TIMEOUT), "--follow-trace", str(trace)]
     done = subprocess.run(
-        [*CLIENT, "-p", "first", "-p", "second", "--answer-timeout", "1", "--json", "--", *argv],
+        [*CLIENT, "-p", "first", "-p", "second", *patience, "--json", "--", *argv],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -489,12 +567,11 @@ def test_a_flood_of_copies_is_listed_in_bounded_text() -> None:
 # -- bad input and bad starts --------------------------------------------------------------------
 
 
-async def test_garbage_from_the_agent_is_skipped_and_lost_answers_resent() -> None:
+async def test_garbage_from_the_agent_is_skipped_and_lost_answers_resent(tmp_path: Path) -> None:
     """Corrupted messages are skipped; answers among them are recovered by resending the key."""
     report = await run(
-        agent_argv=through_proxy("--faults", GARBAGE, agent=(*AGENT, "--turn-ms", "1")),
+        **followed(tmp_path, "--faults", GARBAGE, agent=(*AGENT, "--turn-ms", "1")),
         prompts=TEXTS,
-        answer_timeout=1.0,
     )
     assert report.error is None
     assert all(s.confirmed for s in report.submissions)

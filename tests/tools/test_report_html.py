@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import TIMEOUT
 
 from proxy.tools.report import load_traces, summarize
 from proxy.tools.report.html import render_html, write_html
@@ -78,12 +79,14 @@ class Page(HTMLParser):
 
 
 def demo_trace(directory: Path, *options: str, status: int = 0) -> Path:
-    """Run the demo keeping its files; it exits ``status`` (1: it found a flaw)."""
+    """Run the demo keeping its files; it exits ``status`` (1: it found a flaw). The Client's
+    answer timeout is the harness's bound (the demo's Client follows the proxy's trace)."""
+    patience = ["--answer-timeout", str(TIMEOUT)]
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", "demo", "--keep", str(directory), *options],
+        [sys.executable, "-m", "proxy", "demo", *patience, "--keep", str(directory), *options],
         check=False,
         capture_output=True,
-        timeout=60,
+        timeout=TIMEOUT * 2,
     )
     assert done.returncode == status, done.stderr
     return directory / "trace.jsonl"
@@ -110,6 +113,7 @@ def assert_self_contained(html: str, page: Page) -> None:
     assert "url(" not in html
 
 
+@pytest.mark.slow  # the demo runs first
 def test_a_demo_trace_of_the_bad_agent(bad_trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     assert write_html([bad_trace], out) == 1  # duplicate_insert is failing
@@ -173,7 +177,7 @@ def test_a_demo_trace_of_the_bad_agent(bad_trace: Path, tmp_path: Path) -> None:
 
     # The summary tables.
     (findings,) = page.with_class("findings", "table")
-    assert page.text(findings).count("duplicate_insert") == 2
+    assert page.text(findings).count("duplicate_insert") == 3  # one per step: each key twice
     (fault_table,) = page.with_class("faults", "table")
     for rule in {f["rule"] for f in faults}:
         assert rule in page.text(fault_table)
@@ -202,6 +206,7 @@ def test_a_demo_trace_of_the_good_agent_exits_0(tmp_path: Path) -> None:
     assert '<table class="totals"><tbody>' in html  # no empty row of column titles
 
 
+@pytest.mark.slow  # the demo runs first
 @pytest.mark.parametrize("as_json", [False, True])
 def test_the_command_writes_the_page_and_with_json_prints_the_summary_too(
     bad_trace: Path, tmp_path: Path, as_json: bool
@@ -215,7 +220,7 @@ def test_the_command_writes_the_page_and_with_json_prints_the_summary_too(
         check=False,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=TIMEOUT,
     )
     assert done.returncode == 1
     assert done.stderr.strip() == f"wrote {out}"

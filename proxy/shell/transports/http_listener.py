@@ -21,6 +21,8 @@ Streamable HTTP as the SDKs speak it:
   its own session's stream, when that stream exists (a ``session/new`` answer creates it);
   everything else goes to the connection stream.
 * DELETE ends the connection and its streams (202; 400; 404).
+* A POST's body is admitted against the bytes in flight (:mod:`proxy.shell.inflight`) before it is
+  read: one that does not fit gets 503 with ``Retry-After`` (its message is not relayed).
 * An ``initialize`` the Agent does not answer within ``initialize_timeout`` gets 504 with a
   JSON-RPC error; the attempt's connection is dropped.
 * Once the proxy shuts down (:meth:`Listener.stop_accepting`), no connection is accepted and every
@@ -68,10 +70,11 @@ from proxy.core.jsonrpc import (
     error_response,
     parse,
 )
-from proxy.core.observations import Handling, InvalidSeen
+from proxy.core.observations import Handling, InflightRefused, InvalidSeen
 from proxy.core.sse import KEEPALIVE, encode_event
 from proxy.shell.endpoint import Endpoint, Received
 from proxy.shell.hostport import authority
+from proxy.shell.inflight import INFLIGHT_RETRY_AFTER_SECONDS, InflightBytes, Reservation
 from proxy.shell.limits import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -215,6 +218,7 @@ class Mailbox:
                     self.size -= len(event)
                     self._drained.set()
                     await self._write(response, event)  # lost if the receiver is gone
+                    del event  # written: not kept alive while the stream waits for the next
                 if self._ended:
                     await response.write_eof()
                     return response
@@ -254,6 +258,8 @@ class _Post:
 
     data: bytes
     settled: asyncio.Future[int | None]
+    reservation: Reservation | None
+    """Its bytes in flight, handed over to the link when it takes the message."""
 
 
 class HttpConnection:
@@ -298,14 +304,15 @@ class HttpConnection:
             out.add(hdrs.SET_COOKIE, value)
         return out
 
-    async def submit(self, message: Message) -> int | None:
-        """Hand a POSTed message to the relay; its fault status once taken (None: accepted)."""
+    async def submit(self, message: Message, reservation: Reservation | None = None) -> int | None:
+        """Hand a POSTed message (its bytes in flight in ``reservation``) to the relay; its
+        fault status once taken (None: accepted)."""
         if message.kind is Kind.REQUEST and message.id_key is not None:
             session = message.session
             self._request_sessions[message.id_key] = session
         self._note_session(message.session)
         settled: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        await self._inbox.put(_Post(message.raw, settled))
+        await self._inbox.put(_Post(message.raw, settled, reservation))
         return await settled
 
     def expect_initialize(self, key: IdKey) -> asyncio.Future[bytes]:
@@ -380,8 +387,14 @@ class HttpConnection:
         post = await self._inbox.get()
         if post is None:
             return None
+        if post.reservation is not None:
+            post.reservation.release()  # the link counts it from here on
         self._unsettled.append(post.settled)
         return post.data
+
+    def admits_in_flight(self) -> bool:
+        """Each POST's body is admitted against the bytes in flight before it is read."""
+        return True
 
     def receive_ready(self) -> bool:
         """Each message is written on its own: the link drains after every one."""
@@ -542,10 +555,13 @@ class Listener:
         on_connection: OnConnection,
         observer: Observer,
         client_waits: ClientWaits | None = None,
+        inflight: InflightBytes | None = None,
     ):
         """``client_waits``: whether a connection's Client awaits answers (then it is not idle);
-        without it, no Client is ever seen waiting."""
+        without it, no Client is ever seen waiting. ``inflight``: the bytes in flight across the
+        proxy, against which each POST's body is admitted before it is read."""
         self.config = config
+        self._inflight = inflight or InflightBytes(None)
         self._on_connection = on_connection
         self._observer = observer
         self._client_waits = client_waits
@@ -642,17 +658,70 @@ class Listener:
     async def _post(self, request: web.Request) -> web.StreamResponse:
         if request.content_type != "application/json":
             return _error(415, "Content-Type must be application/json")
+        body = await self._admitted_body(request)
+        if isinstance(body, web.Response):
+            return body
+        data, reservation = body
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"body exceeds {self.config.max_message_bytes} bytes")
-        parsed = parse(body)
+            return await self._relay_post(request, parse(data), reservation)
+        finally:
+            reservation.release()  # refused, or taken by the link (which counts it from then)
+
+    async def _admitted_body(
+        self, request: web.Request
+    ) -> tuple[bytes, Reservation] | web.Response:
+        """The body of a POST, admitted against the bytes in flight before it is read; or the
+        answer refusing it: 413 past ``--max-message-bytes``, 503 when it does not fit in what
+        the proxy may hold now (``Retry-After``: the message was not relayed, a retry is safe).
+
+        The body is read chunk by chunk, never through ``Request.read``, which would keep it
+        alive in the request object for as long as its connection is kept open."""
+        limit = self.config.max_message_bytes
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            return _error(413, f"body exceeds {limit} bytes")
+        reservation = self._inflight.admit(declared or 0)
+        if reservation is None:
+            return self._too_much_in_flight(declared or 0)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                if size > limit:
+                    reservation.release()
+                    return _error(413, f"body exceeds {limit} bytes")
+                if declared is None and not reservation.grow(len(chunk)):
+                    reservation.release()
+                    return self._too_much_in_flight(size)
+                chunks.append(chunk)
+        except BaseException:
+            reservation.release()
+            raise
+        return b"".join(chunks), reservation
+
+    def _too_much_in_flight(self, size: int) -> web.Response:
+        inflight = self._inflight
+        inflight.refused()
+        self._observer.observe(InflightRefused(Direction.TO_AGENT, size, inflight.count))
+        response = _error(
+            503,
+            f"the proxy holds {inflight.count} bytes in flight, its bound is {inflight.bound} "
+            "(--max-inflight-bytes); retry once peers have read",
+            ErrorCode.INTERNAL_ERROR,
+        )
+        response.headers[hdrs.RETRY_AFTER] = str(INFLIGHT_RETRY_AFTER_SECONDS)
+        return response
+
+    async def _relay_post(
+        self, request: web.Request, parsed: Message | Batch | Invalid, reservation: Reservation
+    ) -> web.StreamResponse:
         if isinstance(parsed, Batch):
             return _error(501, "batches are not supported over Streamable HTTP")
         if isinstance(parsed, Invalid):
             return self._invalid(parsed, 400)
         if parsed.kind is Kind.REQUEST and parsed.method == acp.INITIALIZE:
-            return await self._initialize(request, parsed)
+            return await self._initialize(request, parsed, reservation)
         connection_id = request.headers.get(CONNECTION_ID)
         if not connection_id:
             return _error(400, f"missing {CONNECTION_ID} header")
@@ -670,7 +739,7 @@ class Listener:
             if not connection.admits(parsed.session, parsed.method):
                 request_id = parsed.id_token if parsed.kind is Kind.REQUEST else None
                 return self._too_many_sessions(connection, request_id)
-            status = await connection.submit(parsed)
+            status = await connection.submit(parsed, reservation)
             return web.Response(status=status or 202, headers=connection.response_headers())
 
     def _too_many_sessions(
@@ -694,7 +763,9 @@ class Listener:
             request_id,
         )
 
-    async def _initialize(self, request: web.Request, message: Message) -> web.StreamResponse:
+    async def _initialize(
+        self, request: web.Request, message: Message, reservation: Reservation
+    ) -> web.StreamResponse:
         assert message.id_key is not None
         connection = HttpConnection(secrets.token_hex(16), self.config.max_sessions)
         answer = connection.expect_initialize(message.id_key)
@@ -707,7 +778,7 @@ class Listener:
             return _error(502, refused.message, ErrorCode.INTERNAL_ERROR, message.id_token)
         self.connections[connection.connection_id] = connection
         self._watch_idle(connection)
-        status = await connection.submit(message)
+        status = await connection.submit(message, reservation)
         if status is not None:
             self._forget(connection)
             connection.terminate()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -239,6 +240,7 @@ class HttpUpstream:
             while (data := await self._outbox.get()) is not None:
                 await self._post(data)
                 self._queued -= len(data)
+                del data  # posted: not kept alive while the next one is awaited
                 if self._queued <= OUTBOX_HIGH_WATER:
                     self._room.set()
             if self.connection_id is not None and not self._ended:
@@ -300,8 +302,10 @@ class HttpUpstream:
     async def _exchange(self, data: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
         """POST ``data``: the status and body of the answer. The answer to ``initialize`` gives
         the connection its id and opens its stream."""
+        # From a buffer, the body is written in chunks, each waiting for the socket to take
+        # the last (as raw bytes, a large body would sit whole in the transport's buffer).
         async with self._http.post(
-            self.url, data=data, headers=headers, timeout=self._timeout
+            self.url, data=io.BytesIO(data), headers=headers, timeout=self._timeout
         ) as response:
             self._answered(response)
             body = await response.read()
@@ -335,6 +339,12 @@ class HttpUpstream:
         if isinstance(data, bytes):
             self._watch_sessions(data)
         await self._put(data)
+
+    async def _deliver(self, items: list[Received]) -> None:
+        """Queue the messages one chunk of a stream completed (once this returns, nothing here
+        refers to them: a stream waiting for its next chunk keeps no message alive)."""
+        for item in items:
+            await self._incoming(item)
 
     async def _put(self, data: Received) -> None:
         """Queue ``data`` for the relay, once the inbox is below its high-water mark."""
@@ -430,10 +440,8 @@ class HttpUpstream:
                     )
                     return
                 async for chunk in response.content.iter_any():
-                    for item in decoder.feed(chunk):
-                        await self._incoming(item)
-                for item in decoder.eof():
-                    await self._incoming(item)
+                    await self._deliver(decoder.feed(chunk))
+                await self._deliver(decoder.eof())
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.info("a stream from the agent ended", session=session, error=str(exc))
         finally:

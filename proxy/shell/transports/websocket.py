@@ -154,6 +154,7 @@ class _WsEndpoint:
         try:
             while (data := await self._outbox.get()) is not None:
                 await self._send_frame(data)
+                del data  # sent: not kept alive while the next one is awaited
         except (ConnectionError, RuntimeError, websockets.ConnectionClosed) as exc:
             log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
         finally:
@@ -334,6 +335,7 @@ class WsClientEndpoint(_WsEndpoint):
 
     def __init__(self, connection: ClientConnection) -> None:
         self.connection = connection
+        self._release_ping: asyncio.Task[None] | None = None
         super().__init__()
 
     async def receive(self) -> Received | None:
@@ -348,9 +350,27 @@ class WsClientEndpoint(_WsEndpoint):
             if isinstance(data, bytes):
                 log.warning("binary WebSocket frame from the agent ignored", size=len(data))
                 continue
+            if len(data) >= RELEASE_PING_BYTES and (
+                self._release_ping is None or self._release_ping.done()
+            ):
+                self._release_ping = asyncio.get_running_loop().create_task(self._ping())
             return data.encode("utf-8", "surrogatepass")
         self._ended()
         return None
+
+    async def _ping(self) -> None:
+        """A ping whose pong is the next frame the library parses (see
+        :data:`RELEASE_PING_BYTES`); in a task of its own, since sending may wait for the socket."""
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await self.connection.ping()
+
+    async def wait_closed(self) -> None:
+        """Wait for the close handshake to finish; a ping still being sent is dropped."""
+        try:
+            await super().wait_closed()
+        finally:
+            if self._release_ping is not None:
+                self._release_ping.cancel()
 
     async def _send_frame(self, data: bytes) -> None:
         await self.connection.send(data, text=True)
@@ -359,6 +379,15 @@ class WsClientEndpoint(_WsEndpoint):
         await self.connection.close(code=code, reason=reason)
 
 
+RELEASE_PING_BYTES = 1024 * 1024
+"""A message from an Agent this large or larger is followed by a ping: the ``websockets``
+library's parser keeps the last frame it parsed alive (a local variable of its generator) until
+the next frame arrives, up to the next keepalive 20 s later; the pong is that next frame, and an
+idle link keeps no large message alive."""
+WS_READ_AHEAD = 2
+"""Frames the ``websockets`` client reads ahead of the relay from an Agent (its ``max_queue``;
+16 by default): what it buffers is outside the proxy's count of bytes in flight, and a frame may
+be ``--max-message-bytes`` long, so the link's own reader, which waits at that bound, decides."""
 CONNECT_TIMEOUT = 10.0
 """Seconds to reach a network Agent (``--connect-timeout``): the TCP connection and, for a
 WebSocket, its opening handshake. A loopback or LAN Agent answers in milliseconds; 10 s leaves
@@ -383,6 +412,7 @@ async def connect_ws(
         url,
         additional_headers=dict(headers or {}),
         max_size=limit,
+        max_queue=WS_READ_AHEAD,
         open_timeout=open_timeout,
         proxy=None,
         compression=None,

@@ -7,7 +7,10 @@ It is the Client side of the retry lab (DESIGN 8, issue 6), written to the idemp
   JSON-RPC request with a new ``id`` and the same ``idempotencyKey``.
 * No answer within ``answer_timeout``: the outcome is unknown, so the prompt is sent again with
   the same key on the same connection (trace T1); a late answer to an earlier attempt still
-  confirms the submission.
+  confirms the submission. With ``follow_trace`` (the trace of the proxy in front of the Agent,
+  :mod:`proxy.trace_follow`) an answer the proxy lost times out at once, and the timer is left
+  for answers that are really late: what a run shows does not depend on the machine's
+  speed (``acp-proxy demo`` runs the Client so).
 * The connection fails (stdout EOF when the spawned command exits, the WebSocket closes, the HTTP
   connection stream ends): the Client connects again (respawning a stdio command), sends
   ``initialize`` and ``session/resume`` with ``replayFrom: {"type": "start"}``, collects the
@@ -17,9 +20,11 @@ It is the Client side of the retry lab (DESIGN 8, issue 6), written to the idemp
   longer knows this connection or session (an Agent restarted behind a proxy that kept the pipe):
   the Client first initializes and resumes again on the same connection.
 * At the end the session is resumed once more with a full replay (the history the report
-  shows). The verdict counts every ``user_message`` seen for a submission: live during a turn
-  and replayed by any ``session/resume``, on every connection, and the ``messageId`` s its
-  attempts were answered with. A submission with more than one distinct ``messageId`` was
+  shows); with ``follow_trace``, once the proxy has nothing held for the Agent or outstanding
+  there (a copy it injected has been answered), so that history is final. The verdict counts
+  every ``user_message`` seen for a submission: live during a turn and replayed by any
+  ``session/resume``, on every connection, and the ``messageId`` s its attempts were answered
+  with. A submission with more than one distinct ``messageId`` was
   inserted more than once (the RFD's invariant is one), as the proxy's ledger judges
   ``duplicate_insert``: an Agent's replay that leaves a copy out hides nothing.
 
@@ -37,6 +42,7 @@ import itertools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -49,6 +55,7 @@ from proxy.shell.log import get_logger, shorten
 from proxy.shell.transports.http_upstream import connect_http
 from proxy.shell.transports.stdio import spawn_agent
 from proxy.shell.transports.websocket import connect_ws
+from proxy.tools.lab.trace_follow import TraceFollower
 
 __all__ = [
     "Attempt",
@@ -100,13 +107,20 @@ class ClientOptions:
     max_attempts: int = 5
     """Requests per submission (and tries per reconnection) before giving up."""
     cwd: str = "/"
-    setup_timeout: float = 10.0
-    """Seconds to wait for an answer to ``initialize``, ``session/new`` or ``session/resume``."""
+    setup_timeout: float = 30.0
+    """Seconds to wait for an answer to ``initialize``, ``session/new`` or ``session/resume``
+    (a command just spawned, a Python Agent behind a proxy, starts in seconds on a busy
+    machine)."""
     verify: bool = True
     """Resume the session with a full replay at the end, to count the copies in history."""
     grace: float = 5.0
     """Seconds a spawned command gets to exit after its stdin closes (then SIGTERM, SIGKILL)."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    follow_trace: Path | None = None
+    """The trace (``--trace``) of the proxy in front of the Agent, used by this Client alone
+    (:mod:`proxy.trace_follow`): an answer it says is lost (dropped, or owed by an Agent the
+    proxy replaced) counts as timed out at once, and the final replay waits (``answer_timeout``
+    at most) until the proxy has nothing held for the Agent or outstanding there."""
 
     def __post_init__(self) -> None:
         if bool(self.agent_argv) == (self.connect is not None):
@@ -138,7 +152,8 @@ class Attempt:
     outcome: Outcome = "pending"
     """``pending`` until answered; still ``pending`` in the report means never answered."""
     timed_out: bool = False
-    """The Client stopped waiting for it (``answer_timeout``) and sent another attempt."""
+    """The Client stopped waiting for it (``answer_timeout``, or the followed trace said its
+    answer was dropped) and sent another attempt."""
     message_id: str | None = None
     error: dict[str, Any] | None = None
     """``code`` and ``message`` of an error answer."""
@@ -469,6 +484,7 @@ class _Run:
         self.report = ClientReport(options.transport)
         self.connection: _Connection | None = None
         self._ids = itertools.count(1)
+        self._trace: TraceFollower | None = None
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -685,22 +701,49 @@ class _Run:
                 # this connection may yet be answered, and a success among them still counts.
                 action = self._after_failure(submission)
                 continue
-            waiting = [f for c, f in sent if c is current and not f.done()]
-            done, _ = await asyncio.wait(
-                waiting, timeout=self.options.answer_timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            if done:
+            waiting = {
+                attempt.request_id: future
+                for attempt, (connection, future) in zip(submission.attempts, sent, strict=True)
+                if connection is current and not future.done()
+            }
+            if await self._answered(waiting):
                 action = "wait"
                 continue
             for attempt, (_, future) in zip(submission.attempts, sent, strict=True):
                 if not future.done():
                     attempt.timed_out = True
+            action = "send"
+
+    async def _answered(self, waiting: dict[int, asyncio.Future[Answer]]) -> bool:
+        """Wait for an answer to one of ``waiting`` (by request id): ``True`` when one came (or
+        the connection ended), ``False`` when they are lost: ``answer_timeout`` passed, or the
+        followed trace says every one of them is lost (dropped, or owed by a replaced Agent)."""
+        futures: set[asyncio.Future[Any]] = set(waiting.values())
+        dropped = None
+        if self._trace is not None:
+            dropped = asyncio.get_running_loop().create_task(self._trace.lost(waiting))
+            futures.add(dropped)
+        try:
+            done, _ = await asyncio.wait(
+                futures, timeout=self.options.answer_timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            if dropped is not None:
+                dropped.cancel()
+        if any(future in done for future in waiting.values()):
+            return True
+        if dropped is not None and dropped in done:
+            log.warning(
+                "the proxy's trace says the answer is lost; resending with the same key",
+                ids=list(waiting),
+            )
+        else:
             log.warning(
                 "no answer in time; the outcome is unknown, resending with the same key",
-                key=submission.key,
+                ids=list(waiting),
                 timeout=self.options.answer_timeout,
             )
-            action = "send"
+        return False
 
     def _after_failure(self, submission: Submission) -> Literal["send", "resync", "reconnect"]:
         """What to do when no attempt on the current connection can still be answered."""
@@ -732,6 +775,7 @@ class _Run:
 
     async def _verify(self) -> None:
         """Resume once more with a full replay: the history the report is judged on."""
+        await self._settle()
         for _ in range(self.options.max_attempts):
             connection = self.connection
             if connection is None or connection.lost:
@@ -747,7 +791,34 @@ class _Run:
             self.report.history = list(resume.user_message_ids)
             return
 
+    async def _settle(self) -> None:
+        """With a followed trace: wait (``answer_timeout`` at most) until the proxy relayed
+        every answer this Client got and has nothing held for the Agent or outstanding there."""
+        if self._trace is None:
+            return
+        answered = [
+            attempt.request_id
+            for submission in self.report.submissions
+            for attempt in submission.attempts
+            if attempt.outcome == "answered"
+        ]
+        try:
+            await asyncio.wait_for(self._trace.quiet(answered), self.options.answer_timeout)
+        except TimeoutError:
+            log.warning(
+                "the proxy still has requests at the agent; verifying anyway",
+                timeout=self.options.answer_timeout,
+            )
+
     async def run(self) -> ClientReport:
+        async with contextlib.AsyncExitStack() as stack:
+            if self.options.follow_trace is not None:
+                self._trace = await stack.enter_async_context(
+                    TraceFollower(self.options.follow_trace)
+                )
+            return await self._run()
+
+    async def _run(self) -> ClientReport:
         try:
             await self._open()
             for number, text in enumerate(self.options.prompts):

@@ -9,6 +9,13 @@ proxy, which runs a built-in fault file:
    resumes the session and resends;
 3. the third keyed prompt reaches the Agent twice, under two ids (a replayed retry).
 
+What the run shows does not depend on the machine's speed. The Client follows the proxy's trace
+(:mod:`proxy.trace_follow`): its timeout for an answer ends the moment the proxy drops that
+answer, so a slow answer is never taken for a lost one and the rules' counts always meet the
+same messages; a killed Agent ends the connection, which the Client sees; and the final history
+is read once the proxy's copy in step 3 has been answered. The Client's retries are its own:
+same key, new id, reconnect, resume, as when it runs alone on a timer.
+
 The Agent is the reference one with a session store, or with ``--bad-agent`` the reference one
 ignoring keys, or any Agent command given after ``--`` (spawned over stdio by the proxy). Then it
 prints what happened: the faults injected, the Client's attempts and verdict, the messages in the
@@ -30,7 +37,7 @@ from proxy.tools.lab.client import ClientOptions, ClientReport, run_client
 from proxy.tools.lab.client import render as render_client
 from proxy.tools.report import findings_phrase, load_traces, plural, render_text, summarize
 
-__all__ = ["DEMO_FAULTS", "DemoResult", "run_demo"]
+__all__ = ["ANSWER_TIMEOUT", "DEMO_FAULTS", "DemoResult", "run_demo"]
 
 DEMO_FAULTS = """\
 version: 1
@@ -42,21 +49,30 @@ rules:
     do: {action: drop}
   - name: lose-second-answer
     when: {direction: to_client, kind: response, method: session/prompt, idempotency_key: present}
-    schedule: {nth: [2]}
+    schedule: {nth: [3]}
     do: {action: drop}
     continue: true
   - name: kill-agent-with-the-second-answer
     when: {direction: to_client, kind: response, method: session/prompt, idempotency_key: present}
-    schedule: {nth: [2]}
+    schedule: {nth: [3]}
     do: {action: kill_agent, signal: KILL}
   - name: replay-third-prompt
     when: {direction: to_agent, kind: request, method: session/prompt, idempotency_key: present}
     schedule: {nth: [5]}
     do: {action: duplicate, copies: 1, gap_ms: 10}
 """
-"""The built-in fault file. Each rule counts its own matches: the 2nd answer ``lose-second-answer``
-sees is the second prompt's (the first rule took the first answer), and the 5th keyed request is
-the third prompt's first attempt (after one retry each of the first two)."""
+"""The built-in fault file. Each rule counts every message its ``when`` matches, those an earlier
+rule acted on included: the 3rd keyed answer is the second prompt's (after the first prompt's
+lost answer and its retry's), and the 5th keyed request is the third prompt's first attempt
+(after one retry each of the first two). The counts hold because the Client resends only what
+the proxy dropped (it follows the trace), never an answer that is merely slow."""
+
+ANSWER_TIMEOUT = 10.0
+"""Seconds the Client waits for an answer the proxy did not drop (then resends)."""
+STARTUP_TIMEOUT = 30.0
+"""Seconds the proxy and the Agent it spawns get to start and answer ``initialize`` (a busy
+machine starts Python slowly), and to exit once the Client is done with them (the proxy saves
+its ``--state`` and its last trace lines as it exits)."""
 
 PROMPTS = ("Run the database migration", "Deploy to staging", "Send the release notes")
 
@@ -86,10 +102,13 @@ async def run_demo(
     bad_agent: bool = False,
     agent_argv: tuple[str, ...] = (),
     directory: Path | None = None,
-    answer_timeout: float = 1.0,
+    answer_timeout: float = ANSWER_TIMEOUT,
 ) -> DemoResult:
     """Run the lab once against ``agent_argv`` (default: the reference Agent, ignoring keys with
-    ``bad_agent``); keep its files in ``directory`` (a temporary one by default)."""
+    ``bad_agent``); keep its files in ``directory`` (a temporary one by default).
+
+    The Client follows the proxy's trace: it resends when the proxy dropped an answer, and waits
+    ``answer_timeout`` for the others (only an Agent that does not answer ever spends it)."""
     if bad_agent and agent_argv:
         raise ValueError("--bad-agent picks the reference Agent: give it or an Agent command")
     with tempfile.TemporaryDirectory(prefix="acp-demo-") as scratch:
@@ -98,6 +117,9 @@ async def run_demo(
         faults = work / "demo-faults.yaml"
         faults.write_text(DEMO_FAULTS)
         trace = work / "trace.jsonl"
+        state = work / "proxy-state.json"
+        for previous in (trace, state):  # a kept directory used again: this run's files only
+            previous.unlink(missing_ok=True)
         agent = list(agent_argv) or [
             sys.executable,
             "-m",
@@ -115,7 +137,7 @@ async def run_demo(
             "--faults",
             str(faults),
             "--state",
-            str(work / "proxy-state.json"),
+            str(state),
             "--trace",
             str(trace),
             "--log-level",
@@ -124,7 +146,14 @@ async def run_demo(
             *agent,
         ]
         report = await run_client(
-            ClientOptions(agent_argv=tuple(proxy), prompts=PROMPTS, answer_timeout=answer_timeout)
+            ClientOptions(
+                agent_argv=tuple(proxy),
+                prompts=PROMPTS,
+                answer_timeout=answer_timeout,
+                setup_timeout=max(STARTUP_TIMEOUT, answer_timeout),
+                grace=STARTUP_TIMEOUT,
+                follow_trace=trace,
+            )
         )
         if report.exit_status == 2:
             return DemoResult(report, None, _unchecked(report, agent_argv), 2)
@@ -179,7 +208,10 @@ def _result(report: ClientReport, summary: dict[str, Any], own_agent: bool) -> l
             f"proxy found {findings_phrase(summary)}."
         )
     if twice:
-        lines.append("The Agent ran work twice after a lost answer: it does not honour keys.")
+        lines.append(
+            "The Agent inserted a prompt again under a key it had seen (a retry after a lost "
+            "answer, a replayed request): it does not honour keys."
+        )
     if report.stop == "session_lost":
         lines.append(
             "The Agent lost the session when it was killed (step 2): the Client could not "

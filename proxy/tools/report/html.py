@@ -529,7 +529,7 @@ class _Timeline:
         disposition = record.disposition
         relayed = disposition is Disposition.RELAYED
         kind = record.kind
-        classes = [record.direction.value, kind.value, _css_word(disposition)]
+        classes = [record.direction.value, _css_word(kind), _css_word(disposition)]
         if not relayed:
             classes.append("stopped")
         held = None
@@ -547,7 +547,8 @@ class _Timeline:
             if start != _X_PROXY:
                 row.shapes += _arrow(start, _X_PROXY, y, head=False)
             row.shapes.append(_cross(_X_PROXY, y, "stop"))
-        text = f"{record.method} {kind}" if record.method else str(kind)
+        what = kind or "message"
+        text = f"{record.method} {what}" if record.method else str(what)
         text += _ids(record)
         if record.session:
             text += f" {record.session}"

@@ -205,7 +205,8 @@ class _Counts:
     def _message(self, record: MessageRecord) -> None:
         disposition = str(record.disposition)
         self.dispositions[disposition] += 1
-        direction, kind = record.direction.value, record.kind.value
+        direction = record.direction.value
+        kind = "-" if record.kind is None else record.kind.value
         method = record.method or "-"
         if record.disposition is not Disposition.RELAYED:
             reason = "" if record.reason is None else str(record.reason)
