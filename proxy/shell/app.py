@@ -201,10 +201,10 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     bad, :class:`~proxy.core.errors.StartupError` when its trace or state file cannot be used."""
     faults = load_fault_files(options.faults)
     engine = build_engine(options, faults)
-    tally = Tally()
     links = _Links()
     inflight = InflightBytes(options.limits.max_inflight_bytes)
     metrics = Metrics(pending=links.pending, inflight=inflight)
+    tally = metrics.tally  # counted once: the closing log line and the metrics read it
     feed = EventFeed(max_subscribers=options.limits.max_event_subscribers, observer=metrics)
 
     def failed(file: str) -> Callable[[str], None]:
@@ -219,7 +219,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     trace = None
     if options.trace is not None:
         trace = TraceWriter(options.trace, on_failure=failed("trace"))
-    observers: list[Observer] = [tally, LogObserver(), metrics, feed, ledger]
+    observers: list[Observer] = [LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
     if saver is not None:
