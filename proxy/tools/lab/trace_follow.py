@@ -31,6 +31,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from types import TracebackType
 
+from proxy.core.actions import ActionName
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import Kind
 from proxy.core.records import (
@@ -52,7 +53,9 @@ POLL = 0.01
 """Seconds between two looks at the trace file (it only delays what is read, never changes it)."""
 CHUNK = 1 << 20
 """Bytes read from the trace at most per look."""
-LINK_FAULTS = frozenset({"kill_agent", "restart_proxy", "sever", "close_stream"})
+LINK_FAULTS = frozenset(
+    {ActionName.KILL_AGENT, ActionName.RESTART_PROXY, ActionName.SEVER, ActionName.CLOSE_STREAM}
+)
 """Actions that end the connection or replace the Agent. An answer dropped with one of them is
 reported lost only once a new Agent is connected on the link: if the link ends instead, its end
 tells the Client, and resending before that would race the proxy going down."""
@@ -132,7 +135,7 @@ class TraceState:
         self._outstanding.pop(forwarded, None)
         actions = self._faults.pop(forwarded, set())
         disposition = record.disposition
-        if disposition is Disposition.RELAYED and "corrupt" in actions:
+        if disposition is Disposition.RELAYED and ActionName.CORRUPT in actions:
             self.lost.add(client_id)  # sent as bytes no Client can take for an answer
         elif disposition is Disposition.RELAYED:
             self.answered.add(client_id)
