@@ -26,7 +26,15 @@ from proxy.shell.admin import (
     check_admin_token,
     read_admin_token_file,
 )
-from proxy.shell.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions
+from proxy.shell.app import RunOptions
+from proxy.shell.defaults import (
+    AGENT_GRACE,
+    CONNECT_TIMEOUT,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    HTTP_TIMEOUT,
+    INITIALIZE_TIMEOUT,
+    SHUTDOWN_TIMEOUT,
+)
 from proxy.shell.fault_files import load_fault_files
 from proxy.shell.hostport import parse_host_port
 from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
@@ -40,10 +48,7 @@ from proxy.shell.limits import (
 )
 from proxy.shell.log import configure_logging
 from proxy.shell.origin_policy import parse_allowed_host, parse_allowed_origin
-from proxy.shell.server import SHUTDOWN_TIMEOUT, parse_address
-from proxy.shell.transports.http_listener import INITIALIZE_TIMEOUT
-from proxy.shell.transports.http_upstream import HTTP_TIMEOUT
-from proxy.shell.transports.websocket import CONNECT_TIMEOUT
+from proxy.shell.server import parse_address
 from proxy.tools.bench import bench_main, make_options
 from proxy.tools.check_agent import (
     TRACES,
@@ -261,7 +266,7 @@ def run(
     agent_grace: Annotated[
         float,
         typer.Option(min=0, help="Seconds the Agent gets to exit before SIGTERM, then SIGKILL."),
-    ] = 5.0,
+    ] = AGENT_GRACE,
     connect_timeout: Annotated[
         float,
         typer.Option(

@@ -22,6 +22,14 @@ from proxy.core.faultfile import Note
 from proxy.core.ledger import Ledger
 from proxy.core.relay import Relay
 from proxy.shell.admin import AdminServer, Runtime
+from proxy.shell.defaults import (
+    AGENT_GRACE,
+    CONNECT_TIMEOUT,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    HTTP_TIMEOUT,
+    INITIALIZE_TIMEOUT,
+    SHUTDOWN_TIMEOUT,
+)
 from proxy.shell.endpoint import Signalable
 from proxy.shell.fault_files import LoadedFaults, load_fault_files, watch_fault_files
 from proxy.shell.hostport import authority
@@ -33,7 +41,6 @@ from proxy.shell.metrics import Metrics
 from proxy.shell.observers import Fanout, LogObserver, Observer, Tally
 from proxy.shell.origin_policy import Allowances
 from proxy.shell.server import (
-    SHUTDOWN_TIMEOUT,
     STDIO,
     Address,
     NetworkProxy,
@@ -42,13 +49,9 @@ from proxy.shell.server import (
 )
 from proxy.shell.state import StateFile, StateSaver
 from proxy.shell.trace import EventFeed, TraceWriter
-from proxy.shell.transports.http_listener import INITIALIZE_TIMEOUT
-from proxy.shell.transports.http_upstream import HTTP_TIMEOUT
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
-from proxy.shell.transports.websocket import CONNECT_TIMEOUT
 
 __all__ = [
-    "DEFAULT_MAX_MESSAGE_BYTES",
     "Ready",
     "RunOptions",
     "build_engine",
@@ -58,9 +61,6 @@ __all__ = [
 ]
 
 log = get_logger("proxy.app")
-
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""DESIGN 10: the default bound on one message, on every transport."""
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -77,7 +77,7 @@ class RunOptions:
     agent_argv: tuple[str, ...]
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     strict: bool = False
-    agent_grace: float = 5.0
+    agent_grace: float = AGENT_GRACE
     """Seconds the Agent gets to exit after stdin closes (or a signal) before SIGTERM/SIGKILL."""
     faults: tuple[Path, ...] = ()
     seed: int | None = None

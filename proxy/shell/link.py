@@ -77,6 +77,7 @@ from proxy.core.events import (
 )
 from proxy.core.observations import Connected, Disconnected, Observation, Restarted, RestartWhat
 from proxy.core.relay import Relay
+from proxy.shell.defaults import HELD_HIGH_WATER, STALL_SECONDS
 from proxy.shell.endpoint import (
     Admitting,
     ClosesWithReason,
@@ -96,10 +97,6 @@ log = get_logger("proxy.link")
 
 _link_ids = itertools.count(1)
 
-STALL_SECONDS = 1.0
-"""How long a peer may leave the proxy waiting to write before it is logged as stalled."""
-HELD_HIGH_WATER = 8 * 1024 * 1024
-"""Bytes a link's timers may hold (delayed messages, spaced copies) before its readers wait."""
 GOING_AWAY = 1001
 """The WebSocket close code of a Client's connection closed because the proxy shuts down."""
 INTERNAL_ERROR = 1011

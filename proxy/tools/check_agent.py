@@ -38,6 +38,7 @@ import orjson
 import yaml
 
 from proxy.core.jsonrpc import ErrorCode
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.shell.transports.http_upstream import connect_http
@@ -58,7 +59,6 @@ __all__ = [
 
 log = get_logger("proxy.check")
 
-LIMIT = 64 * 1024 * 1024
 PROXY_START_TIMEOUT = 30.0
 """Seconds a listening proxy has to say where it listens."""
 
@@ -331,7 +331,7 @@ class Lab:
         command = [*self._command, "--", *self.options.agent_argv]
         self._proxy = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, limit=LIMIT,
+            stderr=asyncio.subprocess.PIPE, limit=DEFAULT_MAX_MESSAGE_BYTES,
         )  # fmt: skip
         assert self._proxy.stderr is not None
         log_file = self._log_file()
@@ -374,16 +374,20 @@ class Lab:
         if self.transport == "stdio":
             with self._log_file() as log_file:  # the proxy's stderr: for diagnosis, not the user
                 process = await spawn_agent(
-                    self._command, limit=LIMIT, grace=1.0, stderr=log_file, announce_exit=False
+                    self._command,
+                    limit=DEFAULT_MAX_MESSAGE_BYTES,
+                    grace=1.0,
+                    stderr=log_file,
+                    announce_exit=False,
                 )  # its exit is told in the verdict
             self._processes.append(process)
             endpoint = process
         elif self.transport == "ws":
             assert self._url is not None
-            endpoint = await connect_ws(self._url, limit=LIMIT)
+            endpoint = await connect_ws(self._url, limit=DEFAULT_MAX_MESSAGE_BYTES)
         else:
             assert self._url is not None
-            endpoint = await connect_http(self._url, limit=LIMIT)
+            endpoint = await connect_http(self._url, limit=DEFAULT_MAX_MESSAGE_BYTES)
         conversation = Conversation(endpoint, self.options.answer_timeout)
         self._conversations.append(conversation)
         return conversation

@@ -72,6 +72,12 @@ from proxy.core.jsonrpc import (
 )
 from proxy.core.observations import Handling, InflightRefused, InvalidSeen
 from proxy.core.sse import KEEPALIVE, encode_event
+from proxy.shell.defaults import (
+    HANDLERS_GRACE,
+    INITIALIZE_TIMEOUT,
+    KEEPALIVE_SECONDS,
+    STREAM_HIGH_WATER,
+)
 from proxy.shell.endpoint import Endpoint, Received
 from proxy.shell.hostport import authority
 from proxy.shell.inflight import INFLIGHT_RETRY_AFTER_SECONDS, InflightBytes, Reservation
@@ -116,16 +122,6 @@ it for. The Python SDK's Client sends it for these only (not on ``session/load``
 would refuse the Python Client's own ``session/load``."""
 SESSION_MAKERS = frozenset({"session/new", "session/fork"})
 """Methods whose answer names a new session: refused on a connection that has all it may."""
-KEEPALIVE_SECONDS = 15.0
-INITIALIZE_TIMEOUT = 30.0
-"""Seconds the Agent has to answer ``initialize`` (``--initialize-timeout``). An Agent answers
-it in milliseconds once it runs; 30 s cover a slow start (an ``npx`` download, a cold JIT), and a
-Client is told before its own patience ends."""
-HANDLERS_GRACE = 2.0
-"""Seconds the requests still being served when the listener stops get to finish (their links
-have ended by then, so they are only writing their last bytes); then their connections close."""
-STREAM_HIGH_WATER = 8 * 1024 * 1024
-"""Bytes a stream may hold for a receiver before the reader on the Agent's side waits."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ import orjson
 from proxy import __version__
 from proxy.core.framing import Oversized
 from proxy.core.jsonrpc import ErrorCode
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger, shorten
 from proxy.shell.transports.http_upstream import connect_http
@@ -72,7 +73,6 @@ __all__ = [
 log = get_logger("proxy.client")
 
 PROTOCOL_VERSION = 2
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 RESYNC_CODES = frozenset({ErrorCode.INVALID_REQUEST, ErrorCode.RESOURCE_NOT_FOUND})
 """Errors to a prompt meaning the Agent lost the connection's state: initialize and resume again."""
 MAX_BACKOFF = 2.0
