@@ -1,32 +1,26 @@
-"""The command line (typer; names from DESIGN 3): it parses options and wires
-:mod:`proxy.shell.app`."""
+"""The command line (typer; names from DESIGN 3): it parses options and dispatches.
+
+Each command turns its options into the options' model of its tool (which checks them: an
+:class:`~proxy.core.errors.OptionError` is a usage error, exit 2), imports the tool when it runs
+(``acp-proxy run`` loads nothing of :mod:`proxy.tools`), and exits with the status the tool
+returns (:func:`_command`, the one place that turns either into an exit).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import json
-import os
-import shutil
-import signal
-import sys
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn, ParamSpec
 
 import typer
 
 from proxy import __version__
-from proxy.core.errors import ConfigError, StartupError
-from proxy.core.faultfile import FaultFileError, fault_file_schema, rule_notes
+from proxy.core.errors import OptionError
 from proxy.core.relay import DEFAULT_MAX_PENDING
-from proxy.shell import app as application
-from proxy.shell.admin import (
-    ADMIN_TOKEN_ENV,
-    check_admin_host,
-    check_admin_token,
-    read_admin_token_file,
-)
-from proxy.shell.app import RunOptions
+from proxy.shell.admin import ADMIN_TOKEN_ENV
+from proxy.shell.app import RunOptions, run_main
 from proxy.shell.defaults import (
     AGENT_GRACE,
     CONNECT_TIMEOUT,
@@ -35,8 +29,7 @@ from proxy.shell.defaults import (
     INITIALIZE_TIMEOUT,
     SHUTDOWN_TIMEOUT,
 )
-from proxy.shell.fault_files import load_fault_files
-from proxy.shell.hostport import parse_host_port
+from proxy.shell.fault_files import schema_main, validate_main
 from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 from proxy.shell.limits import (
     DEFAULT_HEADER_TIMEOUT,
@@ -47,24 +40,6 @@ from proxy.shell.limits import (
     Limits,
 )
 from proxy.shell.log import configure_logging
-from proxy.shell.origin_policy import parse_allowed_host, parse_allowed_origin
-from proxy.shell.server import parse_address
-from proxy.tools.bench import bench_main, make_options
-from proxy.tools.check_agent import (
-    TRACES,
-    CheckOptions,
-    check_agent,
-    exit_status,
-    render,
-    to_json,
-    to_junit,
-)
-from proxy.tools.lab.agent import AgentOptions, serve_agent
-from proxy.tools.lab.client import ClientOptions, run_client
-from proxy.tools.lab.client import render as render_client
-from proxy.tools.lab.demo import ANSWER_TIMEOUT, run_demo
-from proxy.tools.report import report_main
-from proxy.tools.report.html import write_html
 
 __all__ = ["app", "main"]
 
@@ -102,6 +77,32 @@ LogFormatOption = Annotated[
 LogLevelOption = Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")]
 
 
+Options = ParamSpec("Options")
+
+
+def _command(
+    name: str | None = None, **settings: Any
+) -> Callable[[Callable[Options, int]], Callable[Options, NoReturn]]:
+    """Register a command of ``acp-proxy`` (typer's ``app.command``) that runs a tool: the status
+    its function returns is the exit status, and an :class:`~proxy.core.errors.OptionError` raised
+    while it builds the tool's options is a usage error (the command's usage, then the message
+    naming the option, exit 2)."""
+
+    def register(command: Callable[Options, int]) -> Callable[Options, NoReturn]:
+        @functools.wraps(command)
+        def run_tool(*args: Options.args, **kwargs: Options.kwargs) -> NoReturn:
+            try:
+                status = command(*args, **kwargs)
+            except OptionError as exc:
+                raise typer.BadParameter(str(exc), param_hint=exc.option) from None
+            raise typer.Exit(status)
+
+        app.command(name, **settings)(run_tool)
+        return run_tool
+
+    return register
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"acp-proxy {__version__}")
@@ -118,7 +119,7 @@ def _root(
     """A fault-injecting JSON-RPC relay for the Agent Client Protocol."""
 
 
-@app.command(
+@_command(
     context_settings={"allow_interspersed_args": False},
     no_args_is_help=False,
 )
@@ -341,55 +342,26 @@ def run(
     ] = DEFAULT_MAX_EVENT_SUBSCRIBERS,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.info,
-) -> None:
+) -> int:
     """Relay Clients to an Agent, injecting the faults of the fault files.
 
     The usual stdio use: the Client launches the proxy as if it were the Agent,
     acp-proxy run -- node my-agent.js
     """
     configure_logging(log_format.value, log_level.value)
-    try:
-        listen_at = parse_address(listen, option="--listen")
-        upstream_at = parse_address(upstream, option="--upstream")
-    except ConfigError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    admin_at = None
-    try:
-        for host in allow_host or ():
-            parse_allowed_host(host)
-        for origin in allow_origin or ():
-            parse_allowed_origin(origin)
-        for origin in admin_allow_origin or ():
-            parse_allowed_origin(origin, option="--admin-allow-origin")
-        if admin is not None:
-            admin_at = parse_host_port(admin, option="--admin")
-            check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
-            admin_token = _admin_token(admin_token, admin_token_file)
-    except ConfigError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
-        raise typer.BadParameter(
-            "in stdio mode stdout is the protocol channel; give the trace a file",
-            param_hint="--trace",
-        )
-    if upstream_at.scheme == "stdio" and not agent_cmd:
-        raise typer.BadParameter("give the Agent command after --", param_hint="AGENT_CMD")
-    if upstream_at.scheme != "stdio" and agent_cmd:
-        raise typer.BadParameter(
-            "an Agent command makes sense only with --upstream stdio", param_hint="AGENT_CMD"
-        )
-    options = RunOptions(
-        listen=listen_at,
-        upstream=upstream_at,
+    options = RunOptions.from_command_line(
+        agent_argv=agent_cmd or (),
+        listen=listen,
+        upstream=upstream,
         keep_upstream=keep_upstream,
-        admin=admin_at,
+        admin=admin,
         admin_token=admin_token,
+        admin_token_file=admin_token_file,
         admin_allow_remote=admin_allow_remote,
+        allow_hosts=allow_host or (),
+        allow_origins=allow_origin or (),
+        admin_allow_origins=admin_allow_origin or (),
         trace=trace,
-        allow_hosts=tuple(allow_host or ()),
-        allow_origins=tuple(allow_origin or ()),
-        admin_allow_origins=tuple(admin_allow_origin or ()),
-        agent_argv=tuple(agent_cmd or ()),
         max_message_bytes=max_message_bytes,
         strict=strict,
         agent_grace=agent_grace,
@@ -406,42 +378,15 @@ def run(
             max_pending=max_pending,
             max_inflight_bytes=max_inflight_bytes,
         ),
-        faults=tuple(faults or ()),
+        faults=faults or (),
         seed=seed,
         watch=watch,
         state=state,
     )
-    try:
-        status = asyncio.run(application.run(options))
-    except FaultFileError as exc:  # refused before anything starts
-        _print_errors(exc)
-        raise typer.Exit(2) from None
-    except StartupError as exc:
-        typer.echo(f"acp-proxy: {exc}", err=True)
-        raise typer.Exit(application.EXIT_CANNOT_START) from None
-    raise typer.Exit(status)
+    return run_main(options)
 
 
-def _admin_token(given: str | None, file: Path | None) -> str | None:
-    """The control API's token, checked: from --admin-token or --admin-token-file (not both),
-    else from its environment variable; None without any."""
-    if file is not None:
-        if given is not None:
-            raise ConfigError("give --admin-token or --admin-token-file, not both")
-        return read_admin_token_file(file)
-    if given is None:
-        given = os.environ.get(ADMIN_TOKEN_ENV)
-    if given is not None:
-        check_admin_token(given)
-    return given
-
-
-def _print_errors(exc: FaultFileError) -> None:
-    for error in exc.errors:
-        typer.echo(f"error: {error}", err=True)
-
-
-@app.command()
+@_command()
 def agent(
     listen: Annotated[
         str, typer.Option(help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH.")
@@ -458,25 +403,15 @@ def agent(
     turn_ms: Annotated[float, typer.Option(min=0, help="How long a turn runs.")] = 50.0,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
-) -> None:
+) -> int:
     """The reference ACP v2 Agent: implements the idempotency RFD fully (or not, --no-dedupe)."""
+    from proxy.tools.lab.agent import AgentOptions, agent_main
+
     configure_logging(log_format.value, log_level.value)
-    try:
-        address = parse_address(listen, option="--listen")
-    except ConfigError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    options = AgentOptions(listen=address, store=store, dedupe=not no_dedupe, turn_ms=turn_ms)
-    raise typer.Exit(asyncio.run(_agent(options)))
-
-
-async def _agent(options: AgentOptions) -> int:
-    if options.listen.scheme == "stdio":
-        return await serve_agent(options)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    return await serve_agent(options, stop)
+    options = AgentOptions.from_command_line(
+        listen=listen, store=store, dedupe=not no_dedupe, turn_ms=turn_ms
+    )
+    return agent_main(options)
 
 
 class TransportChoice(enum.StrEnum):
@@ -487,7 +422,7 @@ class TransportChoice(enum.StrEnum):
     http = "http"
 
 
-@app.command("check-agent")
+@_command("check-agent")
 def check_agent_command(
     agent_cmd: Annotated[
         list[str], typer.Argument(metavar="-- AGENT_CMD ...", help="The Agent to check.")
@@ -513,35 +448,26 @@ def check_agent_command(
     ] = 30.0,
     # The verdicts say what went wrong; the checker's own connections' warnings repeat it.
     log_level: LogLevelOption = LogLevelChoice.error,
-) -> None:
+) -> int:
     """Run the idempotency RFD's conformance traces T0-T7 against an Agent.
 
     Exit 0 when every trace passed (or was skipped for a missing capability), 1 on a FAIL, 2 when
     a trace could not be checked, when every trace was skipped, or when the Agent cannot be run.
     """
+    from proxy.tools.check_agent import CheckOptions, check_agent_main
+
     configure_logging("console", log_level.value)
-    names = tuple(trace or TRACES)
-    unknown = [name for name in names if name not in TRACES]
-    if unknown:
-        raise typer.BadParameter(f"unknown traces {unknown}; known: {list(TRACES)}")
-    if shutil.which(agent_cmd[0]) is None:
-        typer.echo(f"error: cannot run the Agent: {agent_cmd[0]!r} is not an executable", err=True)
-        raise typer.Exit(2)
-    options = CheckOptions(
-        agent_argv=tuple(agent_cmd),
+    options = CheckOptions.from_command_line(
+        agent_argv=agent_cmd,
         transport=transport.value,
         answer_timeout=answer_timeout,
         startup_timeout=startup_timeout,
-        traces=names,
+        traces=trace or (),
     )
-    results = asyncio.run(check_agent(options))
-    sys.stdout.write((to_json(results) if as_json else render(results, options)) + "\n")
-    if junit is not None:
-        junit.write_bytes(to_junit(results, options))
-    raise typer.Exit(exit_status(results))
+    return check_agent_main(options, as_json=as_json, junit=junit)
 
 
-@app.command(
+@_command(
     context_settings={"allow_interspersed_args": False},
     no_args_is_help=False,
     help="The reference ACP v2 Client: one idempotency key per prompt, resent after failures."
@@ -591,27 +517,23 @@ def client(
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
-) -> None:
+) -> int:
+    from proxy.tools.lab.client import ClientOptions, client_main
+
     configure_logging(log_format.value, log_level.value)
-    try:
-        options = ClientOptions(
-            agent_argv=tuple(agent_cmd or ()),
-            connect=connect,
-            prompts=tuple(prompt or ("hello",)),
-            answer_timeout=answer_timeout,
-            max_attempts=max_attempts,
-            cwd=cwd or str(Path.cwd()),
-            follow_trace=follow_trace,
-        )
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    result = asyncio.run(run_client(options))
-    text = json.dumps(result.to_json(), indent=2) if json_output else render_client(result)
-    sys.stdout.write(text + "\n")
-    raise typer.Exit(result.exit_status)
+    options = ClientOptions(
+        agent_argv=tuple(agent_cmd or ()),
+        connect=connect,
+        prompts=tuple(prompt or ("hello",)),
+        answer_timeout=answer_timeout,
+        max_attempts=max_attempts,
+        cwd=cwd or str(Path.cwd()),
+        follow_trace=follow_trace,
+    )
+    return client_main(options, as_json=json_output)
 
 
-@app.command(
+@_command(
     context_settings={"allow_interspersed_args": False},
     no_args_is_help=False,
     help="The embedded default: the reference Client, the proxy with faults, the reference "
@@ -644,33 +566,21 @@ def demo(
             "resends (an answer the proxy drops is resent at once; an Agent that answers "
             "prompts slowly needs more).",
         ),
-    ] = ANSWER_TIMEOUT,
-) -> None:
+    ] = 10.0,  # the demo's ANSWER_TIMEOUT (imported when the command runs, not here)
+) -> int:
+    from proxy.tools.lab.demo import DemoOptions, demo_main
+
     configure_logging("console", "critical")  # the Client's report says why it stopped
-    if agent_cmd and bad_agent:
-        raise typer.BadParameter(
-            "--bad-agent picks the reference Agent: give it or an Agent command, not both",
-            param_hint="AGENT_CMD",
-        )
-    if agent_cmd and shutil.which(agent_cmd[0]) is None:
-        typer.echo(f"error: cannot run the Agent: {agent_cmd[0]!r} is not an executable", err=True)
-        raise typer.Exit(2)
-    result = asyncio.run(
-        run_demo(
-            bad_agent=bad_agent,
-            agent_argv=tuple(agent_cmd or ()),
-            directory=keep,
-            answer_timeout=answer_timeout,
-        )
+    options = DemoOptions(
+        bad_agent=bad_agent,
+        agent_argv=tuple(agent_cmd or ()),
+        directory=keep,
+        answer_timeout=answer_timeout,
     )
-    if result.status == 2:
-        typer.echo(f"error: {result.text}", err=True)
-    else:
-        sys.stdout.write(result.text + "\n")
-    raise typer.Exit(result.status)
+    return demo_main(options)
 
 
-@app.command()
+@_command()
 def report(
     traces: Annotated[
         list[Path],
@@ -688,23 +598,17 @@ def report(
             "with --json, as well as the JSON).",
         ),
     ] = None,
-) -> None:
+) -> int:
     """Summarize traces: faults, messages, prompts, keys, retries, findings (over every node).
 
     Exit 1 when there is a finding other than unkeyed_resend (a warning); 2 for an unreadable file.
     """
-    if html is not None:
-        status = write_html(traces, html)
-        if status != 2:
-            typer.echo(f"wrote {html}", err=True)
-        if status == 2 or not json_output:
-            raise typer.Exit(status)
-    text, status = report_main(traces, as_json=json_output)
-    typer.echo(text.rstrip("\n"), err=status == 2)
-    raise typer.Exit(status)
+    from proxy.tools.report.command import print_report
+
+    return print_report(traces, as_json=json_output, html=html)
 
 
-@app.command()
+@_command()
 def bench(
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     short: Annotated[
@@ -743,11 +647,13 @@ def bench(
     no_socat: Annotated[
         bool, typer.Option("--no-socat", help="Leave out the byte-relay (socat) column.")
     ] = False,
-) -> None:
+) -> int:
     """Measure the proxy against a direct connection and a byte relay (the performance targets).
 
     Timings are reported, PASS/MISS per target, never turned into the exit status.
     """
+    from proxy.tools.bench import bench_main, make_options
+
     options = make_options(
         short=short,
         requests=requests,
@@ -759,38 +665,25 @@ def bench(
         delays=delays,
         socat=not no_socat,
     )
-    raise typer.Exit(bench_main(options, as_json=json_output))
+    return bench_main(options, as_json=json_output)
 
 
-@app.command()
+@_command()
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Fault files to check.", dir_okay=False)],
-) -> None:
+) -> int:
     """Check fault files: exit 0, or 2 with every error located (file, line, rule, field).
 
     What is valid but worth a word (an action that fires only for Clients on Streamable HTTP, an
     old field name) is a note on stderr; the verdict goes to stdout.
     """
-    try:
-        loaded = load_fault_files(files)
-        rules, seed = loaded.rules, loaded.seed
-    except FaultFileError as exc:
-        _print_errors(exc)
-        raise typer.Exit(2) from None
-    for note in rule_notes(rules):
-        typer.echo(f"note: {note}", err=True)
-    seed_text = "no seed" if seed is None else f"seed {seed}"
-    typer.echo(f"ok: {_counted(len(rules), 'rule')} in {_counted(len(files), 'file')}, {seed_text}")
+    return validate_main(files)
 
 
-def _counted(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
-
-
-@app.command()
-def schema() -> None:
+@_command()
+def schema() -> int:
     """Print the JSON Schema of fault files (for editors)."""
-    sys.stdout.write(json.dumps(fault_file_schema(), indent=2) + "\n")
+    return schema_main()
 
 
 def main() -> None:

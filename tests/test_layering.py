@@ -127,7 +127,6 @@ def test_the_core_imports_no_io() -> None:
             assert name.split(".")[0] not in FORBIDDEN_IN_CORE, f"proxy/{path} imports {name}"
 
 
-@pytest.mark.xfail(reason="the command line still imports every tool at the top", strict=True)
 def test_the_command_line_loads_no_tool_at_import() -> None:
     """``proxy.cli`` imports a tool only inside the command that runs it."""
     assert not [name for name in modules()["cli.py"]["top"] if name.startswith("proxy.tools")]  # type: ignore[attr-defined]

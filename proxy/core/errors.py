@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ConfigError", "ProxyError", "StartupError", "os_cause"]
+__all__ = ["ConfigError", "OptionError", "ProxyError", "StartupError", "os_cause"]
 
 
 class ProxyError(Exception):
@@ -17,6 +17,18 @@ class ProxyError(Exception):
 
 class ConfigError(ProxyError):
     """A fault file, an option or a control-API request is invalid; the message says where."""
+
+
+class OptionError(ConfigError, ValueError):
+    """An option of a command is invalid, or clashes with another: the options' model says so
+    when it is built, and the command line prints the message as a usage error (exit 2).
+
+    ``option`` names the option (``--trace``, ``AGENT_CMD``) when the message does not.
+    """
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 class StartupError(ProxyError):

@@ -22,8 +22,9 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
+import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -61,6 +62,7 @@ __all__ = [
     "ADMIN_TOKEN_ENV",
     "AdminServer",
     "Runtime",
+    "admin_token_from",
     "check_admin_host",
     "check_admin_token",
     "read_admin_token_file",
@@ -138,6 +140,23 @@ def read_admin_token_file(path: Path) -> str:
         raise ConfigError(f"{where}: holds more than one line; it holds one line, the token")
     check_admin_token(token, where)
     return token
+
+
+def admin_token_from(
+    given: str | None, file: Path | None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The control API's token, checked: from ``--admin-token`` or ``--admin-token-file`` (not
+    both), else from :data:`ADMIN_TOKEN_ENV` in ``environ`` (default ``os.environ``); None
+    without any. :class:`~proxy.core.errors.ConfigError` when it cannot guard the API."""
+    if file is not None:
+        if given is not None:
+            raise ConfigError("give --admin-token or --admin-token-file, not both")
+        return read_admin_token_file(file)
+    if given is None:
+        given = (os.environ if environ is None else environ).get(ADMIN_TOKEN_ENV)
+    if given is not None:
+        check_admin_token(given)
+    return given
 
 
 class ApiError(Exception):

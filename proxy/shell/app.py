@@ -1,4 +1,9 @@
-"""The composition root: wires a proxy run from options; callable from tests without the CLI."""
+"""The composition root: wires a proxy run from options; callable from tests without the CLI.
+
+:class:`RunOptions` is the model of ``acp-proxy run``'s options (its
+:meth:`~RunOptions.from_command_line` checks the command line's values), :func:`run_main` the
+command's entry.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,21 @@ import itertools
 import random
 import secrets
 import signal
+import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from proxy.core.commands import Restart
 from proxy.core.engine import FaultEngine
-from proxy.core.errors import StartupError, os_cause
+from proxy.core.errors import ConfigError, OptionError, StartupError, os_cause
 from proxy.core.events import Direction, Side
-from proxy.core.faultfile import Note
+from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
 from proxy.core.relay import Relay
-from proxy.shell.admin import AdminServer, Runtime
+from proxy.shell.admin import AdminServer, Runtime, admin_token_from, check_admin_host
 from proxy.shell.defaults import (
     AGENT_GRACE,
     CONNECT_TIMEOUT,
@@ -31,20 +38,26 @@ from proxy.shell.defaults import (
     SHUTDOWN_TIMEOUT,
 )
 from proxy.shell.endpoint import Signalable
-from proxy.shell.fault_files import LoadedFaults, load_fault_files, watch_fault_files
-from proxy.shell.hostport import authority
+from proxy.shell.fault_files import (
+    LoadedFaults,
+    load_fault_files,
+    print_fault_file_errors,
+    watch_fault_files,
+)
+from proxy.shell.hostport import authority, parse_host_port
 from proxy.shell.inflight import InflightBytes
 from proxy.shell.limits import DEFAULT_LIMITS, Limits
 from proxy.shell.link import Link, LinkState
 from proxy.shell.log import get_logger
 from proxy.shell.metrics import Metrics
 from proxy.shell.observers import Fanout, LogObserver, Observer, Tally
-from proxy.shell.origin_policy import Allowances
+from proxy.shell.origin_policy import Allowances, parse_allowed_host, parse_allowed_origin
 from proxy.shell.server import (
     STDIO,
     Address,
     NetworkProxy,
     UpstreamFactory,
+    parse_address,
     upstream_factory,
 )
 from proxy.shell.state import StateFile, StateSaver
@@ -56,6 +69,7 @@ __all__ = [
     "RunOptions",
     "build_engine",
     "run",
+    "run_main",
     "run_network",
     "run_stdio",
 ]
@@ -67,7 +81,9 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_UNREACHABLE = 1
 """A stdio proxy could not reach its network Agent, or lost it."""
 EXIT_CANNOT_START = 1
-"""The proxy could not start (:class:`~proxy.core.errors.StartupError`: the CLI prints its line)."""
+"""The proxy could not start (:class:`~proxy.core.errors.StartupError`: one line on stderr)."""
+EXIT_BAD_FAULT_FILE = 2
+"""A fault file is invalid: the run is refused before anything starts (its errors on stderr)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +127,75 @@ class RunOptions:
     limits: Limits = DEFAULT_LIMITS
     """What one peer can make the proxy hold (links, idle time, sessions, header time, event
     subscribers, pending requests, bytes in flight)."""
+
+    @classmethod
+    def from_command_line(
+        cls,
+        *,
+        agent_argv: Sequence[str] = (),
+        listen: str = "stdio",
+        upstream: str = "stdio",
+        admin: str | None = None,
+        admin_token: str | None = None,
+        admin_token_file: Path | None = None,
+        admin_allow_remote: bool = False,
+        allow_hosts: Sequence[str] = (),
+        allow_origins: Sequence[str] = (),
+        admin_allow_origins: Sequence[str] = (),
+        trace: Path | None = None,
+        faults: Sequence[Path] = (),
+        environ: Mapping[str, str] | None = None,
+        **settings: Any,
+    ) -> RunOptions:
+        """The options of ``acp-proxy run`` from the values its command line gave, checked.
+
+        Addresses are parsed, the Host and origin allowances checked, the control API's address
+        and token checked (the token from ``admin_token``, ``admin_token_file`` or the variable
+        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), and
+        options that exclude each other refused: :class:`~proxy.core.errors.OptionError` says
+        what is wrong, before anything starts. ``settings`` are the other fields, as given.
+        """
+        try:
+            listen_at = parse_address(listen, option="--listen")
+            upstream_at = parse_address(upstream, option="--upstream")
+            for host in allow_hosts:
+                parse_allowed_host(host)
+            for origin in allow_origins:
+                parse_allowed_origin(origin)
+            for origin in admin_allow_origins:
+                parse_allowed_origin(origin, option="--admin-allow-origin")
+            admin_at = None
+            if admin is not None:
+                admin_at = parse_host_port(admin, option="--admin")
+                check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
+                admin_token = admin_token_from(admin_token, admin_token_file, environ)
+        except ConfigError as exc:
+            raise OptionError(str(exc)) from None
+        if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
+            raise OptionError(
+                "in stdio mode stdout is the protocol channel; give the trace a file",
+                option="--trace",
+            )
+        if upstream_at.scheme == "stdio" and not agent_argv:
+            raise OptionError("give the Agent command after --", option="AGENT_CMD")
+        if upstream_at.scheme != "stdio" and agent_argv:
+            raise OptionError(
+                "an Agent command makes sense only with --upstream stdio", option="AGENT_CMD"
+            )
+        return cls(
+            agent_argv=tuple(agent_argv),
+            listen=listen_at,
+            upstream=upstream_at,
+            admin=admin_at,
+            admin_token=admin_token,
+            admin_allow_remote=admin_allow_remote,
+            allow_hosts=tuple(allow_hosts),
+            allow_origins=tuple(allow_origins),
+            admin_allow_origins=tuple(admin_allow_origins),
+            trace=trace,
+            faults=tuple(faults),
+            **settings,
+        )
 
 
 def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
@@ -289,6 +374,22 @@ async def _serving(
                 experiment.saver.save()  # what was learnt since the last change of counters
     finally:
         experiment.close()
+
+
+def run_main(options: RunOptions) -> int:
+    """``acp-proxy run``: run the proxy as ``options`` say, until it ends; the exit status.
+
+    A run refused before anything starts says why on stderr: each error of an invalid fault file
+    on a line of its own (status 2), or the one line of a failed start (status 1).
+    """
+    try:
+        return asyncio.run(run(options))
+    except FaultFileError as exc:
+        print_fault_file_errors(exc)
+        return EXIT_BAD_FAULT_FILE
+    except StartupError as exc:
+        sys.stderr.write(f"acp-proxy: {exc}\n")
+        return EXIT_CANNOT_START
 
 
 async def run(options: RunOptions, observer: Observer | None = None) -> int:

@@ -11,12 +11,17 @@ so an edit made while the proxy was starting is seen too. The files are parsed i
 thread, so the relay keeps going meanwhile; a reload that validates replaces the engine's rules
 in one step, between two messages; counters of rules that keep their name carry over. A bad edit
 is logged with its located errors and changes nothing.
+
+The commands on fault files are here too: ``acp-proxy validate`` (:func:`validate_main`) and
+``acp-proxy schema`` (:func:`schema_main`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,14 +33,24 @@ from proxy.core.faultfile import (
     FaultFileError,
     Location,
     Rule,
+    fault_file_schema,
     parse_fault_file,
+    rule_notes,
     too_large,
 )
 from proxy.core.observations import RulesReloaded
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 
-__all__ = ["LoadedFaults", "load_fault_files", "read_fault_file", "watch_fault_files"]
+__all__ = [
+    "LoadedFaults",
+    "load_fault_files",
+    "print_fault_file_errors",
+    "read_fault_file",
+    "schema_main",
+    "validate_main",
+    "watch_fault_files",
+]
 
 log = get_logger("proxy.watch")
 
@@ -182,3 +197,38 @@ def load_fault_files(paths: Sequence[str | Path]) -> LoadedFaults:
     if errors:
         raise FaultFileError(errors)
     return LoadedFaults(files, rules, seed, stamps, tuple(contents))
+
+
+def print_fault_file_errors(exc: FaultFileError) -> None:
+    """Every located error of ``exc``, each on an ``error: ...`` line of its own, on stderr."""
+    for error in exc.errors:
+        sys.stderr.write(f"error: {error}\n")
+
+
+def validate_main(paths: Sequence[Path]) -> int:
+    """``acp-proxy validate``: check the fault files; 0, or 2 with every error located.
+
+    What is valid but worth a word (a rule's notes) goes to stderr as ``note: ...`` lines, the
+    verdict (``ok: ...``) to stdout.
+    """
+    try:
+        loaded = load_fault_files(paths)
+    except FaultFileError as exc:
+        print_fault_file_errors(exc)
+        return 2
+    for note in rule_notes(loaded.rules):
+        sys.stderr.write(f"note: {note}\n")
+    seed_text = "no seed" if loaded.seed is None else f"seed {loaded.seed}"
+    rules = _counted(len(loaded.rules), "rule")
+    sys.stdout.write(f"ok: {rules} in {_counted(len(paths), 'file')}, {seed_text}\n")
+    return 0
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+def schema_main() -> int:
+    """``acp-proxy schema``: print the JSON Schema of fault files (for editors); 0."""
+    sys.stdout.write(json.dumps(fault_file_schema(), indent=2) + "\n")
+    return 0

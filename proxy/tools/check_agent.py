@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from xml.etree import ElementTree
 import orjson
 import yaml
 
+from proxy.core.errors import OptionError
 from proxy.core.jsonrpc import ErrorCode
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
@@ -44,6 +45,7 @@ from proxy.shell.log import get_logger
 from proxy.shell.transports.http_upstream import connect_http
 from proxy.shell.transports.stdio import AgentProcess, send_signal, spawn_agent
 from proxy.shell.transports.websocket import connect_ws
+from proxy.tools import cannot_run
 
 __all__ = [
     "STATUSES",
@@ -51,6 +53,7 @@ __all__ = [
     "CheckOptions",
     "TraceResult",
     "check_agent",
+    "check_agent_main",
     "exit_status",
     "render",
     "to_json",
@@ -77,6 +80,18 @@ class CheckOptions:
     """Seconds an Agent just started (or restarted) has to answer ``initialize``: a slow start (an
     ``npx`` download, a cold JIT, a loaded machine) is not a failure of the RFD."""
     traces: tuple[str, ...] = ("T0", "T1", "T2", "T3", "T4", "T5", "T6", "T7")
+
+    @classmethod
+    def from_command_line(
+        cls, *, agent_argv: Sequence[str], traces: Sequence[str] = (), **settings: Any
+    ) -> CheckOptions:
+        """The options of ``acp-proxy check-agent``: ``traces`` the names of those to run (none:
+        every one); :class:`~proxy.core.errors.OptionError` for a name that is not a trace."""
+        names = tuple(traces or TRACES)
+        unknown = [name for name in names if name not in TRACES]
+        if unknown:
+            raise OptionError(f"unknown traces {unknown}; known: {list(TRACES)}")
+        return cls(agent_argv=tuple(agent_argv), traces=names, **settings)
 
 
 @dataclass
@@ -801,3 +816,18 @@ def to_junit(results: list[TraceResult], options: CheckOptions) -> bytes:
             ElementTree.SubElement(case, "skipped", message=result.reason)
     xml: bytes = ElementTree.tostring(suite, encoding="utf-8", xml_declaration=True)
     return xml
+
+
+def check_agent_main(options: CheckOptions, *, as_json: bool, junit: Path | None) -> int:
+    """``acp-proxy check-agent``: run the traces, print the results (a table, or JSON), write
+    them as JUnit XML to ``junit`` if given; the exit status (:func:`exit_status`), 2 when the
+    Agent cannot be run."""
+    why = cannot_run(options.agent_argv)
+    if why is not None:
+        sys.stderr.write(f"error: {why}\n")
+        return 2
+    results = asyncio.run(check_agent(options))
+    sys.stdout.write((to_json(results) if as_json else render(results, options)) + "\n")
+    if junit is not None:
+        junit.write_bytes(to_junit(results, options))
+    return exit_status(results)

@@ -30,7 +30,7 @@ from harness import (
     request,
     say,
 )
-from test_faults_e2e import (
+from stdio_scenario import (
     SWALLOWED,
     SdkClient,
     Start,
@@ -263,7 +263,7 @@ async def slow_network(config: Path, start: Start, tmp_path: Path) -> None:
         for text in texts:
             assert await sdk_prompt(conn, session, f"echo {text}") == "end_turn"
         # A chunk may be overtaken by its prompt's answer; it still arrives.
-        await client.until(lambda: sorted(client.chunks) == sorted(texts))
+        await client.until(lambda: sorted(client.texts()) == sorted(texts))
         state = await sdk_state(conn)
     assert [p["text"] for p in state["prompts"]] == [f"echo {text}" for text in texts]
     # Every message the SDK Client sent or received went through the rule.

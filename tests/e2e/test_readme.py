@@ -2,23 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-ROOT = Path(__file__).parents[2]
-
-
-def shell_blocks(text: str) -> list[str]:
-    blocks: list[str] = []
-    current: list[str] = []
-    inside = False
-    for line in text.splitlines():
-        if line.startswith("```"):
-            if inside:
-                blocks.append("\n".join(current))
-            inside, current = not inside, []
-        elif inside:
-            current.append(line)
-    return blocks
+from harness import ROOT
+from md_blocks import shell_blocks
 
 
 def test_ci_runs_the_readmes_test_command() -> None:

@@ -240,7 +240,7 @@ async def test_cancel_request_reaches_agent_under_its_own_id(
     client = RecordingClient()
     async with proxied_sdk_agent(client, caplog) as (conn, _):
         session = await open_session(conn)
-        waiting = asyncio.create_task(
+        waiting = asyncio.create_task(  # noqa: TID251 - the test cancels and awaits it
             conn.prompt(session_id=session, prompt=[TextContentBlock(text="wait")])
         )
         await client.until(lambda: "waiting" in client.texts())

@@ -18,7 +18,7 @@ from typing import Any
 import invariants
 import pytest
 from harness import TIMEOUT, ProxyProcess, raw_agent, request, say
-from test_http_listener import serving, ws_initialize, ws_probe
+from listener_client import serving, ws_initialize, ws_probe
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 

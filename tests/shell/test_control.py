@@ -40,6 +40,7 @@ from harness import (
     ProxyProcess,
     captured,
     encode,
+    fault_file,
     log_events,
     notification,
     raw_agent,
@@ -136,13 +137,6 @@ def assert_error(answer: Answer, status: int, message: str) -> dict[str, Any]:
     assert body["status"] == status
     assert message in body["error"], body
     return body
-
-
-def fault_file(directory: Path, *rules: dict[str, Any]) -> Path:
-    """A fault file of ``rules``; its path."""
-    path = directory / "faults.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "rules": list(rules)}, sort_keys=False))
-    return path
 
 
 Start = Callable[..., Awaitable[tuple[ProxyProcess, ControlClient]]]
@@ -1040,7 +1034,7 @@ async def test_the_api_answers_while_messages_stream_through(start: Start, captu
             answered += 100
             flowing.set()
 
-    load = asyncio.create_task(stream())
+    load = asyncio.create_task(stream())  # noqa: TID251 - the test awaits it
     try:
         await asyncio.wait_for(flowing.wait(), TIMEOUT)
         for _ in range(5):

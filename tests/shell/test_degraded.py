@@ -14,11 +14,10 @@ import json
 import resource
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-import pytest
 from harness import TIMEOUT, ProxyProcess, log_events, request
 
 from proxy.control import ControlClient
@@ -50,14 +49,6 @@ def limit_file_size() -> None:
     that is an error (EFBIG), not a signal."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (TRACE_LIMIT, TRACE_LIMIT))
-
-
-@pytest.fixture
-async def proxies() -> AsyncIterator[list[ProxyProcess]]:
-    started: list[ProxyProcess] = []
-    yield started
-    for proxy in started:
-        await proxy.stop()
 
 
 async def exchange(proxy: ProxyProcess, number: int) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 from harness import TIMEOUT, ProxyProcess, captured, log_events, raw_agent
-from test_http_listener import (
+from listener_client import (
     CONNECTION_ID,
     HTTP_LISTEN,
     Http,

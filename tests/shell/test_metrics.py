@@ -14,7 +14,7 @@ import asyncio
 import json
 import os
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -81,15 +81,6 @@ def of(series: Series, name: str) -> dict[frozenset[tuple[str, str]], float]:
 def labels(**pairs: str) -> frozenset[tuple[str, str]]:
     """A label set."""
     return frozenset(pairs.items())
-
-
-@pytest.fixture
-async def proxies() -> AsyncIterator[list[ProxyProcess]]:
-    """Proxies started by a test; killed at the end if still running."""
-    started: list[ProxyProcess] = []
-    yield started
-    for proxy in started:
-        await proxy.stop()
 
 
 Start = Callable[..., Awaitable[tuple[ProxyProcess, ControlClient]]]

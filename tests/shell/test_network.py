@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 
 import aiohttp
 import pytest
@@ -17,7 +16,7 @@ import websockets
 from acp import PROTOCOL_VERSION
 from acp.client.connection import ClientSideConnection
 from acp.schema import TextContentBlock
-from harness import PEERS, TIMEOUT
+from harness import SDK_AGENT, TIMEOUT
 from peers.sdk_remote_client import (
     SimpleClient,
     listening_proxy,
@@ -28,8 +27,6 @@ from peers.sdk_remote_client import (
 from peers.stalling import ScriptedHttpAgent
 
 from proxy.shell.transports.cookies import MAX_PENDING, CookieRoute, SetCookies
-
-SDK_AGENT = [sys.executable, str(PEERS / "sdk_agent.py")]
 
 
 async def exercise(conn: ClientSideConnection, client: SimpleClient) -> None:

@@ -18,9 +18,8 @@ from acp.client.connection import ClientSideConnection
 from acp.http.client import AcpHttpStatusError
 from acp.schema import TextContentBlock
 from aiohttp import web
-from harness import TIMEOUT, log_events
+from harness import SDK_AGENT, TIMEOUT, log_events
 from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws, listening_proxy
-from test_network import SDK_AGENT
 
 JSON = {"Content-Type": "application/json"}
 

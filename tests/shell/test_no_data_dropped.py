@@ -21,22 +21,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import socket
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import aiohttp
 import pytest
-import yaml
-from harness import PEERS, TIMEOUT, ProxyProcess, log_events
-from test_http_listener import Http, SseStream, small_receive_buffer
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
+from harness import PEERS, TIMEOUT, ProxyProcess, fault_file, log_events
+from listener_client import compact
+from wires import Wire, client_wire
 
 from proxy.control import ControlClient
 
@@ -47,11 +42,6 @@ MARKS = [None, "delay", None, "drop", None, None, "dup", None, "delay", None, No
 """The marks of a burst's messages, in turn (unmarked ones in between)."""
 BURST = 26
 """Messages each way per round."""
-
-
-def compact(message: Any) -> bytes:
-    """``message`` as one line of compact JSON."""
-    return json.dumps(message, separators=(",", ":")).encode()
 
 
 def target_rules(suffix: str = "") -> list[dict[str, Any]]:
@@ -111,148 +101,6 @@ def is_target(name: str) -> bool:
 
 
 # -- the Client's connection, whatever the transport ----------------------------------------------
-
-
-class Wire(Protocol):
-    """Whole messages to and from the proxy."""
-
-    async def send(self, data: bytes) -> None: ...
-
-    async def receive(self) -> bytes: ...
-
-    def pause(self) -> None:
-        """Read nothing more from the proxy until :meth:`resume` (or :meth:`receive`)."""
-
-    def resume(self) -> None: ...
-
-
-@dataclass
-class StdioWire:
-    """The proxy's stdin and stdout (lines of any length, whatever the reader's limit)."""
-
-    proxy: ProxyProcess
-    _buffer: bytearray = field(default_factory=bytearray)
-
-    async def send(self, data: bytes) -> None:
-        await self.proxy.send(data)
-
-    async def receive(self) -> bytes:
-        stdout = self.proxy.process.stdout
-        assert stdout is not None
-        searched = 0
-        while (end := self._buffer.find(b"\n", searched)) < 0:
-            searched = len(self._buffer)
-            chunk = await asyncio.wait_for(stdout.read(1 << 16), TIMEOUT)
-            assert chunk, f"stdout ended; stderr: {self.proxy.stderr}"
-            self._buffer += chunk
-        line = bytes(self._buffer[:end])
-        del self._buffer[: end + 1]
-        return line
-
-    def pause(self) -> None:
-        """Nothing to do: the pipe is read only in :meth:`receive`."""
-
-    def resume(self) -> None:
-        """Nothing to do."""
-
-
-@dataclass
-class WsWire:
-    """A WebSocket: one message per text frame."""
-
-    ws: ClientConnection
-
-    async def send(self, data: bytes) -> None:
-        await self.ws.send(data.decode())
-
-    async def receive(self) -> bytes:
-        frame = await asyncio.wait_for(self.ws.recv(), TIMEOUT)
-        assert isinstance(frame, str)
-        return frame.encode()
-
-    def pause(self) -> None:
-        """Nothing to do: past its queue of frames the client reads only in :meth:`receive`."""
-
-    def resume(self) -> None:
-        """Nothing to do."""
-
-
-@dataclass
-class HttpWire:
-    """Streamable HTTP: a POST per message (in order, each taken before the next), one SSE stream."""
-
-    http: Http
-    connection: str
-    stream: SseStream
-
-    async def send(self, data: bytes) -> None:
-        reply = await self.http.post(data, connection=self.connection)
-        assert reply.status == 202, reply
-
-    async def receive(self) -> bytes:
-        self.resume()
-        return await self.stream.next()
-
-    def pause(self) -> None:
-        """The stream's reading task stops reading the socket."""
-        self.stream.reading.clear()
-
-    def resume(self) -> None:
-        self.stream.reading.set()
-
-
-INITIALIZE = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {}}
-
-
-@contextlib.asynccontextmanager
-async def client_wire(
-    transport: str, proxy: ProxyProcess, url: str, *, small_buffers: bool = False
-) -> AsyncIterator[Wire]:
-    """The Client's connection over ``transport``, past ``initialize``.
-
-    ``small_buffers``: a socket receive buffer of 64 KiB (no autotuning) and a WebSocket queue of
-    one frame, so that a Client that does not read soon holds the proxy back.
-    """
-    if transport == "stdio":
-        wire = StdioWire(proxy)
-        await wire.send(compact(INITIALIZE))
-        assert json.loads(await wire.receive())["id"] == "init"
-        yield wire
-    elif transport == "ws":
-        sock = await small_socket(url) if small_buffers else None
-        queue = 1 if small_buffers else 16
-        async with ws_connect(
-            url, sock=sock, proxy=None, max_size=None, max_queue=queue, compression=None
-        ) as ws:
-            ws_wire = WsWire(ws)
-            await ws_wire.send(compact(INITIALIZE))
-            assert json.loads(await ws_wire.receive())["id"] == "init"
-            yield ws_wire
-    else:
-        connector = aiohttp.TCPConnector(
-            socket_factory=small_receive_buffer if small_buffers else None
-        )
-        async with aiohttp.ClientSession(connector=connector) as session:
-            http = Http(session, url)
-            connection = await http.initialize()
-            async with http.stream(connection) as stream:
-                yield HttpWire(http, connection, stream)
-
-
-async def small_socket(url: str) -> socket.socket:
-    """A socket connected to ``url``'s host and port, with a small fixed receive buffer."""
-    host, port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-    sock.setblocking(False)
-    try:
-        await asyncio.wait_for(
-            asyncio.get_running_loop().sock_connect(sock, (host, int(port))), TIMEOUT
-        )
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 @contextlib.asynccontextmanager
@@ -407,14 +255,6 @@ async def converse(wire: Wire, rounds: int, change: Callable[[int], Awaitable[No
     check_to_agent(conversation)
 
 
-def fault_file(path: Path, rules: list[dict[str, Any]]) -> Path:
-    """Write ``rules`` to ``path`` in one step (the watcher never reads half a file)."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(yaml.safe_dump({"version": 1, "rules": rules}, sort_keys=False))
-    os.replace(temporary, path)
-    return path
-
-
 def assert_only_targets_fired(proxy: ProxyProcess) -> None:
     """Every fault the proxy injected came from a rule on marked messages."""
     fired = Counter(event["rule"] for event in log_events(proxy.stderr, "fault injected"))
@@ -430,7 +270,7 @@ async def test_no_data_dropped_while_the_control_api_changes_rules(
     transport: str, tmp_path: Path
 ) -> None:
     """Rules added, removed, replaced and reset over the control API between bursts both ways."""
-    faults = fault_file(tmp_path / "faults.yaml", target_rules() + noise_rules("file"))
+    faults = fault_file(tmp_path, *target_rules(), *noise_rules("file"))
     async with running_proxy(transport, "--faults", str(faults), "--admin", "127.0.0.1:0") as (
         proxy,
         url,
@@ -465,13 +305,13 @@ async def test_no_data_dropped_while_watch_reloads_the_fault_file(
     transport: str, tmp_path: Path
 ) -> None:
     """The fault file rewritten between bursts; each reload waited for (its log line)."""
-    faults = fault_file(tmp_path / "faults.yaml", rule_set(0))
+    faults = fault_file(tmp_path, *rule_set(0))
     async with running_proxy(transport, "--faults", str(faults), "--watch") as (proxy, url):
 
         async def change(round_: int) -> None:
             if round_:
                 # Names grow each round, so the file's size changes with its stamp.
-                fault_file(faults, rule_set(round_) + noise_rules("n" * round_))
+                fault_file(tmp_path, *rule_set(round_), *noise_rules("n" * round_))
                 await proxy.logged("fault files reloaded", count=round_)
 
         async with client_wire(transport, proxy, url) as wire:

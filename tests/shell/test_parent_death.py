@@ -19,7 +19,7 @@ import signal
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,14 +78,6 @@ def leftovers() -> Iterator[list[int]]:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture
-async def proxies() -> AsyncIterator[list[ProxyProcess]]:
-    started: list[ProxyProcess] = []
-    yield started
-    for proxy in started:
-        await proxy.stop()
 
 
 def stubborn_agent() -> list[str]:

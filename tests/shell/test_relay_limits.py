@@ -18,6 +18,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from floods import ended, flood, network_agent
+from floods import fault_file as stalled_peers_fault_file
+from floods import setup as stalled_peers_setup
 from harness import (
     PEERS,
     TIMEOUT,
@@ -28,13 +31,9 @@ from harness import (
     raw_agent,
     request,
 )
+from listener_client import Http, compact
 from peers.flood_agent import flood_item
 from prometheus_client.parser import text_string_to_metric_families
-from test_http_listener import Http
-from test_no_data_dropped import compact
-from test_stalled_peers import ended, flood, network_agent
-from test_stalled_peers import fault_file as stalled_peers_fault_file
-from test_stalled_peers import setup as stalled_peers_setup
 
 from proxy.shell.app import Ready, RunOptions, run_network
 from proxy.shell.server import parse_address
@@ -162,7 +161,9 @@ async def test_an_idle_link_keeps_no_message_it_relayed(
         options = dataclasses.replace(options, listen=listen)
         stop = asyncio.Event()
         ready: asyncio.Future[Ready] = asyncio.get_running_loop().create_future()
-        proxy = asyncio.create_task(run_network(options, stop=stop, on_ready=ready.set_result))
+        proxy = asyncio.create_task(  # noqa: TID251 - the exit stack stops and awaits it
+            run_network(options, stop=stop, on_ready=ready.set_result)
+        )
         stack.push_async_callback(stopped, stop, proxy)
         url = (await asyncio.wait_for(ready, TIMEOUT)).listen_url
         baseline = tracemalloc.get_traced_memory()[0]
@@ -244,7 +245,10 @@ async def test_concurrent_large_posts_never_take_the_proxy_past_its_bound() -> N
                 agent = (await proxy.logged("agent started"))["pid"]
                 items = [flood_item(n, ITEM) for n in range(POSTS)]
                 posts = [
-                    asyncio.create_task(http.post(item, connection=connection)) for item in items
+                    asyncio.create_task(  # noqa: TID251 - the test awaits each
+                        http.post(item, connection=connection)
+                    )
+                    for item in items
                 ]
                 answered = []  # the first is taken by the relay (202), then waits on the Agent
                 async with asyncio.timeout(TIMEOUT):
@@ -349,7 +353,9 @@ async def test_a_chunked_post_is_admitted_as_its_chunks_come() -> None:
                 status, body = await chunked(flood_item(1, ITEM // 2))
                 assert status == 503, body
                 assert "--max-inflight-bytes" in json.loads(body)["error"]["message"]
-                small = asyncio.create_task(chunked(flood_item(1, 1000)))
+                small = asyncio.create_task(  # noqa: TID251 - the test awaits it
+                    chunked(flood_item(1, 1000))
+                )
                 agent = (await proxy.logged("agent started"))["pid"]
                 os.kill(agent, signal.SIGUSR1)
                 assert (await small)[0] == 202

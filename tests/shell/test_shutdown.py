@@ -75,17 +75,6 @@ def marker() -> Iterator[str]:
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.fixture
-async def started() -> AsyncIterator[list[ProxyProcess]]:
-    """Proxies started by the test; killed at the end if still running."""
-    proxies: list[ProxyProcess] = []
-    try:
-        yield proxies
-    finally:
-        for proxy in proxies:
-            await proxy.stop()
-
-
 async def start(
     proxies: list[ProxyProcess], agent: list[str], *options: str
 ) -> tuple[ProxyProcess, str | None]:
@@ -126,11 +115,11 @@ async def rest_then_close_code(connection: ClientConnection) -> tuple[list[Any],
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
 async def test_stdio_signal_reaches_the_agent_and_nothing_is_answered_falsely(
-    started: list[ProxyProcess], tmp_path: Path, marker: str, signum: int
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str, signum: int
 ) -> None:
     """The Agent gets the signal and dies of it; the proxy exits with its status (128+N), the
     pending request is left unanswered (stdout simply ends), and no Agent process is left."""
-    proxy, _ = await start(started, hanging_agent(tmp_path, marker))
+    proxy, _ = await start(proxies, hanging_agent(tmp_path, marker))
     await proxy.send(request("pending", "_x/hang"), request("ping", "_x/ping"))
     assert json.loads(await proxy.recv())["id"] == "ping"  # so "pending" reached the Agent
     proxy.process.send_signal(signum)
@@ -142,12 +131,12 @@ async def test_stdio_signal_reaches_the_agent_and_nothing_is_answered_falsely(
 
 
 async def test_stdio_agent_ignoring_signals_and_eof_is_killed(
-    started: list[ProxyProcess], marker: str
+    proxies: list[ProxyProcess], marker: str
 ) -> None:
     """An Agent that ignores SIGTERM, SIGINT and EOF: stdin closed, then SIGTERM after the
     grace period, then SIGKILL; the proxy exits 137 and the Agent is gone."""
     agent = [sys.executable, "-c", STUBBORN, marker]
-    proxy, _ = await start(started, agent, "--agent-grace", "0.2")
+    proxy, _ = await start(proxies, agent, "--agent-grace", "0.2")
     assert await proxy.recv_json() == READY
     await proxy.send(request(1, "_x/ping"))  # it reads, never answers
     proxy.process.send_signal(signal.SIGTERM)
@@ -168,11 +157,11 @@ def with_a_child(tmp_path: Path, marker: str) -> list[str]:
 
 
 async def test_stdio_signal_stops_what_the_agent_started(
-    started: list[ProxyProcess], tmp_path: Path, marker: str
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str
 ) -> None:
     """A child the Agent started (holding its stdout) is stopped with it: the proxy exits and
     leaves nothing behind."""
-    proxy, _ = await start(started, with_a_child(tmp_path, marker))
+    proxy, _ = await start(proxies, with_a_child(tmp_path, marker))
     await proxy.send(request(1, "_x/ping"))
     assert json.loads(await proxy.recv())["id"] == 1
     assert len(processes_with(marker)) == 1  # the child
@@ -182,11 +171,11 @@ async def test_stdio_signal_stops_what_the_agent_started(
 
 
 async def test_an_agent_exiting_with_a_child_left_still_ends_the_proxy(
-    started: list[ProxyProcess], tmp_path: Path, marker: str
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str
 ) -> None:
     """The Agent exits by itself, its child still holding its stdout: the child is stopped,
     the Client's stdout ends and the proxy exits with the Agent's status."""
-    proxy, _ = await start(started, with_a_child(tmp_path, marker), "--agent-grace", "0.2")
+    proxy, _ = await start(proxies, with_a_child(tmp_path, marker), "--agent-grace", "0.2")
     await proxy.send(request(1, "_x/ping"))
     assert json.loads(await proxy.recv())["id"] == 1
     await proxy.send(notification("_test/exit", {"code": 3}))
@@ -199,12 +188,12 @@ async def test_an_agent_exiting_with_a_child_left_still_ends_the_proxy(
 
 
 async def test_stdio_with_a_network_agent_exits_0_on_a_signal(
-    started: list[ProxyProcess],
+    proxies: list[ProxyProcess],
 ) -> None:
     """A stdio Client in front of an HTTP Agent: SIGTERM closes the Agent's connection (DELETE),
     stdout ends, and the proxy exits 0 (a requested stop, not a lost connection)."""
     async with ScriptedHttpAgent() as agent:
-        proxy, _ = await start(started, [], "--upstream", agent.url)
+        proxy, _ = await start(proxies, [], "--upstream", agent.url)
         await proxy.send(request("init", "initialize", INITIALIZE))
         assert (await proxy.recv_json())["id"] == "init"
         proxy.process.send_signal(signal.SIGTERM)
@@ -235,13 +224,13 @@ async def http_client(url: str, number: int) -> AsyncIterator[aiohttp.ClientResp
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
 async def test_network_signal_ends_every_link_and_answers_nothing_falsely(
-    started: list[ProxyProcess], tmp_path: Path, marker: str, signum: int
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str, signum: int
 ) -> None:
     """WebSocket and HTTP Clients with requests pending: the proxy exits 0, each WebSocket is
     closed with 1001 (going away) and each SSE stream ends, without an answer to the pending
     requests; every Agent is stopped."""
     listen = "http://127.0.0.1:0/acp"
-    proxy, url = await start(started, hanging_agent(tmp_path, marker), "--listen", listen)
+    proxy, url = await start(proxies, hanging_agent(tmp_path, marker), "--listen", listen)
     assert url is not None
     ws_url = url.replace("http://", "ws://", 1)
     async with contextlib.AsyncExitStack() as stack:
@@ -264,7 +253,7 @@ async def test_network_signal_ends_every_link_and_answers_nothing_falsely(
 
 @pytest.mark.parametrize("upstream", ["ws", "http"])
 async def test_network_agent_connections_are_closed_on_shutdown(
-    started: list[ProxyProcess], upstream: str
+    proxies: list[ProxyProcess], upstream: str
 ) -> None:
     """With a network Agent: SIGTERM closes the Agent's connection (an HTTP Agent gets its
     DELETE), the Client's WebSocket is closed with 1001, and the proxy exits 0."""
@@ -275,7 +264,7 @@ async def test_network_agent_connections_are_closed_on_shutdown(
         else:
             agent_url = (await stack.enter_async_context(run_sdk_http_agent())).ws_url
         listen = "ws://127.0.0.1:0/acp"
-        proxy, url = await start(started, [], "--listen", listen, "--upstream", agent_url)
+        proxy, url = await start(proxies, [], "--listen", listen, "--upstream", agent_url)
         assert url is not None
         async with ws_connect(url) as connection:
             await connection.send(request("init", "initialize", INITIALIZE).decode())
@@ -289,12 +278,12 @@ async def test_network_agent_connections_are_closed_on_shutdown(
 
 
 async def test_conductor_mode_shutdown_stops_the_kept_agent(
-    started: list[ProxyProcess], tmp_path: Path, marker: str
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str
 ) -> None:
     """--keep-upstream: the Agent kept for the next Client is stopped at SIGTERM."""
     listen = "ws://127.0.0.1:0/acp"
     agent = hanging_agent(tmp_path, marker)
-    proxy, url = await start(started, agent, "--listen", listen, "--keep-upstream")
+    proxy, url = await start(proxies, agent, "--listen", listen, "--keep-upstream")
     assert url is not None
     async with ws_connect(url) as connection:
         await ask(connection, 1)
@@ -307,13 +296,13 @@ async def test_conductor_mode_shutdown_stops_the_kept_agent(
 
 
 async def test_a_pending_http_initialize_gets_503_at_shutdown(
-    started: list[ProxyProcess], tmp_path: Path, marker: str
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str
 ) -> None:
     """An initialize POST the Agent has not answered: 503 with a JSON-RPC error for its id,
     "the proxy is shutting down", never a made-up answer."""
     agent = raw_agent(tmp_path / f"{marker}.jsonl", "--no-answer", "initialize")
     listen = "http://127.0.0.1:0/acp"
-    proxy, url = await start(started, agent, "--listen", listen, "--log-level", "debug")
+    proxy, url = await start(proxies, agent, "--listen", listen, "--log-level", "debug")
     assert url is not None
     async with aiohttp.ClientSession() as http:
         body = request("init", "initialize", INITIALIZE)
@@ -333,12 +322,12 @@ async def test_a_pending_http_initialize_gets_503_at_shutdown(
 
 
 async def test_a_signal_during_a_restart_downtime_ends_the_proxy(
-    started: list[ProxyProcess], tmp_path: Path, marker: str
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str
 ) -> None:
     """restart_proxy with a long downtime, then SIGTERM: the downtime ends, the listener stays
     down and the proxy exits 0."""
     options = ["--listen", "ws://127.0.0.1:0/acp", "--admin", "127.0.0.1:0"]
-    proxy, url = await start(started, hanging_agent(tmp_path, marker), *options)
+    proxy, url = await start(proxies, hanging_agent(tmp_path, marker), *options)
     assert url is not None
     control = ControlClient((await proxy.logged("control API listening"))["url"])
     async with ws_connect(url) as connection:
@@ -356,14 +345,14 @@ async def test_a_signal_during_a_restart_downtime_ends_the_proxy(
 
 @pytest.mark.parametrize("mode", ["stdio", "ws"])
 async def test_an_event_subscriber_does_not_hold_up_the_shutdown(
-    started: list[ProxyProcess], tmp_path: Path, marker: str, mode: str
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str, mode: str
 ) -> None:
     """An open ``GET /api/events``: SIGTERM ends the proxy with its usual status all the same;
     the stream gets the shutdown's records (each connection closed), then ends cleanly (an SSE
     response cut short would be a payload error)."""
     listen = ["--listen", "ws://127.0.0.1:0/acp"] if mode == "ws" else []
     agent = hanging_agent(tmp_path, marker)
-    proxy, url = await start(started, agent, "--admin", "127.0.0.1:0", *listen)
+    proxy, url = await start(proxies, agent, "--admin", "127.0.0.1:0", *listen)
     admin = (await proxy.logged("control API listening"))["url"]
     async with aiohttp.ClientSession() as http, http.get(admin + "/api/events") as events:
         assert events.headers["Content-Type"] == "text/event-stream"  # subscribed
@@ -387,14 +376,14 @@ async def test_an_event_subscriber_does_not_hold_up_the_shutdown(
 
 
 async def test_a_control_request_in_flight_does_not_turn_the_stdio_status_into_a_crash(
-    started: list[ProxyProcess], tmp_path: Path, marker: str
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str
 ) -> None:
     """A control request whose body never comes is still running when the link has ended; the
     shutdown deadline passing meanwhile cuts nothing more: the proxy exits with the Agent's
     status (143), without a traceback."""
     agent = hanging_agent(tmp_path, marker)
     options = ["--admin", "127.0.0.1:0", "--shutdown-timeout", "0.01"]
-    proxy, _ = await start(started, agent, *options)
+    proxy, _ = await start(proxies, agent, *options)
     host, port = (await proxy.logged("control API listening"))["url"][7:].rsplit(":", 1)
     async with asyncio.timeout(TIMEOUT):
         reader, writer = await asyncio.open_connection(host, int(port))
@@ -415,14 +404,14 @@ async def test_a_control_request_in_flight_does_not_turn_the_stdio_status_into_a
 
 @pytest.mark.parametrize("mode", ["stdio", "ws"])
 async def test_a_second_signal_cuts_at_once(
-    started: list[ProxyProcess], marker: str, mode: str
+    proxies: list[ProxyProcess], marker: str, mode: str
 ) -> None:
     """An Agent that would take minutes to stop (long grace, ignores signals): a second signal
     kills it and ends the proxy at once."""
     agent = [sys.executable, "-c", STUBBORN, marker]
     patience = ["--agent-grace", "600", "--shutdown-timeout", "600"]
     listen = ["--listen", "ws://127.0.0.1:0/acp"] if mode == "ws" else []
-    proxy, url = await start(started, agent, *patience, *listen)
+    proxy, url = await start(proxies, agent, *patience, *listen)
     if url is not None:
         async with ws_connect(url) as connection:
             async with asyncio.timeout(TIMEOUT):
@@ -439,7 +428,7 @@ async def test_a_second_signal_cuts_at_once(
 
 @pytest.mark.parametrize("mode", ["stdio", "ws"])
 async def test_restarts_during_a_restart_and_during_the_shutdown_are_ignored(
-    started: list[ProxyProcess], marker: str, mode: str
+    proxies: list[ProxyProcess], marker: str, mode: str
 ) -> None:
     """restart_proxy twice at once, then again while the proxy shuts down (its Agent slow to
     stop): each is answered 200 and the ones that cannot be carried out are logged as ignored;
@@ -448,7 +437,7 @@ async def test_restarts_during_a_restart_and_during_the_shutdown_are_ignored(
     agent = [sys.executable, "-c", STUBBORN, marker]
     patience = ["--agent-grace", "600", "--shutdown-timeout", "600", "--admin", "127.0.0.1:0"]
     listen = ["--listen", "ws://127.0.0.1:0/acp"] if mode == "ws" else []
-    proxy, url = await start(started, agent, *patience, *listen)
+    proxy, url = await start(proxies, agent, *patience, *listen)
     control = ControlClient((await proxy.logged("control API listening"))["url"])
 
     async def restart() -> None:
@@ -490,12 +479,12 @@ async def stopped_twice(proxy: ProxyProcess, first: str, second: str) -> None:
 
 
 async def test_links_that_do_not_end_in_time_are_cut(
-    started: list[ProxyProcess], marker: str
+    proxies: list[ProxyProcess], marker: str
 ) -> None:
     """--shutdown-timeout: links still running then are cut, their Agents killed; exit 0."""
     agent = [sys.executable, "-c", STUBBORN, marker]
     options = ["--agent-grace", "600", "--shutdown-timeout", "0.2"]
-    proxy, url = await start(started, agent, "--listen", "ws://127.0.0.1:0/acp", *options)
+    proxy, url = await start(proxies, agent, "--listen", "ws://127.0.0.1:0/acp", *options)
     assert url is not None
     async with ws_connect(url) as connection:
         async with asyncio.timeout(TIMEOUT):

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from harness import ProxyProcess, encode, notification, raw_agent, request, say
 
 from proxy.core.events import Direction
@@ -69,15 +67,6 @@ def brief(record: dict[str, Any]) -> tuple[Any, ...]:
     if record["event"] == "restart":
         return ("restart", record["what"], record["abandoned"])
     return (record["event"],)
-
-
-@pytest.fixture
-async def proxies() -> AsyncIterator[list[ProxyProcess]]:
-    """Proxies started by a test; killed at the end if still running."""
-    started: list[ProxyProcess] = []
-    yield started
-    for proxy in started:
-        await proxy.stop()
 
 
 async def test_trace_of_a_run_record_by_record(proxies: list[ProxyProcess], tmp_path: Path) -> None:

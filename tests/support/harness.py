@@ -12,9 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 """The project's root folder."""
 PEERS = Path(__file__).parent / "peers"
+SDK_AGENT = [sys.executable, str(PEERS / "sdk_agent.py")]
+"""The official Python SDK's example Agent (``peers/sdk_agent.py``), as a command line."""
 RAW_AGENT = PEERS / "raw_agent.py"
 
 TIMEOUT = 30.0 * float(os.environ.get("ACP_PROXY_TEST_TIMEOUT_FACTOR", "1"))
@@ -185,3 +189,27 @@ def notification(method: str, params: Any = None) -> bytes:
 def say(*lines: bytes) -> bytes:
     """A notification that makes the scripted Agent write ``lines`` to its stdout, in order."""
     return notification("_test/say", {"b64": [base64.b64encode(line).decode() for line in lines]})
+
+
+def fault_file(
+    directory: Path, *rules: dict[str, Any], seed: int | None = None, name: str = "faults.yaml"
+) -> Path:
+    """Write a fault file of ``rules`` (YAML, or JSON when ``name`` ends in ``.json``); its path.
+
+    The file is replaced in one step, so that a proxy watching it (``--watch``) never reads half
+    of it.
+    """
+    data: dict[str, Any] = {"version": 1}
+    if seed is not None:
+        data["seed"] = seed
+    data["rules"] = list(rules)
+    path = directory / name
+    text = (
+        json.dumps(data, indent=2)
+        if name.endswith(".json")
+        else yaml.safe_dump(data, sort_keys=False)
+    )
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+    return path

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import PEERS, TIMEOUT
-from test_readme import ROOT, shell_blocks
+from harness import PEERS, ROOT, TIMEOUT
+from md_blocks import shell_blocks
 
 from proxy.core.records import TraceHeader
 from proxy.tools.report import load_traces, summarize

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -165,15 +165,6 @@ def relayed_row(summary: dict[str, Any], direction: str, kind: str, method: str)
         if (m["direction"], m["kind"], m["method"]) == (direction, kind, method)
     ]
     return rows[0] if rows else 0
-
-
-@pytest.fixture
-async def proxies() -> AsyncIterator[list[ProxyProcess]]:
-    """Proxies started by a test; killed at the end if still running."""
-    started: list[ProxyProcess] = []
-    yield started
-    for proxy in started:
-        await proxy.stop()
 
 
 # -- real runs ------------------------------------------------------------------------------------

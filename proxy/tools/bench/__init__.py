@@ -1452,8 +1452,11 @@ def make_options(
 ) -> BenchOptions:
     """The options of a run: the defaults (or ``short``'s tiny counts) with what was given.
 
-    ``socat=False`` leaves the byte relay out even when ``socat`` is on ``PATH``.
+    ``socat=False`` leaves the byte relay out even when ``socat`` is on ``PATH``. A count out of
+    its range is an :class:`~proxy.core.errors.OptionError`.
     """
+    from proxy.core.errors import OptionError  # noqa: PLC0415 - see the note at the imports
+
     given = {
         "requests": requests,
         "notifications": notifications,
@@ -1462,11 +1465,11 @@ def make_options(
     }
     for name, value in given.items():
         if value is not None and value < 1:
-            raise ValueError(f"--{name} must be at least 1")
+            raise OptionError(f"--{name} must be at least 1")
     optional = {"memory-check": memory_check, "ws-links": ws_links, "delays": delays}
     for name, value in optional.items():
         if value is not None and value < 0:
-            raise ValueError(f"--{name} must be 0 or more")
+            raise OptionError(f"--{name} must be 0 or more")
     changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     changes["memory_check"] = memory_check
     if ws_links is not None:

@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -41,16 +42,17 @@ from typing import Any
 
 import orjson
 
+from proxy.core.errors import ConfigError, OptionError
 from proxy.core.jsonrpc import Batch, ErrorCode, Invalid, Kind, parse
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Fanout
-from proxy.shell.server import STDIO, Address
+from proxy.shell.server import STDIO, Address, parse_address
 from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refused
 from proxy.shell.transports.stdio import open_client_stdio
 
-__all__ = ["AgentOptions", "ReferenceAgent", "serve_agent"]
+__all__ = ["AgentOptions", "ReferenceAgent", "agent_main", "serve_agent"]
 
 log = get_logger("proxy.agent")
 
@@ -67,6 +69,16 @@ class AgentOptions:
     dedupe: bool = True
     turn_ms: float = 50.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    @classmethod
+    def from_command_line(cls, *, listen: str = "stdio", **settings: Any) -> AgentOptions:
+        """The options of ``acp-proxy agent``: ``listen`` parsed (an
+        :class:`~proxy.core.errors.OptionError` when it is no address), the others as given."""
+        try:
+            address = parse_address(listen, option="--listen")
+        except ConfigError as exc:
+            raise OptionError(str(exc)) from None
+        return cls(listen=address, **settings)
 
 
 @dataclass
@@ -442,6 +454,22 @@ def _text_of(prompt: list[Any]) -> str:
         if isinstance(block, dict) and isinstance(block.get("text"), str):
             return str(block["text"])
     return ""
+
+
+def agent_main(options: AgentOptions) -> int:
+    """``acp-proxy agent``: serve on stdio until EOF, or on a listener until SIGINT or SIGTERM;
+    the exit status (0)."""
+    return asyncio.run(_serve_until_signalled(options))
+
+
+async def _serve_until_signalled(options: AgentOptions) -> int:
+    if options.listen.scheme == "stdio":
+        return await serve_agent(options)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    return await serve_agent(options, stop)
 
 
 async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:

@@ -30,7 +30,7 @@ It is the Client side of the retry lab (DESIGN 8, issue 6), written to the idemp
 
 :func:`run_client` returns a :class:`ClientReport` (``to_json()`` for machines, :func:`render`
 for people, :attr:`ClientReport.exit_status` for the command). Logs go to stderr through
-:mod:`proxy.shell.log`; nothing is printed.
+:mod:`proxy.shell.log`; nothing is printed but by :func:`client_main`, the command's entry.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import json
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ from typing import Any, Literal
 import orjson
 
 from proxy import __version__
+from proxy.core.errors import OptionError
 from proxy.core.framing import Oversized
 from proxy.core.jsonrpc import ErrorCode
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
@@ -65,6 +68,7 @@ __all__ = [
     "Resume",
     "SeenMessage",
     "Submission",
+    "client_main",
     "judge",
     "render",
     "run_client",
@@ -124,15 +128,15 @@ class ClientOptions:
 
     def __post_init__(self) -> None:
         if bool(self.agent_argv) == (self.connect is not None):
-            raise ValueError("give either an agent command or a URL to connect to, not both")
+            raise OptionError("give either an agent command or a URL to connect to, not both")
         if self.connect is not None and not self.connect.startswith(
             ("ws://", "wss://", "http://", "https://")
         ):
-            raise ValueError(f"expected a ws:// or http:// URL, got {self.connect!r}")
+            raise OptionError(f"expected a ws:// or http:// URL, got {self.connect!r}")
         if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+            raise OptionError("max_attempts must be at least 1")
         if self.answer_timeout <= 0 or self.setup_timeout <= 0:
-            raise ValueError("timeouts must be positive")
+            raise OptionError("timeouts must be positive")
 
     @property
     def transport(self) -> str:
@@ -1019,3 +1023,12 @@ def _attempt_text(attempt: Attempt) -> str:
 
 def _cell(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def client_main(options: ClientOptions, *, as_json: bool) -> int:
+    """``acp-proxy client``: run the Client, print its report (for people, or JSON); the exit
+    status (:attr:`ClientReport.exit_status`)."""
+    report = asyncio.run(run_client(options))
+    text = json.dumps(report.to_json(), indent=2) if as_json else render(report)
+    sys.stdout.write(text + "\n")
+    return report.exit_status

@@ -26,6 +26,7 @@ could not be run, or is not an ACP v2 Agent).
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import sys
 import tempfile
@@ -33,11 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.core.errors import OptionError
+from proxy.tools import cannot_run
 from proxy.tools.lab.client import ClientOptions, ClientReport, run_client
 from proxy.tools.lab.client import render as render_client
 from proxy.tools.report import findings_phrase, load_traces, plural, render_text, summarize
 
-__all__ = ["ANSWER_TIMEOUT", "DEMO_FAULTS", "DemoResult", "run_demo"]
+__all__ = ["ANSWER_TIMEOUT", "DEMO_FAULTS", "DemoOptions", "DemoResult", "demo_main", "run_demo"]
 
 DEMO_FAULTS = """\
 version: 1
@@ -84,6 +87,27 @@ KILL_NOTE = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    """What the demo runs against, and where it keeps its files."""
+
+    bad_agent: bool = False
+    """The reference Agent ignoring keys (a known-bad Agent)."""
+    agent_argv: tuple[str, ...] = ()
+    """Another Agent, spawned over stdio by the proxy (default: the reference Agent)."""
+    directory: Path | None = None
+    """Where the run's files (trace, store, fault file) are kept (default: a temporary one)."""
+    answer_timeout: float = ANSWER_TIMEOUT
+    """Seconds the Client waits for an answer the proxy did not drop (then resends)."""
+
+    def __post_init__(self) -> None:
+        if self.bad_agent and self.agent_argv:
+            raise OptionError(
+                "--bad-agent picks the reference Agent: give it or an Agent command, not both",
+                option="AGENT_CMD",
+            )
+
+
 @dataclass
 class DemoResult:
     """What the demo saw, and its exit status."""
@@ -97,22 +121,32 @@ class DemoResult:
     """0 clean; 1 a flaw found (a finding, or the Client's verdict); 2 nothing checked."""
 
 
-async def run_demo(
-    *,
-    bad_agent: bool = False,
-    agent_argv: tuple[str, ...] = (),
-    directory: Path | None = None,
-    answer_timeout: float = ANSWER_TIMEOUT,
-) -> DemoResult:
-    """Run the lab once against ``agent_argv`` (default: the reference Agent, ignoring keys with
-    ``bad_agent``); keep its files in ``directory`` (a temporary one by default).
+def demo_main(options: DemoOptions) -> int:
+    """``acp-proxy demo``: run the lab once and print what it showed (stdout), or the one line
+    saying why nothing could be checked (stderr); the exit status (:attr:`DemoResult.status`)."""
+    why = cannot_run(options.agent_argv) if options.agent_argv else None
+    if why is not None:
+        sys.stderr.write(f"error: {why}\n")
+        return 2
+    result = asyncio.run(run_demo(options))
+    if result.status == 2:
+        sys.stderr.write(f"error: {result.text}\n")
+    else:
+        sys.stdout.write(result.text + "\n")
+    return result.status
+
+
+async def run_demo(options: DemoOptions) -> DemoResult:
+    """Run the lab once against ``options.agent_argv`` (default: the reference Agent, ignoring
+    keys with ``options.bad_agent``); keep its files in ``options.directory`` (a temporary one by
+    default).
 
     The Client follows the proxy's trace: it resends when the proxy dropped an answer, and waits
-    ``answer_timeout`` for the others (only an Agent that does not answer ever spends it)."""
-    if bad_agent and agent_argv:
-        raise ValueError("--bad-agent picks the reference Agent: give it or an Agent command")
+    ``options.answer_timeout`` for the others (only an Agent that does not answer ever spends
+    it)."""
+    bad_agent, agent_argv = options.bad_agent, options.agent_argv
     with tempfile.TemporaryDirectory(prefix="acp-demo-") as scratch:
-        work = directory or Path(scratch)
+        work = options.directory or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         faults = work / "demo-faults.yaml"
         faults.write_text(DEMO_FAULTS)
@@ -149,8 +183,8 @@ async def run_demo(
             ClientOptions(
                 agent_argv=tuple(proxy),
                 prompts=PROMPTS,
-                answer_timeout=answer_timeout,
-                setup_timeout=max(STARTUP_TIMEOUT, answer_timeout),
+                answer_timeout=options.answer_timeout,
+                setup_timeout=max(STARTUP_TIMEOUT, options.answer_timeout),
                 grace=STARTUP_TIMEOUT,
                 follow_trace=trace,
             )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from test_no_data_dropped import Wire, client_wire
+from wires import Wire, client_wire
 
 from peers.flood_agent import flood_item
 

@@ -1,0 +1,116 @@
+"""Every module of the package has an obvious test home.
+
+The tests mirror the package: ``proxy/<folder>/<name>.py`` is tested in
+``tests/<folder>/test_<name>.py``. A module tested elsewhere (a small helper exercised through the
+module that uses it, a transport tested through the listener or a real process) is named in
+:data:`ELSEWHERE` with its home, so that a reader finds its tests and a new module without any
+test fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from harness import ROOT
+
+PACKAGE = ROOT / "proxy"
+TESTS = ROOT / "tests"
+
+ELSEWHERE: dict[str, str] = {
+    # the public faces
+    "cli.py": "e2e/test_cli.py",
+    "control.py": "shell/test_control.py",
+    "embedded.py": "shell/test_parent_death.py",
+    "pytest_plugin.py": "e2e/test_pytest_plugin.py",
+    # the core
+    "core/actions/__init__.py": "core/actions/test_registry.py",
+    "core/actions/base.py": "core/actions/test_registry.py",
+    "core/acp.py": "shell/test_metrics.py",
+    "core/commands.py": "core/test_relay.py",
+    "core/errors.py": "shell/test_startup.py",
+    "core/events.py": "core/test_relay.py",
+    "core/observations.py": "core/test_records.py",
+    # the shell
+    "shell/admin.py": "shell/test_control.py",
+    "shell/app.py": "shell/test_startup.py",
+    "shell/endpoint.py": "shell/test_stalled_peers.py",
+    "shell/fault_files.py": "shell/test_control.py",
+    "shell/hostport.py": "e2e/test_cli.py",
+    "shell/link.py": "shell/test_link_states.py",
+    "shell/observers.py": "shell/test_metrics.py",
+    "shell/server.py": "shell/test_shutdown.py",
+    "shell/state.py": "shell/test_startup.py",
+    "shell/transports/cookies.py": "shell/test_network.py",
+    "shell/transports/guarded_site.py": "shell/test_limits.py",
+    "shell/transports/http_listener.py": "shell/test_http_listener.py",
+    "shell/transports/http_upstream.py": "shell/test_http_sessions.py",
+    "shell/transports/orphans.py": "shell/test_parent_death.py",
+    "shell/transports/stdio.py": "shell/test_stdio.py",
+    "shell/transports/websocket.py": "shell/test_http_listener.py",
+    # the tools
+    "tools/__init__.py": "tools/test_tool_options.py",
+    "tools/report/command.py": "tools/test_report.py",
+    "tools/lab/agent.py": "tools/test_reference_agent.py",
+    "tools/lab/client.py": "tools/test_reference_client.py",
+    "tools/lab/demo.py": "tools/test_demo.py",
+    "tools/lab/trace_follow.py": "tools/test_trace_follow.py",
+    "tools/report/html.py": "tools/test_report_html.py",
+    "tools/report/keys.py": "tools/test_report.py",
+    "tools/report/load.py": "tools/test_report.py",
+    "tools/report/prompts.py": "tools/test_report.py",
+    "tools/report/summary.py": "tools/test_report.py",
+    "tools/report/tables.py": "tools/test_report.py",
+    "tools/report/text.py": "tools/test_report.py",
+}
+"""Modules (relative to ``proxy/``) whose tests are not at the mirrored place: where they are."""
+
+
+def holds_code(path: Path) -> bool:
+    """Whether a package's ``__init__.py`` defines anything (more than imports and ``__all__``)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            return True
+        if isinstance(node, ast.Assign) and not all(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return True
+    return False
+
+
+def modules() -> list[str]:
+    """Every module of the package that holds code of its own, relative to ``proxy/``."""
+    return sorted(
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__main__.py"
+        and (path.name != "__init__.py" or (path.parent != PACKAGE and holds_code(path)))
+    )
+
+
+def mirror(module: str) -> Path:
+    """Where the tests of ``module`` go when they mirror it (a package's own code: by its name)."""
+    path = Path(module)
+    if path.name == "__init__.py":
+        path = path.parent.with_suffix(".py")
+    return TESTS / path.parent / f"test_{path.name}"
+
+
+def test_every_module_has_a_test_home() -> None:
+    homeless = [m for m in modules() if not mirror(m).exists() and m not in ELSEWHERE]
+    assert not homeless, (
+        f"modules with no test home: {homeless}; add tests/<folder>/test_<name>.py, or name where "
+        "they are tested in ELSEWHERE"
+    )
+
+
+def test_every_home_named_elsewhere_is_current() -> None:
+    known = set(modules())
+    gone = [m for m in ELSEWHERE if m not in known]
+    assert not gone, f"ELSEWHERE names modules that no longer exist: {gone}"
+    missing = {m: home for m, home in ELSEWHERE.items() if not (TESTS / home).exists()}
+    assert not missing, f"ELSEWHERE names test files that do not exist: {missing}"
+    mirrored = [m for m in ELSEWHERE if mirror(m).exists()]
+    assert not mirrored, (
+        f"these modules have mirrored tests now; remove them from ELSEWHERE: {mirrored}"
+    )
