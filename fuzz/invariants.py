@@ -38,17 +38,10 @@ from typing import Any
 import orjson
 import structlog
 
+from proxy.core import acp
 from proxy.core.actions.base import Subject
 from proxy.core.actions.error import ErrorReply
-from proxy.core.commands import (
-    Close,
-    Command,
-    Observation,
-    Relayed,
-    Send,
-    Sever,
-    StartTimer,
-)
+from proxy.core.commands import Close, Command, Send, Sever, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import (
     Direction,
@@ -77,7 +70,8 @@ from proxy.core.jsonrpc import (
     parse,
 )
 from proxy.core.ledger import Ledger
-from proxy.core.relay import CANCEL_METHOD, SUCCESSOR_METHODS, Relay
+from proxy.core.observations import Observation, Relayed
+from proxy.core.relay import Relay
 from proxy.core.splice import splice
 from proxy.core.sse import SseDecoder
 from proxy.shell.metrics import Metrics
@@ -710,8 +704,8 @@ class RelayLab:
                 new_id = command.forwarded_id
             elif message.kind is Kind.NOTIFICATION:
                 inner = message.params.get("method") if isinstance(message.params, dict) else None
-                if message.method == CANCEL_METHOD or (
-                    message.method in SUCCESSOR_METHODS and inner == CANCEL_METHOD
+                if message.method == acp.CANCEL_REQUEST or (
+                    message.method in acp.SUCCESSORS and inner == acp.CANCEL_REQUEST
                 ):
                     continue  # its params.requestId is translated
                 assert message.raw in units

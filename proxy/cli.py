@@ -20,7 +20,15 @@ from proxy import __version__
 from proxy.core.errors import OptionError
 from proxy.core.relay import DEFAULT_MAX_PENDING
 from proxy.shell.admin import ADMIN_TOKEN_ENV
-from proxy.shell.app import DEFAULT_MAX_MESSAGE_BYTES, RunOptions, run_main
+from proxy.shell.app import RunOptions, run_main
+from proxy.shell.defaults import (
+    AGENT_GRACE,
+    CONNECT_TIMEOUT,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    HTTP_TIMEOUT,
+    INITIALIZE_TIMEOUT,
+    SHUTDOWN_TIMEOUT,
+)
 from proxy.shell.fault_files import schema_main, validate_main
 from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 from proxy.shell.limits import (
@@ -32,10 +40,6 @@ from proxy.shell.limits import (
     Limits,
 )
 from proxy.shell.log import configure_logging
-from proxy.shell.server import SHUTDOWN_TIMEOUT
-from proxy.shell.transports.http_listener import INITIALIZE_TIMEOUT
-from proxy.shell.transports.http_upstream import HTTP_TIMEOUT
-from proxy.shell.transports.websocket import CONNECT_TIMEOUT
 
 __all__ = ["app", "main"]
 
@@ -263,7 +267,7 @@ def run(
     agent_grace: Annotated[
         float,
         typer.Option(min=0, help="Seconds the Agent gets to exit before SIGTERM, then SIGKILL."),
-    ] = 5.0,
+    ] = AGENT_GRACE,
     connect_timeout: Annotated[
         float,
         typer.Option(

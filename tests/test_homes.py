@@ -26,9 +26,11 @@ ELSEWHERE: dict[str, str] = {
     # the core
     "core/actions/__init__.py": "core/actions/test_registry.py",
     "core/actions/base.py": "core/actions/test_registry.py",
+    "core/acp.py": "shell/test_metrics.py",
     "core/commands.py": "core/test_relay.py",
     "core/errors.py": "shell/test_startup.py",
     "core/events.py": "core/test_relay.py",
+    "core/observations.py": "core/test_records.py",
     # the shell
     "shell/admin.py": "shell/test_control.py",
     "shell/app.py": "shell/test_startup.py",
@@ -66,6 +68,11 @@ ELSEWHERE: dict[str, str] = {
     "tools/report/command.py": "tools/test_report.py",
     "tools/report/html.py": "tools/test_report_html.py",
     "tools/report/keys.py": "tools/test_report.py",
+    "tools/report/load.py": "tools/test_report.py",
+    "tools/report/prompts.py": "tools/test_report.py",
+    "tools/report/summary.py": "tools/test_report.py",
+    "tools/report/tables.py": "tools/test_report.py",
+    "tools/report/text.py": "tools/test_report.py",
 }
 """Modules (relative to ``proxy/``) whose tests are not at the mirrored place: where they are."""
 

@@ -3,8 +3,8 @@
 An observer of the relay, and itself pure: the clock is passed in, findings and attempts go out
 through ``emit`` as observations (metrics, trace and logs take them from there). It judges what
 crossed the proxy when it crossed: a held message (``delay``, a spaced copy) counts when it is
-delivered (its :class:`~proxy.core.commands.Relayed`), not when it was held, so a keyed prompt held
-while its retry overtook it is the second attempt the Agent saw.
+delivered (its :class:`~proxy.core.observations.Relayed`), not when it was held, so a keyed
+prompt held while its retry overtook it is the second attempt the Agent saw.
 
 For every ``session/prompt`` carrying ``idempotencyKey`` it records, per (session, key): the
 attempts (link, ids, time, a hash of the prompt), their outcomes (``messageId`` or error code) and
@@ -41,7 +41,12 @@ from typing import Any
 
 import orjson
 
-from proxy.core.commands import (
+from proxy.core import acp
+from proxy.core.actions import ActionName
+from proxy.core.events import Direction, Side
+from proxy.core.jsonrpc import ErrorCode, Kind, Message, token_at
+from proxy.core.observations import (
+    Check,
     Disconnected,
     DuplicateSwallowed,
     FaultInjected,
@@ -51,23 +56,23 @@ from proxy.core.commands import (
     Observation,
     Relayed,
     Restarted,
+    Via,
 )
-from proxy.core.events import Direction, Side
-from proxy.core.jsonrpc import ErrorCode, Kind, Message, token_at
 
 __all__ = ["CHECKS", "Ledger"]
 
-CHECKS = (
-    "duplicate_insert",
-    "invalid_key_accepted",
-    "key_reused_other_prompt",
-    "key_echoed",
-    "cancel_incomplete",
-    "unkeyed_resend",
-)
-PROMPT = "session/prompt"
+CHECKS = tuple(Check)
+"""Every check, in the order of DESIGN 7."""
 LOSING_ACTIONS = frozenset(
-    {"drop", "sever", "kill_agent", "restart_proxy", "http_status", "close_stream", "corrupt"}
+    {
+        ActionName.DROP,
+        ActionName.SEVER,
+        ActionName.KILL_AGENT,
+        ActionName.RESTART_PROXY,
+        ActionName.HTTP_STATUS,
+        ActionName.CLOSE_STREAM,
+        ActionName.CORRUPT,
+    }
 )
 """Fault actions after which a prompt's outcome is unknown to the Client."""
 
@@ -164,11 +169,11 @@ class Ledger:
             case Relayed(message=message) if message is not None:
                 self._relayed(observation, message, link)
             case Relayed(direction=Direction.TO_CLIENT, kind=Kind.RESPONSE | Kind.ERROR):
-                if observation.method == PROMPT:  # an answer no parser reads, passed on
+                if observation.method == acp.PROMPT:  # an answer no parser reads, passed on
                     self._unreadable_answer(observation, link)
-            case DuplicateSwallowed(method=method, data=data) if method == PROMPT:
+            case DuplicateSwallowed(method=method, data=data) if method == acp.PROMPT:
                 self._swallowed(observation.forwarded_id, data, link)
-            case FaultInjected(method=method, action=action) if method == PROMPT:
+            case FaultInjected(method=method, action=action) if method == acp.PROMPT:
                 if action in LOSING_ACTIONS:
                     self._fault(observation, link)
             case Restarted() | Disconnected(side=Side.AGENT):
@@ -178,15 +183,15 @@ class Ledger:
 
     def _relayed(self, seen: Relayed, message: Message, link: int | None) -> None:
         if seen.direction is Direction.TO_AGENT:
-            if seen.kind is Kind.REQUEST and seen.method == PROMPT:
+            if seen.kind is Kind.REQUEST and seen.method == acp.PROMPT:
                 self._prompt(message, seen, link)
-            elif seen.kind is Kind.NOTIFICATION and message.method == "$/cancel_request":
+            elif seen.kind is Kind.NOTIFICATION and message.method == acp.CANCEL_REQUEST:
                 self._cancel(message, link)
             return
         self._echo(message, link)
-        if seen.kind in (Kind.RESPONSE, Kind.ERROR) and seen.method == PROMPT:
+        if seen.kind in (Kind.RESPONSE, Kind.ERROR) and seen.method == acp.PROMPT:
             self._answer(message, seen, link)
-        elif seen.kind is Kind.NOTIFICATION and message.method == "session/update":
+        elif seen.kind is Kind.NOTIFICATION and message.method == acp.SESSION_UPDATE:
             self._update(message, link)
 
     # -- attempts --------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ class Ledger:
         if key is None:
             if (session, digest) in self._lost_unkeyed:
                 self._find(
-                    "unkeyed_resend",
+                    Check.UNKEYED_RESEND,
                     session,
                     None,
                     "an identical prompt was resent without an idempotencyKey after its "
@@ -222,7 +227,7 @@ class Ledger:
             self._remember(session, key)
         elif entry.prompt != digest:
             self._find(
-                "key_reused_other_prompt",
+                Check.KEY_REUSED_OTHER_PROMPT,
                 session,
                 key,
                 "a recorded key came with a different prompt",
@@ -238,7 +243,7 @@ class Ledger:
         self._pending[slot] = pending
         if message.id_token is not None:
             self._by_client_id[(link, message.id_token)] = pending
-        self._emit(KeyedAttempt(session, retry, key, digest), link)
+        self._emit(KeyedAttempt(session=session, retry=retry, key=key, prompt=digest), link)
 
     def _copy(self, seen: Relayed, message: Message, link: int | None) -> None:
         """A copy the proxy injected of a keyed prompt: not an attempt, but its answer counts.
@@ -279,7 +284,7 @@ class Ledger:
             if code != ErrorCode.INVALID_PARAMS:
                 outcome = "a success" if error is None else f"error {code}"
                 self._find(
-                    "invalid_key_accepted",
+                    Check.INVALID_KEY_ACCEPTED,
                     pending.session,
                     repr(pending.invalid_key)[:80],
                     f"an invalid idempotencyKey was answered with {outcome}, not -32602",
@@ -301,18 +306,23 @@ class Ledger:
                     entry.original_returned = message_id == entry.message_ids[0]
         self._cancel_settled(entry, link)
 
-    def _message_id(self, entry: Entry, message_id: str, via: str, link: int | None) -> None:
+    def _message_id(self, entry: Entry, message_id: str, via: Via, link: int | None) -> None:
         if message_id not in entry.message_ids:
             entry.message_ids.append(message_id)
             if message_id not in entry.inserts:
-                self._emit(KeyedMessage(entry.session, entry.key, message_id, via), link)
+                self._emit(
+                    KeyedMessage(
+                        session=entry.session, key=entry.key, message_id=message_id, via=via
+                    ),
+                    link,
+                )
         self._check_duplicates(entry, link)
 
     def _check_duplicates(self, entry: Entry, link: int | None) -> None:
         named = sorted(set(entry.message_ids) | set(entry.inserts))
         if len(named) > 1:
             self._find(
-                "duplicate_insert",
+                Check.DUPLICATE_INSERT,
                 entry.session,
                 entry.key,
                 f"one key, several messages: {named}",
@@ -353,7 +363,10 @@ class Ledger:
             return
         entry.inserts.append(message_id)
         if message_id not in entry.message_ids:
-            self._emit(KeyedMessage(session, entry.key, message_id, "insert"), link)
+            self._emit(
+                KeyedMessage(session=session, key=entry.key, message_id=message_id, via="insert"),
+                link,
+            )
         self._check_duplicates(entry, link)
 
     # -- cancel, faults, echoes ------------------------------------------------------------------
@@ -380,7 +393,7 @@ class Ledger:
         cancelled = [a for a in group if a.outcome == ErrorCode.REQUEST_CANCELLED]
         if cancelled and len(cancelled) != len(group):
             self._find(
-                "cancel_incomplete",
+                Check.CANCEL_INCOMPLETE,
                 entry.session,
                 entry.key,
                 f"after $/cancel_request {len(cancelled)} of {len(group)} pending requests "
@@ -422,10 +435,10 @@ class Ledger:
             for key in self._keys.get(name, ()):
                 if self._needles[key] in raw:
                     detail = "the key appeared in an Agent-to-Client message"
-                    self._find("key_echoed", name, key, detail, link)
+                    self._find(Check.KEY_ECHOED, name, key, detail, link)
 
     def _find(
-        self, check: str, session: str | None, key: str | None, detail: str, link: int | None
+        self, check: Check, session: str | None, key: str | None, detail: str, link: int | None
     ) -> None:
         if (check, session, key) in self._found:
             return
@@ -440,7 +453,7 @@ class Ledger:
                 "time": self._clock(),
             }
         )
-        self._emit(Finding(check, session, key, detail), link)
+        self._emit(Finding(check=check, session=session, key=key, detail=detail), link)
 
     # -- views and persistence -------------------------------------------------------------------
 

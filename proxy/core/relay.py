@@ -46,10 +46,11 @@ before or after forwarding, ``kill_agent`` and ``restart_proxy`` act after forwa
 forwarded elements stay in the batch; delayed elements and copies follow as single messages.
 
 What the observations say happened, happened then: a message a fault stops is
-:class:`~proxy.core.commands.Stopped`; a held message (a delay, a copy spaced by ``gap_ms``) is
-:class:`~proxy.core.commands.Held` when it arrives, and its :class:`~proxy.core.commands.Relayed`
-comes when its timer fires and it is sent (an :class:`~proxy.core.commands.Undeliverable` when its
-peer left meanwhile), so that observations follow the order of the wire. An answer's duration runs
+:class:`~proxy.core.observations.Stopped`; a held message (a delay, a copy spaced by ``gap_ms``)
+is :class:`~proxy.core.observations.Held` when it arrives, and its
+:class:`~proxy.core.observations.Relayed` comes when its timer fires and it is sent (an
+:class:`~proxy.core.observations.Undeliverable` when its peer left meanwhile), so that
+observations follow the order of the wire. An answer's duration runs
 from its request's arrival to its own delivery. Its id was mapped when it arrived: a held request's
 answer, a cancel of it, find it.
 """
@@ -61,6 +62,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import assert_never
 
+from proxy.core import acp
 from proxy.core.actions import actions
 from proxy.core.actions.base import (
     After,
@@ -75,31 +77,7 @@ from proxy.core.actions.base import (
     Stop,
     Subject,
 )
-from proxy.core.commands import (
-    CancelDropped,
-    Close,
-    Command,
-    DropStream,
-    DuplicateSwallowed,
-    FaultInjected,
-    Handling,
-    Held,
-    IdReused,
-    InitializeCached,
-    InitializeTimedOut,
-    InvalidSeen,
-    Orphaned,
-    PeerGone,
-    Relayed,
-    RulesCounted,
-    Send,
-    Sever,
-    StartTimer,
-    Stopped,
-    TooManyPending,
-    Undeliverable,
-    Unroutable,
-)
+from proxy.core.commands import Close, Command, DropStream, Send, Sever, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import (
     Direction,
@@ -122,14 +100,30 @@ from proxy.core.jsonrpc import (
     parse,
     token_at,
 )
+from proxy.core.observations import (
+    CancelDropped,
+    DuplicateSwallowed,
+    FaultInjected,
+    Handling,
+    Held,
+    IdReused,
+    InitializeCached,
+    InitializeTimedOut,
+    InvalidSeen,
+    Orphaned,
+    PeerGone,
+    Relayed,
+    RulesCounted,
+    Stopped,
+    Stopping,
+    TooManyPending,
+    Undeliverable,
+    Unroutable,
+)
 from proxy.core.splice import Span, splice
 
-__all__ = ["CANCEL_METHOD", "DEFAULT_MAX_PENDING", "SUCCESSOR_METHODS", "Relay"]
+__all__ = ["DEFAULT_MAX_PENDING", "Relay"]
 
-CANCEL_METHOD = "$/cancel_request"
-INITIALIZE_METHOD = "initialize"
-ELICITATION_METHOD = "elicitation/create"
-SUCCESSOR_METHODS = frozenset({"proxy/successor", "_proxy/successor"})
 _REQUEST_ID_PATH = ("params", "requestId")
 _SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
 _ANSWERS = (Kind.RESPONSE, Kind.ERROR)
@@ -260,7 +254,7 @@ class Relay:
         parsed = parse(data)
         destination = direction.destination
         if destination in self._closing:
-            out.append(Undeliverable(direction, parsed.kind, len(data)))
+            out.append(Undeliverable(direction=direction, kind=parsed.kind, size=len(data)))
             return out
         if isinstance(parsed, Invalid):
             self._invalid(direction, parsed, at, out)
@@ -302,7 +296,7 @@ class Relay:
             out.append(RulesCounted())
         if not decision.fired:
             return self._translate(direction, message, at, out), []
-        stopped_by: tuple[str, str] | None = None
+        stopped_by: tuple[str, Stopping] | None = None
         stream_dropped = False
         rewrite: Rewrite | None = None
         delay = gap = 0.0
@@ -315,13 +309,13 @@ class Relay:
             params = rule.do
             out.append(
                 FaultInjected(
-                    rule.name,
-                    params.action,
-                    direction,
-                    message.kind,
-                    subject.method,
-                    subject.session,
-                    message.id_token,
+                    rule=rule.name,
+                    action=params.action,
+                    direction=direction,
+                    kind=message.kind,
+                    method=subject.method,
+                    session=subject.session,
+                    id=message.id_token,
                 )
             )
             for effect in actions[params.action].apply(params, fault):
@@ -382,7 +376,9 @@ class Relay:
             sends: list[Command] = [Send(destination, data) for data in forwards]
             timer = self._hold(delay, sends + after, relayed, at)
             if relayed is not None and forwards:
-                out.append(Held(timer.token, tuple(delayed_by), delay, relayed))
+                out.append(
+                    Held(hold=timer.token, rules=tuple(delayed_by), delay=delay, relayed=relayed)
+                )
             after = [timer]
         else:
             out.extend(seen)
@@ -393,7 +389,9 @@ class Relay:
                 timer = self._hold(when_due, [Send(destination, copy)], seen_copy, at)
                 if seen_copy is not None:
                     rules = tuple(delayed_by + (spaced_by if gap else []))
-                    out.append(Held(timer.token, rules, when_due, seen_copy))
+                    out.append(
+                        Held(hold=timer.token, rules=rules, delay=when_due, relayed=seen_copy)
+                    )
                 after.append(timer)
             else:
                 if seen_copy is not None:
@@ -416,7 +414,12 @@ class Relay:
         self._refused_pending.add(direction)
         out.append(
             TooManyPending(
-                direction, message.method, message.session, message.id_token, limit, first
+                direction=direction,
+                method=message.method,
+                session=message.session,
+                original_id=message.id_token,
+                limit=limit,
+                first=first,
             )
         )
         if direction.source not in self._closing:
@@ -429,7 +432,7 @@ class Relay:
             out.append(Send(direction.source, error))
 
     def _stopped(
-        self, direction: Direction, message: Message, subject: Subject, rule: str, how: str
+        self, direction: Direction, message: Message, subject: Subject, rule: str, how: Stopping
     ) -> Stopped:
         """A fault stopped ``message``; an answer's request is forgotten (its answer is lost)."""
         original, forwarded = message.id_token, None
@@ -438,15 +441,15 @@ class Relay:
             if request is not None:
                 original, forwarded = request.original_id, message.id_token
         return Stopped(
-            direction,
-            message.kind,
-            subject.method,
-            subject.session,
-            len(message.raw),
-            original,
-            forwarded,
-            rule,
-            how,
+            direction=direction,
+            kind=message.kind,
+            method=subject.method,
+            session=subject.session,
+            size=len(message.raw),
+            original_id=original,
+            forwarded_id=forwarded,
+            rule=rule,
+            disposition=how,
         )
 
     def _unanswerable(self, direction: Direction, message: Message, count: int) -> None:
@@ -525,13 +528,13 @@ class Relay:
             )
             data = splice(message.raw, [(s, copy.forwarded_id) for s in message.id_spans])
             seen = Relayed(
-                direction,
-                Kind.REQUEST,
-                message.method,
-                primary.session,
-                len(message.raw),
-                message.id_token,
-                copy.forwarded_id,
+                direction=direction,
+                kind=Kind.REQUEST,
+                method=message.method,
+                session=primary.session,
+                size=len(message.raw),
+                original_id=message.id_token,
+                forwarded_id=copy.forwarded_id,
                 message=message,
                 copy=True,
             )
@@ -593,7 +596,9 @@ class Relay:
             pending.group.answered = True  # an injected copy's late answer is swallowed
         timeout = self._initialize_timeout
         assert timeout is not None
-        out: list[Command] = [InitializeTimedOut(pending.original_id, forwarded_id, timeout)]
+        out: list[Command] = [
+            InitializeTimedOut(id=pending.original_id, forwarded_id=forwarded_id, timeout=timeout)
+        ]
         if Side.CLIENT not in self._closing:
             text = f"the agent did not answer initialize within {timeout:g} s"
             error = error_response(pending.original_id, ErrorCode.INTERNAL_ERROR, text)
@@ -605,7 +610,7 @@ class Relay:
     ) -> list[bytes]:
         """The bytes to forward for ``message`` (ids rewritten); empty to drop it."""
         if message.kind is Kind.REQUEST:
-            if message.method == INITIALIZE_METHOD and self._cached_initialize is not None:
+            if message.method == acp.INITIALIZE and self._cached_initialize is not None:
                 self._answer_initialize(direction, message, out)
                 return []
             return [self._request(direction, message, at, out)]
@@ -640,7 +645,7 @@ class Relay:
             message.id_token, message.id_key, message.method, message.session, at, keyed=keyed
         )
         if (
-            message.method == INITIALIZE_METHOD
+            message.method == acp.INITIALIZE
             and direction is Direction.TO_AGENT
             and self._initialize_timeout is not None
         ):
@@ -650,7 +655,7 @@ class Relay:
         edits: list[tuple[Span, bytes]] = [
             (span, pending.forwarded_id) for span in message.id_spans
         ]
-        if message.method == ELICITATION_METHOD and direction is Direction.TO_CLIENT:
+        if message.method == acp.ELICITATION_CREATE and direction is Direction.TO_CLIENT:
             # The Agent names the Client's request it is tied to by the id the Agent knows.
             found = token_at(message.raw, _REQUEST_ID_PATH)
             if found is not None:
@@ -660,13 +665,13 @@ class Relay:
                     edits.append((span, tied.original_id))
         out.append(
             Relayed(
-                direction,
-                Kind.REQUEST,
-                message.method,
-                pending.session,
-                len(message.raw),
-                message.id_token,
-                pending.forwarded_id,
+                direction=direction,
+                kind=Kind.REQUEST,
+                method=message.method,
+                session=pending.session,
+                size=len(message.raw),
+                original_id=message.id_token,
+                forwarded_id=pending.forwarded_id,
                 message=message,
             )
         )
@@ -679,17 +684,18 @@ class Relay:
         method = message.method
         params = message.params
         inner = params.get("method") if isinstance(params, dict) else None
-        if method == CANCEL_METHOD or (method in SUCCESSOR_METHODS and inner == CANCEL_METHOD):
+        cancel = acp.CANCEL_REQUEST
+        if method == cancel or (method in acp.SUCCESSORS and inner == cancel):
             forwards = self._cancel(direction, message, out)
             if not forwards:
                 return forwards
         out.append(
             Relayed(
-                direction,
-                Kind.NOTIFICATION,
-                method,
-                message.session,
-                len(message.raw),
+                direction=direction,
+                kind=Kind.NOTIFICATION,
+                method=method,
+                session=message.session,
+                size=len(message.raw),
                 message=message,
             )
         )
@@ -724,32 +730,32 @@ class Relay:
         if pending is None:
             out.append(Orphaned(direction, message.id_token, message.kind))
             return []
-        if pending.method == INITIALIZE_METHOD and message.kind is Kind.RESPONSE:
+        if pending.method == acp.INITIALIZE and message.kind is Kind.RESPONSE:
             self.initialize_answer = self.initialize_answer or message.raw
         if pending.group is not None:
             if pending.group.answered:
                 out.append(
                     DuplicateSwallowed(
-                        direction,
-                        pending.method,
-                        pending.session,
-                        pending.original_id,
-                        message.id_token,
-                        message.raw,
+                        direction=direction,
+                        method=pending.method,
+                        session=pending.session,
+                        original_id=pending.original_id,
+                        forwarded_id=message.id_token,
+                        data=message.raw,
                     )
                 )
                 return []
             pending.group.answered = True
         out.append(
             Relayed(
-                direction,
-                message.kind,
-                pending.method,
-                pending.session,
-                len(message.raw),
-                pending.original_id,
-                message.id_token,
-                at - pending.at,
+                direction=direction,
+                kind=message.kind,
+                method=pending.method,
+                session=pending.session,
+                size=len(message.raw),
+                original_id=pending.original_id,
+                forwarded_id=message.id_token,
+                duration=at - pending.at,
                 message=message,
             )
         )
@@ -776,7 +782,13 @@ class Relay:
             handling = Handling.FORWARDED
             out.append(Send(direction.destination, self._invalid_forward(direction, invalid, at)))
         out.append(
-            InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
+            InvalidSeen(
+                direction=direction,
+                reason=invalid.reason,
+                size=len(invalid.raw),
+                detail=invalid.detail,
+                handling=handling,
+            )
         )
 
     def _invalid_element(
@@ -795,7 +807,13 @@ class Relay:
                 forward = self._invalid_forward(direction, invalid, at)
             handling = Handling.DROPPED if forward is None else Handling.FORWARDED
         out.append(
-            InvalidSeen(direction, invalid.reason, len(invalid.raw), invalid.detail, handling)
+            InvalidSeen(
+                direction=direction,
+                reason=invalid.reason,
+                size=len(invalid.raw),
+                detail=invalid.detail,
+                handling=handling,
+            )
         )
         return forward
 
@@ -828,14 +846,14 @@ class Relay:
             pending.group.answered = True
         out.append(
             Relayed(
-                direction,
-                invalid.reads_as,
-                pending.method,
-                pending.session,
-                len(invalid.raw),
-                pending.original_id,
-                invalid.id_token,
-                at - pending.at,
+                direction=direction,
+                kind=invalid.reads_as,
+                method=pending.method,
+                session=pending.session,
+                size=len(invalid.raw),
+                original_id=pending.original_id,
+                forwarded_id=invalid.id_token,
+                duration=at - pending.at,
             )
         )
         return splice(invalid.raw, [(span, pending.original_id) for span in invalid.id_spans])
@@ -850,7 +868,13 @@ class Relay:
     def _oversized(self, direction: Direction, size: int, limit: int) -> list[Command]:
         detail = f"message of {size} bytes exceeds the proxy's limit of {limit} bytes"
         return [
-            InvalidSeen(direction, InvalidReason.TOO_LARGE, size, detail, Handling.ANSWERED),
+            InvalidSeen(
+                direction=direction,
+                reason=InvalidReason.TOO_LARGE,
+                size=size,
+                detail=detail,
+                handling=Handling.ANSWERED,
+            ),
             Send(direction.source, _refusal(detail)),
         ]
 
@@ -890,14 +914,14 @@ def _undeliverable(send: Send, relayed: Relayed | None, hold: int) -> Undelivera
     """A held message whose peer left before its timer fired; named when it was observed held."""
     direction = Direction.TO_AGENT if send.to is Side.AGENT else Direction.TO_CLIENT
     if relayed is None:
-        return Undeliverable(direction, parse(send.data).kind, len(send.data))
+        return Undeliverable(direction=direction, kind=parse(send.data).kind, size=len(send.data))
     return Undeliverable(
-        direction,
-        relayed.kind,
-        relayed.size,
-        relayed.method,
-        relayed.session,
-        relayed.original_id,
-        relayed.forwarded_id,
-        hold,
+        direction=direction,
+        kind=relayed.kind,
+        size=relayed.size,
+        method=relayed.method,
+        session=relayed.session,
+        original_id=relayed.original_id,
+        forwarded_id=relayed.forwarded_id,
+        hold=hold,
     )

@@ -48,6 +48,7 @@ from proxy.core.faultfile import (
     validated,
 )
 from proxy.core.sse import KEEPALIVE
+from proxy.shell.defaults import DROP_GRACE, HANDLERS_GRACE, KEEPALIVE_SECONDS
 from proxy.shell.hostport import authority
 from proxy.shell.limits import DEFAULT_HEADER_TIMEOUT, RETRY_AFTER_SECONDS, LimitReached
 from proxy.shell.link import Link
@@ -56,7 +57,6 @@ from proxy.shell.metrics import Metrics
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
 from proxy.shell.trace import EventFeed, Subscription
 from proxy.shell.transports.guarded_site import GuardedSite, HeadGuard
-from proxy.shell.transports.http_listener import HANDLERS_GRACE
 
 __all__ = [
     "ADMIN_TOKEN_ENV",
@@ -72,9 +72,6 @@ log = get_logger("proxy.admin")
 
 MAX_BODY = 1024 * 1024
 """The largest request body the control API reads."""
-KEEPALIVE_SECONDS = 15.0
-DROP_GRACE = 1.0
-"""Seconds a dropped event subscriber's last comment may take to be written."""
 ADMIN_TOKEN_ENV = "ACP_PROXY_ADMIN_TOKEN"
 """The environment variable that may give ``--admin-token``."""
 MAX_TOKEN_FILE = 4096

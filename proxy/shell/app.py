@@ -29,6 +29,14 @@ from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
 from proxy.core.relay import Relay
 from proxy.shell.admin import AdminServer, Runtime, admin_token_from, check_admin_host
+from proxy.shell.defaults import (
+    AGENT_GRACE,
+    CONNECT_TIMEOUT,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    HTTP_TIMEOUT,
+    INITIALIZE_TIMEOUT,
+    SHUTDOWN_TIMEOUT,
+)
 from proxy.shell.endpoint import Signalable
 from proxy.shell.fault_files import (
     LoadedFaults,
@@ -45,7 +53,6 @@ from proxy.shell.metrics import Metrics
 from proxy.shell.observers import Fanout, LogObserver, Observer, Tally
 from proxy.shell.origin_policy import Allowances, parse_allowed_host, parse_allowed_origin
 from proxy.shell.server import (
-    SHUTDOWN_TIMEOUT,
     STDIO,
     Address,
     NetworkProxy,
@@ -55,13 +62,9 @@ from proxy.shell.server import (
 )
 from proxy.shell.state import StateFile, StateSaver
 from proxy.shell.trace import EventFeed, TraceWriter
-from proxy.shell.transports.http_listener import INITIALIZE_TIMEOUT
-from proxy.shell.transports.http_upstream import HTTP_TIMEOUT
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
-from proxy.shell.transports.websocket import CONNECT_TIMEOUT
 
 __all__ = [
-    "DEFAULT_MAX_MESSAGE_BYTES",
     "Ready",
     "RunOptions",
     "build_engine",
@@ -72,9 +75,6 @@ __all__ = [
 ]
 
 log = get_logger("proxy.app")
-
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""DESIGN 10: the default bound on one message, on every transport."""
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -93,7 +93,7 @@ class RunOptions:
     agent_argv: tuple[str, ...]
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     strict: bool = False
-    agent_grace: float = 5.0
+    agent_grace: float = AGENT_GRACE
     """Seconds the Agent gets to exit after stdin closes (or a signal) before SIGTERM/SIGKILL."""
     faults: tuple[Path, ...] = ()
     seed: int | None = None
@@ -286,10 +286,10 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     bad, :class:`~proxy.core.errors.StartupError` when its trace or state file cannot be used."""
     faults = load_fault_files(options.faults)
     engine = build_engine(options, faults)
-    tally = Tally()
     links = _Links()
     inflight = InflightBytes(options.limits.max_inflight_bytes)
     metrics = Metrics(pending=links.pending, inflight=inflight)
+    tally = metrics.tally  # counted once: the closing log line and the metrics read it
     feed = EventFeed(max_subscribers=options.limits.max_event_subscribers, observer=metrics)
 
     def failed(file: str) -> Callable[[str], None]:
@@ -304,7 +304,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     trace = None
     if options.trace is not None:
         trace = TraceWriter(options.trace, on_failure=failed("trace"))
-    observers: list[Observer] = [tally, LogObserver(), metrics, feed, ledger]
+    observers: list[Observer] = [LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
     if saver is not None:

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.core.commands import RulesReloaded
 from proxy.core.engine import FaultEngine
 from proxy.core.faultfile import (
     MAX_FILE_BYTES,
@@ -39,6 +38,7 @@ from proxy.core.faultfile import (
     rule_notes,
     too_large,
 )
+from proxy.core.observations import RulesReloaded
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 

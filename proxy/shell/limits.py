@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from proxy.core.commands import Observation
+from proxy.core.observations import Observation
 from proxy.core.relay import DEFAULT_MAX_PENDING
 from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 

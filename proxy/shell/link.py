@@ -58,13 +58,9 @@ from typing import Any, assert_never
 from proxy.core.commands import (
     Close,
     Command,
-    Connected,
-    Disconnected,
     DropStream,
     FailPost,
-    Observation,
     Restart,
-    Restarted,
     Send,
     Sever,
     SignalAgent,
@@ -79,7 +75,9 @@ from proxy.core.events import (
     Side,
     TimerFired,
 )
+from proxy.core.observations import Connected, Disconnected, Observation, Restarted, RestartWhat
 from proxy.core.relay import Relay
+from proxy.shell.defaults import HELD_HIGH_WATER, STALL_SECONDS
 from proxy.shell.endpoint import (
     Admitting,
     ClosesWithReason,
@@ -99,10 +97,6 @@ log = get_logger("proxy.link")
 
 _link_ids = itertools.count(1)
 
-STALL_SECONDS = 1.0
-"""How long a peer may leave the proxy waiting to write before it is logged as stalled."""
-HELD_HIGH_WATER = 8 * 1024 * 1024
-"""Bytes a link's timers may hold (delayed messages, spaced copies) before its readers wait."""
 GOING_AWAY = 1001
 """The WebSocket close code of a Client's connection closed because the proxy shuts down."""
 INTERNAL_ERROR = 1011
@@ -614,7 +608,7 @@ class Link:
         if respawn:
             self._replace_agent("agent", 0.0, stop=False)
 
-    def _replace_agent(self, what: str, downtime: float, *, stop: bool) -> None:
+    def _replace_agent(self, what: RestartWhat, downtime: float, *, stop: bool) -> None:
         """Start a new generation: forget the old Agent and relay now, connect a new Agent later.
 
         Not while the link shuts down (the Agent is ending) nor while a new Agent is on its way

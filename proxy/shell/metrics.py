@@ -1,5 +1,11 @@
 """Prometheus metrics (DESIGN 9), fed by the core's observations, in a registry of their own.
 
+The counters are read, when scraped, from the run's :class:`~proxy.shell.observers.Tally` (the
+one count of every observation, which the closing log line sums too): :data:`_COUNTERS` says
+which tally names each counter reads and how its labels follow. What is no count stays here: the
+gauges (connections open, requests pending, bytes in flight), the answers' durations and the
+failed writes.
+
 Labels are bounded: a method outside ACP's list becomes ``other``, and no label ever holds an id
 or a session. Rule names are the operator's own (bounded by the fault files).
 """
@@ -7,7 +13,8 @@ or a session. Rule names are the operator's own (bounded by the fault files).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -21,83 +28,143 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from proxy.core.commands import (
-    CancelDropped,
-    Connected,
-    Disconnected,
-    DuplicateSwallowed,
-    FaultInjected,
-    Finding,
-    InflightRefused,
-    InvalidSeen,
-    KeyedAttempt,
-    Observation,
-    Orphaned,
-    Relayed,
-    Restarted,
-    RulesReloaded,
-    TooManyPending,
-    Undeliverable,
-)
+from proxy.core.acp import method_label
 from proxy.core.events import Direction
-from proxy.core.jsonrpc import Kind
 from proxy.core.ledger import CHECKS
+from proxy.core.observations import Connected, Disconnected, Observation, Relayed
 from proxy.shell.inflight import InflightBytes
-from proxy.shell.limits import COUNTED, LimitReached
-from proxy.shell.origin_policy import ORIGIN_OPTIONS, RequestRefused
+from proxy.shell.limits import COUNTED
+from proxy.shell.observers import Tally
+from proxy.shell.origin_policy import ORIGIN_OPTIONS
 
-__all__ = ["ACP_METHODS", "Metrics", "method_label"]
+__all__ = ["Metrics"]
 
-ACP_METHODS = frozenset(
-    {
-        "initialize",
-        "auth/login",
-        "auth/logout",
-        "auth/status",
-        "auth/status_update",
-        "session/new",
-        "session/resume",
-        "session/load",
-        "session/prompt",
-        "session/close",
-        "session/list",
-        "session/delete",
-        "session/fork",
-        "session/archive",
-        "session/unarchive",
-        "session/set_title",
-        "session/status",
-        "session/set_config_option",
-        "session/set_mode",
-        "session/cancel",
-        "session/update",
-        "session/request_permission",
-        "tool_call/cancel",
-        "terminal/cancel",
-        "elicitation/create",
-        "elicitation/complete",
-        "providers/list",
-        "providers/set",
-        "providers/disable",
-        "mcp/message",
-        "proxy/initialize",
-        "proxy/successor",
-        "_proxy/successor",
-        "$/cancel_request",
-    }
+Labels = tuple[str, ...]
+
+
+def _same(labels: Labels) -> Labels:
+    return labels
+
+
+def _with(*more: str) -> Callable[[Labels], Labels]:
+    """The tally's labels, then ``more`` (a reason the tally's name says)."""
+    return lambda labels: (*labels, *more)
+
+
+def _as(*fixed: str) -> Callable[[Labels], Labels]:
+    """Fixed labels (the tally's name says them all)."""
+    return lambda _labels: fixed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Counted:
+    """A counter read from the tally."""
+
+    name: str
+    """Its name (exposed with ``_total``)."""
+    help: str
+    labels: Labels
+    sources: Mapping[str, Callable[[Labels], Labels]]
+    """The tally's names it sums, each with its labels from the tally's."""
+    zeros: tuple[Labels, ...] = ()
+    """Label values scraped at 0 until counted."""
+
+
+_COUNTERS: tuple[_Counted, ...] = (
+    _Counted(
+        name="acp_proxy_messages",
+        help="Messages relayed, by direction, kind and method.",
+        labels=("direction", "kind", "method"),
+        sources={"messages": _same},
+    ),
+    _Counted(
+        name="acp_proxy_faults_injected",
+        help="Faults injected, by rule and action.",
+        labels=("rule", "action"),
+        sources={"faults": _same},
+    ),
+    _Counted(
+        name="acp_proxy_connections",
+        help="Connections opened, by side and transport.",
+        labels=("side", "transport"),
+        sources={"connections": _same},
+    ),
+    _Counted(
+        name="acp_proxy_invalid_messages",
+        help="Messages that are not usable JSON-RPC, by direction and reason.",
+        labels=("direction", "reason"),
+        sources={"invalid": _same},
+    ),
+    _Counted(
+        name="acp_proxy_orphan_responses",
+        help="Responses whose id matched no pending request (dropped).",
+        labels=("direction",),
+        sources={"orphan_responses": _same},
+    ),
+    _Counted(
+        name="acp_proxy_dropped_messages",
+        help="Messages the relay dropped for a reason other than a fault.",
+        labels=("direction", "reason"),
+        sources={
+            "cancels_dropped": _with("cancel_unknown_request"),
+            "undeliverable": _with("peer_closed"),
+            "duplicate_answers_swallowed": _with("duplicate_answer"),
+        },
+    ),
+    _Counted(
+        name="acp_proxy_restarts",
+        help="Restarts of the data plane (proxy) or of the Agent (agent).",
+        labels=("what",),
+        sources={"restarts": _same},
+    ),
+    _Counted(
+        name="acp_proxy_config_reloads",
+        help="Reloads of the fault files, by result.",
+        labels=("result",),
+        sources={"reloads": _same},
+    ),
+    _Counted(
+        name="acp_proxy_idempotency_attempts",
+        help="Keyed session/prompt attempts, first or retry.",
+        labels=("attempt",),
+        sources={"keyed_attempts": _same},
+        zeros=(("first",), ("retry",)),
+    ),
+    _Counted(
+        name="acp_proxy_findings",
+        help="Rules of the idempotency RFD seen broken, by check.",
+        labels=("check",),
+        sources={"findings": _same},
+        zeros=tuple((check,) for check in CHECKS),  # every check, at 0 until seen broken
+    ),
+    _Counted(
+        name="acp_proxy_refused_requests",
+        help="HTTP requests refused for their Host or Origin header, by server and reason.",
+        labels=("server", "reason"),
+        sources={"refused_requests": _same},
+        zeros=tuple((server, reason) for server in ORIGIN_OPTIONS for reason in ("host", "origin")),
+    ),
+    _Counted(
+        name="acp_proxy_limit_reached",
+        help="Times a bound on what a peer can make the proxy hold refused something or ended "
+        "what a peer held, by limit and where (listener, admin, upstream, link).",
+        labels=("limit", "where"),
+        sources={
+            "limits_reached": _same,
+            "refused_too_many_pending": _as("pending", "link"),
+            "refused_too_much_in_flight": _as("inflight_bytes", "listener"),
+        },
+        zeros=COUNTED,
+    ),
 )
-"""Methods of ACP (v1 and the v2 draft) that label metrics by name; any other is ``other``."""
-
-
-def method_label(method: str | None) -> str:
-    """The bounded metrics label of a method (``none`` when a message has no known method)."""
-    if method is None:
-        return "none"
-    return method if method in ACP_METHODS else "other"
+"""Every counter read from the tally, in the order they are exposed."""
 
 
 class Metrics:
-    """The proxy's metrics, as an observer; :meth:`exposition` renders them for ``/metrics``."""
+    """The proxy's metrics, as an observer; :meth:`exposition` renders them for ``/metrics``.
+
+    It owns the run's :attr:`tally` (and so feeds it): the counters are read from it.
+    """
 
     def __init__(
         self,
@@ -107,18 +174,12 @@ class Metrics:
         """``pending`` counts requests awaiting an answer per direction (read at scrape time);
         ``inflight`` is the proxy's count of bytes in flight (read at scrape time too)."""
         disable_created_metrics()  # type: ignore[no-untyped-call] # *_created series: noise
+        self.tally = Tally()
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
-        self._relayed = _RelayedCounts()
-        registry.register(self._relayed)
+        registry.register(_TallyCounters(self.tally))
         if inflight is not None:
             registry.register(_InflightGauges(inflight))
-        self.faults = Counter(
-            "acp_proxy_faults_injected",
-            "Faults injected, by rule and action.",
-            ["rule", "action"],
-            registry=registry,
-        )
         self.pending = Gauge(
             "acp_proxy_pending_requests",
             "Requests forwarded and not yet answered.",
@@ -138,58 +199,10 @@ class Metrics:
             registry=registry,
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300),
         )
-        self.connections = Counter(
-            "acp_proxy_connections",
-            "Connections opened, by side and transport.",
-            ["side", "transport"],
-            registry=registry,
-        )
         self.active = Gauge(
             "acp_proxy_active_connections",
             "Connections open now, by side and transport.",
             ["side", "transport"],
-            registry=registry,
-        )
-        self.invalid = Counter(
-            "acp_proxy_invalid_messages",
-            "Messages that are not usable JSON-RPC, by direction and reason.",
-            ["direction", "reason"],
-            registry=registry,
-        )
-        self.orphans = Counter(
-            "acp_proxy_orphan_responses",
-            "Responses whose id matched no pending request (dropped).",
-            ["direction"],
-            registry=registry,
-        )
-        self.dropped = Counter(
-            "acp_proxy_dropped_messages",
-            "Messages the relay dropped for a reason other than a fault.",
-            ["direction", "reason"],
-            registry=registry,
-        )
-        self.restarts = Counter(
-            "acp_proxy_restarts",
-            "Restarts of the data plane (proxy) or of the Agent (agent).",
-            ["what"],
-            registry=registry,
-        )
-        self.reloads = Counter(
-            "acp_proxy_config_reloads",
-            "Reloads of the fault files, by result.",
-            ["result"],
-            registry=registry,
-        )
-        self.attempts = Counter(
-            "acp_proxy_idempotency_attempts",
-            "Keyed session/prompt attempts, first or retry.",
-            ["attempt"],
-            registry=registry,
-        )
-        self.findings = Counter(
-            "acp_proxy_findings",
-            "Rules of the idempotency RFD seen broken, by check.",
-            ["check"],
             registry=registry,
         )
         self.write_failures = Counter(
@@ -198,82 +211,61 @@ class Metrics:
             ["file"],
             registry=registry,
         )
-        self.refused = Counter(
-            "acp_proxy_refused_requests",
-            "HTTP requests refused for their Host or Origin header, by server and reason.",
-            ["server", "reason"],
-            registry=registry,
-        )
-        self.limits = Counter(
-            "acp_proxy_limit_reached",
-            "Times a bound on what a peer can make the proxy hold refused something or ended "
-            "what a peer held, by limit and where (listener, admin, upstream, link).",
-            ["limit", "where"],
-            registry=registry,
-        )
         self._durations: dict[str | None, Any] = {}
-        for check in CHECKS:
-            self.findings.labels(check)  # every check is scraped, at 0 until seen broken
-        for attempt in ("first", "retry"):
-            self.attempts.labels(attempt)
         for file in ("trace", "state"):
             self.write_failures.labels(file)
-        for server in ORIGIN_OPTIONS:
-            for reason in ("host", "origin"):
-                self.refused.labels(server, reason)  # scraped at 0 until a request is refused
-        for limit, where in COUNTED:
-            self.limits.labels(limit, where)
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
-        """Count one observation."""
+        """Count one observation (in the tally), and move the gauges and durations it moves."""
+        self.tally.observe(observation, link)
         match observation:
-            case Relayed(direction=direction, kind=kind, method=method, size=size):
-                self._relayed.count(direction, kind, method, size)
-                if observation.duration is not None:
-                    histogram = self._durations.get(method)
-                    if histogram is None:
-                        histogram = self.durations.labels(method_label(method))
-                        self._durations[method] = histogram
-                    histogram.observe(observation.duration)
-            case FaultInjected(rule=rule, action=action):
-                self.faults.labels(rule, action).inc()
-            case InvalidSeen(direction=direction, reason=reason):
-                self.invalid.labels(direction.value, reason.value).inc()
-            case Orphaned(direction=direction):
-                self.orphans.labels(direction.value).inc()
-            case TooManyPending():
-                self.limits.labels("pending", "link").inc()
-            case InflightRefused():
-                self.limits.labels("inflight_bytes", "listener").inc()
-            case CancelDropped(direction=direction):
-                self.dropped.labels(direction.value, "cancel_unknown_request").inc()
-            case Undeliverable(direction=direction):
-                self.dropped.labels(direction.value, "peer_closed").inc()
-            case DuplicateSwallowed(direction=direction):
-                self.dropped.labels(direction.value, "duplicate_answer").inc()
+            case Relayed(method=method, duration=duration) if duration is not None:
+                histogram = self._durations.get(method)
+                if histogram is None:
+                    histogram = self.durations.labels(method_label(method))
+                    self._durations[method] = histogram
+                histogram.observe(duration)
             case Connected(side=side, transport=transport):
-                self.connections.labels(side.value, transport).inc()
                 self.active.labels(side.value, transport).inc()
             case Disconnected(side=side, transport=transport):
                 self.active.labels(side.value, transport).dec()
-            case Restarted(what=what):
-                self.restarts.labels(what).inc()
-            case RulesReloaded(result=result):
-                self.reloads.labels(result).inc()
-            case KeyedAttempt(retry=retry):
-                self.attempts.labels("retry" if retry else "first").inc()
-            case Finding(check=check):
-                self.findings.labels(check).inc()
-            case RequestRefused(server=server, reason=reason):
-                self.refused.labels(server, reason).inc()
-            case LimitReached(limit=limit, where=where):
-                self.limits.labels(limit, where).inc()
-            case _:
-                pass
 
     def exposition(self) -> bytes:
         """The text format a Prometheus scraper reads."""
         return generate_latest(self.registry)
+
+
+class _TallyCounters(Collector):
+    """The counters of :data:`_COUNTERS` and ``acp_proxy_bytes``, read from the tally."""
+
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
+        self._of = {
+            source: (index, labels)
+            for index, counted in enumerate(_COUNTERS)
+            for source, labels in counted.sources.items()
+        }
+
+    def collect(self) -> Iterator[Metric]:
+        """Every counter as the tally stands."""
+        values: list[dict[Labels, int]] = [dict.fromkeys(c.zeros, 0) for c in _COUNTERS]
+        for (name, *tallied), count in list(self._tally.counts.items()):
+            found = self._of.get(name)
+            if found is not None:
+                index, label = found
+                key = label(tuple(str(value) for value in tallied))
+                values[index][key] = values[index].get(key, 0) + count
+        for counted, samples in zip(_COUNTERS, values, strict=True):
+            family = CounterMetricFamily(counted.name, counted.help, labels=counted.labels)
+            for labels, count in samples.items():
+                family.add_metric(labels, count)
+            yield family
+        sizes = CounterMetricFamily(
+            "acp_proxy_bytes", "Bytes of messages relayed.", labels=["direction"]
+        )
+        for direction, size in list(self._tally.relayed_bytes.items()):
+            sizes.add_metric([str(direction)], size)
+        yield sizes
 
 
 class _InflightGauges(Collector):
@@ -307,42 +299,3 @@ class _InflightGauges(Collector):
             "Times a reader waited for the bytes in flight to fall under their bound.",
             value=inflight.waits,
         )
-
-
-class _RelayedCounts(Collector):
-    """``acp_proxy_messages_total`` and ``acp_proxy_bytes_total``, counted as plain integers.
-
-    They move once per message, the proxy's hot path: a dictionary increment here, where a
-    ``prometheus_client`` child takes a lock and two calls. Scrapes read the integers.
-    """
-
-    def __init__(self) -> None:
-        self._messages: dict[tuple[Direction, Kind, str | None], int] = {}
-        self._bytes: dict[Direction, int] = {}
-
-    def count(self, direction: Direction, kind: Kind, method: str | None, size: int) -> None:
-        """One message of ``size`` bytes relayed."""
-        key = (direction, kind, method)
-        self._messages[key] = self._messages.get(key, 0) + 1
-        self._bytes[direction] = self._bytes.get(direction, 0) + size
-
-    def collect(self) -> Iterator[Metric]:
-        """The two counters as they stand (methods folded into their bounded labels)."""
-        messages = CounterMetricFamily(
-            "acp_proxy_messages",
-            "Messages relayed, by direction, kind and method.",
-            labels=["direction", "kind", "method"],
-        )
-        folded: dict[tuple[str, str, str], int] = {}
-        for (direction, kind, method), count in list(self._messages.items()):
-            labels = (direction.value, kind.value, method_label(method))
-            folded[labels] = folded.get(labels, 0) + count
-        for labels, count in folded.items():
-            messages.add_metric(list(labels), count)
-        yield messages
-        sizes = CounterMetricFamily(
-            "acp_proxy_bytes", "Bytes of messages relayed.", labels=["direction"]
-        )
-        for direction, size in list(self._bytes.items()):
-            sizes.add_metric([direction.value], size)
-        yield sizes

@@ -1,9 +1,9 @@
 """Consumers of the core's observations: counters and log lines.
 
-Every :class:`~proxy.core.commands.Observation` the relay returns is handed to one
+Every :class:`~proxy.core.observations.Observation` the relay returns is handed to one
 :class:`Observer`.
-:class:`Tally` counts them under bounded labels (the same ones the Prometheus metrics use) and
-:class:`LogObserver` turns the noteworthy ones into one clear log line each.
+:class:`Tally` counts them under bounded labels (the closing log line sums it, the Prometheus
+metrics read it) and :class:`LogObserver` turns the noteworthy ones into one clear log line each.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from proxy.core.commands import (
+from proxy.core import acp
+from proxy.core.observations import (
     CancelDropped,
     Connected,
     Disconnected,
@@ -39,6 +40,7 @@ from proxy.core.commands import (
     Undeliverable,
     Unroutable,
 )
+from proxy.shell.limits import LimitReached
 from proxy.shell.log import get_logger, shorten
 from proxy.shell.origin_policy import RequestRefused
 
@@ -70,64 +72,76 @@ class Fanout:
 
 
 class Tally:
-    """Counts of what the relay saw, keyed by ``(name, label, ...)`` tuples."""
+    """The one count of what the relay saw: ``(name, label, ...)`` -> count, every label bounded.
+
+    The closing log line (``proxy finished``) sums it per name (:meth:`summary`), and the
+    Prometheus counters are read from it (:class:`~proxy.shell.metrics.Metrics` owns one): a new
+    observation is counted here only. Labels are text (a method is its bounded
+    :func:`~proxy.core.acp.method_label`).
+    """
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, ...]] = Counter()
+        self.relayed_bytes: Counter[str] = Counter()
+        """Bytes of the messages relayed, by direction (a sum, not a count: not in the log line)."""
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
-        """Count ``observation`` under its kind and bounded labels."""
+        """Count ``observation`` under its name and bounded labels."""
+        counts = self.counts
         match observation:
-            case Relayed(direction=direction, kind=kind):
-                self.counts["messages", direction, kind] += 1
+            case Relayed(direction=direction, kind=kind, method=method, size=size):
+                counts["messages", direction, kind, acp.method_label(method)] += 1
+                self.relayed_bytes[direction] += size
             case Held(relayed=relayed):
-                self.counts["held", relayed.direction] += 1
+                counts["held", relayed.direction] += 1
             case Stopped(direction=direction, disposition=disposition):
-                self.counts["stopped", direction, disposition] += 1
+                counts["stopped", direction, disposition] += 1
             case InvalidSeen(direction=direction, reason=reason):
-                self.counts["invalid", direction, reason] += 1
+                counts["invalid", direction, reason] += 1
             case Orphaned(direction=direction):
-                self.counts["orphan_responses", direction] += 1
+                counts["orphan_responses", direction] += 1
             case TooManyPending(direction=direction):
-                self.counts["refused_too_many_pending", direction] += 1
+                counts["refused_too_many_pending", direction] += 1
             case InflightRefused(direction=direction):
-                self.counts["refused_too_much_in_flight", direction] += 1
+                counts["refused_too_much_in_flight", direction] += 1
             case CancelDropped(direction=direction):
-                self.counts["cancels_dropped", direction] += 1
+                counts["cancels_dropped", direction] += 1
             case IdReused(direction=direction):
-                self.counts["ids_reused", direction] += 1
+                counts["ids_reused", direction] += 1
             case Undeliverable(direction=direction):
-                self.counts["undeliverable", direction] += 1
+                counts["undeliverable", direction] += 1
             case Unroutable(direction=direction):
-                self.counts["unroutable", direction] += 1
+                counts["unroutable", direction] += 1
             case PeerGone(side=side, abandoned=abandoned):
-                self.counts["peers_gone", side] += 1
-                self.counts["abandoned_requests", side] += abandoned
+                counts["peers_gone", side] += 1
+                counts["abandoned_requests", side] += abandoned
             case FaultInjected(rule=rule, action=action):
-                self.counts["faults", rule, action] += 1
+                counts["faults", rule, action] += 1
             case DuplicateSwallowed(direction=direction):
-                self.counts["duplicate_answers_swallowed", direction] += 1
+                counts["duplicate_answers_swallowed", direction] += 1
             case Restarted(what=what, abandoned=abandoned):
-                self.counts["restarts", what] += 1
-                self.counts["abandoned_requests", "restart"] += abandoned
+                counts["restarts", what] += 1
+                counts["abandoned_requests", "restart"] += abandoned
             case RulesReloaded(result=result):
-                self.counts["reloads", result] += 1
+                counts["reloads", result] += 1
             case Connected(side=side, transport=transport):
-                self.counts["connections", side, transport] += 1
+                counts["connections", side, transport] += 1
             case Finding(check=check):
-                self.counts["findings", check] += 1
+                counts["findings", check] += 1
             case KeyedAttempt(retry=retry):
-                self.counts["keyed_attempts", "retry" if retry else "first"] += 1
+                counts["keyed_attempts", "retry" if retry else "first"] += 1
             case KeyedMessage(via=via):
-                self.counts["keyed_messages", via] += 1
+                counts["keyed_messages", via] += 1
             case InitializeTimedOut():
-                self.counts["timeouts", "initialize"] += 1
+                counts["timeouts", acp.INITIALIZE] += 1
             case RequestRefused(server=server, reason=reason):
-                self.counts["refused_requests", server, reason] += 1
+                counts["refused_requests", server, reason] += 1
+            case LimitReached(limit=limit, where=where):
+                counts["limits_reached", limit, where] += 1
             case RulesCounted() | Disconnected():
                 pass
             case _:
-                self.counts["other", type(observation).__name__] += 1
+                counts["other", type(observation).__name__] += 1
 
     def summary(self) -> dict[str, int]:
         """Totals per name, for a closing log line."""

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Literal
 
 from aiohttp import hdrs, web
 
-from proxy.core.commands import Observation
 from proxy.core.errors import ConfigError
+from proxy.core.observations import Observation
 from proxy.shell.log import get_logger
 
 if TYPE_CHECKING:

@@ -28,6 +28,12 @@ from proxy.core.engine import FaultEngine
 from proxy.core.errors import ConfigError, StartupError, os_cause
 from proxy.core.events import Direction, Side
 from proxy.core.relay import Relay
+from proxy.shell.defaults import (
+    CONNECT_TIMEOUT,
+    HTTP_TIMEOUT,
+    INITIALIZE_TIMEOUT,
+    SHUTDOWN_TIMEOUT,
+)
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.hostport import authority
 from proxy.shell.inflight import InflightBytes
@@ -38,19 +44,17 @@ from proxy.shell.observers import Observer
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances
 from proxy.shell.transports.cookies import CookieRoute, CookieSink, SetCookies
 from proxy.shell.transports.http_listener import (
-    INITIALIZE_TIMEOUT,
     SHUTTING_DOWN,
     HttpConnection,
     Listener,
     ListenerConfig,
     Refused,
 )
-from proxy.shell.transports.http_upstream import HTTP_TIMEOUT, connect_http
+from proxy.shell.transports.http_upstream import connect_http
 from proxy.shell.transports.stdio import spawn_agent
-from proxy.shell.transports.websocket import CONNECT_TIMEOUT, connect_ws
+from proxy.shell.transports.websocket import connect_ws
 
 __all__ = [
-    "SHUTDOWN_TIMEOUT",
     "STDIO",
     "Address",
     "NetworkProxy",
@@ -69,9 +73,6 @@ where the cookies the Agent sets go back to the Client (``None``: nowhere, a std
 UNREACHABLE = Refused("unreachable", "the agent could not be reached")
 CLOSING = Refused("closing", SHUTTING_DOWN)
 
-SHUTDOWN_TIMEOUT = 15.0
-"""Seconds the links get to end after SIGTERM or SIGINT, before they are cut: enough for a
-spawned Agent's default grace (5 s after EOF, then 5 s after SIGTERM) and the last writes."""
 
 PASSED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 """Request headers of a Client that go on to an HTTP or WebSocket Agent (also every ``X-*``)."""

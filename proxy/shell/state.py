@@ -20,7 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proxy.core.commands import (
+from proxy.core import acp
+from proxy.core.engine import FaultEngine
+from proxy.core.errors import StartupError, os_cause
+from proxy.core.jsonrpc import Kind
+from proxy.core.ledger import Ledger
+from proxy.core.observations import (
     FaultInjected,
     Finding,
     KeyedAttempt,
@@ -29,10 +34,6 @@ from proxy.core.commands import (
     Relayed,
     RulesCounted,
 )
-from proxy.core.engine import FaultEngine
-from proxy.core.errors import StartupError, os_cause
-from proxy.core.jsonrpc import Kind
-from proxy.core.ledger import Ledger
 from proxy.shell.log import get_logger
 
 __all__ = ["StateFile", "StateSaver"]
@@ -157,7 +158,7 @@ class StateSaver:
             observation, RulesCounted | FaultInjected | KeyedAttempt | KeyedMessage | Finding
         ) or (
             isinstance(observation, Relayed)
-            and observation.method == "session/prompt"
+            and observation.method == acp.PROMPT
             and observation.kind in (Kind.RESPONSE, Kind.ERROR)
         ):
             self.save()

@@ -8,20 +8,12 @@ from typing import Any
 
 import pytest
 
-from proxy.core.commands import (
-    Command,
-    Finding,
-    KeyedAttempt,
-    KeyedMessage,
-    Observation,
-    Restarted,
-    Send,
-    StartTimer,
-)
+from proxy.core.commands import Command, Send, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import Event, MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
 from proxy.core.ledger import Ledger
+from proxy.core.observations import Finding, KeyedAttempt, KeyedMessage, Observation, Restarted
 from proxy.core.relay import Relay
 
 CLIENT, AGENT = Side.CLIENT, Side.AGENT

@@ -7,24 +7,7 @@ from typing import TypeVar
 
 import pytest
 
-from proxy.core.commands import (
-    CancelDropped,
-    Close,
-    Command,
-    Handling,
-    IdReused,
-    InitializeTimedOut,
-    InvalidSeen,
-    Observation,
-    Orphaned,
-    PeerGone,
-    Relayed,
-    Send,
-    StartTimer,
-    TooManyPending,
-    Undeliverable,
-    Unroutable,
-)
+from proxy.core.commands import Close, Command, Send, StartTimer
 from proxy.core.events import (
     Direction,
     MessageReceived,
@@ -34,6 +17,20 @@ from proxy.core.events import (
     TimerFired,
 )
 from proxy.core.jsonrpc import InvalidReason, Kind
+from proxy.core.observations import (
+    CancelDropped,
+    Handling,
+    IdReused,
+    InitializeTimedOut,
+    InvalidSeen,
+    Observation,
+    Orphaned,
+    PeerGone,
+    Relayed,
+    TooManyPending,
+    Undeliverable,
+    Unroutable,
+)
 from proxy.core.relay import MAX_INVALID_PENDING, Relay
 from proxy.core.splice import MAX_STEPS
 

@@ -9,26 +9,22 @@ from typing import Any, TypeVar
 import pytest
 
 from proxy.core.actions.corrupt import corrupt
-from proxy.core.commands import (
-    Command,
+from proxy.core.commands import Command, Restart, Send, Sever, SignalAgent, StartTimer
+from proxy.core.engine import FaultEngine
+from proxy.core.events import Direction, MessageReceived, PeerClosed, Side, TimerFired
+from proxy.core.faultfile import Rule
+from proxy.core.jsonrpc import Kind
+from proxy.core.observations import (
     DuplicateSwallowed,
     FaultInjected,
     Held,
     Observation,
     Relayed,
-    Restart,
     RulesCounted,
-    Send,
-    Sever,
-    SignalAgent,
-    StartTimer,
     Stopped,
+    Stopping,
     Undeliverable,
 )
-from proxy.core.engine import FaultEngine
-from proxy.core.events import Direction, MessageReceived, PeerClosed, Side, TimerFired
-from proxy.core.faultfile import Rule
-from proxy.core.jsonrpc import Kind
 from proxy.core.relay import Relay
 
 CLIENT, AGENT = Side.CLIENT, Side.AGENT
@@ -298,19 +294,19 @@ class TestStopped:
             ({"action": "sever", "side": "agent", "moment": "before"}, "severed"),
         ],
     )
-    def test_a_stopped_request(self, do: dict[str, Any], disposition: str) -> None:
+    def test_a_stopped_request(self, do: dict[str, Any], disposition: Stopping) -> None:
         relay = relay_with({"when": {"method": "session/prompt"}, "do": do})
         [stopped] = of(feed(relay, CLIENT, PROMPT), Stopped)
         assert stopped == Stopped(
-            Direction.TO_AGENT,
-            Kind.REQUEST,
-            "session/prompt",
-            "S",
-            len(PROMPT),
-            b'"p1"',
-            None,
-            "r0",
-            disposition,
+            direction=Direction.TO_AGENT,
+            kind=Kind.REQUEST,
+            method="session/prompt",
+            session="S",
+            size=len(PROMPT),
+            original_id=b'"p1"',
+            forwarded_id=None,
+            rule="r0",
+            disposition=disposition,
         )
 
     def test_a_dropped_answer_names_its_request(self) -> None:

@@ -31,9 +31,9 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 
 from proxy.control import ControlClient
-from proxy.core.commands import Connected
 from proxy.core.engine import FaultEngine
 from proxy.core.events import Side
+from proxy.core.observations import Connected
 from proxy.shell.admin import AdminServer
 from proxy.shell.limits import EVENT_BACKLOG
 from proxy.shell.link import Link

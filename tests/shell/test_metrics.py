@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect as ws_connect
 
 from proxy.control import ControlClient
+from proxy.core.acp import METHODS
 from proxy.shell.limits import COUNTED
-from proxy.shell.metrics import ACP_METHODS
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -230,7 +230,25 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
         values
     )
     methods = {value for _, label_set in series for name, value in label_set if name == "method"}
-    assert methods <= ACP_METHODS | {"other", "none"}
+    assert methods <= METHODS | {"other", "none"}
+
+    # The closing log line sums the same count the metrics read: they agree.
+    await proxy.close_stdin()
+    finished = await proxy.logged("proxy finished")
+    assert await proxy.wait() == 0
+
+    def total(name: str) -> float:
+        return sum(of(series, name).values())
+
+    assert finished["messages"] == total("acp_proxy_messages_total") == 15
+    assert finished["faults"] == total("acp_proxy_faults_injected_total") == 2
+    assert finished["invalid"] == total("acp_proxy_invalid_messages_total") == 4
+    assert finished["orphan_responses"] == total("acp_proxy_orphan_responses_total") == 1
+    assert finished["restarts"] == total("acp_proxy_restarts_total") == 2
+    assert finished["reloads"] == total("acp_proxy_config_reloads_total") == 2
+    assert finished["connections"] == total("acp_proxy_connections_total") == 4
+    assert "findings" not in finished  # a count at 0 is no field; the metric scrapes 0
+    assert total("acp_proxy_findings_total") == 0
 
 
 async def test_network_connections_are_counted_and_active_ones_go_down(

@@ -16,10 +16,19 @@ from typing import Any
 import orjson
 from harness import ProxyProcess, encode, notification, raw_agent, request, say
 
-from proxy.core.commands import Held, KeyedAttempt, KeyedMessage, Relayed, Stopped, Undeliverable
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import Kind
-from proxy.shell.trace import TraceWriter, trace_record
+from proxy.core.observations import (
+    Held,
+    KeyedAttempt,
+    KeyedMessage,
+    Observation,
+    Relayed,
+    Stopped,
+    Undeliverable,
+)
+from proxy.core.records import as_json, record_of
+from proxy.shell.trace import TraceWriter
 
 SESSION = "sess-trace"
 
@@ -235,9 +244,16 @@ def test_held_stopped_and_undeliverable_records() -> None:
     """What each record carries: the hold with its rules and delay; a copy marked; a message a
     fault stopped with its disposition and rule; a held message that found its peer gone."""
     prompt = Relayed(
-        Direction.TO_AGENT, Kind.REQUEST, "session/prompt", "S", 90, b'"p1"', b"4", copy=True
+        direction=Direction.TO_AGENT,
+        kind=Kind.REQUEST,
+        method="session/prompt",
+        session="S",
+        size=90,
+        original_id=b'"p1"',
+        forwarded_id=b"4",
+        copy=True,
     )
-    held = trace_record(Held(7, ("slow", "twice"), 0.25, prompt), 3, 5.0)
+    held = trace_record(Held(hold=7, rules=("slow", "twice"), delay=0.25, relayed=prompt), 3, 5.0)
     assert held == {
         "time": 5.0,
         "link": 3,
@@ -263,15 +279,15 @@ def test_held_stopped_and_undeliverable_records() -> None:
         True,
     )
     stopped = Stopped(
-        Direction.TO_CLIENT,
-        Kind.RESPONSE,
-        "session/prompt",
-        "S",
-        40,
-        b'"p1"',
-        b"4",
-        "lose",
-        "dropped",
+        direction=Direction.TO_CLIENT,
+        kind=Kind.RESPONSE,
+        method="session/prompt",
+        session="S",
+        size=40,
+        original_id=b'"p1"',
+        forwarded_id=b"4",
+        rule="lose",
+        disposition="dropped",
     )
     assert trace_record(stopped, 3, 6.0) == {
         "time": 6.0,
@@ -288,7 +304,14 @@ def test_held_stopped_and_undeliverable_records() -> None:
         "rule": "lose",
     }
     lost = Undeliverable(
-        Direction.TO_AGENT, Kind.REQUEST, 90, "session/prompt", "S", b'"p1"', b"4", hold=7
+        direction=Direction.TO_AGENT,
+        kind=Kind.REQUEST,
+        size=90,
+        method="session/prompt",
+        session="S",
+        original_id=b'"p1"',
+        forwarded_id=b"4",
+        hold=7,
     )
     record = trace_record(lost, 3, 7.0)
     assert record is not None
@@ -302,6 +325,12 @@ def test_held_stopped_and_undeliverable_records() -> None:
 
 def _fields(relayed: Relayed) -> dict[str, Any]:
     return {name: getattr(relayed, name) for name in Relayed.__dataclass_fields__}
+
+
+def trace_record(observation: Observation, link: int, at: float) -> dict[str, Any] | None:
+    """The JSON object of the observation's trace line."""
+    record = record_of(observation, link, at)
+    return None if record is None else as_json(record)
 
 
 async def test_trace_to_stdout_is_refused_in_stdio_mode(
@@ -334,7 +363,17 @@ def test_lone_surrogates_from_a_peer_are_written_readably(tmp_path: Path) -> Non
     reader takes, with the surrogate spelled out, not an exception in the middle of relaying."""
     path = tmp_path / "trace.jsonl"
     writer = TraceWriter(path, clock=lambda: 5.0)
-    writer.observe(Relayed(Direction.TO_AGENT, Kind.REQUEST, "x/\ud800", "\udc00", 9, b"1", b"0"))
+    writer.observe(
+        Relayed(
+            direction=Direction.TO_AGENT,
+            kind=Kind.REQUEST,
+            method="x/\ud800",
+            session="\udc00",
+            size=9,
+            original_id=b"1",
+            forwarded_id=b"0",
+        )
+    )
     writer.close()
     record = orjson.loads(path.read_bytes().splitlines()[-1])
     assert (record["method"], record["session"], record["id"]) == ("x/\\ud800", "\\udc00", 1)
@@ -345,8 +384,8 @@ def test_keyed_attempts_and_messages_are_recorded(tmp_path: Path) -> None:
     to judge a key across proxies."""
     path = tmp_path / "trace.jsonl"
     writer = TraceWriter(path, clock=lambda: 5.0)
-    writer.observe(KeyedAttempt("S", True, "K1", "0123abcd"), 3)
-    writer.observe(KeyedMessage("S", "K1", "M1", "insert"), 3)
+    writer.observe(KeyedAttempt(session="S", retry=True, key="K1", prompt="0123abcd"), 3)
+    writer.observe(KeyedMessage(session="S", key="K1", message_id="M1", via="insert"), 3)
     writer.close()
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()[1:]]
     assert records == [

@@ -23,7 +23,9 @@ from harness import ProxyProcess
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.records import event_of
 from proxy.tools.report import (
+    TraceReadError,
     TraceRecords,
     load_traces,
     render_text,
@@ -31,6 +33,7 @@ from proxy.tools.report import (
     summarize,
 )
 from proxy.tools.report.html import render_html
+from proxy.tools.report.load import merge, read_trace
 
 Predicate = Callable[[dict[str, Any]], bool]
 
@@ -397,13 +400,13 @@ async def test_a_retry_on_another_node_is_seen_across_the_two_traces(
     """Node A loses the answer, the Client retries on node B (shared store): clean, one retry."""
     trace_a, trace_b, session = await retried_on_another_node(proxies, tmp_path)
     records = load_traces([trace_a, trace_b])
-    times = [r["time"] for r in records]
+    times = [r.time for r in records]
     assert times == sorted(times)
-    nodes = [r["node"] for r in records]
+    nodes = [r.node for r in records]
     assert nodes.index(str(trace_b)) < len(nodes) - 1 - nodes[::-1].index(
         str(trace_a)
     )  # interleaved
-    assert all(isinstance(r["line"], int) for r in records)
+    assert all(isinstance(r.line, int) for r in records)
     summary = summarize(records)
     assert summary["verdict"] == "clean"
     totals = summary["totals"]
@@ -533,7 +536,7 @@ def test_a_partial_last_line_is_skipped_and_counted(tmp_path: Path) -> None:
         file.write('{"time": 1.3, "link": 1, "event": "mess')
     records = load_traces([trace])
     assert isinstance(records, TraceRecords)
-    assert [(r["event"], r["line"]) for r in records] == [
+    assert [(event_of(r.record), r.line) for r in records] == [
         ("trace", 1),
         ("connection", 2),
         ("fault", 4),
@@ -571,7 +574,7 @@ def test_two_nodes_are_merged_by_time_each_file_in_its_own_order(tmp_path: Path)
     a = write_jsonl(tmp_path / "a.jsonl", header(10), event(11), event(13), event(15), event(12.5))
     b = write_jsonl(tmp_path / "b.jsonl", header(10), event(12), event(13), event(14))
     records = load_traces([a, b])
-    assert [(Path(r["node"]).stem, r["time"], r["line"]) for r in records] == [
+    assert [(Path(r.node).stem, r.time, r.line) for r in records] == [
         ("a", 10, 1),
         ("b", 10, 1),
         ("a", 11, 2),
@@ -582,7 +585,7 @@ def test_two_nodes_are_merged_by_time_each_file_in_its_own_order(tmp_path: Path)
         ("a", 15, 4),
         ("a", 12.5, 5),
     ]
-    assert [r["node"] for r in load_traces([b, a])][:2] == [str(b), str(a)]
+    assert [r.node for r in load_traces([b, a])][:2] == [str(b), str(a)]
     assert len(load_traces([a, a])) == 5  # a file given twice is read once
     summary = summarize(records)
     assert summary["span"] == {"start": 10, "end": 15, "seconds": 5}
@@ -1040,7 +1043,15 @@ def test_a_held_prompt_and_its_spaced_copy_join_their_attempt_by_the_hold(tmp_pa
         {**fault_on(1.0, "slow", "delay", slow), "id": "p1"},
         held(1.0, 1, 2, ["slow"], slow),
         prompt_request(1.1, 1, "p2", 1, "S"),  # sent later, relayed first
-        {"time": 1.5, "link": 1, "event": "keyed", "session": "S", "key": "K1", "prompt": "d"},
+        {
+            "time": 1.5,
+            "link": 1,
+            "event": "keyed",
+            "session": "S",
+            "key": "K1",
+            "prompt": "d",
+            "retry": False,
+        },
         {**slow, "hold": 2},
         prompt_answer(1.6, 1, "p1", 0, "S"),
         fault_on(2.0, "twice", "duplicate", copied),
@@ -1105,12 +1116,23 @@ def test_nodes_are_named_by_their_shortest_distinct_path(tmp_path: Path) -> None
 
 
 def test_unknown_events_and_odd_records_are_ignored_not_fatal(tmp_path: Path) -> None:
-    """Unknown events are counted apart; lines without a usable time or event are skipped."""
+    """Unknown events are counted apart, and the values a newer writer may add (a disposition,
+    an invalid message's reason, an action, a check) are read as they are; a line that is no
+    record of its event (no usable time or event, a field missing or of another type) is skipped
+    and counted with its line number."""
+    teleported = {
+        **prompt_request(1.25, 1, "t", 9, "S"),
+        "disposition": "teleported",
+        "reason": "warped",
+    }
     trace = write_jsonl(
         tmp_path / "t.jsonl",
         {**header(1.0), "version": 2},
         {"time": 1.1, "event": "telemetry", "cpu": 3},
         {"time": 1.2, "event": "telemetry"},
+        teleported,
+        {**fault_on(1.26, "r", "throttle", teleported), "id": "t"},
+        {**finding(1.27, "new_check", "K"), "by": "a newer ledger"},
         {"time": 1.3, "event": "message", "disposition": "teleported"},
         {"time": 1.4, "event": "message"},
         {"time": 1.5, "event": "fault"},
@@ -1122,18 +1144,27 @@ def test_unknown_events_and_odd_records_are_ignored_not_fatal(tmp_path: Path) ->
     )
     summary = summarize(load_traces([trace]))
     totals = summary["totals"]
-    assert (totals["records"], totals["skipped_lines"], totals["ignored_records"]) == (6, 4, 2)
+    assert (totals["records"], totals["skipped_lines"], totals["ignored_records"]) == (6, 7, 2)
+    assert summary["files"][0]["unreadable_lines"] == [7, 8, 9, 10, 11, 12, 13]
     assert summary["ignored"] == {"telemetry": 2}
-    assert summary["messages"]["by_disposition"] == {"relayed": 1, "teleported": 1}
-    assert summary["faults"]["by_rule"] == [
-        {"rule": "None", "action": "None", "count": 1, "nodes": [str(trace)]}
+    assert summary["messages"]["by_disposition"] == {"teleported": 1}
+    assert [(m["disposition"], m["reason"]) for m in summary["messages"]["not_relayed"]] == [
+        ("teleported", "warped")
     ]
+    assert summary["faults"]["by_rule"] == [
+        {"rule": "r", "action": "throttle", "count": 1, "nodes": [str(trace)]}
+    ]
+    assert (summary["findings"]["by_check"], summary["findings"]["failing"]) == (
+        {"new_check": 1},
+        1,
+    )
     assert summary["notes"] == [
         f"{trace}: trace version 2, this report reads version 1; read as far as it goes"
     ]
     text, status = report_main([trace], as_json=False)
-    assert status == 0
+    assert status == 1  # a check this version does not know still fails the run
     assert "ignored 2 records of unknown events (telemetry x2)" in text
+    assert f"skipped 7 unreadable lines ({trace}:7, {trace}:8, {trace}:9, ...)" in text
     assert "note: " in text
 
 
@@ -1221,19 +1252,32 @@ json_values = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(), inner)),
     max_leaves=5,
 )
-EVENTS = [
-    "message",
-    "held",
-    "fault",
-    "keyed",
-    "keyed_message",
-    "finding",
-    "trace",
-    "connection",
-    "restart",
-]
+REQUIRED: dict[str, list[str]] = {
+    "message": ["direction", "kind"],
+    "held": [
+        "hold",
+        "rules",
+        "delay_ms",
+        "direction",
+        "kind",
+        "method",
+        "session",
+        "id",
+        "forwarded_id",
+        "size",
+    ],
+    "fault": ["rule", "action", "direction", "kind", "method", "session", "id"],
+    "keyed": ["session", "key", "prompt", "retry"],
+    "keyed_message": ["session", "key", "message_id", "via"],
+    "finding": ["check", "session", "key", "detail"],
+    "trace": ["version"],
+    "connection": ["state", "side", "transport"],
+    "restart": ["what", "abandoned"],
+    "reload": ["result", "rules"],
+    "other": [],
+}
+"""The fields each event's record must have (a record without them is an unreadable line)."""
 PLAUSIBLE: dict[str, list[Any]] = {
-    "node": ["a.jsonl", "b.jsonl"],
     "link": [1, 2],
     "session": ["S", "T"],
     "key": ["K", "L"],
@@ -1247,39 +1291,82 @@ PLAUSIBLE: dict[str, list[Any]] = {
     "action": ["drop", "duplicate", "error", "sever", "delay", "corrupt"],
     "disposition": ["relayed", "swallowed", "undeliverable", "dropped"],
     "hold": [0, 1],
-    "rules": [["slow"], ["slow", "twice"]],
+    "rules": [["slow"], ["slow", "twice"], 3],
     "delay_ms": [500.0, 20],
     "check": ["duplicate_insert", "unkeyed_resend"],
     "state": ["open", "closed"],
     "side": ["client", "agent"],
+    "retry": [True, False],
+    "via": ["answer", "copy", "insert"],
+    "size": [60, 120],
+    "rule": ["r"],
+    "detail": ["d"],
+    "what": ["proxy", "agent"],
+    "abandoned": [0, 2],
+    "version": [1, 2],
+    "transport": ["stdio", "ws"],
+    "result": ["success", "error"],
+    "duration_ms": [1.5],
+    "copy": [True],
+    "reason": ["invalid_json"],
 }
-FIELDS = [*PLAUSIBLE, "retry", "via", "size", "rule", "detail", "what", "abandoned", "nodes", "by"]
+FIELDS = [*PLAUSIBLE, "nodes", "by"]
 
 
 @st.composite
 def records(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """Trace records as :func:`load_traces` lets them through (a numeric time, a string event, in
-    time order): other fields of the trace, mostly plausible, any JSON value now and then."""
+    """Trace records with a numeric time and a string event, in time order, each of a node: the
+    fields of their event most of the time (and others), mostly plausible, any JSON value now
+    and then."""
     out, at = [], 0.0
     for _ in range(draw(st.integers(0, 25))):
         at += draw(st.sampled_from([0.0, 0.001, 0.5]))
-        record: dict[str, Any] = {"time": at, "event": draw(st.sampled_from([*EVENTS, "other"]))}
-        for name in draw(st.lists(st.sampled_from(FIELDS), max_size=12, unique=True)):
+        event = draw(st.sampled_from(list(REQUIRED)))
+        record: dict[str, Any] = {"time": at, "event": event}
+        names = draw(st.lists(st.sampled_from(FIELDS), max_size=12, unique=True))
+        if draw(st.integers(0, 4)):
+            names = [*REQUIRED[event], *names]
+        for name in names:
             plausible = PLAUSIBLE.get(name)
-            if plausible and draw(st.booleans()):
+            if plausible and draw(st.integers(0, 4)):
                 record[name] = draw(st.sampled_from(plausible))
             else:
                 record[name] = draw(json_values)
-        record["node"] = str(record.get("node"))
+        record["node"] = draw(st.sampled_from(["a.jsonl", "b.jsonl"]))
         out.append(record)
     return out
+
+
+def read_as_files(trace: list[dict[str, Any]]) -> TraceRecords:
+    """The records as trace files, one per node, each line read and the files merged as
+    :func:`load_traces` does (a file of unreadable lines only is left out, as report refuses it)."""
+    lines: dict[str, list[bytes]] = {}
+    for record in trace:
+        fields = {name: value for name, value in record.items() if name != "node"}
+        lines.setdefault(record["node"], []).append(json.dumps(fields).encode())
+    streams, files = [], []
+    for node, found in lines.items():
+        try:
+            entries, info = read_trace(node, b"\n".join(found) + b"\n")
+        except TraceReadError:
+            continue
+        streams.append(entries)
+        files.append(info)
+    merged = TraceRecords(merge(streams))
+    merged.files = files
+    return merged
 
 
 @settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(records())
 def test_any_records_are_summarised_and_rendered(trace: list[dict[str, Any]]) -> None:
-    """Whatever a trace holds, the summary is JSON and both renderings are made, never a crash."""
-    summary = summarize(trace)
+    """Whatever a trace holds, each line is read or counted unreadable, the summary is JSON and
+    both renderings are made, never a crash."""
+    entries = read_as_files(trace)
+    summary = summarize(entries)
     json.dumps(summary)
+    assert summary["totals"]["records"] + summary["totals"]["skipped_lines"] == sum(
+        1 for record in trace if record["node"] in {info.node for info in entries.files}
+    )
     assert render_text(summary).startswith("acp-proxy report: ")
-    assert render_html(trace, summary).startswith("<!DOCTYPE html>")
+    assert render_html(entries, summary).startswith("<!DOCTYPE html>")

@@ -373,7 +373,15 @@ def test_a_held_message_is_drawn_when_it_left_with_the_hold_visible(tmp_path: Pa
 def test_a_key_is_named_only_on_the_prompt_right_after_it(tmp_path: Path) -> None:
     """A ``keyed`` record names the prompt relayed right after it; a prompt that comes after
     another record carries no key (the same rule as the report's tables)."""
-    keyed = {"time": 1.1, "link": 1, "event": "keyed", "session": "s1", "key": "K-right"}
+    keyed = {
+        "time": 1.1,
+        "link": 1,
+        "event": "keyed",
+        "session": "s1",
+        "key": "K-right",
+        "prompt": "P",
+        "retry": False,
+    }
     trace = write_jsonl(
         tmp_path / "t.jsonl",
         {"time": 1.0, "event": "trace", "version": 1},

@@ -19,6 +19,7 @@ an action registered by a package the running command never imports does not exi
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,7 +37,7 @@ from proxy.core.actions import (
 )
 from proxy.core.actions.base import Action, ActionModel
 
-__all__ = ["BUILTIN", "ActionRegistry", "actions"]
+__all__ = ["BUILTIN", "ActionName", "ActionRegistry", "actions"]
 
 BUILTIN: tuple[Action[Any], ...] = (
     drop.ACTION,
@@ -51,6 +52,23 @@ BUILTIN: tuple[Action[Any], ...] = (
     corrupt.ACTION,
 )
 """The actions every proxy has, in the order the docs list them."""
+
+
+class ActionName(enum.StrEnum):
+    """The names of the built-in actions (:data:`BUILTIN`), for code that treats some apart (the
+    ledger, the report): a typo is a mypy error. Another package's action has a name of its own,
+    so a fault's ``action`` is a ``str`` that may be one of these."""
+
+    DROP = "drop"
+    DELAY = "delay"
+    ERROR = "error"
+    DUPLICATE = "duplicate"
+    SEVER = "sever"
+    KILL_AGENT = "kill_agent"
+    RESTART_PROXY = "restart_proxy"
+    HTTP_STATUS = "http_status"
+    CLOSE_STREAM = "close_stream"
+    CORRUPT = "corrupt"
 
 
 class ActionRegistry:

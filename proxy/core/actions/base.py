@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from proxy.core.commands import Command
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.observations import Stopping
 
 __all__ = [
     "Action",
@@ -99,7 +100,7 @@ class Fault:
 class Stop:
     """The message goes no further; ``how`` it ended, as the trace says it."""
 
-    how: Literal["dropped", "answered_by_proxy", "severed", "refused"]
+    how: Stopping
 
 
 @dataclass(frozen=True, slots=True)

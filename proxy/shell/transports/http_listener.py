@@ -58,7 +58,7 @@ from typing import Literal
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
-from proxy.core.commands import Handling, InflightRefused, InvalidSeen
+from proxy.core import acp
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import (
     Batch,
@@ -70,7 +70,14 @@ from proxy.core.jsonrpc import (
     error_response,
     parse,
 )
+from proxy.core.observations import Handling, InflightRefused, InvalidSeen
 from proxy.core.sse import KEEPALIVE, encode_event
+from proxy.shell.defaults import (
+    HANDLERS_GRACE,
+    INITIALIZE_TIMEOUT,
+    KEEPALIVE_SECONDS,
+    STREAM_HIGH_WATER,
+)
 from proxy.shell.endpoint import Endpoint, Received
 from proxy.shell.hostport import authority
 from proxy.shell.inflight import INFLIGHT_RETRY_AFTER_SECONDS, InflightBytes, Reservation
@@ -102,8 +109,8 @@ wherever it comes if it equals ``params.sessionId``, and required for
 :data:`SESSION_ID_REQUIRED`."""
 SESSION_ID_REQUIRED = frozenset(
     {
-        "session/prompt",
-        "session/cancel",
+        acp.PROMPT,
+        acp.SESSION_CANCEL,
         "session/close",
         "session/set_config_option",
         "session/set_mode",
@@ -115,16 +122,6 @@ it for. The Python SDK's Client sends it for these only (not on ``session/load``
 would refuse the Python Client's own ``session/load``."""
 SESSION_MAKERS = frozenset({"session/new", "session/fork"})
 """Methods whose answer names a new session: refused on a connection that has all it may."""
-KEEPALIVE_SECONDS = 15.0
-INITIALIZE_TIMEOUT = 30.0
-"""Seconds the Agent has to answer ``initialize`` (``--initialize-timeout``). An Agent answers
-it in milliseconds once it runs; 30 s cover a slow start (an ``npx`` download, a cold JIT), and a
-Client is told before its own patience ends."""
-HANDLERS_GRACE = 2.0
-"""Seconds the requests still being served when the listener stops get to finish (their links
-have ended by then, so they are only writing their last bytes); then their connections close."""
-STREAM_HIGH_WATER = 8 * 1024 * 1024
-"""Bytes a stream may hold for a receiver before the reader on the Agent's side waits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -644,7 +641,11 @@ class Listener:
     def _invalid(self, reason: Invalid, status: int) -> web.Response:
         self._observer.observe(
             InvalidSeen(
-                Direction.TO_AGENT, reason.reason, len(reason.raw), reason.detail, Handling.ANSWERED
+                direction=Direction.TO_AGENT,
+                reason=reason.reason,
+                size=len(reason.raw),
+                detail=reason.detail,
+                handling=Handling.ANSWERED,
             )
         )
         code = reason.reason.error_code
@@ -715,7 +716,7 @@ class Listener:
             return _error(501, "batches are not supported over Streamable HTTP")
         if isinstance(parsed, Invalid):
             return self._invalid(parsed, 400)
-        if parsed.kind is Kind.REQUEST and parsed.method == "initialize":
+        if parsed.kind is Kind.REQUEST and parsed.method == acp.INITIALIZE:
             return await self._initialize(request, parsed, reservation)
         connection_id = request.headers.get(CONNECTION_ID)
         if not connection_id:

@@ -48,30 +48,25 @@ from aiohttp import hdrs
 
 from proxy.core.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response, parse
 from proxy.core.sse import SseDecoder
+from proxy.shell.defaults import (
+    CONNECT_TIMEOUT,
+    HTTP_INBOX_HIGH_WATER,
+    HTTP_OUTBOX_HIGH_WATER,
+    HTTP_TIMEOUT,
+)
 from proxy.shell.endpoint import Received
 from proxy.shell.limits import DEFAULT_MAX_SESSIONS, LimitReached
 from proxy.shell.log import get_logger, shorten
 from proxy.shell.observers import Observer
 from proxy.shell.transports.cookies import CookieSink
 from proxy.shell.transports.http_listener import CONNECTION_ID, SESSION_ID
-from proxy.shell.transports.websocket import CONNECT_TIMEOUT
 
 __all__ = ["HttpUpstream", "connect_http"]
 
 log = get_logger("proxy.http_upstream")
 
-HTTP_TIMEOUT = 120.0
-"""Seconds one exchange with an HTTP Agent may take (``--http-timeout``): a POST or DELETE until
-its whole answer has been read, a GET until its headers. An Agent answers a POST at once (202; a
-request's answer comes on a stream) except ``initialize``, whose answer is the POST's body; two
-minutes cover an Agent that starts slowly or a loaded machine, and a dead one is noticed."""
 GONE = frozenset({401, 403, 404, 410})
 """POST statuses after which the connection is considered lost (as the TS Client does)."""
-INBOX_HIGH_WATER = 4 * 1024 * 1024
-"""Bytes read from the Agent and not yet taken by the relay before reading pauses (a count of
-messages would let large messages pile up)."""
-OUTBOX_HIGH_WATER = 8 * 1024 * 1024
-"""Bytes waiting to be POSTed before the Client's reader waits (backpressure)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +153,7 @@ class HttpUpstream:
         received = await self._inbox.get()
         if isinstance(received, bytes):
             self._inbox_size -= len(received)
-            if self._inbox_size <= INBOX_HIGH_WATER:
+            if self._inbox_size <= HTTP_INBOX_HIGH_WATER:
                 self._inbox_room.set()
         return received
 
@@ -167,7 +162,7 @@ class HttpUpstream:
         if not self._closing:
             self._outbox.put_nowait(data)
             self._queued += len(data)
-            if self._queued > OUTBOX_HIGH_WATER:
+            if self._queued > HTTP_OUTBOX_HIGH_WATER:
                 self._room.clear()
 
     async def drain(self) -> None:
@@ -241,7 +236,7 @@ class HttpUpstream:
                 await self._post(data)
                 self._queued -= len(data)
                 del data  # posted: not kept alive while the next one is awaited
-                if self._queued <= OUTBOX_HIGH_WATER:
+                if self._queued <= HTTP_OUTBOX_HIGH_WATER:
                     self._room.set()
             if self.connection_id is not None and not self._ended:
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
@@ -348,7 +343,7 @@ class HttpUpstream:
 
     async def _put(self, data: Received) -> None:
         """Queue ``data`` for the relay, once the inbox is below its high-water mark."""
-        while self._inbox_size > INBOX_HIGH_WATER:
+        while self._inbox_size > HTTP_INBOX_HIGH_WATER:
             self._inbox_room.clear()
             await self._inbox_room.wait()
         if isinstance(data, bytes):

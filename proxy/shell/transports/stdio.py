@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, cast
 
 from proxy.core.framing import LineFramer
+from proxy.shell.defaults import AGENT_GRACE
 from proxy.shell.endpoint import Received
 from proxy.shell.log import get_logger
 
@@ -548,7 +549,7 @@ async def spawn_agent(
     argv: Sequence[str],
     *,
     limit: int,
-    grace: float = 5.0,
+    grace: float = AGENT_GRACE,
     env: Mapping[str, str] | None = None,
     stderr: IO[bytes] | None = None,
     announce_exit: bool = True,

@@ -27,6 +27,7 @@ from aiohttp.http_websocket import WebSocketWriter
 from aiohttp.web_request import BaseRequest
 from websockets.asyncio.client import ClientConnection
 
+from proxy.shell.defaults import CONNECT_TIMEOUT, WEBSOCKET_HIGH_WATER
 from proxy.shell.endpoint import Received
 from proxy.shell.log import get_logger
 from proxy.shell.transports.cookies import CookieSink
@@ -40,9 +41,6 @@ __all__ = [
 ]
 
 log = get_logger("proxy.websocket")
-
-HIGH_WATER = 4 * 1024 * 1024
-"""Bytes queued toward a peer before the reader on the other side waits (backpressure)."""
 
 
 class _Outbox:
@@ -60,7 +58,7 @@ class _Outbox:
         self._queue.append(data)
         self._size += len(data)
         self._ready.set()
-        if self._size > HIGH_WATER:
+        if self._size > WEBSOCKET_HIGH_WATER:
             self._room.clear()
 
     async def get(self) -> bytes | None:
@@ -72,7 +70,7 @@ class _Outbox:
             await self._ready.wait()
         data = self._queue.popleft()
         self._size -= len(data)
-        if self._size <= HIGH_WATER:
+        if self._size <= WEBSOCKET_HIGH_WATER:
             self._room.set()
         return data
 
@@ -388,11 +386,6 @@ WS_READ_AHEAD = 2
 """Frames the ``websockets`` client reads ahead of the relay from an Agent (its ``max_queue``;
 16 by default): what it buffers is outside the proxy's count of bytes in flight, and a frame may
 be ``--max-message-bytes`` long, so the link's own reader, which waits at that bound, decides."""
-CONNECT_TIMEOUT = 10.0
-"""Seconds to reach a network Agent (``--connect-timeout``): the TCP connection and, for a
-WebSocket, its opening handshake. A loopback or LAN Agent answers in milliseconds; 10 s leaves
-room for a cold container or a congested link, and a dead address fails well before a Client
-gives up."""
 
 
 async def connect_ws(

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.transports.stdio import AgentProcess, send_signal, spawn_agent
 from proxy.tools.check_agent.conversation import Conversation
@@ -31,7 +32,6 @@ from proxy.tools.rpc import connect
 
 __all__ = ["Lab", "open_lab"]
 
-LIMIT = 64 * 1024 * 1024
 PROXY_START_TIMEOUT = 30.0
 """Seconds a listening proxy has to say where it listens."""
 CLOSE_TIMEOUT = 5.0
@@ -137,7 +137,7 @@ class Lab:
         command = [*self._command, "--", *self.options.agent_argv]
         self._proxy = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, limit=LIMIT,
+            stderr=asyncio.subprocess.PIPE, limit=DEFAULT_MAX_MESSAGE_BYTES,
         )  # fmt: skip
         assert self._proxy.stderr is not None
         log_file = self._log_file()
@@ -180,13 +180,17 @@ class Lab:
         if self.transport == "stdio":
             with self._log_file() as log_file:  # the proxy's stderr: for diagnosis, not the user
                 process = await spawn_agent(
-                    self._command, limit=LIMIT, grace=1.0, stderr=log_file, announce_exit=False
+                    self._command,
+                    limit=DEFAULT_MAX_MESSAGE_BYTES,
+                    grace=1.0,
+                    stderr=log_file,
+                    announce_exit=False,
                 )  # its exit is told in the verdict
             self._processes.append(process)
             endpoint = process
         else:
             assert self._url is not None
-            endpoint = await connect(self._url, limit=LIMIT)
+            endpoint = await connect(self._url, limit=DEFAULT_MAX_MESSAGE_BYTES)
         conversation = Conversation(endpoint, self.options.answer_timeout)
         self._conversations.append(conversation)
         return conversation

@@ -44,6 +44,7 @@ import orjson
 
 from proxy.core.errors import ConfigError, OptionError
 from proxy.core.jsonrpc import Batch, ErrorCode, Invalid, Kind, parse
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Fanout
@@ -68,7 +69,7 @@ class AgentOptions:
     store: Path | None = None
     dedupe: bool = True
     turn_ms: float = 50.0
-    max_message_bytes: int = 64 * 1024 * 1024
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     @classmethod
     def from_command_line(cls, *, listen: str = "stdio", **settings: Any) -> AgentOptions:

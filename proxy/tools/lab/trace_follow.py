@@ -30,9 +30,22 @@ import os
 from collections.abc import Callable, Collection
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-from proxy.tools.report import parse_record
+from proxy.core.actions import ActionName
+from proxy.core.events import Direction, Side
+from proxy.core.jsonrpc import Kind
+from proxy.core.records import (
+    ConnectionRecord,
+    Disposition,
+    FaultRecord,
+    HeldRecord,
+    JsonValue,
+    MessageRecord,
+    Record,
+    RestartRecord,
+    TraceHeader,
+    decode,
+)
 
 __all__ = ["POLL", "TraceFollower", "TraceState"]
 
@@ -40,7 +53,9 @@ POLL = 0.01
 """Seconds between two looks at the trace file (it only delays what is read, never changes it)."""
 CHUNK = 1 << 20
 """Bytes read from the trace at most per look."""
-LINK_FAULTS = frozenset({"kill_agent", "restart_proxy", "sever", "close_stream"})
+LINK_FAULTS = frozenset(
+    {ActionName.KILL_AGENT, ActionName.RESTART_PROXY, ActionName.SEVER, ActionName.CLOSE_STREAM}
+)
 """Actions that end the connection or replace the Agent. An answer dropped with one of them is
 reported lost only once a new Agent is connected on the link: if the link ends instead, its end
 tells the Client, and resending before that would race the proxy going down."""
@@ -56,87 +71,95 @@ class TraceState:
     """
 
     def __init__(self) -> None:
-        self.lost: set[Any] = set()
+        self.lost: set[JsonValue] = set()
         """Client request ids whose answer will not come on a connection that goes on."""
-        self.answered: set[Any] = set()
+        self.answered: set[JsonValue] = set()
         """Client request ids whose answer the proxy relayed."""
-        self._faults: dict[tuple[Any, Any], set[str]] = {}
+        self._faults: dict[_Entry, set[str]] = {}
         """Actions of faults on answers, by (link, Agent-side id), until their message record."""
-        self._outstanding: dict[tuple[Any, Any], Any] = {}
+        self._outstanding: dict[_Entry, JsonValue] = {}
         """Requests held for the Agent or relayed to it and not answered yet, by (link,
         Agent-side id): the Client's id, or ``None`` for a copy the proxy made."""
-        self._doomed: dict[Any, set[Any]] = {}
+        self._doomed: dict[int | None, set[JsonValue]] = {}
         """By link: Client ids whose answer is gone with an Agent being replaced (lost once the
         new one is connected) or with the link (never lost: the link's end says it)."""
 
-    def quiet(self, answered: Collection[Any]) -> bool:
+    def quiet(self, answered: Collection[JsonValue]) -> bool:
         """The answers to ``answered`` have left the proxy (so every record written before them
         has been fed), and it has no request held for the Agent or outstanding there."""
         return not self._outstanding and self.answered.issuperset(answered)
 
-    def feed(self, record: dict[str, Any]) -> None:
+    def feed(self, record: Record) -> None:
         """Take one record into account."""
-        event = record.get("event")
-        link = record.get("link")
-        if event == "trace":
-            self._faults.clear()
-            self._outstanding.clear()
-            self._doomed.clear()
-        elif event == "fault":
-            if record.get("direction") == "to_client":
-                self._faults.setdefault((link, record.get("id")), set()).add(
-                    str(record.get("action"))
-                )
-        elif event == "held":
-            if record.get("direction") == "to_agent" and record.get("kind") == "request":
-                self._outstanding[(link, record.get("forwarded_id"))] = _client_id(record)
-        elif event == "message":
-            self._message(record, link)
-        elif event == "restart":
-            doomed = self._doomed.setdefault(link, set())
-            for entry, client_id in list(self._outstanding.items()):
-                if entry[0] == link:
-                    del self._outstanding[entry]
-                    if client_id is not None:
-                        doomed.add(client_id)
-            self._faults = {entry: a for entry, a in self._faults.items() if entry[0] != link}
-        elif event == "connection" and record.get("side") == "agent":
-            if record.get("state") == "open":
+        match record:
+            case TraceHeader():
+                self._faults.clear()
+                self._outstanding.clear()
+                self._doomed.clear()
+            case FaultRecord(direction=Direction.TO_CLIENT, link=link, id=answer_id):
+                self._faults.setdefault((link, _hashable(answer_id)), set()).add(record.action)
+            case HeldRecord(direction=Direction.TO_AGENT, kind=Kind.REQUEST, link=link):
+                self._outstanding[(link, _hashable(record.forwarded_id))] = _client_id(record)
+            case MessageRecord():
+                self._message(record)
+            case RestartRecord(link=link):
+                doomed = self._doomed.setdefault(link, set())
+                for entry, client_id in list(self._outstanding.items()):
+                    if entry[0] == link:
+                        del self._outstanding[entry]
+                        if client_id is not None:
+                            doomed.add(client_id)
+                self._forget_faults(link)
+            case ConnectionRecord(side=Side.AGENT, state="open", link=link):
                 self.lost |= self._doomed.pop(link, set())
-        elif event == "connection" and record.get("state") == "closed":  # the Client's side
-            self._doomed.pop(link, None)
-            self._outstanding = {e: c for e, c in self._outstanding.items() if e[0] != link}
-            self._faults = {entry: a for entry, a in self._faults.items() if entry[0] != link}
+            case ConnectionRecord(side=Side.CLIENT, state="closed", link=link):
+                self._doomed.pop(link, None)
+                self._outstanding = {e: c for e, c in self._outstanding.items() if e[0] != link}
+                self._forget_faults(link)
 
-    def _message(self, record: dict[str, Any], link: Any) -> None:
-        forwarded = (link, record.get("forwarded_id"))
-        direction = record.get("direction")
-        kind = record.get("kind")
-        if direction == "to_agent" and kind == "request":
-            if record.get("disposition") == "relayed" and forwarded[1] is not None:
+    def _forget_faults(self, link: int | None) -> None:
+        self._faults = {entry: a for entry, a in self._faults.items() if entry[0] != link}
+
+    def _message(self, record: MessageRecord) -> None:
+        link = record.link
+        forwarded = (link, _hashable(record.forwarded_id))
+        client_id = _hashable(record.id)
+        if record.direction is Direction.TO_AGENT and record.kind is Kind.REQUEST:
+            if record.disposition is Disposition.RELAYED and forwarded[1] is not None:
                 self._outstanding[forwarded] = _client_id(record)
             else:  # a held request that never left
                 self._outstanding.pop(forwarded, None)
             return
-        if direction != "to_client" or kind not in ("response", "error"):
+        if record.direction is not Direction.TO_CLIENT or record.kind not in _ANSWERS:
             return
         self._outstanding.pop(forwarded, None)
         actions = self._faults.pop(forwarded, set())
-        disposition = record.get("disposition")
-        if disposition == "relayed" and "corrupt" in actions:
-            self.lost.add(record.get("id"))  # sent as bytes no Client can take for an answer
-        elif disposition == "relayed":
-            self.answered.add(record.get("id"))
-        elif disposition == "dropped":
+        disposition = record.disposition
+        if disposition is Disposition.RELAYED and ActionName.CORRUPT in actions:
+            self.lost.add(client_id)  # sent as bytes no Client can take for an answer
+        elif disposition is Disposition.RELAYED:
+            self.answered.add(client_id)
+        elif disposition is Disposition.DROPPED:
             if actions & LINK_FAULTS:
-                self._doomed.setdefault(link, set()).add(record.get("id"))
+                self._doomed.setdefault(link, set()).add(client_id)
             else:
-                self.lost.add(record.get("id"))
+                self.lost.add(client_id)
 
 
-def _client_id(record: dict[str, Any]) -> Any:
+_Entry = tuple[int | None, JsonValue]
+"""A request on the Agent's side of a link: (link, the id the proxy wrote on it)."""
+_ANSWERS = (Kind.RESPONSE, Kind.ERROR)
+
+
+def _hashable(value: JsonValue) -> JsonValue:
+    """An id as a set member or key (a JSON id is a string or a number; anything else, its
+    text)."""
+    return value if value is None or isinstance(value, str | int | float) else repr(value)
+
+
+def _client_id(record: MessageRecord | HeldRecord) -> JsonValue:
     """The Client's id of a request record, ``None`` for the proxy's own copy."""
-    return None if record.get("copy") else record.get("id")
+    return None if record.copy else _hashable(record.id)
 
 
 class TraceFollower:
@@ -168,11 +191,11 @@ class TraceFollower:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def lost(self, request_ids: Collection[Any]) -> None:
+    async def lost(self, request_ids: Collection[JsonValue]) -> None:
         """Return once the trace says the answers to all of ``request_ids`` are lost."""
         await self._until(lambda: self.state.lost.issuperset(request_ids))
 
-    async def quiet(self, answered: Collection[Any]) -> None:
+    async def quiet(self, answered: Collection[JsonValue]) -> None:
         """Return once the proxy relayed the answers to ``answered`` (the Client's latest) and
         has no request held for the Agent or outstanding there (the caller bounds the wait)."""
         await self._until(lambda: self.state.quiet(answered))
@@ -201,7 +224,7 @@ class TraceFollower:
         self._offset += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
         for line in lines:
-            record = parse_record(line) if line.strip() else None
+            record = decode(line) if line.strip() else None
             if record is not None:
                 self.state.feed(record)
         return bool(lines)

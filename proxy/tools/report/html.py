@@ -1,10 +1,11 @@
 """``acp-proxy report --html FILE``: the report as one self-contained HTML page.
 
-:func:`render_html` turns the merged records of :func:`proxy.tools.report.load_traces` and their
-summary (:func:`proxy.tools.report.summarize`) into one HTML document: a header (the files, the time
-span, the verdict), the summary tables (totals, faults by rule, messages, connections, prompts,
-keys, retries, findings; their columns and rows are :mod:`proxy.tools.report`'s) and a sequence
-timeline of the trace, drawn as inline SVG with three lanes (Client, proxy, Agent):
+:func:`render_html` turns the merged records of :func:`proxy.tools.report.load.load_traces` and
+their summary (:func:`proxy.tools.report.summary.summarize`) into one HTML document: a header (the
+files, the time span, the verdict), the summary tables (totals, faults by rule, messages,
+connections, prompts, keys, retries, findings; their columns and rows are
+:mod:`proxy.tools.report.tables`') and a sequence timeline of the trace, drawn as inline SVG with
+three lanes (Client, proxy, Agent):
 
 * every ``message`` record is an arrow in time order (``to_agent``: Client -> proxy -> Agent;
   ``to_client``: Agent -> proxy -> Client); one that was not relayed (any other disposition:
@@ -40,7 +41,6 @@ trace cannot be read, or the page cannot be written).
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,31 +48,41 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from proxy.tools.report import (
-    LEDGER_EVENTS,
-    PROMPT,
-    WARNING_CHECKS,
-    TraceReadError,
+from proxy.core import acp
+from proxy.core.actions import ActionName
+from proxy.core.events import Direction
+from proxy.core.records import (
+    ConnectionRecord,
+    Disposition,
+    FaultRecord,
+    FindingRecord,
+    HeldRecord,
+    KeyedRecord,
+    MessageRecord,
+    ReloadRecord,
+    RestartRecord,
+    TraceHeader,
+    as_json,
+)
+from proxy.tools.report.load import Entry, TraceReadError, load_traces
+from proxy.tools.report.prompts import LEDGER_RECORDS, HoldKey, hold_key, rules_text, wire_text
+from proxy.tools.report.summary import WARNING_CHECKS, summarize
+from proxy.tools.report.tables import (
     connections_table,
     faults_table,
     findings_phrase,
     findings_table,
     held_table,
-    hold_key,
     keys_note,
     keys_table,
-    load_traces,
     not_relayed_table,
     plural,
     prompts_note,
     prompts_table,
     relayed_table,
     retries_table,
-    rules_text,
     short_names,
-    summarize,
     totals_rows,
-    wire_text,
 )
 
 __all__ = ["MAX_MESSAGES", "render_html", "write_html"]
@@ -377,8 +387,8 @@ class _Row:
     title: str = ""
 
 
-def _sender_receiver(direction: Any) -> tuple[int, int]:
-    if direction == "to_client":
+def _sender_receiver(direction: Direction) -> tuple[int, int]:
+    if direction is Direction.TO_CLIENT:
         return _X_AGENT, _X_CLIENT
     return _X_CLIENT, _X_AGENT
 
@@ -405,8 +415,8 @@ def _dot(x: int, y: int) -> str:
     return f'<circle class="dot" cx="{x}" cy="{y}" r="5"/>'
 
 
-def _ids(record: dict[str, Any]) -> str:
-    sent, forwarded = record.get("id"), record.get("forwarded_id")
+def _ids(record: MessageRecord | HeldRecord) -> str:
+    sent, forwarded = record.id, record.forwarded_id
     if sent is None and forwarded is None:
         return ""
     if forwarded is None:
@@ -414,11 +424,9 @@ def _ids(record: dict[str, Any]) -> str:
     return f" id {wire_text(sent)}\u2192{wire_text(forwarded)}"
 
 
-def _held_for(record: dict[str, Any]) -> str:
+def _held_for(record: HeldRecord) -> str:
     """How long and by which rules a ``held`` record's message was held."""
-    delay = record.get("delay_ms")
-    how_long = f"{delay:.1f} ms" if _number(delay) else "a while"
-    return f"{how_long} by {rules_text(record.get('rules'))}"
+    return f"{record.delay_ms:.1f} ms by {rules_text(record.rules)}"
 
 
 def _css_word(value: Any) -> str:
@@ -427,6 +435,11 @@ def _css_word(value: Any) -> str:
     if text and all(c.isalnum() or c in "_-" for c in text):
         return text
     return "other"
+
+
+def _title(record: Any) -> str:
+    """A record as its trace line has it (the row's tooltip)."""
+    return wire_text(as_json(record))
 
 
 class _Timeline:
@@ -442,103 +455,91 @@ class _Timeline:
         self.messages_seen = 0
         self.messages_total = 0
         self.truncated = False
-        self.prompt_rows: dict[tuple[str, Any, str, float], int] = {}
+        self.prompt_rows: dict[tuple[str, str, str, float], int] = {}
         self.retry_rows: dict[int, int] = {}
         """Index in the summary's retries list -> the row of the retry."""
         self.links: list[tuple[int, int, str]] = []
         """(row of the lost attempt, row of its retry, title) for each retry link drawn."""
-        self.keyed: dict[str, dict[str, Any]] = {}
+        self.keyed: dict[str, KeyedRecord] = {}
         """Per node: its last ``keyed`` record, named on the prompt relayed right after it."""
-        self.runs: Counter[str] = Counter()
-        """Per node: the proxy runs seen so far (a hold is named within its run)."""
-        self.held_rows: dict[tuple[str, int, str, str], tuple[int, dict[str, Any]]] = {}
+        self.held_rows: dict[HoldKey, tuple[int, HeldRecord]] = {}
         """Each hold awaiting its delivery: the row and record that drew it."""
         self.bars: list[tuple[int, int, str]] = []
         """(row of the hold, row of its delivery, title) for each hold bar drawn."""
 
-    def add(self, records: Sequence[dict[str, Any]]) -> None:
-        self.messages_total = sum(1 for r in records if r.get("event") == "message")
+    def add(self, entries: Sequence[Entry]) -> None:
+        self.messages_total = sum(1 for e in entries if isinstance(e.record, MessageRecord))
         merged = [f for f in self.summary["findings"]["list"] if f["by"] == "report"]
-        for record in records:
-            while merged and merged[0]["time"] <= record["time"]:
-                self._finding(merged.pop(0))
-            event = record.get("event")
-            if event == "keyed":
-                self.keyed[str(record.get("node") or "-")] = record
-            elif event == "message":
-                if self.messages_seen >= self.limit:
-                    self.truncated = True
-                    break
-                self.messages_seen += 1
-                self._message(record)
-            elif event == "held":
-                self._held(record)
-            elif event == "fault":
-                self._fault(record)
-            elif event == "connection":
-                self._connection(record)
-            elif event == "restart":
-                self._restart(record)
-            elif event == "trace":
-                self.runs[str(record.get("node") or "-")] += 1
-                self._marker(record, "run", "proxy", f"proxy run (trace v{record.get('version')})")
-            elif event == "reload":
-                self._marker(
-                    record,
-                    "reload",
-                    "proxy",
-                    f"rules reloaded: {record.get('result')} ({record.get('rules')} rules)",
-                )
-            elif event == "finding":
-                self._finding(record)
-            if event not in LEDGER_EVENTS:  # a key names only the record right after it
-                self.keyed.pop(str(record.get("node") or "-"), None)
+        for entry in entries:
+            while merged and merged[0]["time"] <= entry.time:
+                self._merged_finding(merged.pop(0))
+            record = entry.record
+            match record:
+                case KeyedRecord():
+                    self.keyed[entry.node] = record
+                case MessageRecord():
+                    if self.messages_seen >= self.limit:
+                        self.truncated = True
+                        break
+                    self.messages_seen += 1
+                    self._message(entry, record)
+                case HeldRecord():
+                    self._held(entry, record)
+                case FaultRecord():
+                    self._fault(entry, record)
+                case ConnectionRecord():
+                    self._connection(entry, record)
+                case RestartRecord():
+                    self._restart(entry, record)
+                case TraceHeader():
+                    text = f"proxy run (trace v{record.version})"
+                    self._marker(entry, "run", "proxy", text)
+                case ReloadRecord():
+                    text = f"rules reloaded: {record.result} ({record.rules} rules)"
+                    self._marker(entry, "reload", "proxy", text)
+                case FindingRecord():
+                    self._finding(entry, record)
+            if not isinstance(record, LEDGER_RECORDS):  # a key names only the record after it
+                self.keyed.pop(entry.node, None)
         if not self.truncated:
             for finding in merged:
-                self._finding(finding)
+                self._merged_finding(finding)
         self._link_retries()
 
-    def _row(self, record: dict[str, Any], kind: str, *classes: str) -> _Row:
-        node = str(record.get("node") or "-")
-        row = _Row(len(self.rows) + 1, kind, ["ev", kind, *classes], float(record["time"]), node)
+    def _row(self, node: str, at: float, kind: str, *classes: str) -> _Row:
+        row = _Row(len(self.rows) + 1, kind, ["ev", kind, *classes], at, node)
         self.rows.append(row)
         return row
 
     def _y(self, row: _Row) -> int:
         return _TOP + (row.number - 1) * _ROW + _ROW // 2
 
-    def _prefix(self, record: dict[str, Any]) -> str:
-        node = str(record.get("node") or "-")
-        link = record.get("link")
+    def _prefix(self, node: str, link: int | None) -> str:
         where = f"link {link}" if link is not None else ""
         if self.several:
             where = f"{self.names.get(node, node)} {where}".strip()
         return f"[{where}] " if where else ""
 
-    def _remember_prompt(self, record: dict[str, Any], row: _Row) -> None:
-        if record.get("method") == PROMPT and record.get("direction") == "to_agent":
-            key = (row.node, wire_text(record.get("link")), wire_text(record.get("id")), row.time)
+    def _remember_prompt(self, record: MessageRecord | HeldRecord | FaultRecord, row: _Row) -> None:
+        if record.method == acp.PROMPT and record.direction is Direction.TO_AGENT:
+            key = (row.node, wire_text(record.link), wire_text(record.id), row.time)
             self.prompt_rows.setdefault(key, row.number)
 
-    def _hold_key(self, record: dict[str, Any]) -> tuple[str, int, str, str]:
-        node = str(record.get("node") or "-")
-        return hold_key(node, self.runs[node], record)
-
-    def _message(self, record: dict[str, Any]) -> None:
-        direction = _css_word(record.get("direction") or "-")
-        disposition = str(record.get("disposition") or "relayed")
-        relayed = disposition == "relayed"
-        kind = record.get("kind")
-        classes = [direction, _css_word(kind), _css_word(disposition)]
+    def _message(self, entry: Entry, record: MessageRecord) -> None:
+        disposition = record.disposition
+        relayed = disposition is Disposition.RELAYED
+        kind = record.kind
+        classes = [record.direction.value, _css_word(kind), _css_word(disposition)]
         if not relayed:
             classes.append("stopped")
-        held = self.held_rows.pop(self._hold_key(record), None) if "hold" in record else None
-        if "hold" in record:
+        held = None
+        if record.hold is not None:
+            held = self.held_rows.pop(hold_key(entry, record), None)
             classes.append("released")
-        row = self._row(record, "msg", *classes)
+        row = self._row(entry.node, entry.time, "msg", *classes)
         y = self._y(row)
-        start, end = _sender_receiver(record.get("direction"))
-        if "hold" in record:
+        start, end = _sender_receiver(record.direction)
+        if record.hold is not None:
             start = _X_PROXY  # it reached the proxy when it was held
         if relayed:
             row.shapes += _arrow(start, end, y)
@@ -546,40 +547,39 @@ class _Timeline:
             if start != _X_PROXY:
                 row.shapes += _arrow(start, _X_PROXY, y, head=False)
             row.shapes.append(_cross(_X_PROXY, y, "stop"))
-        what = record.get("method") or kind or "message"
-        text = f"{what} {kind}" if record.get("method") else str(what)
+        what = kind or "message"
+        text = f"{record.method} {what}" if record.method else str(what)
         text += _ids(record)
-        if record.get("session"):
-            text += f" {record['session']}"
-        key = self._key(record)
+        if record.session:
+            text += f" {record.session}"
+        key = self._key(entry, record)
         if key is not None:
             text += f" key {key}"
-        size = record.get("size")
-        if _number(size):
-            text += f" {size} B"
-        if _number(record.get("duration_ms")):
-            text += f" {record['duration_ms']:.1f} ms"
+        if record.size is not None:
+            text += f" {record.size} B"
+        if record.duration_ms is not None:
+            text += f" {record.duration_ms:.1f} ms"
         if not relayed:
             text += f" \u2014 {disposition}, not relayed"
-            if record.get("reason"):
-                text += f" ({record['reason']})"
-            elif record.get("rule") is not None:
-                text += f" (rule {record['rule']})"
+            if record.reason:
+                text += f" ({record.reason})"
+            elif record.rule is not None:
+                text += f" (rule {record.rule})"
         if held is not None:
             number, hold = held
             note = f"held {_held_for(hold)} since #{number}"
             text += f" \u2014 {note}"
             self.bars.append((number, row.number, f"#{number} to #{row.number}: {note}"))
-        elif "hold" in record:
-            text += f" \u2014 released from hold {wire_text(record.get('hold'))}"
-        row.label = self._prefix(record) + text
-        row.title = wire_text({k: v for k, v in record.items() if k not in ("node", "line")})
+        elif record.hold is not None:
+            text += f" \u2014 released from hold {record.hold}"
+        row.label = self._prefix(entry.node, record.link) + text
+        row.title = _title(record)
         self._remember_prompt(record, row)
 
-    def _held(self, record: dict[str, Any]) -> None:
+    def _held(self, entry: Entry, record: HeldRecord) -> None:
         """A message a rule held: it reached the proxy and waits there (a pause mark)."""
-        direction = record.get("direction")
-        row = self._row(record, "held", _css_word(direction or "-"), _css_word(record.get("kind")))
+        direction = record.direction
+        row = self._row(entry.node, entry.time, "held", direction.value, record.kind.value)
         y = self._y(row)
         start, _ = _sender_receiver(direction)
         row.shapes += _arrow(start, _X_PROXY, y, head=False)
@@ -595,88 +595,116 @@ class _Timeline:
         row.shapes.append(
             f'<text class="hold-note" x="{x}" y="{y - 5}" text-anchor="{anchor}">{_e(note)}</text>'
         )
-        kind = record.get("kind")
-        what = record.get("method") or kind or "message"
+        kind = record.kind
+        what = record.method or kind
         text = f"\u2016 held {_held_for(record)}: {what} {kind}" + _ids(record)
-        if record.get("copy") is True:
+        if record.copy:
             text += " (an injected copy)"
-        size = record.get("size")
-        if _number(size):
-            text += f" {size} B"
-        row.label = self._prefix(record) + text
-        row.title = wire_text({k: v for k, v in record.items() if k not in ("node", "line")})
-        self.held_rows[self._hold_key(record)] = (row.number, record)
+        text += f" {record.size} B"
+        row.label = self._prefix(entry.node, record.link) + text
+        row.title = _title(record)
+        self.held_rows[hold_key(entry, record)] = (row.number, record)
         self._remember_prompt(record, row)
 
-    def _key(self, record: dict[str, Any]) -> str | None:
+    def _key(self, entry: Entry, record: MessageRecord) -> str | None:
         """The idempotency key of a relayed prompt (its ``keyed`` record came just before)."""
-        if record.get("method") != PROMPT or record.get("direction") != "to_agent":
+        if record.method != acp.PROMPT or record.direction is not Direction.TO_AGENT:
             return None
-        keyed = self.keyed.pop(str(record.get("node") or "-"), None)
-        if keyed is None or keyed.get("link") != record.get("link"):
+        keyed = self.keyed.pop(entry.node, None)
+        if keyed is None or keyed.link != record.link:
             return None
-        return str(keyed.get("key"))
+        return keyed.key
 
-    def _fault(self, record: dict[str, Any]) -> None:
-        action = record.get("action")
-        row = self._row(record, "fault", _css_word(record.get("direction") or "-"))
+    def _fault(self, entry: Entry, record: FaultRecord) -> None:
+        action = record.action
+        row = self._row(entry.node, entry.time, "fault", record.direction.value)
         row.classes.append(f"action-{_css_word(action)}")
         y = self._y(row)
-        start, _ = _sender_receiver(record.get("direction"))
+        start, _ = _sender_receiver(record.direction)
         row.shapes += _arrow(start, _X_PROXY, y, head=False)
         row.shapes.append(_cross(_X_PROXY, y))
-        what = record.get("method") or record.get("kind") or "message"
-        text = f"\u26a1 {action} (rule {record.get('rule')}) on {what} {record.get('kind')}"
-        if record.get("id") is not None:
-            text += f" id {wire_text(record.get('id'))}"
-        if action == "drop":
+        what = record.method or record.kind
+        text = f"\u26a1 {action} (rule {record.rule}) on {what} {record.kind}"
+        if record.id is not None:
+            text += f" id {wire_text(record.id)}"
+        if action == ActionName.DROP:
             text += ": lost at the proxy"
-        row.label = self._prefix(record) + text
-        row.title = wire_text({k: v for k, v in record.items() if k not in ("node", "line")})
+        row.label = self._prefix(entry.node, record.link) + text
+        row.title = _title(record)
         self._remember_prompt(record, row)
 
-    def _connection(self, record: dict[str, Any]) -> None:
-        state = str(record.get("state"))
-        side = str(record.get("side"))
-        row = self._row(record, "conn", _css_word(state), _css_word(side))
+    def _connection(self, entry: Entry, record: ConnectionRecord) -> None:
+        state, side = record.state, record.side
+        row = self._row(entry.node, entry.time, "conn", state, side.value)
         row.shapes.append(_dot(_LANES.get(side, _X_PROXY), self._y(row)))
-        row.label = self._prefix(record) + f"{side} connection {state} ({record.get('transport')})"
-        row.title = row.label
-
-    def _restart(self, record: dict[str, Any]) -> None:
-        what = str(record.get("what") or "proxy")
-        row = self._row(record, "restart", _css_word(what))
-        row.shapes.append(_dot(_X_AGENT if what == "agent" else _X_PROXY, self._y(row)))
         row.label = (
-            self._prefix(record)
-            + f"\u21bb restart ({what}), {record.get('abandoned')} requests abandoned"
+            self._prefix(entry.node, record.link)
+            + f"{side} connection {state} ({record.transport})"
         )
         row.title = row.label
 
-    def _marker(self, record: dict[str, Any], kind: str, lane: str, text: str) -> None:
-        row = self._row(record, kind)
-        row.shapes.append(_dot(_LANES[lane], self._y(row)))
-        row.label = self._prefix(record) + text
+    def _restart(self, entry: Entry, record: RestartRecord) -> None:
+        what = record.what
+        row = self._row(entry.node, entry.time, "restart", what)
+        row.shapes.append(_dot(_X_AGENT if what == "agent" else _X_PROXY, self._y(row)))
+        row.label = (
+            self._prefix(entry.node, record.link)
+            + f"\u21bb restart ({what}), {record.abandoned} requests abandoned"
+        )
         row.title = row.label
 
-    def _finding(self, record: dict[str, Any]) -> None:
-        """A ledger's ``finding`` record, or a finding of the merged traces (``by: report``)."""
-        check = str(record.get("check"))
+    def _marker(self, entry: Entry, kind: str, lane: str, text: str) -> None:
+        row = self._row(entry.node, entry.time, kind)
+        row.shapes.append(_dot(_LANES[lane], self._y(row)))
+        link = entry.record.link if isinstance(entry.record, ReloadRecord) else None
+        row.label = self._prefix(entry.node, link) + text
+        row.title = row.label
+
+    def _finding(self, entry: Entry, record: FindingRecord) -> None:
+        """A ledger's ``finding`` record."""
+        prefix = self._prefix(entry.node, record.link)
+        self._finding_row(
+            entry.node,
+            record.time,
+            prefix=prefix,
+            check=record.check,
+            session=record.session,
+            key=record.key,
+            detail=record.detail,
+        )
+
+    def _merged_finding(self, finding: dict[str, Any]) -> None:
+        """A finding of the merged traces (``by: report``), named by the nodes involved."""
+        prefix = f"[{', '.join(self.names.get(n, n) for n in finding['nodes'])}] "
+        self._finding_row(
+            "-",
+            float(finding["time"]),
+            prefix=prefix,
+            check=finding["check"],
+            session=finding["session"],
+            key=finding["key"],
+            detail=finding["detail"],
+        )
+
+    def _finding_row(
+        self,
+        node: str,
+        at: float,
+        *,
+        prefix: str,
+        check: str,
+        session: str | None,
+        key: str | None,
+        detail: str,
+    ) -> None:
         warning = check in WARNING_CHECKS
-        row = self._row(record, "finding", "warning" if warning else "failing")
+        row = self._row(node, at, "finding", "warning" if warning else "failing")
         y = self._y(row)
         row.shapes.append(
             f'<polygon class="dot" points="{_X_PROXY},{y - 6} {_X_PROXY + 6},{y} '
             f'{_X_PROXY},{y + 6} {_X_PROXY - 6},{y}"/>'
         )
-        prefix = self._prefix(record)
-        if record.get("by") == "report":
-            prefix = f"[{', '.join(self.names.get(n, n) for n in record['nodes'])}] "
-        row.label = (
-            prefix
-            + f"\u2691 finding {check}: session {record.get('session')}, key "
-            + f"{record.get('key')}: {record.get('detail')}"
-        )
+        row.label = prefix + f"\u2691 finding {check}: session {session}, key {key}: {detail}"
         row.title = row.label
 
     def _lost_row(self, retry: dict[str, Any]) -> int | None:
@@ -788,7 +816,7 @@ def _timeline(timeline: _Timeline) -> str:
 
 
 def render_html(
-    records: Sequence[dict[str, Any]], summary: dict[str, Any], *, limit: int = MAX_MESSAGES
+    records: Sequence[Entry], summary: dict[str, Any], *, limit: int = MAX_MESSAGES
 ) -> str:
     """The report as one self-contained HTML document (inline CSS and SVG, nothing fetched).
 

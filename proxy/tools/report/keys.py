@@ -22,15 +22,15 @@ balancer share their sessions, so one id names one session on every node.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KEY_EVENTS", "Keys"]
+from proxy.core.observations import Check
+from proxy.core.records import KeyedMessageRecord, KeyedRecord
+from proxy.tools.report.load import Entry
 
-KEY_EVENTS = frozenset({"keyed", "keyed_message"})
-"""The trace events :class:`Keys` reads."""
+__all__ = ["Keys"]
 
 
 @dataclass
@@ -73,43 +73,31 @@ class Keys:
 
     def __init__(self) -> None:
         self._keys: dict[tuple[str, str], _Key] = {}
-        self._run: Counter[str] = Counter()
 
-    def step(self, record: dict[str, Any]) -> None:
-        """Take the next record (in time order); any but the ledger's and ``trace`` is ignored."""
-        event = record["event"]
-        node = str(record.get("node") or "-")
-        if event == "trace":
-            self._run[node] += 1
+    def step(self, entry: Entry) -> None:
+        """Take the next record (in time order); any but the ledger's is ignored."""
+        record = entry.record
+        if not isinstance(record, KeyedRecord | KeyedMessageRecord):
             return
-        if event not in KEY_EVENTS:
+        at = record.time
+        key = self._keys.get((record.session, record.key))
+        if key is None:
+            key = self._keys[record.session, record.key] = _Key(record.session, record.key, at)
+        key.seen(entry.node, entry.run)
+        if isinstance(record, KeyedRecord):
+            key.attempts += 1
+            if record.prompt not in key.prompts:
+                key.prompts.append(record.prompt)
+                if len(key.prompts) == 2:
+                    key.other_prompt_at = at
             return
-        session, key = record.get("session"), record.get("key")
-        if not isinstance(session, str) or not isinstance(key, str):
-            return
-        at = float(record["time"])
-        entry = self._keys.get((session, key))
-        if entry is None:
-            entry = self._keys[session, key] = _Key(session, key, at)
-        entry.seen(node, self._run[node])
-        if event == "keyed":
-            entry.attempts += 1
-            prompt = record.get("prompt")
-            if isinstance(prompt, str) and prompt not in entry.prompts:
-                entry.prompts.append(prompt)
-                if len(entry.prompts) == 2:
-                    entry.other_prompt_at = at
-            return
-        message_id = record.get("message_id")
-        if not isinstance(message_id, str):
-            return
-        nodes = entry.messages.get(message_id)
+        nodes = key.messages.get(record.message_id)
         if nodes is None:
-            nodes = entry.messages[message_id] = []
-            if len(entry.messages) == 2:
-                entry.several_at = at
-        if node not in nodes:
-            nodes.append(node)
+            nodes = key.messages[record.message_id] = []
+            if len(key.messages) == 2:
+                key.several_at = at
+        if entry.node not in nodes:
+            nodes.append(entry.node)
 
     def view(self) -> list[dict[str, Any]]:
         """Each (session, key) in order of first sight, JSON-ready (``time``: its first record)."""
@@ -146,11 +134,11 @@ class Keys:
             across = entry.across() or "in the merged traces"
             if (
                 entry.several_at is not None
-                and ("duplicate_insert", entry.session, entry.key) not in done
+                and (Check.DUPLICATE_INSERT, entry.session, entry.key) not in done
             ):
                 found.append(
                     self._finding(
-                        "duplicate_insert",
+                        Check.DUPLICATE_INSERT,
                         entry,
                         entry.several_at,
                         f"{across}, one key, several messages: {sorted(entry.messages)}",
@@ -158,11 +146,11 @@ class Keys:
                 )
             if (
                 entry.other_prompt_at is not None
-                and ("key_reused_other_prompt", entry.session, entry.key) not in done
+                and (Check.KEY_REUSED_OTHER_PROMPT, entry.session, entry.key) not in done
             ):
                 found.append(
                     self._finding(
-                        "key_reused_other_prompt",
+                        Check.KEY_REUSED_OTHER_PROMPT,
                         entry,
                         entry.other_prompt_at,
                         f"{across}, one key came with {len(entry.prompts)} different prompts",
@@ -171,9 +159,9 @@ class Keys:
         return sorted(found, key=lambda finding: float(finding["time"]))
 
     @staticmethod
-    def _finding(check: str, entry: _Key, at: float, detail: str) -> dict[str, Any]:
+    def _finding(check: Check, entry: _Key, at: float, detail: str) -> dict[str, Any]:
         return {
-            "check": check,
+            "check": check.value,
             "session": entry.session,
             "key": entry.key,
             "detail": detail,

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 import proxy.core.actions as package
-from proxy.core.actions import BUILTIN, ActionRegistry, actions
+from proxy.core.actions import BUILTIN, ActionName, ActionRegistry, actions
 from proxy.core.actions.base import Action, ActionModel, Effect, Fault, Stop
 from proxy.core.faultfile import fault_file_schema
 
@@ -34,6 +34,12 @@ def test_every_action_module_is_registered_with_its_model_and_a_test() -> None:
         assert issubclass(action.model, ActionModel)
         assert action.summary
         assert (Path(__file__).parent / f"test_{name}.py").is_file(), f"no test of {name}"
+
+
+def test_the_names_of_the_built_in_actions_are_the_registry_s() -> None:
+    """``ActionName`` (what the ledger and the report compare against) names each built-in
+    action, in the registry's order, and nothing else."""
+    assert [name.value for name in ActionName] == [action.name for action in BUILTIN]
 
 
 def test_the_fault_file_schema_knows_every_action() -> None:

@@ -18,6 +18,7 @@ import pytest
 from harness import PEERS, ROOT, TIMEOUT
 from md_blocks import shell_blocks
 
+from proxy.core.records import TraceHeader
 from proxy.tools.report import load_traces, summarize
 
 pytestmark = pytest.mark.slow
@@ -82,7 +83,7 @@ def test_a_kept_directory_used_again_holds_the_last_run_only(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert "faults       4 injected" in done.stdout
     records = load_traces([tmp_path / "trace.jsonl"])
-    assert sum(record["event"] == "trace" for record in records) == 2
+    assert sum(isinstance(entry.record, TraceHeader) for entry in records) == 2
 
 
 def test_the_bad_agent_demo_shows_the_duplicates_and_exits_1() -> None:

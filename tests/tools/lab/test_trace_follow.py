@@ -8,75 +8,87 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from harness import TIMEOUT
 
+from proxy.core import acp
+from proxy.core.events import Direction, Side
+from proxy.core.jsonrpc import Kind
+from proxy.core.observations import RestartWhat
+from proxy.core.records import (
+    TRACE_VERSION,
+    ConnectionRecord,
+    Disposition,
+    FaultRecord,
+    HeldRecord,
+    MessageRecord,
+    Record,
+    RestartRecord,
+    TraceHeader,
+    encode,
+)
 from proxy.tools.lab.trace_follow import TraceFollower, TraceState
 
 
-def header() -> dict[str, Any]:
-    return {"time": 1.0, "event": "trace", "version": 1}
+def header() -> Record:
+    return TraceHeader(time=1.0, version=TRACE_VERSION)
 
 
-def request(client_id: int, forwarded: int, link: int = 1, **extra: Any) -> dict[str, Any]:
+def request(client_id: int, forwarded: int, link: int = 1, **extra: Any) -> Record:
     """A Client's prompt relayed to the Agent."""
-    return {
-        "time": 1.0,
-        "link": link,
-        "event": "message",
-        "disposition": "relayed",
-        "direction": "to_agent",
-        "kind": "request",
-        "method": "session/prompt",
-        "id": client_id,
-        "forwarded_id": forwarded,
+    return MessageRecord(
+        time=1.0,
+        link=link,
+        disposition=Disposition.RELAYED,
+        direction=Direction.TO_AGENT,
+        kind=Kind.REQUEST,
+        method=acp.PROMPT,
+        id=client_id,
+        forwarded_id=forwarded,
         **extra,
-    }
+    )
 
 
-def answer(
-    client_id: int, forwarded: int, disposition: str = "relayed", link: int = 1
-) -> dict[str, Any]:
+def answer(client_id: int, forwarded: int, disposition: str = "relayed", link: int = 1) -> Record:
     """The Agent's answer to it, relayed, dropped or swallowed by the proxy."""
-    return {
-        "time": 1.0,
-        "link": link,
-        "event": "message",
-        "disposition": disposition,
-        "direction": "to_client",
-        "kind": "response",
-        "method": "session/prompt",
-        "id": client_id,
-        "forwarded_id": forwarded,
-    }
+    return MessageRecord(
+        time=1.0,
+        link=link,
+        disposition=Disposition(disposition),
+        direction=Direction.TO_CLIENT,
+        kind=Kind.RESPONSE,
+        method=acp.PROMPT,
+        id=client_id,
+        forwarded_id=forwarded,
+    )
 
 
-def fault(action: str, forwarded: int, link: int = 1) -> dict[str, Any]:
+def fault(action: str, forwarded: int, link: int = 1) -> Record:
     """A rule acting on the answer the Agent sent with id ``forwarded``."""
-    return {
-        "time": 1.0,
-        "link": link,
-        "event": "fault",
-        "rule": action,
-        "action": action,
-        "direction": "to_client",
-        "kind": "response",
-        "id": forwarded,
-    }
+    return FaultRecord(
+        time=1.0,
+        link=link,
+        rule=action,
+        action=action,
+        direction=Direction.TO_CLIENT,
+        kind=Kind.RESPONSE,
+        method=acp.PROMPT,
+        session=None,
+        id=forwarded,
+    )
 
 
-def connection(state: str, side: str, link: int = 1) -> dict[str, Any]:
-    return {"time": 1.0, "link": link, "event": "connection", "state": state, "side": side}
+def connection(state: Literal["open", "closed"], side: str, link: int = 1) -> Record:
+    return ConnectionRecord(time=1.0, link=link, state=state, side=Side(side), transport="stdio")
 
 
-def restart(what: str, link: int = 1) -> dict[str, Any]:
-    return {"time": 1.0, "link": link, "event": "restart", "what": what, "abandoned": 1}
+def restart(what: RestartWhat, link: int = 1) -> Record:
+    return RestartRecord(time=1.0, link=link, what=what, abandoned=1)
 
 
-def fed(*records: dict[str, Any]) -> TraceState:
+def fed(*records: Record) -> TraceState:
     state = TraceState()
     for record in records:
         state.feed(record)
@@ -162,17 +174,21 @@ def test_a_held_copy_keeps_the_proxy_busy_until_its_answer() -> None:
     state = fed(
         header(),
         request(9, 4),
-        {
-            "time": 1.0,
-            "link": 1,
-            "event": "held",
-            "hold": 1,
-            "direction": "to_agent",
-            "kind": "request",
-            "id": 9,
-            "forwarded_id": 5,
-            "copy": True,
-        },
+        HeldRecord(
+            time=1.0,
+            link=1,
+            hold=1,
+            rules=("copy-it",),
+            delay_ms=50.0,
+            direction=Direction.TO_AGENT,
+            kind=Kind.REQUEST,
+            method=acp.PROMPT,
+            session=None,
+            id=9,
+            forwarded_id=5,
+            size=80,
+            copy=True,
+        ),
         answer(9, 4),
     )
     assert not state.quiet([9])
@@ -195,9 +211,9 @@ def test_a_new_run_of_the_proxy_starts_its_links_afresh() -> None:
     assert state.lost == {6}
 
 
-def append(path: Path, *records: dict[str, Any]) -> None:
-    with path.open("a") as trace:
-        trace.write("".join(json.dumps(record) + "\n" for record in records))
+def append(path: Path, *records: Record) -> None:
+    with path.open("ab") as trace:
+        trace.write(b"".join(encode(record) + b"\n" for record in records))
 
 
 async def test_the_follower_reads_the_file_as_it_grows_from_its_end_when_created(
@@ -208,14 +224,14 @@ async def test_the_follower_reads_the_file_as_it_grows_from_its_end_when_created
     append(path, header(), request(3, 2), answer(3, 2, "dropped"))
     async with TraceFollower(path) as follower:
         lost = asyncio.get_running_loop().create_task(follower.lost([3]))
-        line = json.dumps(answer(3, 7, "dropped")) + "\n"
+        line = encode(answer(3, 7, "dropped")) + b"\n"
         append(path, header(), request(4, 8), answer(4, 8))
-        with path.open("a") as trace:
+        with path.open("ab") as trace:
             trace.write(line[:20])
         async with asyncio.timeout(TIMEOUT):
             await follower.quiet([4])  # read up to the partial line
         assert not lost.done()
-        with path.open("a") as trace:
+        with path.open("ab") as trace:
             trace.write(line[20:])
         async with asyncio.timeout(TIMEOUT):
             await lost

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.core.errors import OptionError
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ClientOptions"]
-
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+__all__ = ["ClientOptions"]
 
 
 @dataclass(frozen=True, slots=True)

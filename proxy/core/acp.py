@@ -1,0 +1,83 @@
+"""The ACP methods the proxy knows by name, each spelled once (ACP v1 and the v2 draft).
+
+The relay treats a few of them specially (:data:`INITIALIZE`, :data:`CANCEL_REQUEST`,
+:data:`ELICITATION_CREATE`, :data:`SUCCESSORS`), the ledger and the report follow
+:data:`PROMPT` and :data:`SESSION_UPDATE`, and :data:`METHODS` is the closed list that labels
+metrics by name (:func:`method_label`: any other method is ``other``, so a label never holds what
+a peer made up).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CANCEL_REQUEST",
+    "ELICITATION_CREATE",
+    "INITIALIZE",
+    "METHODS",
+    "PROMPT",
+    "SESSION_CANCEL",
+    "SESSION_UPDATE",
+    "SUCCESSORS",
+    "method_label",
+]
+
+INITIALIZE = "initialize"
+"""The first request of a connection (conductor mode answers later Clients' from a cache)."""
+PROMPT = "session/prompt"
+"""A prompt: the request that carries ``idempotencyKey`` (the RFD's subject)."""
+SESSION_UPDATE = "session/update"
+"""The Agent's notification of a session's progress (a ``user_message`` insert among them)."""
+SESSION_CANCEL = "session/cancel"
+"""The Client's notification that a session's turn is cancelled."""
+CANCEL_REQUEST = "$/cancel_request"
+"""The notification that cancels one request by id (``params.requestId``)."""
+ELICITATION_CREATE = "elicitation/create"
+"""The Agent's request for input from the user."""
+SUCCESSORS = frozenset({"proxy/successor", "_proxy/successor"})
+"""The proxy chain's envelope: the message inside is for the next proxy or the Agent."""
+
+METHODS = frozenset(
+    {
+        INITIALIZE,
+        "auth/login",
+        "auth/logout",
+        "auth/status",
+        "auth/status_update",
+        "session/new",
+        "session/resume",
+        "session/load",
+        PROMPT,
+        "session/close",
+        "session/list",
+        "session/delete",
+        "session/fork",
+        "session/archive",
+        "session/unarchive",
+        "session/set_title",
+        "session/status",
+        "session/set_config_option",
+        "session/set_mode",
+        SESSION_CANCEL,
+        SESSION_UPDATE,
+        "session/request_permission",
+        "tool_call/cancel",
+        "terminal/cancel",
+        ELICITATION_CREATE,
+        "elicitation/complete",
+        "providers/list",
+        "providers/set",
+        "providers/disable",
+        "mcp/message",
+        "proxy/initialize",
+        *SUCCESSORS,
+        CANCEL_REQUEST,
+    }
+)
+"""Methods of ACP (v1 and the v2 draft) that label metrics by name; any other is ``other``."""
+
+
+def method_label(method: str | None) -> str:
+    """The bounded metrics label of a method (``none`` when a message has no known method)."""
+    if method is None:
+        return "none"
+    return method if method in METHODS else "other"

@@ -1,0 +1,373 @@
+"""What the relay core saw: facts in the past tense, for logs, counters, metrics and the trace.
+
+The relay returns them among its commands (:mod:`proxy.core.commands`), the ledger emits its own
+(:class:`KeyedAttempt`, :class:`KeyedMessage`, :class:`Finding`), and the shell adds the few only
+it can see (:class:`Connected`, :class:`Disconnected`, :class:`Restarted`, :class:`RulesReloaded`).
+Each is declared once, here; the shell's observers consume them (:mod:`proxy.shell.observers`:
+the tally the metrics read and the log lines) and :mod:`proxy.core.records` turns each into its
+trace record.
+
+The values a field can hold are closed where the proxy alone decides them (a disposition, a
+restart's ``what``, a reload's ``result``, a finding's ``check``), so that a typo fails mypy; a
+fault's ``action`` is any registered action's name (:data:`proxy.core.actions.actions`: other
+packages add theirs).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Literal
+
+from proxy.core.events import Direction, Side
+from proxy.core.jsonrpc import InvalidReason, Kind, Message
+
+__all__ = [
+    "CancelDropped",
+    "Check",
+    "Connected",
+    "Disconnected",
+    "DuplicateSwallowed",
+    "FaultInjected",
+    "Finding",
+    "Handling",
+    "Held",
+    "IdReused",
+    "InflightRefused",
+    "InitializeCached",
+    "InitializeTimedOut",
+    "InvalidSeen",
+    "KeyedAttempt",
+    "KeyedMessage",
+    "Observation",
+    "Orphaned",
+    "PeerGone",
+    "Relayed",
+    "ReloadResult",
+    "RestartWhat",
+    "Restarted",
+    "RulesCounted",
+    "RulesReloaded",
+    "Stopped",
+    "Stopping",
+    "TooManyPending",
+    "Undeliverable",
+    "Unroutable",
+    "Via",
+]
+
+Stopping = Literal["dropped", "answered_by_proxy", "severed", "refused"]
+"""How a fault stopped a message: ``dropped`` (``drop``), ``answered_by_proxy`` (``error``),
+``severed`` (``sever`` before forwarding), ``refused`` (``http_status`` without ``forward``)."""
+
+RestartWhat = Literal["proxy", "agent"]
+"""What was restarted: the data plane (``proxy``) or the Agent of one link (``agent``)."""
+
+ReloadResult = Literal["success", "error"]
+"""How a reload of the fault files ended (``error``: the last good rules kept)."""
+
+Via = Literal["answer", "copy", "insert"]
+"""Where the Agent named a ``messageId`` for a key: the prompt's answer, the answer to an
+injected copy of it, or a ``user_message`` insert of that prompt."""
+
+
+class Check(enum.StrEnum):
+    """A rule of the idempotency RFD the ledger checks (DESIGN 7; :mod:`proxy.core.ledger`)."""
+
+    DUPLICATE_INSERT = "duplicate_insert"
+    INVALID_KEY_ACCEPTED = "invalid_key_accepted"
+    KEY_REUSED_OTHER_PROMPT = "key_reused_other_prompt"
+    KEY_ECHOED = "key_echoed"
+    CANCEL_INCOMPLETE = "cancel_incomplete"
+    UNKEYED_RESEND = "unkeyed_resend"
+
+
+class Handling(enum.StrEnum):
+    """What the proxy did with an invalid message."""
+
+    FORWARDED = "forwarded"
+    """As it came, but for a request id a lenient peer could read (rewritten as any)."""
+    ANSWERED = "answered by the proxy"
+    DROPPED = "dropped"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Base of everything the core records."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Relayed(Observation):
+    """A message was forwarded (its id rewritten where it had one): it left the proxy now.
+
+    A held message (:class:`Held`) is observed so when its timer fires and it is sent.
+    """
+
+    direction: Direction
+    kind: Kind
+    method: str | None
+    session: str | None
+    size: int
+    original_id: bytes | None = None
+    forwarded_id: bytes | None = None
+    duration: float | None = None
+    """For an answer: seconds from its request's arrival at the proxy to this answer's
+    delivery (injected delays on either leg included)."""
+    message: Message | None = field(default=None, compare=False, repr=False)
+    """The message as it arrived (its body parsed), for observers that judge content."""
+    copy: bool = False
+    """An extra copy the proxy injected (``duplicate``), not a message of the sender's."""
+    hold: int | None = None
+    """The :class:`Held` this message was released from, if it was held."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Held(Observation):
+    """A message was held behind a timer (a ``delay``, a ``duplicate`` copy spaced by
+    ``gap_ms``): nothing of it has left the proxy yet.
+
+    When the timer fires the message leaves, observed then as ``relayed`` with ``hold`` set to
+    this ``hold``, or it cannot (its peer is gone), observed as an :class:`Undeliverable` with
+    this ``hold``.
+    """
+
+    hold: int
+    """Names this hold on its link (the delivery carries it too)."""
+    rules: tuple[str, ...]
+    """The rules whose ``delay`` or ``gap_ms`` hold it."""
+    delay: float
+    """Seconds it is held."""
+    relayed: Relayed
+    """What will be observed when it leaves (a ``duration`` not yet counting the wait)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stopped(Observation):
+    """A fault stopped a message: it did not go on (the rule's :class:`FaultInjected` came
+    first). Ids as on :class:`Relayed`: an answer's ``original_id`` is its requester's."""
+
+    direction: Direction
+    kind: Kind
+    method: str | None
+    session: str | None
+    size: int
+    original_id: bytes | None
+    forwarded_id: bytes | None
+    rule: str
+    disposition: Stopping
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InvalidSeen(Observation):
+    """A message that is not usable JSON-RPC arrived, and what was done with it."""
+
+    direction: Direction
+    reason: InvalidReason
+    size: int
+    detail: str
+    handling: Handling
+
+
+@dataclass(frozen=True, slots=True)
+class Orphaned(Observation):
+    """A response whose id matches no pending request was dropped."""
+
+    direction: Direction
+    id: bytes
+    kind: Kind
+
+
+@dataclass(frozen=True, slots=True)
+class Unroutable(Observation):
+    """An error with ``"id": null`` (a parse error answer) was forwarded as it was."""
+
+    direction: Direction
+    size: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TooManyPending(Observation):
+    """A request was refused, not forwarded: its sender already had ``limit`` requests pending
+    in that direction (``--max-pending``); the sender got an error under its own id.
+
+    ``first``: the first refusal of this link and direction (it is logged; the others are only
+    counted and traced).
+    """
+
+    direction: Direction
+    method: str | None
+    session: str | None
+    original_id: bytes | None
+    limit: int
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InflightRefused(Observation):
+    """A message of ``size`` bytes was refused before it was read (a POST answered 503): the
+    proxy held ``in_flight`` bytes, too many to take it (``--max-inflight-bytes``)."""
+
+    direction: Direction
+    size: int
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelDropped(Observation):
+    """A ``$/cancel_request`` named no pending request (unknown or answered); it was dropped."""
+
+    direction: Direction
+    request_id: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class IdReused(Observation):
+    """A peer sent a request whose id it still has pending; both are relayed."""
+
+    direction: Direction
+    id: bytes
+    method: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Undeliverable(Observation):
+    """A message arrived for a peer whose connection is already closed, or was held until after
+    it closed (``hold``: the :class:`Held` it was released from); it was dropped.
+
+    A held message is named (method, session, ids as on :class:`Relayed`).
+    """
+
+    direction: Direction
+    kind: Kind
+    size: int
+    method: str | None = None
+    session: str | None = None
+    original_id: bytes | None = None
+    forwarded_id: bytes | None = None
+    hold: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PeerGone(Observation):
+    """The stream from ``side`` ended; ``abandoned`` requests sent to it stay unanswered."""
+
+    side: Side
+    abandoned: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultInjected(Observation):
+    """A rule fired on a message."""
+
+    rule: str
+    action: str
+    """The name of the rule's action, as the registry knows it (:data:`proxy.core.actions.actions`;
+    the built-in ones are :class:`proxy.core.actions.ActionName`)."""
+    direction: Direction
+    kind: Kind
+    method: str | None
+    session: str | None
+    id: bytes | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DuplicateSwallowed(Observation):
+    """An answer to an injected copy of a request, recorded and not forwarded."""
+
+    direction: Direction
+    method: str
+    session: str | None
+    original_id: bytes
+    forwarded_id: bytes
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Restarted(Observation):
+    """The data plane was restarted (``what``: ``proxy`` or ``agent``); maps were forgotten.
+
+    ``abandoned``: requests that were pending either way and will never be answered.
+    """
+
+    what: RestartWhat
+    abandoned: int
+
+
+@dataclass(frozen=True, slots=True)
+class RulesReloaded(Observation):
+    """The fault files were reloaded (``result``: ``success`` or ``error``, rules kept)."""
+
+    result: ReloadResult
+    rules: int
+
+
+@dataclass(frozen=True, slots=True)
+class InitializeCached(Observation):
+    """Conductor mode: a Client's ``initialize`` was answered from the first Client's answer."""
+
+    id: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitializeTimedOut(Observation):
+    """The Agent did not answer ``initialize`` within ``timeout`` seconds; the proxy answered
+    the Client (id ``id``) with an error, and forgot the request (forwarded as ``forwarded_id``)."""
+
+    id: bytes
+    forwarded_id: bytes
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Connected(Observation):
+    """A connection to ``side`` over ``transport`` joined a link (recorded by the shell)."""
+
+    side: Side
+    transport: str
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnected(Observation):
+    """A connection to ``side`` over ``transport`` left its link (recorded by the shell)."""
+
+    side: Side
+    transport: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyedAttempt(Observation):
+    """The ledger saw a keyed ``session/prompt``: the first attempt of its key, or a retry."""
+
+    session: str
+    retry: bool
+    key: str
+    prompt: str
+    """A digest of the prompt (:func:`proxy.core.ledger.prompt_hash`): a retry resends the same."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyedMessage(Observation):
+    """A message of the Agent's named for a keyed prompt, seen for the first time: the
+    ``messageId`` of an answer (``via`` ``answer``), of the answer to an injected copy
+    (``copy``) or of a ``user_message`` insert of that prompt (``insert``). One key naming two
+    messages is a duplicate insert, within one proxy or across several (``report``)."""
+
+    session: str
+    key: str
+    message_id: str
+    via: Via
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding(Observation):
+    """The ledger saw a rule of the idempotency RFD broken (DESIGN 7)."""
+
+    check: Check
+    session: str | None
+    key: str | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RulesCounted(Observation):
+    """Rule counters changed (a rule matched); persistent state is due for saving."""

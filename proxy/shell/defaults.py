@@ -1,0 +1,100 @@
+"""The shell's defaults and fixed timings, each once, with why it has that value.
+
+The command line's options default to these, :class:`~proxy.shell.app.RunOptions` too, and the
+README's tables state them (``tests/shell/test_defaults.py`` keeps them in step). The bounds an
+operator sets with the limit options (``--max-links``, ``--idle-timeout``...) have theirs in
+:mod:`proxy.shell.limits`, next to :class:`~proxy.shell.limits.Limits`; the one of the core's
+relay (``--max-pending``) is :data:`proxy.core.relay.DEFAULT_MAX_PENDING`; the guard of orphaned
+process groups, a script that imports nothing of the proxy, keeps its own
+(:data:`proxy.shell.transports.orphans.MAX_GRACE`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AGENT_GRACE",
+    "CONNECT_TIMEOUT",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DROP_GRACE",
+    "HANDLERS_GRACE",
+    "HELD_HIGH_WATER",
+    "HTTP_INBOX_HIGH_WATER",
+    "HTTP_OUTBOX_HIGH_WATER",
+    "HTTP_TIMEOUT",
+    "INITIALIZE_TIMEOUT",
+    "KEEPALIVE_SECONDS",
+    "SHUTDOWN_TIMEOUT",
+    "STALL_SECONDS",
+    "STREAM_HIGH_WATER",
+    "WEBSOCKET_HIGH_WATER",
+]
+
+# -- options (each an option's default) ----------------------------------------------------------
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""The bound on one message, on every transport (``--max-message-bytes``; DESIGN 10): far above
+any ACP message (a prompt with an embedded image is a few MiB), low enough that a peer cannot
+make the proxy buffer without end."""
+
+AGENT_GRACE = 5.0
+"""Seconds a spawned Agent gets to exit after its stdin closes or a signal, before SIGTERM, then
+SIGKILL (``--agent-grace``): an Agent that flushes its state and exits needs well under a
+second; five leave room for a loaded machine without holding a shutdown for long."""
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds to reach a network Agent (``--connect-timeout``): the TCP connection and, for a
+WebSocket, its opening handshake. A loopback or LAN Agent answers in milliseconds; 10 s leaves
+room for a cold container or a congested link, and a dead address fails well before a Client
+gives up."""
+
+INITIALIZE_TIMEOUT = 30.0
+"""Seconds the Agent has to answer ``initialize`` (``--initialize-timeout``). An Agent answers
+it in milliseconds once it runs; 30 s cover a slow start (an ``npx`` download, a cold JIT), and a
+Client is told before its own patience ends."""
+
+HTTP_TIMEOUT = 120.0
+"""Seconds one exchange with an HTTP Agent may take (``--http-timeout``): a POST or DELETE until
+its whole answer has been read, a GET until its headers. An Agent answers a POST at once (202; a
+request's answer comes on a stream) except ``initialize``, whose answer is the POST's body; two
+minutes cover an Agent that starts slowly or a loaded machine, and a dead one is noticed."""
+
+SHUTDOWN_TIMEOUT = 15.0
+"""Seconds the links get to end after SIGTERM or SIGINT, before they are cut
+(``--shutdown-timeout``): enough for a spawned Agent's default grace (:data:`AGENT_GRACE` after
+EOF, then as much after SIGTERM) and the last writes."""
+
+# -- fixed timings -------------------------------------------------------------------------------
+
+HANDLERS_GRACE = 2.0
+"""Seconds the requests still being served when an HTTP server (the listener, the control API)
+stops get to finish (their links have ended by then, so they are only writing their last bytes);
+then their connections close."""
+
+KEEPALIVE_SECONDS = 15.0
+"""Seconds of silence on an SSE stream (a Client's, ``/api/events``) before a comment is sent:
+under the 30 to 60 s after which proxies and load balancers commonly close an idle connection."""
+
+DROP_GRACE = 1.0
+"""Seconds a dropped event subscriber's last comment may take to be written."""
+
+STALL_SECONDS = 1.0
+"""How long a peer may leave the proxy waiting to write before it is logged as stalled."""
+
+# -- high-water marks (bytes held before a reader waits) -----------------------------------------
+
+HELD_HIGH_WATER = 8 * 1024 * 1024
+"""Bytes a link's timers may hold (delayed messages, spaced copies) before its readers wait."""
+
+WEBSOCKET_HIGH_WATER = 4 * 1024 * 1024
+"""Bytes queued toward a WebSocket peer before the reader on the other side waits."""
+
+STREAM_HIGH_WATER = 8 * 1024 * 1024
+"""Bytes a Client's Streamable HTTP stream may hold for its receiver before the reader on the
+Agent's side waits."""
+
+HTTP_INBOX_HIGH_WATER = 4 * 1024 * 1024
+"""Bytes read from an HTTP Agent and not yet taken by the relay before reading pauses (a count of
+messages would let large messages pile up)."""
+
+HTTP_OUTBOX_HIGH_WATER = 8 * 1024 * 1024
+"""Bytes waiting to be POSTed to an HTTP Agent before the Client's reader waits (backpressure)."""
