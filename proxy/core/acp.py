@@ -11,10 +11,13 @@ from __future__ import annotations
 
 __all__ = [
     "CANCEL_REQUEST",
+    "CLOSE_SESSION",
     "ELICITATION_CREATE",
     "INITIALIZE",
     "METHODS",
+    "NEW_SESSION",
     "PROMPT",
+    "RESUME_SESSION",
     "SESSION_CANCEL",
     "SESSION_UPDATE",
     "SUCCESSORS",
@@ -23,6 +26,12 @@ __all__ = [
 
 INITIALIZE = "initialize"
 """The first request of a connection (conductor mode answers later Clients' from a cache)."""
+NEW_SESSION = "session/new"
+"""The request that creates a session."""
+RESUME_SESSION = "session/resume"
+"""The request that reattaches a session (v2: with ``replayFrom``, its history replayed)."""
+CLOSE_SESSION = "session/close"
+"""The request that ends a session."""
 PROMPT = "session/prompt"
 """A prompt: the request that carries ``idempotencyKey`` (the RFD's subject)."""
 SESSION_UPDATE = "session/update"
@@ -43,11 +52,11 @@ METHODS = frozenset(
         "auth/logout",
         "auth/status",
         "auth/status_update",
-        "session/new",
-        "session/resume",
+        NEW_SESSION,
+        RESUME_SESSION,
         "session/load",
         PROMPT,
-        "session/close",
+        CLOSE_SESSION,
         "session/list",
         "session/delete",
         "session/fork",

@@ -111,7 +111,7 @@ SESSION_ID_REQUIRED = frozenset(
     {
         acp.PROMPT,
         acp.SESSION_CANCEL,
-        "session/close",
+        acp.CLOSE_SESSION,
         "session/set_config_option",
         "session/set_mode",
     }
@@ -120,7 +120,7 @@ SESSION_ID_REQUIRED = frozenset(
 it for. The Python SDK's Client sends it for these only (not on ``session/load`` or
 ``session/resume``), the TypeScript one whenever ``params.sessionId`` is present: requiring more
 would refuse the Python Client's own ``session/load``."""
-SESSION_MAKERS = frozenset({"session/new", "session/fork"})
+SESSION_MAKERS = frozenset({acp.NEW_SESSION, "session/fork"})
 """Methods whose answer names a new session: refused on a connection that has all it may."""
 
 

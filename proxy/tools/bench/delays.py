@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from proxy.core import acp
 from proxy.tools.bench.messages import PING_METHOD
 from proxy.tools.bench.options import BenchOptions
 from proxy.tools.bench.processes import StdioPeer
@@ -94,7 +95,7 @@ async def delay_check(options: BenchOptions, rules: Path) -> dict[str, Any]:
     (:data:`DELAY_RULES`)."""
     peer = await StdioPeer.spawn(delay_argv(options, rules))
     try:
-        await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        await peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
         for _ in range(5):
             await peer.call(PING_METHOD, {"seq": -1})
         await peer.call(DELAY_METHOD, {"seq": -1})  # warm-up

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from proxy.core import acp
 from proxy.tools.bench.messages import PING_METHOD
 from proxy.tools.bench.options import BenchOptions
 from proxy.tools.bench.processes import StdioPeer, children_maxrss_kib, proc_kib
@@ -35,7 +36,7 @@ async def memory_check(options: BenchOptions, rules: Path) -> dict[str, Any]:
     sent = 0
     prompt = prompt_params(PROMPT_BYTES)
     try:
-        await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        await peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
         next_sample = 0
         batch = 0
         while sent < options.memory_check:
@@ -48,7 +49,7 @@ async def memory_check(options: BenchOptions, rules: Path) -> dict[str, Any]:
                 for i in range(WINDOW):
                     big = batch % 10 == 0 and i == 0
                     request_id, data = peer.request(
-                        "session/prompt" if big else PING_METHOD,
+                        acp.PROMPT if big else PING_METHOD,
                         prompt if big else {"seq": sent + i},
                     )
                     ids.append(request_id)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core import acp
 from proxy.tools.bench.messages import PING_METHOD, STREAM_METHOD
 from proxy.tools.bench.options import BenchOptions
 from proxy.tools.bench.processes import BenchError, StdioPeer, children_maxrss_kib, proc_kib
@@ -81,7 +82,7 @@ async def drive(argv: Sequence[str], options: BenchOptions, samples: Samples) ->
     """One round on one target: the three workloads, in one process tree."""
     peer = await StdioPeer.spawn(argv)
     try:
-        await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        await peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
         warmup = max(5, options.requests // 20)
         for _ in range(warmup):
             await peer.call(PING_METHOD, {"seq": -1})
@@ -92,9 +93,9 @@ async def drive(argv: Sequence[str], options: BenchOptions, samples: Samples) ->
         samples.stream_messages += received
         samples.stream_seconds += seconds
         prompt = prompt_params(PROMPT_BYTES)
-        await peer.call("session/prompt", prompt)  # warm-up
+        await peer.call(acp.PROMPT, prompt)  # warm-up
         for _ in range(options.prompts):
-            samples.prompt.append(await peer.call("session/prompt", prompt))
+            samples.prompt.append(await peer.call(acp.PROMPT, prompt))
         peak = proc_kib(peer.process.pid, "VmHWM")
     finally:
         await peer.close()

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from proxy.core import acp
 from proxy.tools.bench.messages import PING_METHOD, READ_LIMIT, echo_result
 from proxy.tools.bench.options import BenchOptions
 from proxy.tools.bench.processes import ANSWER_TIMEOUT, BenchError, Server, open_fds, proc_kib
@@ -99,7 +100,7 @@ async def _open_ws_link(url: str, number: int, gate: asyncio.Semaphore) -> tuple
         )
         link = WsLink(connection, number)
         try:
-            await link.call("initialize", {"protocolVersion": 1, "link": number})
+            await link.call(acp.INITIALIZE, {"protocolVersion": 1, "link": number})
         except Exception:
             await connection.close()
             raise

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from proxy.core import acp
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.tools.check_agent.verdicts import Fail
@@ -98,7 +99,7 @@ def answers(message: Message, request_id: Any) -> bool:
 
 def _update(message: Message, session: str) -> dict[str, Any] | None:
     params = message.get("params")
-    if message.get("method") != "session/update" or not isinstance(params, dict):
+    if message.get("method") != acp.SESSION_UPDATE or not isinstance(params, dict):
         return None
     update = params.get("update")
     if params.get("sessionId") != session or not isinstance(update, dict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.core import acp
 from proxy.core.jsonrpc import ErrorCode
 from proxy.tools.check_agent.conversation import Conversation, answers, error_code, error_message
 from proxy.tools.check_agent.lab import Lab
@@ -14,7 +15,7 @@ __all__ = ["LOSE_PROMPT_ANSWER", "lost", "new_session", "one_insert", "open_sess
 
 LOSE_PROMPT_ANSWER: dict[str, Any] = {
     "name": "lose-prompt-answer",
-    "when": {"direction": "to_client", "kind": "response", "method": "session/prompt"},
+    "when": {"direction": "to_client", "kind": "response", "method": acp.PROMPT},
     "schedule": {"nth": [1]},
     "do": {"action": "drop"},
 }
@@ -25,7 +26,7 @@ async def open_session(lab: Lab, conversation: Conversation) -> str:
     """Initialize (a v2 Agent with ``capabilities.session``, else :class:`Skip`) and create a
     session; its id."""
     init = await conversation.request(
-        "initialize",
+        acp.INITIALIZE,
         {"protocolVersion": 2, "capabilities": {}, "info": {"name": "check-agent", "version": "1"}},
         wait=max(lab.options.startup_timeout, lab.options.answer_timeout),
     )
@@ -46,7 +47,7 @@ async def open_session(lab: Lab, conversation: Conversation) -> str:
 
 async def new_session(conversation: Conversation) -> str:
     """``session/new``; the session's id."""
-    answer = await conversation.request("session/new", {"cwd": "/", "mcpServers": []})
+    answer = await conversation.request(acp.NEW_SESSION, {"cwd": "/", "mcpServers": []})
     result = answer.get("result")
     session = result.get("sessionId") if isinstance(result, dict) else None
     if not isinstance(session, str):
@@ -58,9 +59,9 @@ async def resume(lab: Lab, conversation: Conversation, session: str) -> None:
     """Initialize again and resume ``session`` with a full replay (:class:`Skip` when the Agent
     does not keep it)."""
     startup = max(lab.options.startup_timeout, lab.options.answer_timeout)
-    await conversation.request("initialize", {"protocolVersion": 2, "capabilities": {}}, startup)
+    await conversation.request(acp.INITIALIZE, {"protocolVersion": 2, "capabilities": {}}, startup)
     answer = await conversation.request(
-        "session/resume", {"sessionId": session, "cwd": "/", "replayFrom": {"type": "start"}}
+        acp.RESUME_SESSION, {"sessionId": session, "cwd": "/", "replayFrom": {"type": "start"}}
     )
     if "error" in answer:
         code = error_code(answer)

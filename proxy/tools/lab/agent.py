@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -42,7 +43,8 @@ from typing import Any
 
 import orjson
 
-from proxy.core.errors import ConfigError, OptionError
+from proxy.core import acp
+from proxy.core.errors import ConfigError, OptionError, StartupError, os_cause
 from proxy.core.jsonrpc import Batch, ErrorCode, Invalid, Kind, parse
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
@@ -286,7 +288,7 @@ class AgentConnection:
 
     def update(self, session_id: str, update: dict[str, Any]) -> None:
         self.send(
-            {"method": "session/update", "params": {"sessionId": session_id, "update": update}}
+            {"method": acp.SESSION_UPDATE, "params": {"sessionId": session_id, "update": update}}
         )
 
     def _handle(self, raw: bytes) -> None:
@@ -304,22 +306,22 @@ class AgentConnection:
         request_id = message.body.get("id")
         method = message.method
         if message.kind is Kind.NOTIFICATION:
-            if method == "$/cancel_request":
+            if method == acp.CANCEL_REQUEST:
                 self._cancel_request(params.get("requestId"))
-            elif method == "session/cancel":
+            elif method == acp.SESSION_CANCEL:
                 self._session_cancel(params.get("sessionId"), closing=False)
             return
-        if method == "initialize":
+        if method == acp.INITIALIZE:
             self._initialize(request_id, params)
         elif not self.initialized:
             self.error(request_id, ErrorCode.INVALID_REQUEST, "the connection must be initialized")
-        elif method == "session/new":
+        elif method == acp.NEW_SESSION:
             self._new(request_id, params)
-        elif method == "session/resume":
+        elif method == acp.RESUME_SESSION:
             self._resume(request_id, params)
-        elif method == "session/prompt":
+        elif method == acp.PROMPT:
             self._prompt(request_id, params)
-        elif method == "session/close":
+        elif method == acp.CLOSE_SESSION:
             self._session_cancel(params.get("sessionId"), closing=True)
             self.active.discard(str(params.get("sessionId")))
             self.result(request_id, {})
@@ -459,23 +461,40 @@ def _text_of(prompt: list[Any]) -> str:
 
 def agent_main(options: AgentOptions) -> int:
     """``acp-proxy agent``: serve on stdio until EOF, or on a listener until SIGINT or SIGTERM;
-    the exit status (0)."""
-    return asyncio.run(_serve_until_signalled(options))
+    the exit status (0), or 1 with one line on stderr when it cannot start (its store cannot be
+    made, its address cannot be listened on)."""
+    try:
+        return asyncio.run(_serve_until_signalled(options))
+    except StartupError as exc:
+        sys.stderr.write(f"acp-proxy agent: {exc}\n")
+        return 1
 
 
 async def _serve_until_signalled(options: AgentOptions) -> int:
+    loop = asyncio.get_running_loop()
     if options.listen.scheme == "stdio":
+        # Ctrl-C ends it as it ends any command: it dies of the signal (130 in a shell), as it
+        # does of SIGTERM, instead of asyncio's cancelling its main task.
+        loop.add_signal_handler(signal.SIGINT, _die_of, signal.SIGINT)
         return await serve_agent(options)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     return await serve_agent(options, stop)
 
 
+def _die_of(signum: int) -> None:
+    """End the process as the signal's default action does (its status says so)."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
     """Run the reference Agent on stdio (until EOF) or on a listener (until ``stop``)."""
-    agent = ReferenceAgent(options)
+    try:
+        agent = ReferenceAgent(options)
+    except OSError as exc:
+        raise StartupError("--store", str(options.store), os_cause(exc)) from None
     if options.listen.scheme == "stdio":
         endpoint = await open_client_stdio(limit=options.max_message_bytes)
         await agent.serve(endpoint)
@@ -501,7 +520,10 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
         on_connection,
         Fanout([]),
     )
-    await listener.start()
+    try:
+        await listener.start()
+    except OSError as exc:
+        raise StartupError("--listen", options.listen.url, os_cause(exc)) from None
     await stop.wait()
     await listener.stop()
     for task in list(tasks):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -293,3 +295,50 @@ def test_every_answer_reaches_a_file_even_when_the_agent_exits_at_once(tmp_path:
         )
     assert done.returncode == 0
     assert [json.loads(line)["id"] for line in sink.read_text().splitlines()] == [0, 1]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+async def test_on_stdio_a_signal_ends_it_as_it_ends_any_command(signum: int) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM while it serves: it dies of the signal, as a shell expects."""
+    agent = await Agent.start()
+    try:
+        await agent.open()
+        agent.process.send_signal(signum)
+        assert await asyncio.wait_for(agent.process.wait(), TIMEOUT) == -signum
+    finally:
+        if agent.process.returncode is None:
+            agent.process.kill()
+            await agent.process.wait()
+
+
+def test_a_start_that_fails_is_one_line(tmp_path: Path) -> None:
+    """An address in use, or a store that cannot be made: one line naming the option, exit 1."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases = {
+            f"--listen ws://127.0.0.1:{port}/acp: address already in use": [
+                "--listen",
+                f"ws://127.0.0.1:{port}/acp",
+            ],
+            f"--store {tmp_path / 'file' / 'sub'}: not a directory": [
+                "--store",
+                str(tmp_path / "file" / "sub"),
+            ],
+        }
+        (tmp_path / "file").write_text("")
+        for line, options in cases.items():
+            done = subprocess.run(
+                [sys.executable, "-m", "proxy", "agent", *options],
+                check=False,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=TIMEOUT,
+            )
+            assert (done.returncode, done.stderr, done.stdout) == (
+                1,
+                f"acp-proxy agent: {line}\n",
+                "",
+            )

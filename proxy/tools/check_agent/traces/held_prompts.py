@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+from proxy.core import acp
 from proxy.tools.check_agent.conversation import answers, error_code, message_id, prompt_params
 from proxy.tools.check_agent.lab import Lab
 from proxy.tools.check_agent.steps import one_insert, open_session
@@ -20,10 +21,10 @@ async def t4(lab: Lab) -> str:
     await lab.start([])
     conversation = await lab.connect()
     session = await open_session(lab, conversation)
-    await conversation.request("session/prompt", prompt_params(session, "long task", lab.key("K0")))
+    await conversation.request(acp.PROMPT, prompt_params(session, "long task", lab.key("K0")))
     key = lab.key("K4")
-    first = conversation.submit("session/prompt", prompt_params(session, "D", key))
-    second = conversation.submit("session/prompt", prompt_params(session, "D", key))
+    first = conversation.submit(acp.PROMPT, prompt_params(session, "D", key))
+    second = conversation.submit(acp.PROMPT, prompt_params(session, "D", key))
     answered = [
         await conversation.until(functools.partial(answers, request_id=i)) for i in (first, second)
     ]
@@ -34,13 +35,11 @@ async def t4(lab: Lab) -> str:
         raise Fail(f"the two requests with one key got different messageIds: {sorted(ids)}")
     one_insert(conversation, session, "D", ids.pop())
     # variant a: $/cancel_request of one request of a held key answers both -32800
-    await conversation.request(
-        "session/prompt", prompt_params(session, "long task 2", lab.key("K0b"))
-    )
+    await conversation.request(acp.PROMPT, prompt_params(session, "long task 2", lab.key("K0b")))
     key = lab.key("K4a")
-    third = conversation.submit("session/prompt", prompt_params(session, "D2", key))
-    fourth = conversation.submit("session/prompt", prompt_params(session, "D2", key))
-    conversation.notify("$/cancel_request", {"requestId": third})
+    third = conversation.submit(acp.PROMPT, prompt_params(session, "D2", key))
+    fourth = conversation.submit(acp.PROMPT, prompt_params(session, "D2", key))
+    conversation.notify(acp.CANCEL_REQUEST, {"requestId": third})
     outcomes = []
     for request_id in (third, fourth):
         answer = await conversation.until(functools.partial(answers, request_id=request_id))
@@ -60,14 +59,14 @@ async def t5(lab: Lab) -> str:
     await lab.start([])
     conversation = await lab.connect()
     session = await open_session(lab, conversation)
-    await conversation.request("session/prompt", prompt_params(session, "long task", lab.key("K0")))
+    await conversation.request(acp.PROMPT, prompt_params(session, "long task", lab.key("K0")))
     key = lab.key("K5")
-    held = conversation.submit("session/prompt", prompt_params(session, "E", key))
-    conversation.notify("$/cancel_request", {"requestId": held})
+    held = conversation.submit(acp.PROMPT, prompt_params(session, "E", key))
+    conversation.notify(acp.CANCEL_REQUEST, {"requestId": held})
     answer = await conversation.until(lambda m: answers(m, held))
     if answer is None or "error" not in answer:
         raise Skip("could not make the Agent answer a keyed prompt with an error (not held)")
-    retry = await conversation.request("session/prompt", prompt_params(session, "E", key))
+    retry = await conversation.request(acp.PROMPT, prompt_params(session, "E", key))
     resent = message_id(retry, "the resend after an error")
     await conversation.until(lambda m: resent in conversation.user_messages(session, "E"))
     if resent not in conversation.user_messages(session, "E"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from proxy.core import acp
 from proxy.tools.check_agent.conversation import error_code, prompt_params
 from proxy.tools.check_agent.lab import Lab
 from proxy.tools.check_agent.steps import open_session
@@ -20,7 +21,7 @@ async def t0(lab: Lab) -> str:
     conversation = await lab.connect()
     session = await open_session(lab, conversation)
     for key in INVALID_KEYS:
-        answer = await conversation.request("session/prompt", prompt_params(session, "T0", key))
+        answer = await conversation.request(acp.PROMPT, prompt_params(session, "T0", key))
         code = error_code(answer)
         if code != -32602:
             outcome = "a success" if "result" in answer else f"error {code}"

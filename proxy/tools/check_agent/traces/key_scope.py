@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from proxy.core import acp
 from proxy.tools.check_agent.conversation import message_id, prompt_params
 from proxy.tools.check_agent.lab import Lab
 from proxy.tools.check_agent.steps import new_session, open_session
@@ -16,11 +17,9 @@ async def t6(lab: Lab) -> str:
     first = await open_session(lab, conversation)
     second = await new_session(conversation)
     key = lab.key("K6")
-    one = message_id(
-        await conversation.request("session/prompt", prompt_params(first, "F", key)), "S1"
-    )
+    one = message_id(await conversation.request(acp.PROMPT, prompt_params(first, "F", key)), "S1")
     other = message_id(
-        await conversation.request("session/prompt", prompt_params(second, "G", key)), "S2"
+        await conversation.request(acp.PROMPT, prompt_params(second, "G", key)), "S2"
     )
     if one == other:
         raise Fail("the same key in another session was answered as a retry")

@@ -8,6 +8,7 @@ Agent for the next connection: conductor mode); T3 after the Agent was killed an
 
 from __future__ import annotations
 
+from proxy.core import acp
 from proxy.tools.check_agent.conversation import answers, message_id, prompt_params
 from proxy.tools.check_agent.lab import Lab
 from proxy.tools.check_agent.steps import LOSE_PROMPT_ANSWER, lost, one_insert, open_session, resume
@@ -21,9 +22,9 @@ async def t1(lab: Lab) -> str:
     conversation = await lab.connect()
     session = await open_session(lab, conversation)
     key = lab.key("K1")
-    first_id = conversation.submit("session/prompt", prompt_params(session, "A", key))
+    first_id = conversation.submit(acp.PROMPT, prompt_params(session, "A", key))
     await lost(lab, conversation, first_id)
-    retry = await conversation.request("session/prompt", prompt_params(session, "A", key))
+    retry = await conversation.request(acp.PROMPT, prompt_params(session, "A", key))
     inserted = message_id(retry, "the retry")
     one_insert(conversation, session, "A", inserted)
     return f"the retry got the original messageId {inserted}"
@@ -32,7 +33,7 @@ async def t1(lab: Lab) -> str:
 async def t2(lab: Lab) -> str:
     sever = {
         "name": "lose-and-sever",
-        "when": {"direction": "to_client", "kind": "response", "method": "session/prompt"},
+        "when": {"direction": "to_client", "kind": "response", "method": acp.PROMPT},
         "schedule": {"nth": [1]},
         "do": {"action": "sever", "side": "client", "moment": "before"},
     }
@@ -40,13 +41,13 @@ async def t2(lab: Lab) -> str:
     conversation = await lab.connect()
     session = await open_session(lab, conversation)
     key = lab.key("K2")
-    first_id = conversation.submit("session/prompt", prompt_params(session, "B", key))
+    first_id = conversation.submit(acp.PROMPT, prompt_params(session, "B", key))
     await conversation.until(lambda m: answers(m, first_id))
     inserted = conversation.user_messages(session, "B")
     lab.disconnect(conversation)
     again = await lab.connect()
     await resume(lab, again, session)
-    retry = await again.request("session/prompt", prompt_params(session, "B", key))
+    retry = await again.request(acp.PROMPT, prompt_params(session, "B", key))
     retried = message_id(retry, "the retry after resume")
     replayed = again.user_messages(session, "B")
     if len(replayed) > 1:
@@ -59,7 +60,7 @@ async def t2(lab: Lab) -> str:
 async def t3(lab: Lab) -> str:
     # The Agent answered (so it inserted, and stored, the message): the answer is lost and the
     # Agent killed at that moment; the proxy starts a new one on the same connection.
-    answered = {"direction": "to_client", "kind": "response", "method": "session/prompt"}
+    answered = {"direction": "to_client", "kind": "response", "method": acp.PROMPT}
     lose = {"name": "lose", "when": answered, "schedule": {"nth": [1]}, "do": {"action": "drop"}}
     kill = {
         "name": "kill-agent",
@@ -71,7 +72,7 @@ async def t3(lab: Lab) -> str:
     conversation = await lab.connect()
     session = await open_session(lab, conversation)
     key = lab.key("K3")
-    first_id = conversation.submit("session/prompt", prompt_params(session, "C", key))
+    first_id = conversation.submit(acp.PROMPT, prompt_params(session, "C", key))
     await lost(lab, conversation, first_id)
     inserted = conversation.user_messages(session, "C")
     if conversation.closed or lab.transport == "http":
@@ -79,7 +80,7 @@ async def t3(lab: Lab) -> str:
         conversation = await lab.connect()
     await resume(lab, conversation, session)
     replayed_before = conversation.user_messages(session, "C")
-    retry = await conversation.request("session/prompt", prompt_params(session, "C", key))
+    retry = await conversation.request(acp.PROMPT, prompt_params(session, "C", key))
     retried = message_id(retry, "the retry after the restart")
     everything = sorted(set(inserted) | set(replayed_before) | {retried})
     if replayed_before and retried not in replayed_before:
@@ -94,12 +95,12 @@ async def t7(lab: Lab) -> str:
     await lab.start([lose_second])
     conversation = await lab.connect()
     session = await open_session(lab, conversation)
-    await conversation.request("session/prompt", prompt_params(session, "work", lab.key("K0")))
+    await conversation.request(acp.PROMPT, prompt_params(session, "work", lab.key("K0")))
     key = lab.key("K7")
     text = "steer: use staging"
-    steer = conversation.submit("session/prompt", prompt_params(session, text, key))
+    steer = conversation.submit(acp.PROMPT, prompt_params(session, text, key))
     await lost(lab, conversation, steer)
-    retry = await conversation.request("session/prompt", prompt_params(session, text, key))
+    retry = await conversation.request(acp.PROMPT, prompt_params(session, text, key))
     inserted = message_id(retry, "the retry")
     one_insert(conversation, session, text, inserted)
     return f"the retry of a prompt sent during active work got {inserted}"

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from proxy.core import acp
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.shell.transports.stdio import spawn_agent
@@ -81,7 +82,7 @@ class Connection:
         self, request_id: int, method: str, params: dict[str, Any], patience: float
     ) -> Message:
         """Send a request and wait for its answer; :class:`Failure` if none comes."""
-        if method == "session/resume":
+        if method == acp.RESUME_SESSION:
             self._resume_id = request_id
         try:
             return await self.peer.call(method, params, patience, request_id=request_id)
@@ -98,7 +99,7 @@ class Connection:
             if type(request_id) is int and request_id == self._resume_id:
                 self._resume_id = None  # what follows is live again
         elif (
-            message["method"] == "session/update"
+            message["method"] == acp.SESSION_UPDATE
             and "id" not in message
             and isinstance(message.get("params"), dict)
         ):

@@ -15,6 +15,7 @@ import asyncio
 import functools
 from typing import Any, Literal
 
+from proxy.core import acp
 from proxy.core.jsonrpc import ErrorCode
 from proxy.shell.log import get_logger
 from proxy.tools.lab.client.connection import Connection
@@ -54,7 +55,7 @@ async def submit(keeper: SessionKeeper, submission: Submission) -> None:
             connection = await keeper.ready(action)
             attempt = Attempt(keeper.next_id(), connection.number)
             submission.attempts.append(attempt)
-            future = await connection.request(attempt.request_id, "session/prompt", params)
+            future = await connection.request(attempt.request_id, acp.PROMPT, params)
             future.add_done_callback(functools.partial(settle, submission, attempt))
             sent.append((connection, future))
             log.info(

@@ -13,6 +13,7 @@ import itertools
 from typing import Any, Literal
 
 from proxy import __version__
+from proxy.core import acp
 from proxy.core.jsonrpc import ErrorCode
 from proxy.shell.log import get_logger, shorten
 from proxy.tools.lab.client.connection import Connection, Failure, open_endpoint
@@ -82,14 +83,14 @@ class SessionKeeper:
     async def _initialize(self, connection: Connection) -> None:
         answer = await self._call(
             connection,
-            "initialize",
+            acp.INITIALIZE,
             {
                 "protocolVersion": PROTOCOL_VERSION,
                 "capabilities": {},
                 "info": {"name": "acp-proxy-reference-client", "version": __version__},
             },
         )
-        result = _result_of(answer, "initialize")
+        result = _result_of(answer, acp.INITIALIZE)
         version = result.get("protocolVersion")
         if version != PROTOCOL_VERSION:
             answered = shorten(repr(version), 40)
@@ -106,9 +107,9 @@ class SessionKeeper:
 
     async def _new_session(self, connection: Connection) -> None:
         answer = await self._call(
-            connection, "session/new", {"cwd": self.options.cwd, "mcpServers": []}
+            connection, acp.NEW_SESSION, {"cwd": self.options.cwd, "mcpServers": []}
         )
-        session_id = _result_of(answer, "session/new").get("sessionId")
+        session_id = _result_of(answer, acp.NEW_SESSION).get("sessionId")
         if not isinstance(session_id, str):
             raise Fatal(f"session/new answered no sessionId: {shorten(answer)}", "unreachable")
         self.report.session_id = session_id
@@ -122,7 +123,7 @@ class SessionKeeper:
         try:
             answer = await self._call(
                 connection,
-                "session/resume",
+                acp.RESUME_SESSION,
                 {
                     "sessionId": self.report.session_id,
                     "cwd": self.options.cwd,
@@ -137,7 +138,7 @@ class SessionKeeper:
             raise Fatal(
                 f"the agent no longer knows session {self.report.session_id}", "session_lost"
             )
-        _result_of(answer, "session/resume")
+        _result_of(answer, acp.RESUME_SESSION)
         self.report.resumes.append(resume)
         log.info(
             "session resumed",
