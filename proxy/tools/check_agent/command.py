@@ -17,8 +17,10 @@ __all__ = ["check_agent_main"]
 def check_agent_main(options: CheckOptions, *, as_json: bool, junit: Path | None) -> int:
     """``acp-proxy check-agent``: run the traces, print the results (a table, or JSON), write
     them as JUnit XML to ``junit`` if given; the exit status (:func:`exit_status`), 2 when the
-    Agent cannot be run."""
+    Agent cannot be run or ``junit`` cannot be written (told before any trace runs)."""
     why = cannot_run(options.agent_argv)
+    if why is None and junit is not None and not junit.parent.is_dir():
+        why = f"--junit {junit}: its folder {junit.parent} does not exist"
     if why is not None:
         sys.stderr.write(f"error: {why}\n")
         return 2

@@ -27,6 +27,7 @@ could not be run, or is not an ACP v2 Agent).
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.core.errors import OptionError
+from proxy.core.errors import OptionError, os_cause
 from proxy.tools import cannot_run
 from proxy.tools.lab.client import ClientOptions, ClientReport, run_client
 from proxy.tools.lab.client import render as render_client
@@ -125,6 +126,8 @@ def demo_main(options: DemoOptions) -> int:
     """``acp-proxy demo``: run the lab once and print what it showed (stdout), or the one line
     saying why nothing could be checked (stderr); the exit status (:attr:`DemoResult.status`)."""
     why = cannot_run(options.agent_argv) if options.agent_argv else None
+    if why is None and options.directory is not None:
+        why = cannot_keep(options.directory)
     if why is not None:
         sys.stderr.write(f"error: {why}\n")
         return 2
@@ -134,6 +137,18 @@ def demo_main(options: DemoOptions) -> int:
     else:
         sys.stdout.write(result.text + "\n")
     return result.status
+
+
+def cannot_keep(directory: Path) -> str | None:
+    """Why the demo cannot keep its files in ``directory`` (``--keep``); None when it can (the
+    directory is made if missing)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--keep {directory}: {os_cause(exc)}"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"--keep {directory}: not writable"
+    return None
 
 
 async def run_demo(options: DemoOptions) -> DemoResult:

@@ -140,3 +140,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     missing = demo("--", str(tmp_path / "no-such-agent"))
     assert missing.returncode == 2
     assert "is not an executable" in missing.stderr
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    kept = demo("--keep", str(a_file))
+    assert (kept.returncode, kept.stdout) == (2, "")
+    assert f"error: --keep {a_file}: file exists" in kept.stderr
