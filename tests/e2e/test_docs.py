@@ -41,6 +41,8 @@ NOT_RUN = {
     "agent": "it needs a real Agent (node my-agent.js, python my_agent.py)",
     "docker": "it needs a Docker engine",
     "install": "it installs packages into a virtual environment",
+    "activate": "it changes the calling shell's PATH; the tests put the environment's commands on "
+    "the PATH themselves",
     "long": "it runs for minutes (the test suite, fuzzing)",
     "slow": "it runs every conformance trace, about a minute; tests/tools/test_check_agent.py "
     "runs the same",
