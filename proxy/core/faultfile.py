@@ -170,7 +170,9 @@ class FaultFile(_Model):
     version: Literal[1] = Field(description="the format's version: 1")
     seed: int | None = Field(None, description="seed of every random draw; same seed, same faults")
     rules: list[Rule] = Field(
-        min_length=1, max_length=MAX_RULES, description="the rules, in the order they are tried"
+        max_length=MAX_RULES,
+        description="the rules, in the order they are tried (none: a file that injects nothing, "
+        "e.g. one watched with --watch that rules are added to later)",
     )
 
     @model_validator(mode="after")

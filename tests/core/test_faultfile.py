@@ -110,7 +110,6 @@ def test_signals_by_name_or_number() -> None:
             "version: 1\nrules:\n  - name: a\n    when: {session: ''}\n    do: {action: drop}\n",
             "rule 'a': when.session: a glob cannot be empty",
         ),
-        ("version: 1\nrules: []\n", "f.yaml:2: rules: List should have at least 1 item"),
         ("version: 2\nrules: []\n", "f.yaml:1: version: Input should be 1"),
         ("rules: []\n", "version: Field required"),
         (
@@ -484,3 +483,10 @@ def test_a_file_over_the_size_bound_is_refused_unread(tmp_path: Path) -> None:
         load_fault_files(["/dev/zero"])
     assert str(endless.value) == f"/dev/zero: {message}"
     assert errors_of("#" * (MAX_FILE_BYTES + 1)) == [f"f.yaml: {message}"]
+
+
+def test_a_file_without_rules_is_valid_and_injects_nothing(tmp_path: Path) -> None:
+    """``rules: []`` is a fault file that injects nothing (a start for --watch), not an error."""
+    path = tmp_path / "none.yaml"
+    path.write_text("version: 1\nrules: []\n")
+    assert load_fault_files([path]).rules == []
