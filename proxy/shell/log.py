@@ -19,6 +19,9 @@ LogFormat = Literal["console", "json"]
 
 MAX_LOG_SIZE = 200
 """Characters of a payload kept in a log line."""
+MAX_ERROR_SIZE = 2000
+"""Characters of an ``error`` field kept: the proxy's own words (a fault file's located error
+names every valid choice), whole, yet bounded where they quote what a peer sent."""
 
 
 def shorten(value: object, limit: int = MAX_LOG_SIZE) -> str:
@@ -30,12 +33,14 @@ def shorten(value: object, limit: int = MAX_LOG_SIZE) -> str:
 
 
 def _plain_values(_: Any, __: str, event_dict: structlog.typing.EventDict) -> Any:
-    """Enums as their values; long strings and bytes shortened."""
+    """Enums as their values; long strings and bytes shortened (an ``error`` less so)."""
     for key, value in event_dict.items():
         if isinstance(value, enum.Enum):
             event_dict[key] = value.value
-        elif key != "event" and isinstance(value, str | bytes) and len(value) > MAX_LOG_SIZE:
-            event_dict[key] = shorten(value)
+        elif key != "event" and isinstance(value, str | bytes):
+            limit = MAX_ERROR_SIZE if key == "error" else MAX_LOG_SIZE
+            if len(value) > limit:
+                event_dict[key] = shorten(value, limit)
     return event_dict
 
 

@@ -35,3 +35,19 @@ def test_each_line_is_one_write() -> None:
         assert call.endswith("\n")
         assert call.count("\n") == 1
         json.loads(call)
+
+
+def test_a_payload_is_shortened_and_an_error_kept_whole_up_to_its_own_bound() -> None:
+    """What a peer sent is cut at 200 characters; the proxy's own error (a fault file's error
+    lists every valid action) is kept whole up to 2,000."""
+    stream = Writes()
+    try:
+        configure_logging("json", "info", stream)
+        get_logger("test").error("refused", payload="p" * 500, error="e" * 500)
+        get_logger("test").error("refused", error="e" * 5000)
+    finally:
+        configure_logging()
+    first, second = (json.loads(call) for call in stream.calls)
+    assert first["payload"] == "p" * 200 + "... (500 chars)"
+    assert first["error"] == "e" * 500
+    assert second["error"] == "e" * 2000 + "... (5000 chars)"
