@@ -435,8 +435,11 @@ def _located(
                 message=message,
             )
         )
-    if not any(error.message.endswith(" is used twice") for error in errors):
-        errors += _duplicate_names(data, name, tree)  # the model checks them only once all parse
+    # The model checks names only once all rules parse, and without a place: located here.
+    duplicates = _duplicate_names(data, name, tree)
+    if duplicates:
+        errors = [error for error in errors if not error.message.endswith(" is used twice")]
+    errors += duplicates
     return FaultFileError(errors)
 
 

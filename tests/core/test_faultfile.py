@@ -118,7 +118,7 @@ def test_signals_by_name_or_number() -> None:
         ),
         (
             "version: 1\nrules:\n  - {name: a, do: {action: drop}}\n  - {name: a, do: {action: drop}}\n",
-            "rule name 'a' is used twice",
+            "f.yaml:4: rule 'a': name: rule name 'a' is used twice",
         ),
         (
             "version: 1\nrules:\n  - name: a\n    schedule: {probability: 1.5, nth: []}\n    do: {action: drop}\n",
