@@ -39,9 +39,10 @@ async def open_session(lab: Lab, conversation: Conversation) -> str:
     if not isinstance(result, dict):
         raise Fail("initialize was answered without a result object")
     if result.get("protocolVersion") != 2:
-        raise Skip(f"the Agent speaks protocol version {result.get('protocolVersion')}, not 2")
+        version = result.get("protocolVersion")
+        raise Skip(f"the Agent speaks protocol version {version}, not 2", every_trace=True)
     if not isinstance(result.get("capabilities"), dict) or "session" not in result["capabilities"]:
-        raise Skip("the Agent does not advertise capabilities.session")
+        raise Skip("the Agent does not advertise capabilities.session", every_trace=True)
     return await new_session(conversation)
 
 

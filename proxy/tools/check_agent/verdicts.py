@@ -35,7 +35,12 @@ class Fail(Exception):
 
 
 class Skip(Exception):
-    """The Agent lacks what the trace needs."""
+    """The Agent lacks what the trace needs; ``every_trace`` when it lacks what every trace needs
+    (an Agent that is not a v2 one: the traces after it are skipped without running)."""
+
+    def __init__(self, reason: str, *, every_trace: bool = False) -> None:
+        super().__init__(reason)
+        self.every_trace = every_trace
 
 
 class Error(Exception):

@@ -10,7 +10,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from harness import PEERS
+from harness import PEERS, SDK_AGENT
 from tool_runs import check_agent
 
 pytestmark = pytest.mark.slow
@@ -88,3 +88,15 @@ def test_an_echoed_key_fails_and_only_the_keys_sent_are_looked_for() -> None:
     assert result["status"] == "FAIL"
     assert result["reason"].startswith("the Agent echoed keys: ['K1-")
     assert done.returncode == 1
+
+
+def test_an_agent_that_is_not_a_v2_one_is_told_once_and_not_checked_again() -> None:
+    """The SDK's v1 Agent: the first trace finds what every trace needs missing; the others are
+    skipped with the same reason without starting it again (exit 2: nothing was checked)."""
+    done = check_agent("--json", "--", *SDK_AGENT)
+    assert done.returncode == 2, done.stderr
+    results = json.loads(done.stdout)
+    reasons = [result["reason"] for result in results]
+    assert {result["status"] for result in results} == {"SKIP"}
+    assert reasons[0] == "the Agent speaks protocol version 1, not 2"
+    assert reasons[1:] == [f"{reasons[0]} (not run)"] * 7
