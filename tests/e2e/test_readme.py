@@ -8,8 +8,7 @@ from md_blocks import shell_blocks
 
 def test_ci_runs_the_readmes_test_command() -> None:
     """The second command of the README (install and test) is what .ci/run executes."""
-    readme = (ROOT / "README.md").read_text()
-    install_and_test = shell_blocks(readme)[1].strip()
+    install_and_test = shell_blocks(ROOT / "README.md")[1].text.strip()
     assert install_and_test.startswith(
         "python3 -m venv .venv && .venv/bin/pip install -e '.[test]'"
     )

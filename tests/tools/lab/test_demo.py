@@ -40,7 +40,7 @@ def demo(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_demo_shows_retries_and_no_duplicate(tmp_path: Path) -> None:
     """The README's first command: every fault fires, each submission once, zero findings, 0."""
-    first_command = shell_blocks((ROOT / "README.md").read_text())[0].strip()
+    first_command = shell_blocks(ROOT / "README.md")[0].text.strip()
     assert first_command.endswith("acp-proxy demo")
     done = demo("--keep", str(tmp_path))
     assert done.returncode == 0, done.stderr
