@@ -135,7 +135,7 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
 
     rules_file(faults, {"name": "new", "do": {"action": "drop"}, "when": {"method": "_x/new"}})
     await proxy.logged("fault files reloaded")
-    faults.write_text("version: 1\nrules: []\n")  # at least one rule: refused
+    faults.write_text("version: 1\nrules: 5\n")  # not a list of rules: refused
     await proxy.logged("fault file reload refused; keeping the last good rules")
 
     content_type, text = await off(scrape, control.base_url)
