@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import functools
 import math
 import os
 import signal
@@ -28,9 +28,10 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, cast
+from typing import IO
 
 from proxy.core.framing import LineFramer
+from proxy.shell import parent_death
 from proxy.shell.defaults import AGENT_GRACE
 from proxy.shell.endpoint import Received
 from proxy.shell.log import get_logger
@@ -51,42 +52,15 @@ READ_CHUNK = 256 * 1024
 """Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
 GROUP_POLL = 0.05
 """Seconds between two checks whether an exited Agent's leftover processes are gone."""
-PR_SET_PDEATHSIG = 1
-"""prctl(2): the signal this process gets when the thread that created it ends."""
 ORPHANS_SCRIPT = Path(__file__).with_name("orphans.py")
-
-
-def _find_prctl() -> Callable[..., int] | None:
-    """libc's ``prctl`` (Linux), looked up once, before any fork: a child only calls it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return cast(Callable[..., int], prctl)
-
-
-_PRCTL = _find_prctl()
 
 
 def _die_with_proxy() -> Callable[[], None] | None:
     """What a child runs between fork and exec to be killed (SIGKILL) when the proxy's thread
     that forks it ends (Linux; None elsewhere)."""
-    prctl = _PRCTL
-    if prctl is None:
+    if not parent_death.AVAILABLE:
         return None
-    parent = os.getpid()
-    kill = int(signal.SIGKILL)
-
-    def die_with_parent() -> None:
-        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        if os.getppid() != parent:  # the proxy died before the signal was asked for
-            os.kill(os.getpid(), kill)
-
-    return die_with_parent
+    return functools.partial(parent_death.die_with_parent, os.getpid())
 
 
 class OrphanGuard:
@@ -361,15 +335,22 @@ async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> L
     """Wrap the proxy's stdin and stdout as the Client endpoint.
 
     A file or ``/dev/null`` on either fd is bridged through a pipe by a thread, because asyncio
-    can only poll pipes, sockets and terminals.
+    can only poll pipes, sockets and terminals. The endpoint takes the streams over (on
+    descriptors no child inherits), and ``stdin`` and ``stdout`` are left on ``/dev/null``: a
+    process the proxy starts (a parsing worker) never holds the Client's pipes open after the
+    proxy is gone, and nothing written to ``sys.stdout`` by mistake reaches the protocol channel.
     """
     loop = asyncio.get_running_loop()
     in_fd = os.dup(stdin)
+    out_fd = os.dup(stdout)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, stdin)
+    os.dup2(devnull, stdout)
+    os.close(devnull)
     if not _is_stream_fd(in_fd):
         read_end, write_end = os.pipe()
         _bridge(in_fd, write_end)
         in_fd = read_end
-    out_fd = os.dup(stdout)
     out_bridge = None
     if not _is_stream_fd(out_fd):
         read_end, write_end = os.pipe()
