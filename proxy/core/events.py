@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from proxy.core.jsonrpc import Batch, Invalid, Message
+
 __all__ = [
     "Direction",
     "Event",
@@ -66,6 +68,9 @@ class MessageReceived:
     side: Side
     data: bytes
     at: float
+    parsed: Message | Batch | Invalid | None = None
+    """Its parse, when the shell made it already (a large message, parsed off the event loop:
+    :mod:`proxy.core.compact`); the relay parses ``data`` otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

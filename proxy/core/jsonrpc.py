@@ -134,6 +134,9 @@ class Message:
     """Where every top-level ``id`` member's value sits in :attr:`raw` (duplicates included)."""
     session: str | None = None
     """``params.sessionId`` when it is a string."""
+    content_digest: str | None = None
+    """The digest of its prompt or update content, when a worker parsed it
+    (:mod:`proxy.core.compact`): its body holds only part of them."""
 
     @property
     def params(self) -> Any:

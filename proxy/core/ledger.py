@@ -199,7 +199,7 @@ class Ledger:
     def _prompt(self, message: Message, seen: Relayed, link: int | None) -> None:
         params = message.params if isinstance(message.params, dict) else {}
         session = params.get("sessionId") if isinstance(params.get("sessionId"), str) else None
-        digest = prompt_hash(params.get("prompt"))
+        digest = message.content_digest or prompt_hash(params.get("prompt"))
         now = self._clock()
         attempt = Attempt(link, _id_value(message.id_token), now)
         assert seen.forwarded_id is not None
@@ -356,7 +356,7 @@ class Ledger:
         message_id = update.get("messageId")
         if not isinstance(message_id, str):
             return
-        digest = prompt_hash(update.get("content"))
+        digest = message.content_digest or prompt_hash(update.get("content"))
         entries = (self.entries[(session, key)] for key in self._keys.get(session, ()))
         entry = _inserted_for([e for e in entries if e.prompt == digest], message_id)
         if entry is None or message_id in entry.inserts:

@@ -90,6 +90,7 @@ from proxy.core.events import (
 )
 from proxy.core.idmap import DuplicateGroup, IdMap, Pending
 from proxy.core.jsonrpc import (
+    Batch,
     ErrorCode,
     Invalid,
     InvalidReason,
@@ -238,8 +239,8 @@ class Relay:
     def handle(self, event: Event) -> list[Command]:
         """Feed one event; return what must happen, in order."""
         match event:
-            case MessageReceived(side=side, data=data, at=at):
-                return self._received(side.outbound, data, at)
+            case MessageReceived(side=side, data=data, at=at, parsed=parsed):
+                return self._received(side.outbound, data, at, parsed)
             case OversizedReceived(side=side, size=size, limit=limit):
                 return self._oversized(side.outbound, size, limit)
             case PeerClosed(side=side):
@@ -249,9 +250,16 @@ class Relay:
 
     # -- messages -------------------------------------------------------------------------------
 
-    def _received(self, direction: Direction, data: bytes, at: float) -> list[Command]:
+    def _received(
+        self,
+        direction: Direction,
+        data: bytes,
+        at: float,
+        parsed: Message | Batch | Invalid | None = None,
+    ) -> list[Command]:
         out: list[Command] = []
-        parsed = parse(data)
+        if parsed is None:
+            parsed = parse(data)
         destination = direction.destination
         if destination in self._closing:
             out.append(Undeliverable(direction=direction, kind=parsed.kind, size=len(data)))

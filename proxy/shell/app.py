@@ -52,6 +52,7 @@ from proxy.shell.log import get_logger
 from proxy.shell.metrics import Metrics
 from proxy.shell.observers import Fanout, LogObserver, Observer, Tally
 from proxy.shell.origin_policy import Allowances, parse_allowed_host, parse_allowed_origin
+from proxy.shell.parsing import Parser
 from proxy.shell.server import (
     STDIO,
     Address,
@@ -266,11 +267,13 @@ class _Experiment:
     ledger: Ledger
     saver: StateSaver | None
     inflight: InflightBytes
+    parser: Parser
 
     def close(self) -> None:
-        """Close the trace (again: it may be)."""
+        """Close the trace (again: it may be) and stop the parsing workers."""
         if self.trace is not None:
             self.trace.close()
+        self.parser.close()
 
     def degraded(self) -> dict[str, str]:
         """What no longer works as asked, and why (``/healthz``): the trace, the state file."""
@@ -288,7 +291,8 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     engine = build_engine(options, faults)
     links = _Links()
     inflight = InflightBytes(options.limits.max_inflight_bytes)
-    metrics = Metrics(pending=links.pending, inflight=inflight)
+    parser = Parser()
+    metrics = Metrics(pending=links.pending, inflight=inflight, parser=parser)
     tally = metrics.tally  # counted once: the closing log line and the metrics read it
     feed = EventFeed(max_subscribers=options.limits.max_event_subscribers, observer=metrics)
 
@@ -320,10 +324,23 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         http_timeout=options.http_timeout,
         max_sessions=options.limits.max_sessions,
         observer=fanout,
+        parser=parser,
     )
     fanout.extend(observers)
     return _Experiment(
-        faults, engine, fanout, tally, connect, metrics, feed, links, trace, ledger, saver, inflight
+        faults,
+        engine,
+        fanout,
+        tally,
+        connect,
+        metrics,
+        feed,
+        links,
+        trace,
+        ledger,
+        saver,
+        inflight,
+        parser,
     )
 
 
@@ -453,6 +470,7 @@ async def run_network(
         limits=options.limits,
         max_pending=options.limits.max_pending,
         inflight=experiment.inflight,
+        parser=experiment.parser,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
@@ -525,6 +543,7 @@ async def _relay_stdio(options: RunOptions, experiment: _Experiment) -> int:
         experiment.observer,
         connect_agent=functools.partial(experiment.connect_upstream, {}, None),
         inflight=experiment.inflight,
+        parser=experiment.parser,
     )
 
     deadline: asyncio.TimerHandle | None = None

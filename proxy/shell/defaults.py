@@ -23,6 +23,8 @@ __all__ = [
     "HTTP_TIMEOUT",
     "INITIALIZE_TIMEOUT",
     "KEEPALIVE_SECONDS",
+    "LARGE_MESSAGE_BYTES",
+    "PARSING_WORKERS",
     "SHUTDOWN_TIMEOUT",
     "STALL_SECONDS",
     "STREAM_HIGH_WATER",
@@ -35,6 +37,17 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """The bound on one message, on every transport (``--max-message-bytes``; DESIGN 10): far above
 any ACP message (a prompt with an embedded image is a few MiB), low enough that a peer cannot
 make the proxy buffer without end."""
+
+LARGE_MESSAGE_BYTES = 64 * 1024
+"""Messages this large are parsed in a worker process (:mod:`proxy.shell.parsing`), not on the
+event loop. Parsing costs the loop about 4 ms per MB of text and up to 120 ms per MB of tiny
+containers (``[],[],...``), so a smaller message holds the other links 8 ms at worst; most ACP
+messages are a few KiB and never pay the worker's round trip (about a millisecond)."""
+
+PARSING_WORKERS = 2
+"""Worker processes that parse large messages, started on the first one: two large messages
+are parsed at once while a third waits; messages below :data:`LARGE_MESSAGE_BYTES` never wait
+for them."""
 
 AGENT_GRACE = 5.0
 """Seconds a spawned Agent gets to exit after its stdin closes or a signal, before SIGTERM, then

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from proxy.core.framing import Oversized
+from proxy.core.jsonrpc import Batch, Invalid, Message
 
 __all__ = [
     "Admitting",
@@ -21,8 +22,10 @@ __all__ = [
     "StreamOwner",
 ]
 
-Received = bytes | Oversized
-"""One framed message, or the marker of one that was too large to keep."""
+Received = bytes | Oversized | Message | Batch | Invalid
+"""One framed message, the marker of one that was too large to keep, or a message its endpoint
+parsed already (to route it: an HTTP POST, a message of an HTTP Agent), which the relay takes as
+it is, without parsing it again."""
 
 
 class Endpoint(Protocol):

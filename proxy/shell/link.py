@@ -75,6 +75,8 @@ from proxy.core.events import (
     Side,
     TimerFired,
 )
+from proxy.core.framing import Oversized
+from proxy.core.jsonrpc import Batch, Invalid, Message
 from proxy.core.observations import Connected, Disconnected, Observation, Restarted, RestartWhat
 from proxy.core.relay import Relay
 from proxy.shell.defaults import HELD_HIGH_WATER, STALL_SECONDS
@@ -83,13 +85,13 @@ from proxy.shell.endpoint import (
     ClosesWithReason,
     Endpoint,
     ExitReporter,
-    Received,
     Signalable,
     StreamOwner,
 )
 from proxy.shell.inflight import InflightBytes
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
+from proxy.shell.parsing import Parser
 
 __all__ = ["Link", "LinkState"]
 
@@ -139,6 +141,7 @@ class Link:
         on_ended: Callable[[Link], None] | None = None,
         clock: Callable[[], float] | None = None,
         inflight: InflightBytes | None = None,
+        parser: Parser | None = None,
     ) -> None:
         """``connect_agent`` starts a new Agent (``kill_agent`` with ``respawn``, restarts).
 
@@ -149,7 +152,8 @@ class Link:
         task is done (its state is then :attr:`LinkState.ENDED`; :meth:`run` returns later).
         ``inflight``: the count of bytes in flight the whole proxy shares
         (``--max-inflight-bytes``): this link adds what it reads and holds; its readers wait for
-        room.
+        room. ``parser``: the proxy's parser, which parses large messages off the event loop
+        (without it, every message is parsed in place).
         """
         self.id = next(_link_ids)
         """This link's number in the process (logs, trace, control API)."""
@@ -177,6 +181,7 @@ class Link:
         self._held = 0
         """Bytes of the messages the pending timers hold."""
         self._inflight = inflight or InflightBytes(None)
+        self._parser = parser or Parser(large=None)
         self._held_room = asyncio.Event()
         self._held_room.set()
         self._held_logged = False
@@ -325,9 +330,14 @@ class Link:
                 if not admitted and not endpoint.receive_ready():
                     await self._inflight.room(lambda: self._must_read(side, endpoint))
                 received = await endpoint.receive()
+                parsed = None
+                if isinstance(received, Message | Batch | Invalid):  # parsed by its endpoint
+                    parsed, received = received, received.raw
                 if isinstance(received, bytes):
                     charged += len(received)
                     self._inflight.add(len(received))
+                    if parsed is None and self._parser.is_large(received):
+                        parsed = await self._parser.parse(received)
                 if side is Side.AGENT and generation != self._generation:
                     return  # an Agent that was replaced: nothing it says counts any more
                 if received is None and side is Side.AGENT:
@@ -338,10 +348,10 @@ class Link:
                 if side is Side.CLIENT and not self._agent_up.is_set():
                     await self._agent_up.wait()
                 ended = received is None
-                unflushed |= self._relay_one(side, endpoint, received)
+                unflushed |= self._relay_one(side, endpoint, received, parsed)
                 # Relayed: what goes on is in the destinations' queues. While this task waits
                 # (for a drain, for the next message) nothing here keeps the message alive.
-                del received
+                del received, parsed
                 if ended or not endpoint.receive_ready():
                     # A burst read together is relayed whole, then written and drained at once.
                     # The far side is drained too: a held message reaches it later, without a
@@ -378,8 +388,15 @@ class Link:
         the count fall), or the proxy closed it (its end must be seen)."""
         return endpoint.buffered() > 0 or side in self._closing
 
-    def _relay_one(self, side: Side, endpoint: Endpoint, received: Received | None) -> set[Side]:
-        """Feed what ``side`` sent (``None``: its end) to the relay; the sides written to."""
+    def _relay_one(
+        self,
+        side: Side,
+        endpoint: Endpoint,
+        received: bytes | Oversized | None,
+        parsed: Message | Batch | Invalid | None,
+    ) -> set[Side]:
+        """Feed what ``side`` sent (``None``: its end; ``parsed``: its parse when it was made
+        already) to the relay; the sides written to."""
         at = self._clock()
         event: Event
         if received is None:
@@ -388,7 +405,7 @@ class Link:
             if self.closed_first is None:
                 self.closed_first = side
         elif isinstance(received, bytes):
-            event = MessageReceived(side, received, at)
+            event = MessageReceived(side, received, at, parsed)
         else:
             event = OversizedReceived(side, received.size, received.limit, at)
         self._post_status = None

@@ -36,6 +36,7 @@ from proxy.shell.inflight import InflightBytes
 from proxy.shell.limits import COUNTED
 from proxy.shell.observers import Tally
 from proxy.shell.origin_policy import ORIGIN_OPTIONS
+from proxy.shell.parsing import Parser
 
 __all__ = ["Metrics"]
 
@@ -170,9 +171,11 @@ class Metrics:
         self,
         pending: Callable[[Direction], int] | None = None,
         inflight: InflightBytes | None = None,
+        parser: Parser | None = None,
     ) -> None:
         """``pending`` counts requests awaiting an answer per direction (read at scrape time);
-        ``inflight`` is the proxy's count of bytes in flight (read at scrape time too)."""
+        ``inflight`` is the proxy's count of bytes in flight (read at scrape time too), and
+        ``parser`` parses large messages in workers (its counts read likewise)."""
         disable_created_metrics()  # type: ignore[no-untyped-call] # *_created series: noise
         self.tally = Tally()
         self.registry = CollectorRegistry(auto_describe=True)
@@ -180,6 +183,8 @@ class Metrics:
         registry.register(_TallyCounters(self.tally))
         if inflight is not None:
             registry.register(_InflightGauges(inflight))
+        if parser is not None:
+            registry.register(_ParsingCounts(parser))
         self.pending = Gauge(
             "acp_proxy_pending_requests",
             "Requests forwarded and not yet answered.",
@@ -266,6 +271,33 @@ class _TallyCounters(Collector):
         for direction, size in list(self._tally.relayed_bytes.items()):
             sizes.add_metric([str(direction)], size)
         yield sizes
+
+
+class _ParsingCounts(Collector):
+    """The large messages parsed in worker processes (:mod:`proxy.shell.parsing`), read when
+    scraped."""
+
+    def __init__(self, parser: Parser) -> None:
+        self._parser = parser
+
+    def collect(self) -> Iterator[Metric]:
+        """Messages given to workers, being parsed now, and workers lost."""
+        parser = self._parser
+        yield CounterMetricFamily(
+            "acp_proxy_worker_parses",
+            "Large messages parsed in a worker process instead of on the event loop.",
+            value=parser.offloaded,
+        )
+        yield GaugeMetricFamily(
+            "acp_proxy_worker_parses_running",
+            "Large messages a worker process is parsing now (or that wait for one).",
+            value=parser.parsing,
+        )
+        yield CounterMetricFamily(
+            "acp_proxy_parsing_workers_lost",
+            "Worker processes that died parsing a message (refused as too complex).",
+            value=parser.lost,
+        )
 
 
 class _InflightGauges(Collector):

@@ -42,6 +42,7 @@ from proxy.shell.link import Link
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances
+from proxy.shell.parsing import Parser
 from proxy.shell.transports.cookies import CookieRoute, CookieSink, SetCookies
 from proxy.shell.transports.http_listener import (
     SHUTTING_DOWN,
@@ -139,9 +140,11 @@ def upstream_factory(
     http_timeout: float = HTTP_TIMEOUT,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     observer: Observer | None = None,
+    parser: Parser | None = None,
 ) -> UpstreamFactory:
     """How each link connects to the Agent (``max_sessions``: the session streams one
-    connection to an HTTP Agent holds; ``observer`` hears when that bound is reached)."""
+    connection to an HTTP Agent holds; ``observer`` hears when that bound is reached;
+    ``parser`` parses an HTTP Agent's large messages off the event loop)."""
 
     async def connect(headers: Mapping[str, str], cookies: CookieSink | None) -> Endpoint:
         if address.scheme == "stdio":
@@ -163,6 +166,7 @@ def upstream_factory(
             cookies=cookies,
             max_sessions=max_sessions,
             observer=observer,
+            parser=parser,
         )
 
     return connect
@@ -198,9 +202,11 @@ class NetworkProxy:
         limits: Limits = DEFAULT_LIMITS,
         max_pending: int | None = None,
         inflight: InflightBytes | None = None,
+        parser: Parser | None = None,
     ) -> None:
         """``allowances``: the hosts and origins admitted beyond the listener's own
-        (:mod:`proxy.shell.origin_policy`); ``limits``: what one peer can make the proxy hold."""
+        (:mod:`proxy.shell.origin_policy`); ``limits``: what one peer can make the proxy hold;
+        ``parser``: the proxy's parser of large messages."""
         self._listen = listen
         self._max_links = limits.max_links
         self._connecting = 0
@@ -210,6 +216,7 @@ class NetworkProxy:
         self._connect_upstream = connect_upstream
         self._max_pending = max_pending
         self._inflight = inflight
+        self._parser = parser
         self._initialize_timeout = initialize_timeout
         self._shutdown_timeout = shutdown_timeout
         self._keep_upstream = keep_upstream
@@ -244,6 +251,7 @@ class NetworkProxy:
             observer,
             client_waits=self._client_waits,
             inflight=inflight,
+            parser=parser,
         )
         self._restarting = False
         self._restart_task: asyncio.Task[None] | None = None
@@ -368,6 +376,7 @@ class NetworkProxy:
             on_client_gone=self._park if self._keep_upstream else None,
             on_ended=self._forget,
             inflight=self._inflight,
+            parser=self._parser,
         )
         assert self._tasks is not None
         self._links.add(link)

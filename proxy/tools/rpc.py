@@ -200,7 +200,7 @@ class Peer:
                         "oversized message from the agent skipped", size=received.size
                     )
                     continue
-                self._dispatch(received)
+                self._dispatch(received if isinstance(received, bytes) else received.raw)
         except Exception as exc:  # a transport failing in any way ends the connection
             self._log.warning("reading from the agent failed", error=str(exc))
         finally:

@@ -33,6 +33,7 @@ from md_blocks import Block, blocks, shell_blocks
 from proxy.core.actions import actions
 from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES, InflightBytes
 from proxy.shell.metrics import Metrics
+from proxy.shell.parsing import Parser
 
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -229,8 +230,9 @@ def test_every_command_has_its_help_in_the_cli_reference() -> None:
 
 def test_every_metric_is_documented() -> None:
     """Each metric the proxy exposes is a row of metrics.md, and each row is a metric: the
-    metrics of a run, whose bytes in flight are always counted and bounded."""
-    metrics = Metrics(inflight=InflightBytes(DEFAULT_MAX_INFLIGHT_BYTES))
+    metrics of a run, whose bytes in flight are always counted and bounded, and whose large
+    messages are parsed by workers."""
+    metrics = Metrics(inflight=InflightBytes(DEFAULT_MAX_INFLIGHT_BYTES), parser=Parser())
     exposed = {
         line.split()[2]
         for line in metrics.exposition().decode().splitlines()

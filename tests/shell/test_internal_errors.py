@@ -19,6 +19,7 @@ from peers.stalling import ScriptedHttpAgent
 
 from proxy.core.commands import Command
 from proxy.core.events import Event, MessageReceived, Side
+from proxy.core.jsonrpc import Message
 from proxy.core.relay import Relay
 from proxy.shell.link import Link
 from proxy.shell.log import configure_logging
@@ -88,10 +89,10 @@ async def test_a_raising_core_drops_one_message_and_the_link_goes_on(tmp_path: P
 class BuggyHttpUpstream(HttpUpstream):
     """An HTTP upstream with a bug: reading a message naming :data:`BUG` off a stream raises."""
 
-    def _watch_sessions(self, data: bytes) -> None:
-        if BUG in data:
+    def _watch_sessions(self, message: Message) -> None:
+        if BUG in message.raw:
             raise RuntimeError("a bug in the HTTP upstream")
-        super()._watch_sessions(data)
+        super()._watch_sessions(message)
 
 
 async def test_a_failing_http_upstream_task_ends_the_connection_loudly(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import PEERS, TIMEOUT, ProxyProcess
+from harness import PEERS, TIMEOUT, ProxyProcess, raw_agent
 from websockets.asyncio.client import connect as ws_connect
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="parent-death signals: Linux")
@@ -176,3 +176,22 @@ async def test_a_killed_process_embedding_the_proxy_takes_its_agents_along(
         if process.returncode is None:
             process.kill()
         await process.wait()
+
+
+async def test_a_killed_proxy_takes_its_parsing_workers_along(
+    proxies: list[ProxyProcess], leftovers: list[int], tmp_path: Path
+) -> None:
+    """The workers parsing large messages (started by the first one) die with the proxy."""
+    proxy = await ProxyProcess.start(
+        raw_agent(tmp_path / "agent-saw.jsonl"), "--log-format", "json"
+    )
+    proxies.append(proxy)
+    large = b'{"jsonrpc":"2.0","id":1,"method":"_x/large","params":"' + b"x" * 200_000 + b'"}'
+    await proxy.send(large)
+    assert (await proxy.recv_json())["result"]["size"] == len(large)
+    workers = [pid for pid, argv in children_of(proxy.process.pid).items() if b"spawn_main" in argv]
+    assert workers
+    leftovers.extend(workers)
+    proxy.process.kill()
+    await gone(*workers)
+    assert await proxy.wait() == -signal.SIGKILL

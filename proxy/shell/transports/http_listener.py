@@ -91,6 +91,7 @@ from proxy.shell.limits import (
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances, OriginPolicy
+from proxy.shell.parsing import Parser
 from proxy.shell.transports.cookies import SetCookies
 from proxy.shell.transports.guarded_site import GuardedSite, HeadGuard
 from proxy.shell.transports.websocket import MaskedOnlyWebSocketResponse, WsServerEndpoint
@@ -250,9 +251,9 @@ class Mailbox:
 
 @dataclass
 class _Post:
-    """A POSTed message waiting for the relay to take it."""
+    """A POSTed message waiting for the relay to take it (parsed: the relay takes the parse)."""
 
-    data: bytes
+    message: Message
     settled: asyncio.Future[int | None]
     reservation: Reservation | None
     """Its bytes in flight, handed over to the link when it takes the message."""
@@ -308,7 +309,7 @@ class HttpConnection:
             self._request_sessions[message.id_key] = session
         self._note_session(message.session)
         settled: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        await self._inbox.put(_Post(message.raw, settled, reservation))
+        await self._inbox.put(_Post(message, settled, reservation))
         return await settled
 
     def expect_initialize(self, key: IdKey) -> asyncio.Future[bytes]:
@@ -386,7 +387,7 @@ class HttpConnection:
         if post.reservation is not None:
             post.reservation.release()  # the link counts it from here on
         self._unsettled.append(post.settled)
-        return post.data
+        return post.message
 
     def admits_in_flight(self) -> bool:
         """Each POST's body is admitted against the bytes in flight before it is read."""
@@ -550,14 +551,18 @@ class Listener:
         config: ListenerConfig,
         on_connection: OnConnection,
         observer: Observer,
+        *,
         client_waits: ClientWaits | None = None,
         inflight: InflightBytes | None = None,
+        parser: Parser | None = None,
     ):
         """``client_waits``: whether a connection's Client awaits answers (then it is not idle);
         without it, no Client is ever seen waiting. ``inflight``: the bytes in flight across the
-        proxy, against which each POST's body is admitted before it is read."""
+        proxy, against which each POST's body is admitted before it is read. ``parser`` parses
+        large POSTs off the event loop."""
         self.config = config
         self._inflight = inflight or InflightBytes(None)
+        self._parser = parser or Parser(large=None)
         self._on_connection = on_connection
         self._observer = observer
         self._client_waits = client_waits
@@ -659,7 +664,7 @@ class Listener:
             return body
         data, reservation = body
         try:
-            return await self._relay_post(request, parse(data), reservation)
+            return await self._relay_post(request, await self._parser.parse(data), reservation)
         finally:
             reservation.release()  # refused, or taken by the link (which counts it from then)
 

@@ -38,15 +38,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import hdrs
 
-from proxy.core.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response, parse
+from proxy.core.jsonrpc import Batch, ErrorCode, IdKey, Invalid, Kind, Message, error_response
 from proxy.core.sse import SseDecoder
 from proxy.shell.defaults import (
     CONNECT_TIMEOUT,
@@ -58,6 +57,7 @@ from proxy.shell.endpoint import Received
 from proxy.shell.limits import DEFAULT_MAX_SESSIONS, LimitReached
 from proxy.shell.log import get_logger, shorten
 from proxy.shell.observers import Observer
+from proxy.shell.parsing import Parser
 from proxy.shell.transports.cookies import CookieSink
 from proxy.shell.transports.http_listener import CONNECTION_ID, SESSION_ID
 
@@ -95,8 +95,10 @@ class HttpUpstream:
         cookies: CookieSink | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         observer: Observer | None = None,
+        parser: Parser | None = None,
     ) -> None:
         self.url = url
+        self._parser = parser or Parser(large=None)
         self._max_sessions = max_sessions
         self._observer = observer
         self._cookies = cookies
@@ -151,8 +153,8 @@ class HttpUpstream:
         if self._ended and self._inbox.empty():
             return None
         received = await self._inbox.get()
-        if isinstance(received, bytes):
-            self._inbox_size -= len(received)
+        if isinstance(received, bytes | Message | Batch | Invalid):
+            self._inbox_size -= len(received if isinstance(received, bytes) else received.raw)
             if self._inbox_size <= HTTP_INBOX_HIGH_WATER:
                 self._inbox_room.set()
         return received
@@ -251,7 +253,7 @@ class HttpUpstream:
             self._end()
 
     async def _post(self, data: bytes) -> None:
-        parsed = parse(data)
+        parsed = await self._parser.parse(data)
         message = parsed if isinstance(parsed, Message) else None
         session = self._session_of(message)
         if session is not None and (settled := self._open_stream(session)) is not None:
@@ -332,10 +334,12 @@ class HttpUpstream:
 
     async def _incoming(self, data: Received) -> None:
         if isinstance(data, bytes):
+            data = await self._parser.parse(data)  # the relay takes the parse
+        if isinstance(data, Message):
             self._watch_sessions(data)
         await self._put(data)
 
-    async def _deliver(self, items: list[Received]) -> None:
+    async def _deliver(self, items: Sequence[Received]) -> None:
         """Queue the messages one chunk of a stream completed (once this returns, nothing here
         refers to them: a stream waiting for its next chunk keeps no message alive)."""
         for item in items:
@@ -346,26 +350,18 @@ class HttpUpstream:
         while self._inbox_size > HTTP_INBOX_HIGH_WATER:
             self._inbox_room.clear()
             await self._inbox_room.wait()
-        if isinstance(data, bytes):
-            self._inbox_size += len(data)
+        if isinstance(data, bytes | Message | Batch | Invalid):
+            self._inbox_size += len(data if isinstance(data, bytes) else data.raw)
         self._inbox.put_nowait(data)
 
-    def _watch_sessions(self, data: bytes) -> None:
+    def _watch_sessions(self, message: Message) -> None:
         """Open a session stream for each session a message names; remember Agent requests."""
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(value, dict):
-            return
         sessions = []
-        params, result = value.get("params"), value.get("result")
-        if isinstance(params, dict) and isinstance(params.get("sessionId"), str):
-            sessions.append(params["sessionId"])
-            if "method" in value and "id" in value:
-                parsed = parse(data)
-                if isinstance(parsed, Message) and parsed.id_key is not None:
-                    self._agent_request_sessions[parsed.id_key] = params["sessionId"]
+        if message.session is not None:
+            sessions.append(message.session)
+            if message.kind is Kind.REQUEST and message.id_key is not None:
+                self._agent_request_sessions[message.id_key] = message.session
+        result = message.body.get("result")
         if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
             sessions.append(result["sessionId"])
         for session in sessions:
@@ -455,10 +451,11 @@ async def connect_http(
     cookies: CookieSink | None = None,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     observer: Observer | None = None,
+    parser: Parser | None = None,
 ) -> HttpUpstream:
     """An HTTP connection to ``url`` (nothing is sent until the Client's initialize); the cookies
     the Agent sets go to ``cookies`` as well; at most ``max_sessions`` session streams
-    (``observer`` hears when more are named)."""
+    (``observer`` hears when more are named); ``parser`` parses large messages off the loop."""
     session = aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None), cookie_jar=aiohttp.CookieJar(unsafe=True)
     )
@@ -472,4 +469,5 @@ async def connect_http(
         cookies=cookies,
         max_sessions=max_sessions,
         observer=observer,
+        parser=parser,
     )

@@ -45,7 +45,7 @@ import orjson
 
 from proxy.core import acp
 from proxy.core.errors import ConfigError, OptionError, StartupError, os_cause
-from proxy.core.jsonrpc import Batch, ErrorCode, Invalid, Kind, parse
+from proxy.core.jsonrpc import Batch, ErrorCode, Invalid, Kind, Message, parse
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
@@ -235,6 +235,8 @@ class AgentConnection:
     async def run(self) -> None:
         try:
             while (received := await self.endpoint.receive()) is not None:
+                if isinstance(received, Message | Batch | Invalid):
+                    received = received.raw  # parsed by the HTTP listener: read as sent
                 if isinstance(received, bytes):
                     self._handle(received)
                     self.endpoint.processed(None)

@@ -1,0 +1,116 @@
+"""Parsing messages without stalling the event loop: large ones go to a worker process.
+
+Parsing a message holds the interpreter while it builds one object per JSON value: a message of
+:data:`~proxy.shell.defaults.LARGE_MESSAGE_BYTES` or more would hold every other link, the
+control API and the timers for as long (seconds, for 60 MB of tiny containers). Such a message is
+parsed in a worker process instead, which sends back a compacted parse
+(:mod:`proxy.core.compact`): the relay reads it as it reads any message, and the loop spends on
+it only what copying its bytes costs. Smaller messages are parsed in place, as before.
+
+The workers start on the first large message, not before (most runs never see one), as fresh
+interpreters (forked, they would copy the proxy's threads' locks in whatever state they are). A
+worker that dies on a message (the system's out-of-memory killer, a message of a few GB of
+objects) costs that message only: it is refused as too complex to relay (the relay answers it
+like one too large), ``parsing worker lost`` is logged, and new workers take the next one.
+
+Workers die with the proxy, however it ends: on Linux by the parent-death signal
+(:mod:`proxy.shell.parent_death`), elsewhere by a thread of theirs that sees the proxy gone
+within a second. They ignore SIGINT (a Ctrl-C reaches the whole foreground process group: the
+proxy decides how its workers end), and they never hold the Client's stdio (the proxy moved it
+away before they start: :func:`~proxy.shell.transports.stdio.open_client_stdio`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from proxy.core.compact import parse_compacted, restore
+from proxy.core.jsonrpc import Batch, Invalid, InvalidReason, Message, parse
+from proxy.shell import parent_death
+from proxy.shell.defaults import LARGE_MESSAGE_BYTES, PARSING_WORKERS
+from proxy.shell.log import get_logger
+
+__all__ = ["Parser"]
+
+log = get_logger("proxy.parsing")
+
+
+class Parser:
+    """Parses messages for the whole proxy: large ones in worker processes."""
+
+    def __init__(
+        self, large: int | None = LARGE_MESSAGE_BYTES, workers: int = PARSING_WORKERS
+    ) -> None:
+        self.large = large
+        """Messages of this many bytes or more are parsed by a worker (``None``: none is)."""
+        self._workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+        self.offloaded = 0
+        """Messages given to a worker so far."""
+        self.parsing = 0
+        """Messages a worker is parsing (or that wait for one) now."""
+        self.lost = 0
+        """Workers lost (each with the message it parsed)."""
+
+    def is_large(self, data: bytes) -> bool:
+        """Whether ``data`` is parsed by a worker."""
+        return self.large is not None and len(data) >= self.large
+
+    async def parse(self, data: bytes) -> Message | Batch | Invalid:
+        """The parse of ``data`` (:func:`proxy.core.jsonrpc.parse`), a large one by a worker."""
+        if not self.is_large(data):
+            return parse(data)
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = ProcessPoolExecutor(
+                self._workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_started,
+                initargs=(os.getpid(),),
+            )
+        self.offloaded += 1
+        self.parsing += 1
+        try:
+            compacted = await asyncio.get_running_loop().run_in_executor(
+                pool, parse_compacted, data
+            )
+        except BrokenProcessPool:
+            if self._pool is pool:
+                self._pool = None
+                self.lost += 1
+                log.warning("parsing worker lost; the message it parsed is refused", size=len(data))
+            pool.shutdown(wait=False, cancel_futures=True)
+            detail = "too complex to relay: the worker parsing it was lost"
+            return Invalid(data, InvalidReason.TOO_COMPLEX, detail)
+        finally:
+            self.parsing -= 1
+        return restore(compacted, data)
+
+    def close(self) -> None:
+        """Stop the workers (a parse still running is abandoned)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _worker_started(proxy: int) -> None:
+    """In each worker as it starts: die with ``proxy``, leave SIGINT to it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_death.AVAILABLE:
+        parent_death.die_with_parent(proxy)
+    else:
+        threading.Thread(target=_watch_parent, args=(proxy,), daemon=True).start()
+
+
+def _watch_parent(proxy: int) -> None:
+    """End this worker once ``proxy`` is gone (its parent is then another process)."""
+    while os.getppid() == proxy:
+        time.sleep(1.0)
+    os._exit(0)

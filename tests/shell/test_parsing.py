@@ -1,0 +1,109 @@
+"""Large messages are parsed in worker processes, so that no message stalls the event loop.
+
+With real worker processes: a large message comes back parsed as the relay needs it, a worker
+that dies costs only its message, and a proxy answers its control API while a worker parses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+from harness import TIMEOUT, ProxyProcess, captured, raw_agent
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.core.jsonrpc import Invalid, InvalidReason, Message, parse
+from proxy.shell.parsing import Parser
+
+
+def prompt(text: str) -> bytes:
+    params = {"sessionId": "S", "idempotencyKey": "K", "prompt": [{"type": "text", "text": text}]}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": params}
+    return json.dumps(message).encode()
+
+
+def empties(count: int) -> bytes:
+    """A request holding ``count`` empty arrays: the most costly shape to parse per byte."""
+    head = b'{"jsonrpc":"2.0","id":7,"method":"_x/empties","params":['
+    return head + b",".join([b"[]"] * count) + b"]}"
+
+
+async def test_a_large_message_is_parsed_by_a_worker_and_a_small_one_in_place() -> None:
+    parser = Parser(large=4096)
+    try:
+        small = prompt("hello")
+        assert await parser.parse(small) == parse(small)
+        assert parser.offloaded == 0
+        large = prompt("x" * 5000)
+        parsed = await parser.parse(large)
+        assert isinstance(parsed, Message)
+        assert parsed.raw == large
+        assert parsed.content_digest is not None
+        assert replace(parsed, content_digest=None) == parse(large)
+        assert (parser.offloaded, parser.parsing, parser.lost) == (1, 0, 0)
+    finally:
+        parser.close()
+
+
+async def test_a_worker_that_dies_costs_its_message_only() -> None:
+    """The worker parsing a message is killed (as the out-of-memory killer would): the message
+    is refused as too complex to relay, and the next one is parsed by a new worker."""
+    parser = Parser(large=4096, workers=1)
+    try:
+        parsing = asyncio.get_running_loop().create_task(parser.parse(empties(2_000_000)))
+        await asyncio.sleep(0)  # the task submits the message, which starts the worker
+        pool = parser._pool
+        assert pool is not None
+        workers = list(pool._processes)
+        assert len(workers) == 1
+        os.kill(workers[0], signal.SIGKILL)
+        lost = await parsing
+        assert isinstance(lost, Invalid)
+        assert lost.reason is InvalidReason.TOO_COMPLEX
+        assert "lost" in lost.detail
+        assert parser.lost == 1
+        again = prompt("y" * 5000)
+        assert isinstance(await parser.parse(again), Message)
+        assert parser.offloaded == 2
+    finally:
+        parser.close()
+
+
+async def metrics(url: str) -> dict[str, float]:
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as response:
+        text = await response.text()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }
+
+
+async def test_the_control_api_answers_while_a_worker_parses(tmp_path: Path) -> None:
+    """A 24 MB message of millions of empty arrays (seconds of parsing, which once held the
+    whole proxy): while a worker parses it, the control API answers, and the scrape that
+    answered says the parse was running. Then the message reaches the Agent whole."""
+    capture = tmp_path / "agent-saw.jsonl"
+    proxy = await ProxyProcess.start(
+        raw_agent(capture), "--log-format", "json", "--admin", "127.0.0.1:0"
+    )
+    try:
+        url = (await proxy.logged("control API listening"))["url"]
+        big = empties(8_000_000)
+        sending = asyncio.get_running_loop().create_task(proxy.send(big))
+        async with asyncio.timeout(TIMEOUT):
+            while (found := await metrics(url)).get("acp_proxy_worker_parses_running", 0) < 1:
+                assert found.get("acp_proxy_worker_parses_total", 0) == 0, "parsed already"
+        await sending
+        answer = await proxy.recv_json()  # the Agent answers with the size it read
+        assert answer["result"] == {"method": "_x/empties", "size": len(big)}
+        assert captured(capture) == [big.replace(b'"id":7', b'"id":0', 1)]  # ids are hop by hop
+        assert (await metrics(url))["acp_proxy_worker_parses_total"] == 1
+    finally:
+        await proxy.stop()
