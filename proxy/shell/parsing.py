@@ -77,10 +77,12 @@ class Parser:
             )
         self.offloaded += 1
         self.parsing += 1
+        loop = asyncio.get_running_loop()
         try:
-            compacted = await asyncio.get_running_loop().run_in_executor(
-                pool, parse_compacted, data
-            )
+            compacted = await loop.run_in_executor(pool, parse_compacted, data)
+            # The pool's feeder thread keeps the last call it sent, pickled (the whole
+            # message), until it sends another: a trivial call lets the message go at once.
+            await loop.run_in_executor(pool, int)
         except BrokenProcessPool:
             if self._pool is pool:
                 self._pool = None

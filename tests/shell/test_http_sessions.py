@@ -51,6 +51,7 @@ from peers.sdk_remote_client import (
 )
 from peers.stalling import ScriptedHttpAgent
 
+from proxy.core.jsonrpc import Message
 from proxy.shell.metrics import Metrics
 from proxy.shell.transports import http_upstream
 
@@ -185,8 +186,8 @@ async def relay_to(upstream: http_upstream.HttpUpstream, *messages: bytes) -> li
     answered = []
     for _ in [message for message in messages if "id" in json.loads(message)]:
         answer = await asyncio.wait_for(upstream.receive(), TIMEOUT)
-        assert isinstance(answer, bytes)
-        answered.append(json.loads(answer)["id"])
+        assert isinstance(answer, Message)  # parsed to be routed: the relay takes the parse
+        answered.append(json.loads(answer.raw)["id"])
     return answered
 
 

@@ -108,8 +108,8 @@ async def test_a_failing_http_upstream_task_ends_the_connection_loudly(tmp_path:
                 upstream.send(request(1, "initialize", {"protocolVersion": 2}))
                 await upstream.drain()
                 first = await asyncio.wait_for(upstream.receive(), TIMEOUT)
-                assert isinstance(first, bytes)
-                assert json.loads(first)["id"] == 1
+                assert isinstance(first, Message)
+                assert json.loads(first.raw)["id"] == 1
                 upstream.send(request(2, BUG.decode()))  # its answer comes on the stream
                 assert await asyncio.wait_for(upstream.receive(), TIMEOUT) is None
                 upstream.close()

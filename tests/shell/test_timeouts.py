@@ -26,6 +26,7 @@ from peers.stalling import ScriptedHttpAgent, silent_server, unaccepting_server
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
+from proxy.core.jsonrpc import Message
 from proxy.shell.transports.http_upstream import connect_http
 
 SHORT = "0.3"
@@ -299,8 +300,8 @@ async def test_a_callers_bound_on_closing_an_http_upstream_holds() -> None:
         upstream = await connect_http(agent.url, limit=1 << 20, http_timeout=3600)
         upstream.send(request("init", "initialize", INITIALIZE))
         answer = await asyncio.wait_for(upstream.receive(), TIMEOUT)
-        assert isinstance(answer, bytes)
-        assert json.loads(answer)["id"] == "init"
+        assert isinstance(answer, Message)
+        assert json.loads(answer.raw)["id"] == "init"
         upstream.send(request(7, "_x/hang"))
         upstream.close()
         with pytest.raises(TimeoutError):
