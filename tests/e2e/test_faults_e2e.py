@@ -36,6 +36,7 @@ from harness import (
     log_events,
     notification,
     raw_agent,
+    replace_file,
     request,
     say,
 )
@@ -846,13 +847,6 @@ async def test_state_file_keeps_counters_across_proxy_restarts(
 
 
 # == --watch =======================================================================================
-
-
-def replace_file(path: Path, text: str) -> None:
-    """Replace ``path`` in one step, so the watcher never reads half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 async def test_watch_reloads_rules_and_keeps_the_last_good_ones(

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import http.client
 import json
-import os
 import re
 import signal
 import socket
@@ -44,6 +43,7 @@ from harness import (
     log_events,
     notification,
     raw_agent,
+    replace_file,
     request,
     say,
     unboxed,
@@ -295,13 +295,6 @@ async def test_two_rules_on_one_match_each_count_it(start: Start, capture: Path)
         "drop-first": RuleCounters(matched=4, fired=1),
         "drop-second": RuleCounters(matched=4, fired=1),
     }
-
-
-def replace_file(path: Path, text: str) -> None:
-    """Replace ``path`` in one step, so the watcher never reads half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 async def test_rules_that_cannot_fire_here_are_warned_once_at_load(
