@@ -61,9 +61,6 @@ from stdio_scenario import (
 
 from proxy.tools.report import report_main
 
-# -- fault files ---------------------------------------------------------------------------------
-
-
 # -- the proxy as a subprocess, with the test as raw Client ---------------------------------------
 
 
@@ -72,21 +69,6 @@ async def start() -> AsyncIterator[Start]:
     """Start proxies in front of Agents for one test."""
     async with proxies() as _start:
         yield _start
-
-
-@pytest.fixture
-def capture(tmp_path: Path) -> Path:
-    """The file the scripted raw Agent records every line it reads into."""
-    return tmp_path / "agent-saw.jsonl"
-
-
-# -- the proxy's log -------------------------------------------------------------------------------
-
-
-# -- ACP with the SDK Agent behind the proxy, the test as raw Client -----------------------------
-
-
-# -- the SDK Client in-process, the proxy and the SDK Agent as subprocesses -----------------------
 
 
 # == drop ==========================================================================================

@@ -164,12 +164,6 @@ async def start() -> AsyncIterator[Start]:
             await proxy.stop()
 
 
-@pytest.fixture
-def capture(tmp_path: Path) -> Path:
-    """The file the scripted raw Agent records every line it reads into."""
-    return tmp_path / "agent-saw.jsonl"
-
-
 @contextlib.asynccontextmanager
 async def websocket(url: str) -> AsyncIterator[ClientConnection]:
     """A raw WebSocket Client of the proxy."""

@@ -34,12 +34,6 @@ async def start() -> AsyncIterator[Start]:
         await proxy.stop()
 
 
-@pytest.fixture
-def capture(tmp_path: Path) -> Path:
-    """The file the scripted Agent records every line it reads into."""
-    return tmp_path / "agent-saw.jsonl"
-
-
 async def barrier(proxy: ProxyProcess, token: str) -> None:
     """A request whose answer proves the Agent has read everything sent before it."""
     await proxy.send_json({"jsonrpc": "2.0", "id": token, "method": "_test/barrier"})
