@@ -48,6 +48,7 @@ from harness import (
     say,
     unboxed,
 )
+from stdio_scenario import barrier
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
@@ -65,18 +66,6 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 async def off(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a blocking control call in a thread (the event loop keeps reading the proxy)."""
     return await asyncio.wait_for(asyncio.to_thread(call, *args, **kwargs), TIMEOUT)
-
-
-async def barrier(proxy: ProxyProcess, token: str) -> list[bytes]:
-    """A request the Agent answers; the lines the Client read before that answer."""
-    await proxy.send(request(token, "_test/barrier"))
-    before: list[bytes] = []
-    while True:
-        line = await proxy.recv()
-        message = json.loads(line) if line.startswith(b"{") else None
-        if isinstance(message, dict) and message.get("id") == token and "method" not in message:
-            return before
-        before.append(line)
 
 
 @dataclass
