@@ -40,6 +40,7 @@ from harness import (
     request,
     say,
 )
+from peers.sdk_remote_client import open_session, sdk_prompt, sdk_state
 from stdio_scenario import (
     SWALLOWED,
     SdkClient,
@@ -48,13 +49,10 @@ from stdio_scenario import (
     check_corrupted,
     exits_with,
     faults_of,
-    open_session,
     proxies,
     raw_agent_per_process,
     rule,
     sdk_client_session,
-    sdk_prompt,
-    sdk_state,
     until_logged,
     with_id,
 )

@@ -31,13 +31,13 @@ from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
     DeniedOutcome,
-    Implementation,
     PermissionOption,
     RequestPermissionResponse,
     TextContentBlock,
     ToolCallUpdate,
 )
 from harness import PEERS, TIMEOUT
+from peers.sdk_remote_client import open_session, sdk_prompt
 
 AGENT = PEERS / "sdk_agent.py"
 PROXY_ARGS = ["-m", "proxy", "run", "--"]
@@ -158,26 +158,6 @@ async def proxied_sdk_agent(
     assert complaints == []
 
 
-async def open_session(conn: ClientSideConnection) -> str:
-    """``initialize`` (checked) and one ``session/new``; the new session's id."""
-    async with asyncio.timeout(TIMEOUT):
-        init = await conn.initialize(
-            protocol_version=PROTOCOL_VERSION,
-            client_info=Implementation(name="pytest", version="0"),
-        )
-        assert init.protocol_version == PROTOCOL_VERSION
-        assert init.agent_info is not None
-        assert init.agent_info.name == "sdk-agent"
-        return (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
-
-
-async def prompt(conn: ClientSideConnection, session_id: str, text: str) -> str:
-    """Send a one-text-block prompt; its stop reason."""
-    async with asyncio.timeout(TIMEOUT):
-        response = await conn.prompt(session_id=session_id, prompt=[TextContentBlock(text=text)])
-    return response.stop_reason
-
-
 # -- through the proxy, the SDK on both ends -----------------------------------------------------
 
 
@@ -189,10 +169,10 @@ async def test_initialize_sessions_and_prompts_in_a_row(caplog: pytest.LogCaptur
         second = await conn.new_session(cwd=os.getcwd(), mcp_servers=[])
         assert first != second.session_id
 
-        assert await prompt(conn, first, "echo one") == "end_turn"
+        assert await sdk_prompt(conn, first, "echo one") == "end_turn"
         assert client.chunks == [(first, "one")]
-        assert await prompt(conn, second.session_id, "echo two") == "end_turn"
-        assert await prompt(conn, first, "echo three") == "end_turn"
+        assert await sdk_prompt(conn, second.session_id, "echo two") == "end_turn"
+        assert await sdk_prompt(conn, first, "echo three") == "end_turn"
 
     assert client.chunks == [(first, "one"), (second.session_id, "two"), (first, "three")]
 
@@ -223,7 +203,7 @@ async def test_agent_permission_request_answered_by_client(
     async with proxied_sdk_agent(client, caplog) as (conn, _):
         session = await open_session(conn)
         for _ in range(3):
-            assert await prompt(conn, session, "permission") == "end_turn"
+            assert await sdk_prompt(conn, session, "permission") == "end_turn"
 
     assert client.permission_requests == [(session, "call-1", ["allow", "reject"])] * 3
     assert client.chunks == [
@@ -273,7 +253,7 @@ async def test_cancel_request_reaches_agent_under_its_own_id(
         assert report["cancel_request_ids"] == [report["id"]]
         assert report["id"] != client_id
 
-        assert await prompt(conn, session, "echo still here") == "end_turn"
+        assert await sdk_prompt(conn, session, "echo still here") == "end_turn"
         assert client.chunks[-1] == (session, "still here")
 
 
@@ -283,14 +263,14 @@ async def test_multi_mib_messages_cross_intact(caplog: pytest.LogCaptureFixture)
     client = RecordingClient()
     async with proxied_sdk_agent(client, caplog) as (conn, _):
         session = await open_session(conn)
-        assert await prompt(conn, session, text) == "end_turn"
+        assert await sdk_prompt(conn, session, text) == "end_turn"
         assert client.chunks == [(session, digest(text))]
 
-        assert await prompt(conn, session, f"big {5 * MIB}") == "end_turn"
+        assert await sdk_prompt(conn, session, f"big {5 * MIB}") == "end_turn"
         assert len(client.chunks) == 2
         assert client.chunks[1] == (session, big_text(5 * MIB))
 
-        assert await prompt(conn, session, "echo small") == "end_turn"
+        assert await sdk_prompt(conn, session, "echo small") == "end_turn"
         assert client.chunks[2] == (session, "small")
 
 
@@ -299,7 +279,7 @@ async def test_client_close_ends_proxy_and_agent(caplog: pytest.LogCaptureFixtur
     client = RecordingClient()
     async with proxied_sdk_agent(client, caplog, "--exit-status", "3") as (conn, process):
         session = await open_session(conn)
-        assert await prompt(conn, session, "echo bye") == "end_turn"
+        assert await sdk_prompt(conn, session, "echo bye") == "end_turn"
         state = await asyncio.wait_for(conn.ext_method("sdk_agent/state", {}), TIMEOUT)
         assert process.returncode is None
 
