@@ -39,11 +39,11 @@ from acp.schema import (
 from harness import PEERS, TIMEOUT
 from peers.sdk_remote_client import open_session, sdk_prompt
 
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
+
 AGENT = PEERS / "sdk_agent.py"
 PROXY_ARGS = ["-m", "proxy", "run", "--"]
 """After ``sys.executable``: the proxy, then the Agent's command."""
-LIMIT = 64 * 1024 * 1024
-"""Read limit of the test's own end of the pipes."""
 MIB = 1024 * 1024
 
 CLIENT_PREAMBLE_ID = "client-preamble"
@@ -147,7 +147,11 @@ async def proxied_sdk_agent(
         str(AGENT),
         "--preamble",
         *agent_args,
-        transport_kwargs={"limit": LIMIT, "stderr": None, "shutdown_timeout": TIMEOUT},
+        transport_kwargs={
+            "limit": DEFAULT_MAX_MESSAGE_BYTES,
+            "stderr": None,
+            "shutdown_timeout": TIMEOUT,
+        },
         observers=[client.observe],
     ) as (conn, process):
         assert process.stdin is not None
@@ -378,7 +382,7 @@ async def raw_client() -> AsyncIterator[RawClient]:
         str(AGENT),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
-        limit=LIMIT,
+        limit=DEFAULT_MAX_MESSAGE_BYTES,
     )
     try:
         yield RawClient(process)

@@ -34,7 +34,8 @@ from harness import (
 )
 from peers.sdk_remote_client import SimpleClient
 
-LIMIT = 64 * 1024 * 1024
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
+
 SWALLOWED = "answer to an injected copy swallowed"
 
 Start = Callable[..., Awaitable["ProxyProcess"]]
@@ -286,7 +287,7 @@ async def sdk_client_session(
             "--",
             *SDK_AGENT,
             transport_kwargs={
-                "limit": LIMIT,
+                "limit": DEFAULT_MAX_MESSAGE_BYTES,
                 "stderr": asyncio.subprocess.PIPE,
                 "shutdown_timeout": TIMEOUT,
             },

@@ -48,11 +48,11 @@ from acp.ws import create_websocket_stream
 from acp.ws.client import MemoryAcpCookieStore
 from harness import TIMEOUT, ProxyProcess
 
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
+
 HTTP_AGENT = Path(__file__).parent / "sdk_http_agent.py"
 NODE_AGENT = Path(__file__).parent / "node" / "agent.mjs"
 LISTENING = "LISTENING "
-LIMIT = 64 * 1024 * 1024
-"""The longest line the SDK Client reads from a proxy it launches."""
 
 
 def _node_agent_missing() -> str | None:
@@ -251,7 +251,7 @@ async def stdio_client(
         "--upstream",
         upstream,
         *options,
-        transport_kwargs={"limit": LIMIT, "stderr": None},
+        transport_kwargs={"limit": DEFAULT_MAX_MESSAGE_BYTES, "stderr": None},
     ) as (conn, _process):
         yield conn
 
