@@ -212,6 +212,13 @@ def fault_file(
     return path
 
 
+def write_jsonl(path: Path, *lines: dict[str, Any] | str) -> Path:
+    """Write records (dicts) and raw lines (strings) as a JSONL file (a hand-written trace), each
+    line newline-terminated; its path."""
+    path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines))
+    return path
+
+
 def replace_file(path: Path, text: str) -> None:
     """Replace ``path`` in one step, so that a proxy watching it (``--watch``) never reads half
     of it."""
