@@ -12,11 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 import websockets
-import yaml
 from acp import PROTOCOL_VERSION
 from acp.http.client import AcpHttpStatusError
 from aiohttp import web
-from harness import SDK_AGENT, TIMEOUT, log_events
+from harness import SDK_AGENT, TIMEOUT, fault_file, log_events
 from peers.sdk_remote_client import (
     SimpleClient,
     connect_http,
@@ -28,12 +27,6 @@ from peers.sdk_remote_client import (
 )
 
 JSON = {"Content-Type": "application/json"}
-
-
-def fault_file(tmp_path: Path, *rules: dict[str, Any]) -> str:
-    path = tmp_path / "faults.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "seed": 1, "rules": list(rules)}))
-    return str(path)
 
 
 @pytest.mark.parametrize("forward", [False, True])
@@ -48,8 +41,11 @@ async def test_http_status_fails_the_post_with_or_without_the_agent_acting(
             "when": {"method": "session/prompt", "params": {"prompt": [{"text": "echo lost"}]}},
             "do": {"action": "http_status", "status": 502, "forward": forward},
         },
+        seed=1,
     )
-    async with listening_proxy("http://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+    async with listening_proxy(
+        "http://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT
+    ) as (
         proxy,
         url,
     ):
@@ -110,9 +106,10 @@ async def test_close_stream_loses_the_message_and_a_new_get_gets_the_rest(tmp_pa
             "schedule": {"nth": [1]},
             "do": {"action": "close_stream"},
         },
+        seed=1,
     )
     async with (
-        listening_proxy("http://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+        listening_proxy("http://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT) as (
             proxy,
             url,
         ),
@@ -177,9 +174,10 @@ async def test_sever_closes_a_websocket_with_the_configured_code(tmp_path: Path)
             "when": {"method": "session/prompt"},
             "do": {"action": "sever", "side": "client", "moment": "before", "close_code": 4001},
         },
+        seed=1,
     )
     async with (
-        listening_proxy("ws://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+        listening_proxy("ws://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT) as (
             _proxy,
             url,
         ),
@@ -221,8 +219,11 @@ async def test_restart_proxy_takes_the_listener_down_and_brings_it_back(tmp_path
             "schedule": {"nth": [1]},
             "do": {"action": "restart_proxy", "downtime_ms": 200},
         },
+        seed=1,
     )
-    async with listening_proxy("ws://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+    async with listening_proxy(
+        "ws://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT
+    ) as (
         proxy,
         url,
     ):
