@@ -325,7 +325,10 @@ class RawClient:
         return message
 
     async def open_session(self) -> str:
-        """initialize under the id ``"init"``, session/new under ``1``; the session id."""
+        """initialize under the id ``"init"``, session/new under ``1``; the session id.
+
+        In raw lines, not with the SDK Client (``peers.sdk_remote_client.open_session``): the
+        tests choose the ids and check the ones that come back."""
         self.send(
             {
                 "jsonrpc": "2.0",
