@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from harness import ProxyProcess
@@ -17,3 +18,9 @@ async def proxies() -> AsyncIterator[list[ProxyProcess]]:
     finally:
         for proxy in started:
             await proxy.stop()
+
+
+@pytest.fixture
+def capture(tmp_path: Path) -> Path:
+    """The file the scripted raw Agent (``harness.raw_agent``) records every line it reads into."""
+    return tmp_path / "agent-saw.jsonl"

@@ -65,14 +65,14 @@ ELSEWHERE: dict[str, str] = {
     "tools/check_agent/traces/lost_answers.py": "tools/check_agent/test_check_agent_traces.py",
     "tools/check_agent/verdicts.py": "tools/check_agent/test_check_agent_output.py",
     "tools/lab/agent.py": "tools/lab/test_reference_agent.py",
-    "tools/report/command.py": "tools/test_report.py",
-    "tools/report/html.py": "tools/test_report_html.py",
-    "tools/report/keys.py": "tools/test_report.py",
-    "tools/report/load.py": "tools/test_report.py",
-    "tools/report/prompts.py": "tools/test_report.py",
-    "tools/report/summary.py": "tools/test_report.py",
-    "tools/report/tables.py": "tools/test_report.py",
-    "tools/report/text.py": "tools/test_report.py",
+    "tools/report/__init__.py": "tools/report/test_report.py",
+    "tools/report/command.py": "tools/report/test_report_html.py",
+    "tools/report/keys.py": "tools/report/test_report.py",
+    "tools/report/load.py": "tools/report/test_report.py",
+    "tools/report/prompts.py": "tools/report/test_report.py",
+    "tools/report/summary.py": "tools/report/test_report.py",
+    "tools/report/tables.py": "tools/report/test_report.py",
+    "tools/report/text.py": "tools/report/test_report.py",
 }
 """Modules (relative to ``proxy/``) whose tests are not at the mirrored place: where they are."""
 

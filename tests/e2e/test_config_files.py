@@ -30,6 +30,7 @@ from harness import (
     request,
     say,
 )
+from peers.sdk_remote_client import open_session, sdk_prompt, sdk_state
 from stdio_scenario import (
     SWALLOWED,
     SdkClient,
@@ -43,13 +44,10 @@ from stdio_scenario import (
     initialize,
     is_answer,
     new_session,
-    open_session,
     prompt_request,
     proxies,
     sdk_agent_session,
     sdk_client_session,
-    sdk_prompt,
-    sdk_state,
     until_logged,
     with_id,
 )

@@ -45,8 +45,8 @@ NOT_RUN = {
     "activate": "it changes the calling shell's PATH; the tests put the environment's commands on "
     "the PATH themselves",
     "long": "it runs for minutes (the test suite, fuzzing)",
-    "slow": "it runs every conformance trace, about a minute; tests/tools/test_check_agent.py "
-    "runs the same",
+    "slow": "it runs every conformance trace, about a minute; "
+    "tests/tools/check_agent/test_check_agent_traces.py runs the same",
     "repo": "it rewrites the repository's own files; test_the_generated_parts_are_current "
     "checks the same",
 }

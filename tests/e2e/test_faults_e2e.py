@@ -36,9 +36,11 @@ from harness import (
     log_events,
     notification,
     raw_agent,
+    replace_file,
     request,
     say,
 )
+from peers.sdk_remote_client import open_session, sdk_prompt, sdk_state
 from stdio_scenario import (
     SWALLOWED,
     SdkClient,
@@ -47,21 +49,15 @@ from stdio_scenario import (
     check_corrupted,
     exits_with,
     faults_of,
-    open_session,
     proxies,
     raw_agent_per_process,
     rule,
     sdk_client_session,
-    sdk_prompt,
-    sdk_state,
     until_logged,
     with_id,
 )
 
 from proxy.tools.report import report_main
-
-# -- fault files ---------------------------------------------------------------------------------
-
 
 # -- the proxy as a subprocess, with the test as raw Client ---------------------------------------
 
@@ -71,21 +67,6 @@ async def start() -> AsyncIterator[Start]:
     """Start proxies in front of Agents for one test."""
     async with proxies() as _start:
         yield _start
-
-
-@pytest.fixture
-def capture(tmp_path: Path) -> Path:
-    """The file the scripted raw Agent records every line it reads into."""
-    return tmp_path / "agent-saw.jsonl"
-
-
-# -- the proxy's log -------------------------------------------------------------------------------
-
-
-# -- ACP with the SDK Agent behind the proxy, the test as raw Client -----------------------------
-
-
-# -- the SDK Client in-process, the proxy and the SDK Agent as subprocesses -----------------------
 
 
 # == drop ==========================================================================================
@@ -846,13 +827,6 @@ async def test_state_file_keeps_counters_across_proxy_restarts(
 
 
 # == --watch =======================================================================================
-
-
-def replace_file(path: Path, text: str) -> None:
-    """Replace ``path`` in one step, so the watcher never reads half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 async def test_watch_reloads_rules_and_keeps_the_last_good_ones(

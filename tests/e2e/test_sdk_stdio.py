@@ -31,19 +31,19 @@ from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
     DeniedOutcome,
-    Implementation,
     PermissionOption,
     RequestPermissionResponse,
     TextContentBlock,
     ToolCallUpdate,
 )
 from harness import PEERS, TIMEOUT
+from peers.sdk_remote_client import open_session, sdk_prompt
+
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 
 AGENT = PEERS / "sdk_agent.py"
 PROXY_ARGS = ["-m", "proxy", "run", "--"]
 """After ``sys.executable``: the proxy, then the Agent's command."""
-LIMIT = 64 * 1024 * 1024
-"""Read limit of the test's own end of the pipes."""
 MIB = 1024 * 1024
 
 CLIENT_PREAMBLE_ID = "client-preamble"
@@ -147,7 +147,11 @@ async def proxied_sdk_agent(
         str(AGENT),
         "--preamble",
         *agent_args,
-        transport_kwargs={"limit": LIMIT, "stderr": None, "shutdown_timeout": TIMEOUT},
+        transport_kwargs={
+            "limit": DEFAULT_MAX_MESSAGE_BYTES,
+            "stderr": None,
+            "shutdown_timeout": TIMEOUT,
+        },
         observers=[client.observe],
     ) as (conn, process):
         assert process.stdin is not None
@@ -156,26 +160,6 @@ async def proxied_sdk_agent(
         yield conn, process
     complaints = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert complaints == []
-
-
-async def open_session(conn: ClientSideConnection) -> str:
-    """``initialize`` (checked) and one ``session/new``; the new session's id."""
-    async with asyncio.timeout(TIMEOUT):
-        init = await conn.initialize(
-            protocol_version=PROTOCOL_VERSION,
-            client_info=Implementation(name="pytest", version="0"),
-        )
-        assert init.protocol_version == PROTOCOL_VERSION
-        assert init.agent_info is not None
-        assert init.agent_info.name == "sdk-agent"
-        return (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
-
-
-async def prompt(conn: ClientSideConnection, session_id: str, text: str) -> str:
-    """Send a one-text-block prompt; its stop reason."""
-    async with asyncio.timeout(TIMEOUT):
-        response = await conn.prompt(session_id=session_id, prompt=[TextContentBlock(text=text)])
-    return response.stop_reason
 
 
 # -- through the proxy, the SDK on both ends -----------------------------------------------------
@@ -189,10 +173,10 @@ async def test_initialize_sessions_and_prompts_in_a_row(caplog: pytest.LogCaptur
         second = await conn.new_session(cwd=os.getcwd(), mcp_servers=[])
         assert first != second.session_id
 
-        assert await prompt(conn, first, "echo one") == "end_turn"
+        assert await sdk_prompt(conn, first, "echo one") == "end_turn"
         assert client.chunks == [(first, "one")]
-        assert await prompt(conn, second.session_id, "echo two") == "end_turn"
-        assert await prompt(conn, first, "echo three") == "end_turn"
+        assert await sdk_prompt(conn, second.session_id, "echo two") == "end_turn"
+        assert await sdk_prompt(conn, first, "echo three") == "end_turn"
 
     assert client.chunks == [(first, "one"), (second.session_id, "two"), (first, "three")]
 
@@ -223,7 +207,7 @@ async def test_agent_permission_request_answered_by_client(
     async with proxied_sdk_agent(client, caplog) as (conn, _):
         session = await open_session(conn)
         for _ in range(3):
-            assert await prompt(conn, session, "permission") == "end_turn"
+            assert await sdk_prompt(conn, session, "permission") == "end_turn"
 
     assert client.permission_requests == [(session, "call-1", ["allow", "reject"])] * 3
     assert client.chunks == [
@@ -273,7 +257,7 @@ async def test_cancel_request_reaches_agent_under_its_own_id(
         assert report["cancel_request_ids"] == [report["id"]]
         assert report["id"] != client_id
 
-        assert await prompt(conn, session, "echo still here") == "end_turn"
+        assert await sdk_prompt(conn, session, "echo still here") == "end_turn"
         assert client.chunks[-1] == (session, "still here")
 
 
@@ -283,14 +267,14 @@ async def test_multi_mib_messages_cross_intact(caplog: pytest.LogCaptureFixture)
     client = RecordingClient()
     async with proxied_sdk_agent(client, caplog) as (conn, _):
         session = await open_session(conn)
-        assert await prompt(conn, session, text) == "end_turn"
+        assert await sdk_prompt(conn, session, text) == "end_turn"
         assert client.chunks == [(session, digest(text))]
 
-        assert await prompt(conn, session, f"big {5 * MIB}") == "end_turn"
+        assert await sdk_prompt(conn, session, f"big {5 * MIB}") == "end_turn"
         assert len(client.chunks) == 2
         assert client.chunks[1] == (session, big_text(5 * MIB))
 
-        assert await prompt(conn, session, "echo small") == "end_turn"
+        assert await sdk_prompt(conn, session, "echo small") == "end_turn"
         assert client.chunks[2] == (session, "small")
 
 
@@ -299,7 +283,7 @@ async def test_client_close_ends_proxy_and_agent(caplog: pytest.LogCaptureFixtur
     client = RecordingClient()
     async with proxied_sdk_agent(client, caplog, "--exit-status", "3") as (conn, process):
         session = await open_session(conn)
-        assert await prompt(conn, session, "echo bye") == "end_turn"
+        assert await sdk_prompt(conn, session, "echo bye") == "end_turn"
         state = await asyncio.wait_for(conn.ext_method("sdk_agent/state", {}), TIMEOUT)
         assert process.returncode is None
 
@@ -341,7 +325,10 @@ class RawClient:
         return message
 
     async def open_session(self) -> str:
-        """initialize under the id ``"init"``, session/new under ``1``; the session id."""
+        """initialize under the id ``"init"``, session/new under ``1``; the session id.
+
+        In raw lines, not with the SDK Client (``peers.sdk_remote_client.open_session``): the
+        tests choose the ids and check the ones that come back."""
         self.send(
             {
                 "jsonrpc": "2.0",
@@ -398,7 +385,7 @@ async def raw_client() -> AsyncIterator[RawClient]:
         str(AGENT),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
-        limit=LIMIT,
+        limit=DEFAULT_MAX_MESSAGE_BYTES,
     )
     try:
         yield RawClient(process)

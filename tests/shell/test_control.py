@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import http.client
 import json
-import os
 import re
 import signal
 import socket
@@ -44,10 +43,12 @@ from harness import (
     log_events,
     notification,
     raw_agent,
+    replace_file,
     request,
     say,
     unboxed,
 )
+from stdio_scenario import barrier
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
@@ -65,18 +66,6 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 async def off(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a blocking control call in a thread (the event loop keeps reading the proxy)."""
     return await asyncio.wait_for(asyncio.to_thread(call, *args, **kwargs), TIMEOUT)
-
-
-async def barrier(proxy: ProxyProcess, token: str) -> list[bytes]:
-    """A request the Agent answers; the lines the Client read before that answer."""
-    await proxy.send(request(token, "_test/barrier"))
-    before: list[bytes] = []
-    while True:
-        line = await proxy.recv()
-        message = json.loads(line) if line.startswith(b"{") else None
-        if isinstance(message, dict) and message.get("id") == token and "method" not in message:
-            return before
-        before.append(line)
 
 
 @dataclass
@@ -162,12 +151,6 @@ async def start() -> AsyncIterator[Start]:
     finally:
         for proxy in started:
             await proxy.stop()
-
-
-@pytest.fixture
-def capture(tmp_path: Path) -> Path:
-    """The file the scripted raw Agent records every line it reads into."""
-    return tmp_path / "agent-saw.jsonl"
 
 
 @contextlib.asynccontextmanager
@@ -295,13 +278,6 @@ async def test_two_rules_on_one_match_each_count_it(start: Start, capture: Path)
         "drop-first": RuleCounters(matched=4, fired=1),
         "drop-second": RuleCounters(matched=4, fired=1),
     }
-
-
-def replace_file(path: Path, text: str) -> None:
-    """Replace ``path`` in one step, so the watcher never reads half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 async def test_rules_that_cannot_fire_here_are_warned_once_at_load(

@@ -12,40 +12,21 @@ from typing import Any
 import aiohttp
 import pytest
 import websockets
-import yaml
 from acp import PROTOCOL_VERSION
-from acp.client.connection import ClientSideConnection
 from acp.http.client import AcpHttpStatusError
-from acp.schema import TextContentBlock
 from aiohttp import web
-from harness import SDK_AGENT, TIMEOUT, log_events
-from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws, listening_proxy
+from harness import SDK_AGENT, TIMEOUT, fault_file, log_events
+from peers.sdk_remote_client import (
+    SimpleClient,
+    connect_http,
+    connect_ws,
+    listening_proxy,
+    open_session,
+    sdk_prompt,
+    sdk_state,
+)
 
 JSON = {"Content-Type": "application/json"}
-
-
-def fault_file(tmp_path: Path, *rules: dict[str, Any]) -> str:
-    path = tmp_path / "faults.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "seed": 1, "rules": list(rules)}))
-    return str(path)
-
-
-async def prompt(conn: ClientSideConnection, session: str, text: str) -> str:
-    answer = await asyncio.wait_for(
-        conn.prompt(session_id=session, prompt=[TextContentBlock(type="text", text=text)]), TIMEOUT
-    )
-    return str(answer.stop_reason)
-
-
-async def state(conn: ClientSideConnection) -> dict[str, Any]:
-    return await asyncio.wait_for(conn.ext_method("sdk_agent/state", {}), TIMEOUT)
-
-
-async def open_session(conn: ClientSideConnection) -> str:
-    await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), TIMEOUT)
-    return (
-        await asyncio.wait_for(conn.new_session(cwd="/tmp", mcp_servers=[]), TIMEOUT)
-    ).session_id
 
 
 @pytest.mark.parametrize("forward", [False, True])
@@ -60,8 +41,11 @@ async def test_http_status_fails_the_post_with_or_without_the_agent_acting(
             "when": {"method": "session/prompt", "params": {"prompt": [{"text": "echo lost"}]}},
             "do": {"action": "http_status", "status": 502, "forward": forward},
         },
+        seed=1,
     )
-    async with listening_proxy("http://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+    async with listening_proxy(
+        "http://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT
+    ) as (
         proxy,
         url,
     ):
@@ -69,11 +53,11 @@ async def test_http_status_fails_the_post_with_or_without_the_agent_acting(
         async with connect_http(url, client) as conn:
             session = await open_session(conn)
             with pytest.raises(AcpHttpStatusError) as failed:
-                await prompt(conn, session, "echo lost")
+                await sdk_prompt(conn, session, "echo lost")
             assert "502" in str(failed.value)
-            texts = [p["text"] for p in (await state(conn))["prompts"]]
+            texts = [p["text"] for p in (await sdk_state(conn))["prompts"]]
             assert ("echo lost" in texts) is forward  # "POST failed but the agent acted"
-            assert await prompt(conn, session, "echo next") == "end_turn"
+            assert await sdk_prompt(conn, session, "echo next") == "end_turn"
         [fault] = log_events(proxy.stderr, "fault injected")
         assert (fault["rule"], fault["action"]) == ("post-fails", "http_status")
 
@@ -122,9 +106,10 @@ async def test_close_stream_loses_the_message_and_a_new_get_gets_the_rest(tmp_pa
             "schedule": {"nth": [1]},
             "do": {"action": "close_stream"},
         },
+        seed=1,
     )
     async with (
-        listening_proxy("http://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+        listening_proxy("http://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT) as (
             proxy,
             url,
         ),
@@ -189,9 +174,10 @@ async def test_sever_closes_a_websocket_with_the_configured_code(tmp_path: Path)
             "when": {"method": "session/prompt"},
             "do": {"action": "sever", "side": "client", "moment": "before", "close_code": 4001},
         },
+        seed=1,
     )
     async with (
-        listening_proxy("ws://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+        listening_proxy("ws://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT) as (
             _proxy,
             url,
         ),
@@ -233,21 +219,24 @@ async def test_restart_proxy_takes_the_listener_down_and_brings_it_back(tmp_path
             "schedule": {"nth": [1]},
             "do": {"action": "restart_proxy", "downtime_ms": 200},
         },
+        seed=1,
     )
-    async with listening_proxy("ws://127.0.0.1:0/acp", "--faults", faults, agent=SDK_AGENT) as (
+    async with listening_proxy(
+        "ws://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT
+    ) as (
         proxy,
         url,
     ):
         client = SimpleClient()
         async with connect_ws(url, client) as conn:
             session = await open_session(conn)
-            first_pid = (await state(conn))["pid"]
+            first_pid = (await sdk_state(conn))["pid"]
             with pytest.raises(ConnectionError):
-                await prompt(conn, session, "echo lost")
+                await sdk_prompt(conn, session, "echo lost")
         await proxy.logged("listening", count=2)  # back on the same port
         async with connect_ws(url, SimpleClient()) as conn:
             await open_session(conn)
-            assert (await state(conn))["pid"] != first_pid
+            assert (await sdk_state(conn))["pid"] != first_pid
         assert log_events(proxy.stderr, "listening")[1]["url"] == url
 
 
@@ -260,8 +249,8 @@ async def test_conductor_mode_keeps_the_agent_for_the_next_client() -> None:
         first = SimpleClient()
         async with connect_ws(url, first) as conn:
             session = await open_session(conn)
-            assert await prompt(conn, session, "echo before") == "end_turn"
-            before = await state(conn)
+            assert await sdk_prompt(conn, session, "echo before") == "end_turn"
+            before = await sdk_state(conn)
         await proxy.logged("client gone; keeping the agent connection for the next client")
         second = SimpleClient()
         async with connect_ws(url, second) as conn:
@@ -269,8 +258,8 @@ async def test_conductor_mode_keeps_the_agent_for_the_next_client() -> None:
                 conn.initialize(protocol_version=PROTOCOL_VERSION), TIMEOUT
             )
             assert init.protocol_version == PROTOCOL_VERSION  # answered from the first answer
-            assert await prompt(conn, session, "echo after") == "end_turn"
-            after = await state(conn)
+            assert await sdk_prompt(conn, session, "echo after") == "end_turn"
+            after = await sdk_state(conn)
         assert after["pid"] == before["pid"]
         assert [method for _, method in after["requests"]].count("initialize") == 1
         assert (session, "after") in second.chunks
@@ -312,7 +301,7 @@ async def test_conductor_mode_after_a_sever() -> None:
         client = SimpleClient()
         async with connect_http(url, client) as conn:
             await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), TIMEOUT)
-            assert await prompt(conn, session, "echo resumed") == "end_turn"
+            assert await sdk_prompt(conn, session, "echo resumed") == "end_turn"
         assert (session, "resumed") in client.chunks
 
 

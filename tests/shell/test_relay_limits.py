@@ -18,8 +18,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from floods import ended, flood, network_agent
-from floods import fault_file as stalled_peers_fault_file
+from floods import delaying_fault_file, ended, flood, network_agent
 from floods import setup as stalled_peers_setup
 from harness import (
     PEERS,
@@ -369,7 +368,7 @@ async def test_messages_held_by_timers_make_readers_wait_at_the_bound(tmp_path: 
     (well under the timers' own 8 MiB) the proxy reads the Agent no more until timers release
     some; the bound is logged and the waits counted, and every item arrives, in order."""
     size, count, bound = 256 * 1024, 16, 1024 * 1024
-    options = ["--faults", stalled_peers_fault_file(tmp_path, 300), "--admin", "127.0.0.1:0"]
+    options = ["--faults", delaying_fault_file(tmp_path, 300), "--admin", "127.0.0.1:0"]
     options += ["--max-inflight-bytes", str(bound)]
     async with stalled_peers_setup("stdio", "stdio", *options) as s:
         await s.wire.send(flood(count=count, size=size))

@@ -30,8 +30,8 @@ from floods import (
     FLOOD_AGENT,
     SIZE,
     Setup,
+    delaying_fault_file,
     ended,
-    fault_file,
     flood,
     memory,
     network_agent,
@@ -89,7 +89,7 @@ async def test_delayed_messages_toward_a_client_that_stops_reading_are_bounded(
 ) -> None:
     """Every item delayed: what the timers hold and what they release toward a Client that
     reads nothing is bounded, as without the delay."""
-    async with setup(downstream, "stdio", "--faults", fault_file(tmp_path, 50)) as s:
+    async with setup(downstream, "stdio", "--faults", delaying_fault_file(tmp_path, 50)) as s:
         await client_stalls(s, downstream)
 
 
@@ -97,7 +97,7 @@ async def test_delayed_messages_hold_the_agent_back_past_their_bound(tmp_path: P
     """Every item delayed for longer than the test lasts, toward a Client ready to read: once
     the timers hold more than their bound (logged) the proxy reads no more, so the Agent is held
     back and the proxy's memory stays bounded."""
-    async with setup("stdio", "stdio", "--faults", fault_file(tmp_path, 600_000)) as s:
+    async with setup("stdio", "stdio", "--faults", delaying_fault_file(tmp_path, 600_000)) as s:
         before = memory(s.proxy)
         await s.wire.send(flood(count=COUNT, size=SIZE))
         held = await s.proxy.logged("delayed messages hold too much; reading waits for them")

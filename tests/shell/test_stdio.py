@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from harness import TIMEOUT, ProxyProcess, captured, raw_agent, say
+from stdio_scenario import barrier
 
 from proxy.control import ControlClient
 from proxy.shell.transports.stdio import send_signal
@@ -32,19 +33,6 @@ async def start() -> AsyncIterator[Start]:
     yield _start
     for proxy in started:
         await proxy.stop()
-
-
-@pytest.fixture
-def capture(tmp_path: Path) -> Path:
-    """The file the scripted Agent records every line it reads into."""
-    return tmp_path / "agent-saw.jsonl"
-
-
-async def barrier(proxy: ProxyProcess, token: str) -> None:
-    """A request whose answer proves the Agent has read everything sent before it."""
-    await proxy.send_json({"jsonrpc": "2.0", "id": token, "method": "_test/barrier"})
-    answer = await proxy.recv_json()
-    assert answer["id"] == token, answer
 
 
 CLIENT_MESSAGES: list[tuple[bytes, bytes | None]] = [
@@ -71,7 +59,7 @@ async def test_agent_sees_client_messages_byte_for_byte_but_the_id(
     await proxy.send(*(message for message, _ in CLIENT_MESSAGES))
     answers = [await proxy.recv_json() for _ in range(3)]
     assert [a["id"] for a in answers] == [0, "0", 123456789012345678901234567890]
-    await barrier(proxy, "b")
+    assert await barrier(proxy, "b") == []
     seen = captured(capture)
     assert len(seen) == len(CLIENT_MESSAGES) + 1
     for (sent, new_id), got in zip(CLIENT_MESSAGES, seen, strict=False):
@@ -100,7 +88,7 @@ async def test_client_sees_agent_messages_byte_for_byte_but_the_id(
         b'{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}'
     )
     await proxy.send(answer)
-    await barrier(proxy, "b")
+    assert await barrier(proxy, "b") == []
     assert captured(capture)[-2] == answer.replace(b'"id":0', b'"id":"perm-1"')
 
 
@@ -136,7 +124,7 @@ async def test_oversized_message_gets_an_error_and_the_link_goes_on(
     assert error["id"] is None
     assert error["error"]["code"] == -32600
     assert "1000" in error["error"]["message"]
-    await barrier(proxy, "after")
+    assert await barrier(proxy, "after") == []
     assert all(b'"yyy' not in line for line in captured(capture))
     assert "too_large" in proxy.stderr
 
@@ -155,7 +143,7 @@ async def test_deeply_nested_messages_do_not_stall_the_proxy(start: Start, captu
     async with asyncio.timeout(TIMEOUT):
         health = await asyncio.to_thread(control.health)
     assert health["status"] == "ok"
-    await barrier(proxy, "after")
+    assert await barrier(proxy, "after") == []
     assert [len(line) for line in captured(capture)[:2]] == [len(closed), len(unclosed)]
 
 
@@ -165,7 +153,7 @@ async def test_invalid_input_is_forwarded_untouched_by_default(start: Start, cap
     gives under it comes back under the Client's id."""
     proxy = await start(raw_agent(capture))
     await proxy.send(b"{not json", b'{"id":1,"method":"\xff\xfe"}')
-    await barrier(proxy, "b")
+    assert await barrier(proxy, "b") == []
     assert captured(capture)[:2] == [b"{not json", b'{"id":0,"method":"\xff\xfe"}']
     assert "invalid_json" in proxy.stderr
     assert "not_utf8" in proxy.stderr
@@ -183,7 +171,7 @@ async def test_strict_mode_answers_invalid_input_itself(start: Start, capture: P
     await proxy.send(b"{not json")
     error = await proxy.recv_json()
     assert (error["id"], error["error"]["code"]) == (None, -32700)
-    await barrier(proxy, "b")
+    assert await barrier(proxy, "b") == []
     assert b"{not json" not in captured(capture)
 
 
@@ -192,7 +180,8 @@ async def test_agent_output_that_is_invalid_reaches_the_client(start: Start, cap
     proxy = await start(raw_agent(capture))
     await proxy.send(say(b"garbage \xff", b'{"jsonrpc":"2.0","id":77,"result":{}}'))
     assert await proxy.recv() == b"garbage \xff"
-    await barrier(proxy, "b")  # the orphan response with id 77 was dropped, not delivered
+    # the orphan response with id 77 was dropped, not delivered
+    assert await barrier(proxy, "b") == []
     assert "response with unknown id dropped" in proxy.stderr
 
 
@@ -248,7 +237,7 @@ async def test_an_agent_ignoring_eof_is_stopped_after_the_grace_period(
 async def test_sigterm_is_passed_to_the_agent(start: Start, capture: Path) -> None:
     """SIGTERM to the proxy reaches the Agent; the proxy exits with the Agent's status."""
     proxy = await start(raw_agent(capture))
-    await barrier(proxy, "ready")
+    assert await barrier(proxy, "ready") == []
     proxy.process.send_signal(signal.SIGTERM)
     assert await proxy.wait() == 128 + signal.SIGTERM
     assert "signal received" in proxy.stderr
@@ -278,7 +267,7 @@ async def test_stdout_carries_only_protocol_even_at_debug_level(
     proxy = await start(raw_agent(capture), "--log-level", "debug", "--log-format", "json")
     await proxy.send(b'{"jsonrpc":"2.0","id":1,"method":"m"}', b"{bad")
     assert (await proxy.recv_json())["id"] == 1
-    await barrier(proxy, "b")
+    assert await barrier(proxy, "b") == []
     await proxy.close_stdin()
     assert await proxy.at_eof()
     assert await proxy.wait() == 0
@@ -296,7 +285,7 @@ async def test_request_id_reused_while_pending_is_logged_and_relayed(
     await proxy.send(
         b'[{"jsonrpc":"2.0","id":9,"method":"a"},{"jsonrpc":"2.0","id":9,"method":"b"}]'
     )
-    await barrier(proxy, "b")
+    assert await barrier(proxy, "b") == []
     assert (
         captured(capture)[0]
         == b'[{"jsonrpc":"2.0","id":0,"method":"a"},{"jsonrpc":"2.0","id":1,"method":"b"}]'

@@ -2,8 +2,8 @@
 
 ``setup`` starts the proxy (any downstream, any upstream) with the flooding Agent behind it
 (``peers/flood_agent.py``, over stdio or as a network server: ``network_agent``), ``flood`` asks it
-for ``COUNT`` messages of ``SIZE`` bytes, ``memory`` reads a process's resident size, ``ended``
-stops a process and waits for its exit.
+for ``COUNT`` messages of ``SIZE`` bytes, ``delaying_fault_file`` holds every one back by a delay,
+``memory`` reads a process's resident size, ``ended`` stops a process and waits for its exit.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-from harness import PEERS, TIMEOUT, ProxyProcess, log_events
+from harness import PEERS, TIMEOUT, ProxyProcess, fault_file, log_events
 from listener_client import compact
 from wires import Wire, client_wire
 
@@ -121,13 +120,12 @@ def flood(**params: object) -> bytes:
     return compact({"jsonrpc": "2.0", "method": "_flood/send", "params": params})
 
 
-def fault_file(directory: Path, delay_ms: int) -> str:
-    """A fault file delaying every flood item by ``delay_ms``."""
+def delaying_fault_file(directory: Path, delay_ms: int) -> str:
+    """A fault file (:func:`harness.fault_file`) delaying every flood item by ``delay_ms``; its
+    path."""
     rule = {
         "name": "hold-items",
         "when": {"method": "_flood/item"},
         "do": {"action": "delay", "ms": delay_ms},
     }
-    path = directory / "faults.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "rules": [rule]}))
-    return str(path)
+    return str(fault_file(directory, rule))

@@ -196,20 +196,32 @@ def fault_file(
 ) -> Path:
     """Write a fault file of ``rules`` (YAML, or JSON when ``name`` ends in ``.json``); its path.
 
-    The file is replaced in one step, so that a proxy watching it (``--watch``) never reads half
-    of it.
+    The file is written with :func:`replace_file`, for a proxy watching it (``--watch``).
     """
     data: dict[str, Any] = {"version": 1}
     if seed is not None:
         data["seed"] = seed
     data["rules"] = list(rules)
     path = directory / name
-    text = (
+    replace_file(
+        path,
         json.dumps(data, indent=2)
         if name.endswith(".json")
-        else yaml.safe_dump(data, sort_keys=False)
+        else yaml.safe_dump(data, sort_keys=False),
     )
+    return path
+
+
+def write_jsonl(path: Path, *lines: dict[str, Any] | str) -> Path:
+    """Write records (dicts) and raw lines (strings) as a JSONL file (a hand-written trace), each
+    line newline-terminated; its path."""
+    path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines))
+    return path
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Replace ``path`` in one step, so that a proxy watching it (``--watch``) never reads half
+    of it."""
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text)
     os.replace(temporary, path)
-    return path

@@ -3,9 +3,10 @@
 ``proxies`` starts ``python -m proxy run`` processes (``Start``) and stops them all; the test is the
 raw Client on the proxy's stdin/stdout (``initialize``, ``new_session``, ``prompt_request``,
 ``answer_to``, ``barrier``) or runs the official SDK's Client in-process (``sdk_client_session``,
-``SdkClient``); ``agent_state`` and ``sdk_state`` read what the Agent saw; ``faults_of`` and
-``until_logged`` read the proxy's ``fault injected`` log lines; ``rule`` and ``fault_file`` write a
-fault file.
+``SdkClient``; its calls are ``peers.sdk_remote_client``'s ``open_session``, ``sdk_prompt``,
+``sdk_state``); ``agent_state`` reads what the Agent saw; ``faults_of`` and ``until_logged`` read
+the proxy's ``fault injected`` log lines; ``rule`` is one rule of a fault file
+(``harness.fault_file`` writes it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import pytest
 from acp import PROTOCOL_VERSION, Client, spawn_agent_process
 from acp.connection import StreamDirection, StreamEvent
 from acp.core import ClientSideConnection
-from acp.schema import Implementation, TextContentBlock
 from harness import (
     RAW_AGENT,
     SDK_AGENT,
@@ -34,7 +34,8 @@ from harness import (
 )
 from peers.sdk_remote_client import SimpleClient
 
-LIMIT = 64 * 1024 * 1024
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
+
 SWALLOWED = "answer to an injected copy swallowed"
 
 Start = Callable[..., Awaitable["ProxyProcess"]]
@@ -286,7 +287,7 @@ async def sdk_client_session(
             "--",
             *SDK_AGENT,
             transport_kwargs={
-                "limit": LIMIT,
+                "limit": DEFAULT_MAX_MESSAGE_BYTES,
                 "stderr": asyncio.subprocess.PIPE,
                 "shutdown_timeout": TIMEOUT,
             },
@@ -298,31 +299,6 @@ async def sdk_client_session(
     finally:
         if stderr is not None:
             await stderr.close()
-
-
-async def open_session(conn: ClientSideConnection) -> str:
-    """``initialize`` and ``session/new`` with the SDK Client; the session id."""
-    async with asyncio.timeout(TIMEOUT):
-        init = await conn.initialize(
-            protocol_version=PROTOCOL_VERSION,
-            client_info=Implementation(name="pytest", version="0"),
-        )
-        assert init.agent_info is not None
-        assert init.agent_info.name == "sdk-agent"
-        return (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
-
-
-async def sdk_prompt(conn: ClientSideConnection, session: str, text: str) -> str:
-    """One prompt of one text block with the SDK Client; the stop reason."""
-    response = await asyncio.wait_for(
-        conn.prompt(session_id=session, prompt=[TextContentBlock(text=text)]), TIMEOUT
-    )
-    return str(response.stop_reason)
-
-
-async def sdk_state(conn: ClientSideConnection) -> dict[str, Any]:
-    """The SDK Agent's own record, asked by the SDK Client."""
-    return await asyncio.wait_for(conn.ext_method("sdk_agent/state", {}), TIMEOUT)
 
 
 def check_corrupted(mode: str, original: bytes, got: bytes) -> None:

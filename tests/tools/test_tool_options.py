@@ -1,6 +1,7 @@
 """The tools' options models: each checks the values of its command line and refuses an invalid
 one with an :class:`~proxy.core.errors.OptionError` (the command line's usage error, tested with
-the commands themselves in ``test_check_agent.py``, ``test_demo.py``, ``tests/e2e/test_cli.py``)."""
+the commands themselves in ``tests/tools/check_agent/test_check_agent_command.py``,
+``tests/tools/lab/test_demo.py``, ``tests/e2e/test_cli.py``)."""
 
 from __future__ import annotations
 

@@ -62,8 +62,7 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-STDIN_LIMIT = 64 * 1024 * 1024
-"""Largest line the Agent reads: several-MiB prompts must fit."""
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 
 PREAMBLE_ID = "agent-preamble"
 
@@ -242,7 +241,7 @@ async def main() -> None:
     agent = ScriptedAgent()
     await run_agent(
         cast(Agent, agent),
-        stdio_buffer_limit_bytes=STDIN_LIMIT,
+        stdio_buffer_limit_bytes=DEFAULT_MAX_MESSAGE_BYTES,  # any message the proxy passes
         observers=[agent.observe],
     )
 

@@ -39,7 +39,8 @@ from acp.interfaces import Client
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, run as a script
-from peers.sdk_agent import STDIN_LIMIT, ScriptedAgent
+from peers.sdk_agent import ScriptedAgent
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 
 HOST = "127.0.0.1"
 SESSION_ID = b"acp-session-id"
@@ -173,7 +174,7 @@ def make_server(
         port=port,
         http="h11",
         ws="websockets-sansio",
-        ws_max_size=STDIN_LIMIT,
+        ws_max_size=DEFAULT_MAX_MESSAGE_BYTES,  # any message the proxy passes
         lifespan="on",
         log_config=None,  # uvicorn's default config would print access lines to stdout
         timeout_graceful_shutdown=grace,  # SSE streams never end by themselves

@@ -14,12 +14,15 @@ path).
   SDK Client to it over HTTP or WebSocket; :func:`stdio_client` has the SDK Client launch
   ``acp-proxy run --upstream URL`` as its Agent, over stdio.
 - :class:`SimpleClient` is a minimal Client: records agent message chunks, allows permissions.
+- :func:`open_session`, :func:`sdk_prompt` and :func:`sdk_state` are the SDK Client's calls to
+  the SDK Agent (``peers/sdk_agent.py``), on any transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -28,13 +31,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx2
-from acp import Client, connect_to_agent, spawn_agent_process
+from acp import PROTOCOL_VERSION, Client, connect_to_agent, spawn_agent_process
 from acp.client.connection import ClientSideConnection
 from acp.connection import StreamObserver
 from acp.http import create_http_stream
 from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
+    Implementation,
     PermissionOption,
     RequestPermissionResponse,
     TextContentBlock,
@@ -44,11 +48,11 @@ from acp.ws import create_websocket_stream
 from acp.ws.client import MemoryAcpCookieStore
 from harness import TIMEOUT, ProxyProcess
 
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
+
 HTTP_AGENT = Path(__file__).parent / "sdk_http_agent.py"
 NODE_AGENT = Path(__file__).parent / "node" / "agent.mjs"
 LISTENING = "LISTENING "
-LIMIT = 64 * 1024 * 1024
-"""The longest line the SDK Client reads from a proxy it launches."""
 
 
 def _node_agent_missing() -> str | None:
@@ -113,6 +117,33 @@ class SimpleClient:
 
     async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
         return None
+
+
+async def open_session(conn: ClientSideConnection) -> str:
+    """``initialize`` (checked: the SDK Agent answers, in this protocol version) and one
+    ``session/new`` with the SDK Client; the new session's id."""
+    async with asyncio.timeout(TIMEOUT):
+        init = await conn.initialize(
+            protocol_version=PROTOCOL_VERSION,
+            client_info=Implementation(name="pytest", version="0"),
+        )
+        assert init.protocol_version == PROTOCOL_VERSION
+        assert init.agent_info is not None
+        assert init.agent_info.name == "sdk-agent"
+        return (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
+
+
+async def sdk_prompt(conn: ClientSideConnection, session: str, text: str) -> str:
+    """One prompt of one text block with the SDK Client; the stop reason."""
+    response = await asyncio.wait_for(
+        conn.prompt(session_id=session, prompt=[TextContentBlock(text=text)]), TIMEOUT
+    )
+    return str(response.stop_reason)
+
+
+async def sdk_state(conn: ClientSideConnection) -> dict[str, Any]:
+    """The SDK Agent's own record (``peers/sdk_agent.py``), asked by the SDK Client."""
+    return await asyncio.wait_for(conn.ext_method("sdk_agent/state", {}), TIMEOUT)
 
 
 @contextlib.asynccontextmanager
@@ -220,7 +251,7 @@ async def stdio_client(
         "--upstream",
         upstream,
         *options,
-        transport_kwargs={"limit": LIMIT, "stderr": None},
+        transport_kwargs={"limit": DEFAULT_MAX_MESSAGE_BYTES, "stderr": None},
     ) as (conn, _process):
         yield conn
 

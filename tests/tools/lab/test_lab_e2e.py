@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from harness import TIMEOUT, ProxyProcess, raw_agent, request, say
+from harness import TIMEOUT, ProxyProcess, fault_file, raw_agent, request, say
 
 from proxy.control import ControlClient
 from proxy.tools.lab.client import ClientOptions, run_client
@@ -24,15 +23,6 @@ pytestmark = pytest.mark.slow
 
 AGENT = (sys.executable, "-m", "proxy", "agent", "--turn-ms", "20")
 PROXY = (sys.executable, "-m", "proxy", "run")
-
-
-def fault_file(tmp_path: Path, *rules: dict[str, Any]) -> Path:
-    path = tmp_path / "faults.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "seed": 3, "rules": list(rules) or _NONE}))
-    return path
-
-
-_NONE = [{"name": "none", "when": {"method": "_never"}, "do": {"action": "drop"}}]
 
 
 def prompt(request_id: object, text: str, key: Any = None, session: str = "S") -> bytes:
@@ -59,7 +49,7 @@ async def judged(
         "--admin",
         "127.0.0.1:0",
         "--faults",
-        str(fault_file(tmp_path, *rules)),
+        str(fault_file(tmp_path, *rules, seed=3)),
     )
 
 
@@ -131,7 +121,7 @@ async def test_an_agent_that_ignores_keys_is_a_duplicate_insert(tmp_path: Path) 
         "--admin",
         "127.0.0.1:0",
         "--faults",
-        str(fault_file(tmp_path, lose)),
+        str(fault_file(tmp_path, lose, seed=3)),
     )
     try:
         await proxy.send(
@@ -230,7 +220,7 @@ async def test_the_reference_client_recovers_from_every_fault_action(
 ) -> None:
     """Through each action, every submission is confirmed and in the session exactly once."""
     rule = {"name": action, **ACTIONS[action]}
-    faults = fault_file(tmp_path, rule)
+    faults = fault_file(tmp_path, rule, seed=3)
     trace = tmp_path / "trace.jsonl"
     argv = (
         *PROXY,
@@ -274,7 +264,7 @@ async def test_the_reference_clients_verdict_agrees_with_the_ledger(
     """An Agent that ignores keys inserts the first prompt twice (a retry after a lost answer, or
     a replayed copy): the Client and the ledger name the same key, the Client exits 1."""
     state = tmp_path / "proxy-state.json"
-    faults = fault_file(tmp_path, {"name": action, **KEY_IGNORED[action]})
+    faults = fault_file(tmp_path, {"name": action, **KEY_IGNORED[action]}, seed=3)
     trace = tmp_path / "trace.jsonl"
     argv = (*PROXY, "--trace", str(trace), "--faults", str(faults), "--state", str(state))
     async with asyncio.timeout(TIMEOUT * 2):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import TIMEOUT
+from harness import TIMEOUT, write_jsonl
 
 from proxy.tools.report import load_traces, summarize
 from proxy.tools.report.html import render_html, write_html
@@ -229,11 +229,6 @@ def test_the_command_writes_the_page_and_with_json_prints_the_summary_too(
         assert json.loads(done.stdout)["verdict"] == "failing"
     else:
         assert done.stdout == ""
-
-
-def write_jsonl(path: Path, *records: dict[str, Any]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
 
 
 def message(at: float, method: str, direction: str = "to_agent", **extra: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import ProxyProcess
+from harness import ProxyProcess, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,12 +103,6 @@ def prompt(session: str, text: str, key: str | None = None) -> dict[str, Any]:
 
 def write_rules(path: Path, *rules: dict[str, Any]) -> Path:
     path.write_text(json.dumps({"version": 1, "rules": list(rules)}))
-    return path
-
-
-def write_jsonl(path: Path, *lines: dict[str, Any] | str) -> Path:
-    """Records (dicts) and raw lines (strings) as a trace file, each line newline-terminated."""
-    path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines))
     return path
 
 
