@@ -142,7 +142,6 @@ class Attempt:
     """Its ``held`` records (a delay, spaced copies): it, or its copies, left later."""
     faults: list[_Fault] = field(default_factory=list)
     answer: Literal["answered", "error", "injected_error"] | None = None
-    answered_at: float | None = None
     duration_ms: float | None = None
     cut_at: float | None = None
     cut_by: str | None = None
@@ -329,7 +328,6 @@ class Prompts:
                 found.swallowed += 1
             elif disposition is Disposition.RELAYED and found.answer is None:
                 found.answer = "answered" if kind is Kind.RESPONSE else "error"
-                found.answered_at = record.time
                 found.duration_ms = record.duration_ms
 
     def _fault(self, entry: Entry, record: FaultRecord) -> None:
