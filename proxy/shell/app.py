@@ -86,7 +86,7 @@ EXIT_BAD_FAULT_FILE = 2
 """A fault file is invalid: the run is refused before anything starts (its errors on stderr)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunOptions:
     """What ``acp-proxy run`` was asked to do."""
 

@@ -510,11 +510,11 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
 
     listener = Listener(
         ListenerConfig(
-            options.listen.host,
-            options.listen.port,
-            options.listen.path,
-            options.listen.scheme == "ws",
-            options.max_message_bytes,
+            host=options.listen.host,
+            port=options.listen.port,
+            path=options.listen.path,
+            websocket_only=options.listen.scheme == "ws",
+            max_message_bytes=options.max_message_bytes,
             allowances=None,  # a test peer: no Host or Origin checks
         ),
         on_connection,

@@ -123,7 +123,7 @@ class _Fault:
         return {"rule": self.rule, "action": self.action, "node": self.node, "on": self.on}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Attempt:
     """One ``session/prompt`` the Client sent, as the trace shows it."""
 
@@ -253,7 +253,12 @@ class Prompts:
 
     def _new(self, entry: Entry, record: _Named) -> Attempt:
         attempt = Attempt(
-            entry.node, entry.run, record.link, record.session, record.id, record.time
+            node=entry.node,
+            run=entry.run,
+            link=record.link,
+            session=record.session,
+            id=record.id,
+            time=record.time,
         )
         self.attempts.append(attempt)
         return attempt

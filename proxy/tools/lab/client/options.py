@@ -11,7 +11,7 @@ from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 __all__ = ["ClientOptions"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClientOptions:
     """What the reference Client does, and to which Agent.
 
