@@ -111,7 +111,7 @@ class _Fault:
     """A fault on a prompt's request or on its answer."""
 
     rule: str
-    action: str
+    action: ActionName | str
     node: str
     time: float
     on: Literal["request", "answer"]
