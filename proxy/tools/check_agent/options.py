@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from proxy.core.errors import OptionError
 
-__all__ = ["CheckOptions"]
+__all__ = ["CheckOptions", "Transport"]
+
+Transport = Literal["stdio", "ws", "http"]
+"""How the checker reaches the proxy in front of the Agent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +19,7 @@ class CheckOptions:
     """What to check, and how."""
 
     agent_argv: tuple[str, ...]
-    transport: str = "stdio"
+    transport: Transport = "stdio"
     answer_timeout: float = 5.0
     """Seconds to wait for one expected message before judging the trace."""
     loss_wait: float = 1.0
