@@ -4,6 +4,11 @@ Each command turns its options into the options' model of its tool (which checks
 :class:`~proxy.core.errors.OptionError` is a usage error, exit 2), imports the tool when it runs
 (``acp-proxy run`` loads nothing of :mod:`proxy.tools`), and exits with the status the tool
 returns (:func:`_command`, the one place that turns either into an exit).
+
+An option's default and least value (``min=``) are its model's, stated here for ``--help`` (and
+refused here first). A tool's cannot be imported for that (no tool is loaded until one runs):
+they are written again, and ``tests/tools/test_tool_options.py`` keeps them equal to the model's
+(``tests/shell/test_run_options.py`` and ``tests/shell/test_defaults.py`` for ``run``'s).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from proxy.shell.defaults import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HTTP_TIMEOUT,
     INITIALIZE_TIMEOUT,
+    MIN_TIMEOUT,
     SHUTDOWN_TIMEOUT,
 )
 from proxy.shell.fault_files import schema_main, validate_main
@@ -271,21 +277,22 @@ def run(
     connect_timeout: Annotated[
         float,
         typer.Option(
-            min=0.001,
+            min=MIN_TIMEOUT,
             help="Seconds to reach a network Agent (TCP connect and WebSocket handshake).",
         ),
     ] = CONNECT_TIMEOUT,
     initialize_timeout: Annotated[
         float,
         typer.Option(
-            min=0.001,
+            min=MIN_TIMEOUT,
             help="Seconds the Agent has to answer initialize; then the Client gets an error.",
         ),
     ] = INITIALIZE_TIMEOUT,
     http_timeout: Annotated[
         float,
         typer.Option(
-            min=0.001, help="Seconds one POST or DELETE to an HTTP Agent may take, answer included."
+            min=MIN_TIMEOUT,
+            help="Seconds one POST or DELETE to an HTTP Agent may take, answer included.",
         ),
     ] = HTTP_TIMEOUT,
     shutdown_timeout: Annotated[
@@ -309,7 +316,7 @@ def run(
         float,
         typer.Option(
             metavar="SECONDS",
-            min=0.001,
+            min=MIN_TIMEOUT,
             help="Seconds an HTTP Client connection may stay idle (no request, no stream it "
             "reads, no request of its awaiting an answer); then it is ended, its Agent stopped.",
         ),
@@ -327,7 +334,7 @@ def run(
         float,
         typer.Option(
             metavar="SECONDS",
-            min=0.001,
+            min=MIN_TIMEOUT,
             help="Seconds a TCP connection to the listener or the control API has to send a "
             "complete request head (after it opens, or after its previous response).",
         ),
@@ -497,7 +504,7 @@ def client(
     ] = None,
     answer_timeout: Annotated[
         float,
-        typer.Option(min=0.001, help="Seconds to wait for an answer before resending."),
+        typer.Option(min=MIN_TIMEOUT, help="Seconds to wait for an answer before resending."),
     ] = 10.0,
     max_attempts: Annotated[
         int, typer.Option(min=1, help="Requests per prompt (and tries per reconnection).")
@@ -561,12 +568,12 @@ def demo(
     answer_timeout: Annotated[
         float,
         typer.Option(
-            min=0.001,
+            min=MIN_TIMEOUT,
             help="Seconds the Client waits for an answer the proxy did not lose before it "
             "resends (an answer the proxy drops is resent at once; an Agent that answers "
             "prompts slowly needs more).",
         ),
-    ] = 10.0,  # the demo's ANSWER_TIMEOUT (imported when the command runs, not here)
+    ] = 10.0,
 ) -> int:
     from proxy.tools.lab.demo import DemoOptions, demo_main
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ConfigError", "OptionError", "ProxyError", "StartupError", "os_cause"]
+__all__ = ["ConfigError", "OptionError", "ProxyError", "StartupError", "at_least", "os_cause"]
 
 
 class ProxyError(Exception):
@@ -29,6 +29,13 @@ class OptionError(ConfigError, ValueError):
     def __init__(self, message: str, option: str | None = None) -> None:
         super().__init__(message)
         self.option = option
+
+
+def at_least(option: str, value: float, minimum: float) -> None:
+    """Refuse an option's value below ``minimum`` (or not a number): an :class:`OptionError`
+    whose message names the option (``--max-links must be at least 1 (got 0)``)."""
+    if not value >= minimum:
+        raise OptionError(f"{option} must be at least {minimum} (got {value})")
 
 
 class StartupError(ProxyError):

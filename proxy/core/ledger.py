@@ -102,7 +102,7 @@ class Attempt:
     """The ``messageId`` answered, an error code, or None while pending (or lost)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Entry:
     """What the ledger knows of one (session, key)."""
 
@@ -223,7 +223,7 @@ class Ledger:
         entry = self.entries.get((session, key))
         retry = entry is not None
         if entry is None:
-            entry = self.entries[(session, key)] = Entry(session, key, digest)
+            entry = self.entries[(session, key)] = Entry(session=session, key=key, prompt=digest)
             self._remember(session, key)
         elif entry.prompt != digest:
             self._find(
@@ -469,14 +469,16 @@ class Ledger:
         """Take entries and findings from a snapshot (pending requests are not carried over)."""
         for item in data.get("entries", []):
             entry = Entry(
-                item["session"],
-                item["key"],
-                item["prompt"],
-                [Attempt(a["link"], a["id"], a["at"], a["outcome"]) for a in item["attempts"]],
-                list(item["message_ids"]),
-                list(item["inserts"]),
-                list(item["retry_delays_ms"]),
-                item["original_returned"],
+                session=item["session"],
+                key=item["key"],
+                prompt=item["prompt"],
+                attempts=[
+                    Attempt(a["link"], a["id"], a["at"], a["outcome"]) for a in item["attempts"]
+                ],
+                message_ids=list(item["message_ids"]),
+                inserts=list(item["inserts"]),
+                retry_delays_ms=list(item["retry_delays_ms"]),
+                original_returned=item["original_returned"],
             )
             self.entries[(entry.session, entry.key)] = entry
             self._remember(entry.session, entry.key)

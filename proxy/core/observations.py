@@ -9,18 +9,21 @@ trace record.
 
 The values a field can hold are closed where the proxy alone decides them (a disposition, a
 restart's ``what``, a reload's ``result``, a finding's ``check``), so that a typo fails mypy; a
-fault's ``action`` is any registered action's name (:data:`proxy.core.actions.actions`: other
-packages add theirs).
+fault's ``action`` is a built-in action's :class:`~proxy.core.actions.ActionName` or the name of
+another registered action (:data:`proxy.core.actions.actions`: other packages add theirs).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import InvalidReason, Kind, Message
+
+if TYPE_CHECKING:  # the actions' package imports this module (an action's effects stop with it)
+    from proxy.core.actions import ActionName
 
 __all__ = [
     "CancelDropped",
@@ -260,7 +263,7 @@ class FaultInjected(Observation):
     """A rule fired on a message."""
 
     rule: str
-    action: str
+    action: ActionName | str
     """The name of the rule's action, as the registry knows it (:data:`proxy.core.actions.actions`;
     the built-in ones are :class:`proxy.core.actions.ActionName`)."""
     direction: Direction

@@ -16,8 +16,9 @@ writer may add: a record of a known event that lacks a field, or whose field hol
 (a ``time`` that is no finite number, a ``direction`` that is no direction), is no record
 (``report`` counts the line as unreadable); a field it does not know is ignored; an event it does
 not know is an :class:`UnknownRecord`; and the vocabularies that grow (a ``disposition``, an
-invalid message's ``reason``, a finding's ``check``; a fault's ``action`` is any registered
-action's name) take a value this version does not know as its text (:data:`Open`).
+invalid message's ``reason``, a finding's ``check``, a fault's ``action``: a built-in action's
+:class:`~proxy.core.actions.ActionName`, or the name of another registered one) take a value this
+version does not know as its text (:data:`Open`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import orjson
 from pydantic import AllowInfNan, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from proxy.core import acp
+from proxy.core.actions import ActionName
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import InvalidReason, Kind
 from proxy.core.observations import (
@@ -226,7 +228,7 @@ class FaultRecord(_OnLink):
 
     EVENT: ClassVar[str] = "fault"
     rule: str
-    action: str
+    action: Annotated[ActionName | str, Open]
     direction: Direction
     kind: Kind
     method: str | None

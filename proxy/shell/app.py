@@ -1,8 +1,8 @@
 """The composition root: wires a proxy run from options; callable from tests without the CLI.
 
-:class:`RunOptions` is the model of ``acp-proxy run``'s options (its
-:meth:`~RunOptions.from_command_line` checks the command line's values), :func:`run_main` the
-command's entry.
+:class:`RunOptions` is the model of ``acp-proxy run``'s options (it refuses a value out of its
+range; its :meth:`~RunOptions.from_command_line` checks the command line's values), :func:`run_main`
+the command's entry.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from proxy.core.commands import Restart
 from proxy.core.engine import FaultEngine
-from proxy.core.errors import ConfigError, OptionError, StartupError, os_cause
+from proxy.core.errors import ConfigError, OptionError, StartupError, at_least, os_cause
 from proxy.core.events import Direction, Side
 from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
@@ -35,6 +35,7 @@ from proxy.shell.defaults import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HTTP_TIMEOUT,
     INITIALIZE_TIMEOUT,
+    MIN_TIMEOUT,
     SHUTDOWN_TIMEOUT,
 )
 from proxy.shell.endpoint import Signalable
@@ -87,7 +88,7 @@ EXIT_BAD_FAULT_FILE = 2
 """A fault file is invalid: the run is refused before anything starts (its errors on stderr)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunOptions:
     """What ``acp-proxy run`` was asked to do."""
 
@@ -128,6 +129,14 @@ class RunOptions:
     limits: Limits = DEFAULT_LIMITS
     """What one peer can make the proxy hold (links, idle time, sessions, header time, event
     subscribers, pending requests, bytes in flight)."""
+
+    def __post_init__(self) -> None:
+        at_least("--max-message-bytes", self.max_message_bytes, 1)
+        at_least("--agent-grace", self.agent_grace, 0)
+        at_least("--connect-timeout", self.connect_timeout, MIN_TIMEOUT)
+        at_least("--initialize-timeout", self.initialize_timeout, MIN_TIMEOUT)
+        at_least("--http-timeout", self.http_timeout, MIN_TIMEOUT)
+        at_least("--shutdown-timeout", self.shutdown_timeout, 0)
 
     @classmethod
     def from_command_line(

@@ -24,6 +24,7 @@ __all__ = [
     "INITIALIZE_TIMEOUT",
     "KEEPALIVE_SECONDS",
     "LARGE_MESSAGE_BYTES",
+    "MIN_TIMEOUT",
     "PARSING_WORKERS",
     "SHUTDOWN_TIMEOUT",
     "STALL_SECONDS",
@@ -75,6 +76,10 @@ SHUTDOWN_TIMEOUT = 15.0
 """Seconds the links get to end after SIGTERM or SIGINT, before they are cut
 (``--shutdown-timeout``): enough for a spawned Agent's default grace (:data:`AGENT_GRACE` after
 EOF, then as much after SIGTERM) and the last writes."""
+
+MIN_TIMEOUT = 0.001
+"""The least a timeout option takes (``--connect-timeout``, ``--idle-timeout``...): a millisecond;
+zero or less would give up before anything could answer."""
 
 # -- fixed timings -------------------------------------------------------------------------------
 

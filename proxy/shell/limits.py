@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from proxy.core.errors import at_least
 from proxy.core.observations import Observation
 from proxy.core.relay import DEFAULT_MAX_PENDING
+from proxy.shell.defaults import MIN_TIMEOUT
 from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 
 __all__ = [
@@ -101,7 +103,7 @@ RETRY_AFTER_SECONDS = 5
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The bounds of a run, as the options gave them."""
+    """The bounds of a run, as the options gave them (each refused below its least value)."""
 
     max_links: int = DEFAULT_MAX_LINKS
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
@@ -110,6 +112,15 @@ class Limits:
     max_event_subscribers: int = DEFAULT_MAX_EVENT_SUBSCRIBERS
     max_pending: int = DEFAULT_MAX_PENDING
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+
+    def __post_init__(self) -> None:
+        at_least("--max-links", self.max_links, 1)
+        at_least("--idle-timeout", self.idle_timeout, MIN_TIMEOUT)
+        at_least("--max-sessions", self.max_sessions, 1)
+        at_least("--header-timeout", self.header_timeout, MIN_TIMEOUT)
+        at_least("--max-event-subscribers", self.max_event_subscribers, 1)
+        at_least("--max-pending", self.max_pending, 1)
+        at_least("--max-inflight-bytes", self.max_inflight_bytes, 1)
 
 
 DEFAULT_LIMITS = Limits()

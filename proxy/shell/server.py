@@ -236,11 +236,11 @@ class NetworkProxy:
         self._tasks: asyncio.TaskGroup | None = None
         self.listener = Listener(
             ListenerConfig(
-                listen.host,
-                listen.port,
-                listen.path,
-                listen.scheme == "ws",
-                limit,
+                host=listen.host,
+                port=listen.port,
+                path=listen.path,
+                websocket_only=listen.scheme == "ws",
+                max_message_bytes=limit,
                 initialize_timeout=initialize_timeout,
                 allowances=allowances,
                 idle_timeout=limits.idle_timeout,

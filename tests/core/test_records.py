@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core import observations
+from proxy.core.actions import ActionName
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import InvalidReason, Kind
 from proxy.core.observations import (
@@ -437,6 +438,13 @@ def test_what_a_reader_tolerates_and_what_it_refuses() -> None:
     )
     assert isinstance(check, FindingRecord)
     assert check.check == "new_check"
+    fault = b'{"time":1,"link":1,"event":"fault","rule":"r","action":"%s","direction":"to_agent",'
+    fault += b'"kind":"request","method":null,"session":null,"id":1}'
+    dropped, teleported = decode(fault % b"drop"), decode(fault % b"teleport")
+    assert isinstance(dropped, FaultRecord)
+    assert isinstance(teleported, FaultRecord)
+    assert dropped.action is ActionName.DROP  # a built-in action's name is its member
+    assert teleported.action == "teleport"  # another package's action is its name
     relayed = decode(
         b'{"time":1,"link":1,"event":"message","disposition":"relayed","direction":"to_agent",'
         b'"kind":"request","reason":"invalid_json"}'

@@ -4,14 +4,17 @@ exit 2) is tested in ``tests/e2e/test_cli.py`` and ``tests/shell/test_control.py
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
+from command_options import Ranged, ranged_options
 
 from proxy.core.errors import OptionError
 from proxy.shell.admin import ADMIN_TOKEN_ENV
 from proxy.shell.app import RunOptions
+from proxy.shell.limits import Limits
 from proxy.shell.server import STDIO
 
 
@@ -90,6 +93,33 @@ def test_an_invalid_option_is_one_option_error(
         RunOptions.from_command_line(**given, environ={})
     assert message in str(refused.value)
     assert refused.value.option == option
+
+
+def run_options(name: str, value: float) -> RunOptions:
+    """The run's options with one field (of theirs, or of their limits) set to ``value``."""
+    setting: dict[str, Any] = {name: value}
+    if name in {field.name for field in dataclasses.fields(Limits)}:
+        return RunOptions(agent_argv=("agent",), limits=Limits(**setting))
+    return RunOptions(agent_argv=("agent",), **setting)
+
+
+@pytest.mark.parametrize("option", ranged_options("run"), ids=lambda option: option.flag)
+def test_the_model_refuses_what_the_command_line_refuses(option: Ranged) -> None:
+    """An option's least value, as ``run --help`` states it, is the model's: the options (or
+    their limits) take it and refuse the nearest value under it, naming the option."""
+    run_options(option.name, option.minimum)
+    with pytest.raises(OptionError) as refused:
+        run_options(option.name, option.below())
+    assert str(refused.value) == (
+        f"{option.flag} must be at least {option.minimum} (got {option.below()})"
+    )
+
+
+def test_a_value_that_is_no_number_is_refused() -> None:
+    with pytest.raises(OptionError, match=r"^--connect-timeout must be at least 0.001 \(got nan\)"):
+        RunOptions(agent_argv=("agent",), connect_timeout=float("nan"))
+    with pytest.raises(OptionError, match=r"^--idle-timeout must be at least 0.001 \(got nan\)"):
+        Limits(idle_timeout=float("nan"))
 
 
 def test_the_token_comes_from_the_option_the_file_or_the_environment(tmp_path: Path) -> None:

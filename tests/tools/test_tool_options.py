@@ -5,18 +5,31 @@ the commands themselves in ``tests/tools/check_agent/test_check_agent_command.py
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
+import functools
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from command_options import option_defaults, ranged_options
 
-from proxy import cli
 from proxy.core.errors import OptionError
 from proxy.tools import cannot_run
+from proxy.tools.bench import BenchOptions
 from proxy.tools.check_agent import TRACES, CheckOptions
 from proxy.tools.lab.agent import AgentOptions
 from proxy.tools.lab.client import ClientOptions
-from proxy.tools.lab.demo import ANSWER_TIMEOUT, DemoOptions
+from proxy.tools.lab.demo import DemoOptions
+
+MODELS: dict[str, Callable[..., Any]] = {
+    "agent": AgentOptions,
+    "bench": BenchOptions,
+    "check-agent": functools.partial(CheckOptions, agent_argv=("agent",)),
+    "client": functools.partial(ClientOptions, agent_argv=("agent",)),
+    "demo": DemoOptions,
+}
+"""Each tool's command, and how to build its options' model with a value of it."""
 
 
 def test_the_agent_listens_where_told_or_refuses_what_is_no_address() -> None:
@@ -44,11 +57,63 @@ def test_the_demo_takes_the_bad_agent_or_an_agent_command_not_both() -> None:
     assert refused.value.option == "AGENT_CMD"
 
 
-def test_the_demo_command_waits_for_an_answer_as_long_as_the_demo_does() -> None:
-    """The command line cannot import the demo for its default (it loads no tool until one
-    runs): its --answer-timeout default is the demo's, written again, and kept equal here."""
-    default = inspect.signature(cli.demo).parameters["answer_timeout"].default
-    assert default == ANSWER_TIMEOUT == DemoOptions().answer_timeout
+@pytest.mark.parametrize("command", sorted(MODELS))
+def test_a_tool_command_defaults_to_its_model(command: str) -> None:
+    """The command line cannot import a tool's model for its defaults (it loads no tool until one
+    runs): each default of an option the model holds as given (a number, a name) is the model's,
+    written again, and kept equal here."""
+    model = MODELS[command]()
+    defaults = option_defaults(command)
+    compared = 0
+    for field in dataclasses.fields(model):
+        value = getattr(model, field.name)
+        if field.name in defaults and isinstance(value, int | float | str):
+            assert defaults[field.name] == value, f"{command} --{field.name}"
+            compared += 1
+    assert compared
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [(command, option) for command in sorted(MODELS) for option in ranged_options(command)],
+    ids=lambda value: getattr(value, "flag", value),
+)
+def test_a_tool_model_refuses_what_its_command_line_refuses(command: str, option: Any) -> None:
+    """An option's least value, as the command's ``--help`` states it, is the model's: the model
+    takes it and refuses the nearest value under it, naming the option."""
+    MODELS[command](**{option.name: option.minimum})
+    with pytest.raises(OptionError) as refused:
+        MODELS[command](**{option.name: option.below()})
+    assert str(refused.value) == (
+        f"{option.flag} must be at least {option.minimum} (got {option.below()})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "values", "message"),
+    [
+        (
+            "check-agent",
+            {"transport": "bogus"},
+            "--transport: expected one of ['stdio', 'ws', 'http'], got 'bogus'",
+        ),
+        ("check-agent", {"answer_timeout": float("nan")}, "--answer-timeout must be at least 0.1"),
+        ("check-agent", {"loss_wait": -1.0}, "loss_wait must be at least 0 (got -1.0)"),
+        ("check-agent", {"traces": ("T9",)}, "unknown traces ['T9']; known: ['T0'"),
+        ("client", {"setup_timeout": 0.0}, "setup_timeout must be at least 0.001 (got 0.0)"),
+        ("client", {"grace": -1.0}, "grace must be at least 0 (got -1.0)"),
+        ("client", {"max_message_bytes": 0}, "max_message_bytes must be at least 1 (got 0)"),
+        ("agent", {"max_message_bytes": 0}, "max_message_bytes must be at least 1 (got 0)"),
+    ],
+)
+def test_a_tool_model_refuses_a_value_out_of_its_range(
+    command: str, values: dict[str, Any], message: str
+) -> None:
+    """What no option of the command line sets (or a typer choice refuses first) is checked by
+    the model too."""
+    with pytest.raises(OptionError) as refused:
+        MODELS[command](**values)
+    assert str(refused.value).startswith(message)
 
 
 def test_the_client_needs_an_agent_command_or_a_url() -> None:

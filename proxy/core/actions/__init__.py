@@ -57,7 +57,8 @@ BUILTIN: tuple[Action[Any], ...] = (
 class ActionName(enum.StrEnum):
     """The names of the built-in actions (:data:`BUILTIN`), for code that treats some apart (the
     ledger, the report): a typo is a mypy error. Another package's action has a name of its own,
-    so a fault's ``action`` is a ``str`` that may be one of these."""
+    so a fault's ``action`` is ``ActionName | str`` (:class:`~proxy.core.records.FaultRecord`
+    reads a name it does not know as its text)."""
 
     DROP = "drop"
     DELAY = "delay"

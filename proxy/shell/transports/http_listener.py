@@ -501,7 +501,7 @@ def _answered_id(parsed: Message | Batch | Invalid) -> IdKey | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ListenerConfig:
     """Where and how the listener serves."""
 

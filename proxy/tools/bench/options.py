@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.errors import at_least
+
 __all__ = ["WS_LINKS", "BenchOptions"]
 
 WS_LINKS = 1000
@@ -31,6 +33,15 @@ class BenchOptions:
     socat: str | None = None
     """The socat executable, or ``None`` for no byte-relay column."""
     python: str = sys.executable
+
+    def __post_init__(self) -> None:
+        at_least("--requests", self.requests, 1)
+        at_least("--notifications", self.notifications, 1)
+        at_least("--prompts", self.prompts, 1)
+        at_least("--rounds", self.rounds, 1)
+        at_least("--memory-check", self.memory_check, 0)
+        at_least("--ws-links", self.ws_links, 0)
+        at_least("--delays", self.delays, 0)
 
     @classmethod
     def short_run(cls, **changes: Any) -> BenchOptions:

@@ -35,12 +35,12 @@ from proxy.tools.check_agent.options import CheckOptions
 from proxy.tools.check_agent.output import exit_status, render, to_json, to_junit
 from proxy.tools.check_agent.runner import check_agent
 from proxy.tools.check_agent.traces import TRACES
-from proxy.tools.check_agent.verdicts import STATUSES, TraceResult
+from proxy.tools.check_agent.verdicts import Status, TraceResult
 
 __all__ = [
-    "STATUSES",
     "TRACES",
     "CheckOptions",
+    "Status",
     "TraceResult",
     "check_agent",
     "check_agent_main",

@@ -26,7 +26,7 @@ from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.transports.stdio import AgentProcess, send_signal, spawn_agent
 from proxy.tools.check_agent.conversation import Conversation
-from proxy.tools.check_agent.options import CheckOptions
+from proxy.tools.check_agent.options import CheckOptions, Transport
 from proxy.tools.check_agent.verdicts import Error
 from proxy.tools.rpc import connect
 
@@ -53,7 +53,7 @@ class Lab:
         self._proxy: asyncio.subprocess.Process | None = None
         self._url: str | None = None
         self._conversations: list[Conversation] = []
-        self.transport = options.transport
+        self.transport: Transport = options.transport
         self.keys: list[str] = []
         """The idempotency keys this trace sent (never expected back from the Agent)."""
         self._logs: list[Path] = []
@@ -107,7 +107,7 @@ class Lab:
 
     async def start(self, rules: list[dict[str, Any]], *, network: bool = False) -> None:
         """Start the proxy with ``rules`` (``network``: a WebSocket/HTTP listener)."""
-        transport = (
+        transport: Transport = (
             "ws" if network and self.options.transport == "stdio" else self.options.transport
         )
         self._command = [

@@ -4,11 +4,12 @@ dashboards, and the exit status."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict
 from xml.etree import ElementTree
 
 from proxy.tools.check_agent.options import CheckOptions
-from proxy.tools.check_agent.verdicts import STATUSES, TraceResult
+from proxy.tools.check_agent.verdicts import Status, TraceResult
 
 __all__ = ["exit_status", "render", "to_json", "to_junit"]
 
@@ -20,12 +21,14 @@ def render(results: list[TraceResult], options: CheckOptions) -> str:
         lines.append(f"{result.trace}  {result.status:<4}  {result.title}")
         if result.reason:
             lines.append(f"          {result.reason}")
-    counts = {status: sum(r.status == status for r in results) for status in STATUSES}
-    summary = f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"
-    if counts["ERROR"]:
-        summary += f", {counts['ERROR']} could not be checked"
+    counts = Counter(result.status for result in results)
+    summary = (
+        f"{counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, {counts[Status.SKIP]} skipped"
+    )
+    if counts[Status.ERROR]:
+        summary += f", {counts[Status.ERROR]} could not be checked"
     lines += ["", summary]
-    if results and counts["SKIP"] == len(results):
+    if results and counts[Status.SKIP] == len(results):
         lines.append("nothing was checked: every trace was skipped (exit status 2)")
     return "\n".join(lines)
 
@@ -33,11 +36,11 @@ def render(results: list[TraceResult], options: CheckOptions) -> str:
 def exit_status(results: list[TraceResult]) -> int:
     """1 when a trace failed; else 2 when one could not be checked, or every one was skipped
     (nothing was checked, which CI should not take for a pass); else 0."""
-    if any(result.status == "FAIL" for result in results):
+    if any(result.status is Status.FAIL for result in results):
         return 1
-    if any(result.status == "ERROR" for result in results):
+    if any(result.status is Status.ERROR for result in results):
         return 2
-    return 2 if results and all(result.status == "SKIP" for result in results) else 0
+    return 2 if results and all(result.status is Status.SKIP for result in results) else 0
 
 
 def to_json(results: list[TraceResult]) -> str:
@@ -51,20 +54,20 @@ def to_junit(results: list[TraceResult], options: CheckOptions) -> bytes:
         "testsuite",
         name=f"acp-check-agent-{options.transport}",
         tests=str(len(results)),
-        failures=str(sum(r.status == "FAIL" for r in results)),
-        errors=str(sum(r.status == "ERROR" for r in results)),
-        skipped=str(sum(r.status == "SKIP" for r in results)),
+        failures=str(sum(r.status is Status.FAIL for r in results)),
+        errors=str(sum(r.status is Status.ERROR for r in results)),
+        skipped=str(sum(r.status is Status.SKIP for r in results)),
     )
     for result in results:
         case = ElementTree.SubElement(
             suite, "testcase", classname="acp.idempotency", name=f"{result.trace} {result.title}",
             time=str(result.seconds),
         )  # fmt: skip
-        if result.status == "FAIL":
+        if result.status is Status.FAIL:
             ElementTree.SubElement(case, "failure", message=result.reason)
-        elif result.status == "ERROR":
+        elif result.status is Status.ERROR:
             ElementTree.SubElement(case, "error", message=result.reason)
-        elif result.status == "SKIP":
+        elif result.status is Status.SKIP:
             ElementTree.SubElement(case, "skipped", message=result.reason)
     xml: bytes = ElementTree.tostring(suite, encoding="utf-8", xml_declaration=True)
     return xml

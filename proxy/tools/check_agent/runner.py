@@ -9,7 +9,7 @@ from proxy.shell.log import get_logger
 from proxy.tools.check_agent.lab import open_lab
 from proxy.tools.check_agent.options import CheckOptions
 from proxy.tools.check_agent.traces import TRACES
-from proxy.tools.check_agent.verdicts import Error, Fail, Skip, TraceResult
+from proxy.tools.check_agent.verdicts import Error, Fail, Skip, Status, TraceResult
 
 __all__ = ["check_agent"]
 
@@ -23,9 +23,9 @@ async def check_agent(options: CheckOptions) -> list[TraceResult]:
     for name in options.traces:
         title, run = TRACES[name]
         started = time.monotonic()
-        result = TraceResult(name, title, "PASS")
+        result = TraceResult(name, title, Status.PASS)
         if skip_all is not None:  # what every trace needs is missing: said once, not run again
-            result.status, result.reason = "SKIP", f"{skip_all} (not run)"
+            result.status, result.reason = Status.SKIP, f"{skip_all} (not run)"
             results.append(result)
             continue
         try:
@@ -36,21 +36,24 @@ async def check_agent(options: CheckOptions) -> list[TraceResult]:
                     if echoed:
                         raise Fail(f"the Agent echoed keys: {echoed}")
                 except Fail as exc:
-                    result.status, result.reason = "FAIL", str(exc)
+                    result.status, result.reason = Status.FAIL, str(exc)
                     if exc.diagnose:
                         said = await lab.diagnosis()
                         result.reason += f"; the proxy says: {said}" if said else ""
                 if lab.transport != options.transport:
                     result.title += f" (over {lab.transport}: a reconnect needs a listener)"
         except Skip as exc:
-            result.status, result.reason = "SKIP", str(exc)
+            result.status, result.reason = Status.SKIP, str(exc)
             if exc.every_trace:
                 skip_all = exc
         except Error as exc:
-            result.status, result.reason = "ERROR", str(exc)
+            result.status, result.reason = Status.ERROR, str(exc)
         except Exception as exc:  # a bug of the checker (or what an Agent did that it missed)
             log.exception("the check itself failed", trace=name)
-            result.status, result.reason = "ERROR", f"checker error: {type(exc).__name__}: {exc}"
+            result.status, result.reason = (
+                Status.ERROR,
+                f"checker error: {type(exc).__name__}: {exc}",
+            )
         result.seconds = round(time.monotonic() - started, 3)
         log.info("trace done", trace=name, status=result.status, reason=result.reason)
         results.append(result)

@@ -7,12 +7,20 @@ itself could not be carried out (the proxy did not start): not the Agent's fault
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-__all__ = ["STATUSES", "Error", "Fail", "Skip", "TraceResult"]
+__all__ = ["Error", "Fail", "Skip", "Status", "TraceResult"]
 
-STATUSES = ("PASS", "FAIL", "SKIP", "ERROR")
-"""A trace's verdict; ERROR: the check itself could not be carried out (not the Agent's fault)."""
+
+class Status(enum.StrEnum):
+    """A trace's verdict."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+    ERROR = "ERROR"
+    """The check itself could not be carried out (not the Agent's fault)."""
 
 
 @dataclass
@@ -21,7 +29,7 @@ class TraceResult:
 
     trace: str
     title: str
-    status: str
+    status: Status
     reason: str = ""
     seconds: float = 0.0
 

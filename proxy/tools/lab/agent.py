@@ -44,7 +44,7 @@ from typing import Any
 import orjson
 
 from proxy.core import acp
-from proxy.core.errors import ConfigError, OptionError, StartupError, os_cause
+from proxy.core.errors import ConfigError, OptionError, StartupError, at_least, os_cause
 from proxy.core.jsonrpc import Batch, ErrorCode, Invalid, Kind, Message, parse
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
@@ -72,6 +72,10 @@ class AgentOptions:
     dedupe: bool = True
     turn_ms: float = 50.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    def __post_init__(self) -> None:
+        at_least("--turn-ms", self.turn_ms, 0)
+        at_least("max_message_bytes", self.max_message_bytes, 1)
 
     @classmethod
     def from_command_line(cls, *, listen: str = "stdio", **settings: Any) -> AgentOptions:
@@ -512,11 +516,11 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
 
     listener = Listener(
         ListenerConfig(
-            options.listen.host,
-            options.listen.port,
-            options.listen.path,
-            options.listen.scheme == "ws",
-            options.max_message_bytes,
+            host=options.listen.host,
+            port=options.listen.port,
+            path=options.listen.path,
+            websocket_only=options.listen.scheme == "ws",
+            max_message_bytes=options.max_message_bytes,
             allowances=None,  # a test peer: no Host or Origin checks
         ),
         on_connection,

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.core.errors import OptionError, os_cause
+from proxy.core.errors import OptionError, at_least, os_cause
+from proxy.shell.defaults import MIN_TIMEOUT
 from proxy.tools import cannot_run
 from proxy.tools.lab.client import ClientOptions, ClientReport, run_client
 from proxy.tools.lab.client import render as render_client
@@ -102,6 +103,7 @@ class DemoOptions:
     """Seconds the Client waits for an answer the proxy did not drop (then resends)."""
 
     def __post_init__(self) -> None:
+        at_least("--answer-timeout", self.answer_timeout, MIN_TIMEOUT)
         if self.bad_agent and self.agent_argv:
             raise OptionError(
                 "--bad-agent picks the reference Agent: give it or an Agent command, not both",

@@ -51,6 +51,7 @@ from typing import Any
 from proxy.core import acp
 from proxy.core.actions import ActionName
 from proxy.core.events import Direction
+from proxy.core.observations import Check
 from proxy.core.records import (
     ConnectionRecord,
     Disposition,
@@ -692,7 +693,7 @@ class _Timeline:
         at: float,
         *,
         prefix: str,
-        check: str,
+        check: Check | str,
         session: str | None,
         key: str | None,
         detail: str,

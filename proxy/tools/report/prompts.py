@@ -111,7 +111,7 @@ class _Fault:
     """A fault on a prompt's request or on its answer."""
 
     rule: str
-    action: str
+    action: ActionName | str
     node: str
     time: float
     on: Literal["request", "answer"]
@@ -123,7 +123,7 @@ class _Fault:
         return {"rule": self.rule, "action": self.action, "node": self.node, "on": self.on}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Attempt:
     """One ``session/prompt`` the Client sent, as the trace shows it."""
 
@@ -142,7 +142,6 @@ class Attempt:
     """Its ``held`` records (a delay, spaced copies): it, or its copies, left later."""
     faults: list[_Fault] = field(default_factory=list)
     answer: Literal["answered", "error", "injected_error"] | None = None
-    answered_at: float | None = None
     duration_ms: float | None = None
     cut_at: float | None = None
     cut_by: str | None = None
@@ -254,7 +253,12 @@ class Prompts:
 
     def _new(self, entry: Entry, record: _Named) -> Attempt:
         attempt = Attempt(
-            entry.node, entry.run, record.link, record.session, record.id, record.time
+            node=entry.node,
+            run=entry.run,
+            link=record.link,
+            session=record.session,
+            id=record.id,
+            time=record.time,
         )
         self.attempts.append(attempt)
         return attempt
@@ -329,7 +333,6 @@ class Prompts:
                 found.swallowed += 1
             elif disposition is Disposition.RELAYED and found.answer is None:
                 found.answer = "answered" if kind is Kind.RESPONSE else "error"
-                found.answered_at = record.time
                 found.duration_ms = record.duration_ms
 
     def _fault(self, entry: Entry, record: FaultRecord) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from proxy.tools.check_agent import (
     CheckOptions,
+    Status,
     TraceResult,
     exit_status,
     render,
@@ -22,8 +23,10 @@ OPTIONS = CheckOptions(agent_argv=("my-agent", "--flag"), transport="ws")
 
 def results(*statuses: str) -> list[TraceResult]:
     return [
-        TraceResult(f"T{n}", f"title {n}", status, f"reason {n}" if status != "PASS" else "", 0.5)
-        for n, status in enumerate(statuses)
+        TraceResult(
+            f"T{n}", f"title {n}", Status(name), f"reason {n}" if name != "PASS" else "", 0.5
+        )
+        for n, name in enumerate(statuses)
     ]
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.core.errors import OptionError
-from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
+from proxy.core.errors import OptionError, at_least
+from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
 
 __all__ = ["ClientOptions"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClientOptions:
     """What the reference Client does, and to which Agent.
 
@@ -51,10 +51,11 @@ class ClientOptions:
             ("ws://", "wss://", "http://", "https://")
         ):
             raise OptionError(f"expected a ws:// or http:// URL, got {self.connect!r}")
-        if self.max_attempts < 1:
-            raise OptionError("max_attempts must be at least 1")
-        if self.answer_timeout <= 0 or self.setup_timeout <= 0:
-            raise OptionError("timeouts must be positive")
+        at_least("--answer-timeout", self.answer_timeout, MIN_TIMEOUT)
+        at_least("--max-attempts", self.max_attempts, 1)
+        at_least("setup_timeout", self.setup_timeout, MIN_TIMEOUT)
+        at_least("grace", self.grace, 0)
+        at_least("max_message_bytes", self.max_message_bytes, 1)
 
     @property
     def transport(self) -> str:

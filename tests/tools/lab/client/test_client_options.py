@@ -14,7 +14,7 @@ from proxy.tools.lab.client import ClientOptions
         ({"agent_argv": ("a",), "connect": "ws://127.0.0.1:1/acp"}, "not both"),
         ({"connect": "tcp://127.0.0.1:1"}, "ws:// or http:// URL"),
         ({"agent_argv": ("a",), "max_attempts": 0}, "at least 1"),
-        ({"agent_argv": ("a",), "answer_timeout": 0}, "positive"),
+        ({"agent_argv": ("a",), "answer_timeout": 0}, "--answer-timeout must be at least 0.001"),
     ],
 )
 def test_options_are_checked(fields: dict[str, object], match: str) -> None:
