@@ -101,7 +101,7 @@ RETRY_AFTER_SECONDS = 5
 """``Retry-After`` of a 503 for a limit that frees itself when another peer leaves."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
     """The bounds of a run, as the options gave them (each refused below its least value)."""
 
