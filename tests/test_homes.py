@@ -30,6 +30,7 @@ ELSEWHERE: dict[str, str] = {
     "core/commands.py": "core/test_relay.py",
     "core/errors.py": "shell/test_startup.py",
     "core/events.py": "core/test_relay.py",
+    "core/invalid.py": "core/test_relay.py",
     "core/observations.py": "core/test_records.py",
     # the shell
     "shell/admin.py": "shell/test_control.py",

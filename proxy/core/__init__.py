@@ -9,6 +9,8 @@ observations (what happened, for metrics, logs, the trace and the ledger). Aroun
   bytes), :mod:`~proxy.core.splice` (ids spliced into the original bytes), and the framings
   :mod:`~proxy.core.framing` (lines) and :mod:`~proxy.core.sse` (server-sent events);
 * :mod:`~proxy.core.idmap`: the requests pending each way and the ids minted for them;
+* :mod:`~proxy.core.invalid`: what the relay does with invalid input (forwarded, answered,
+  refused);
 * faults: :mod:`~proxy.core.faultfile` (the fault file's models) and :mod:`~proxy.core.engine`
   (which rules fire for a message);
 * :mod:`~proxy.core.ledger`: what the proxy judges of keyed prompts (the RFD's findings).

@@ -27,7 +27,8 @@ The relay rules, each pinned down by ``tests/core/test_relay.py``:
    and answer under ``null``, so they count as pending nowhere and no cancel reaches them. An
    invalid answer whose readable id names a pending request goes back to its sender (not in
    ``strict`` mode); any other is dropped. Bytes that cannot be scanned at all (a batch that is
-   not UTF-8, JSON cut short) are forwarded untouched.
+   not UTF-8, JSON cut short) are forwarded untouched. All of it lives in
+   :mod:`~proxy.core.invalid`.
 8. With ``initialize_timeout``, an ``initialize`` the Agent has not answered in that time is
    answered -32603 by the proxy (a timer, like a delay's); a late answer is then an orphan.
 9. With ``max_pending``, a request that finds that many requests already pending in its direction
@@ -89,11 +90,11 @@ from proxy.core.events import (
     TimerFired,
 )
 from proxy.core.idmap import DuplicateGroup, IdMap, Pending
+from proxy.core.invalid import InvalidInput
 from proxy.core.jsonrpc import (
     Batch,
     ErrorCode,
     Invalid,
-    InvalidReason,
     Kind,
     Message,
     error_response,
@@ -105,12 +106,10 @@ from proxy.core.observations import (
     CancelDropped,
     DuplicateSwallowed,
     FaultInjected,
-    Handling,
     Held,
     IdReused,
     InitializeCached,
     InitializeTimedOut,
-    InvalidSeen,
     Orphaned,
     PeerGone,
     Relayed,
@@ -128,19 +127,11 @@ __all__ = ["DEFAULT_MAX_PENDING", "Relay"]
 _REQUEST_ID_PATH = ("params", "requestId")
 _SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
 _ANSWERS = (Kind.RESPONSE, Kind.ERROR)
-MAX_INVALID_PENDING = 64
-"""Invalid requests per direction whose answer the relay still expects (most are never answered
-under their id: the peer cannot read them; the oldest is forgotten, its late answer an orphan)."""
 DEFAULT_MAX_PENDING = 10_000
 """Requests one peer may have pending per link (``--max-pending``). A Client keeps a handful
 pending (a prompt, a few session calls), an Agent a few permission or file requests per turn:
 ten thousand is far above any of them. Each pending request costs the proxy a few hundred bytes
 (half a million took 284 MiB), so the bound keeps one link's map near 6 MiB."""
-
-
-def _refusal(detail: str) -> bytes:
-    """The proxy's answer to a message it will not relay (its sender's id unknown: ``null``)."""
-    return error_response(b"null", ErrorCode.INVALID_REQUEST, f"Invalid request: {detail}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,13 +155,12 @@ class Relay:
         "_ended",
         "_engine",
         "_initialize_timeout",
-        "_invalid_maps",
+        "_invalid",
         "_keep_upstream",
         "_maps",
         "_max_pending",
         "_origin",
         "_refused_pending",
-        "_strict",
         "_timers",
         "_tokens",
         "initialize_answer",
@@ -206,7 +196,6 @@ class Relay:
         self._cached_initialize = cached_initialize
         self.initialize_answer: bytes | None = cached_initialize
         """The Agent's answer to ``initialize`` (handed to the next Client in conductor mode)."""
-        self._strict = strict
         self._engine = engine
         self._origin = origin
         counters = ids or {}
@@ -223,10 +212,8 @@ class Relay:
         self._max_pending = max_pending
         self._refused_pending: set[Direction] = set()
         """Directions that have had a request refused for ``max_pending`` (logged once each)."""
-        self._invalid_maps = {direction: self._maps[direction].sibling() for direction in Direction}
-        """Invalid requests whose id a lenient peer could read, kept apart (the latest
-        ``MAX_INVALID_PENDING``): the peer most likely cannot read them, so they count as pending
-        nowhere and take no part in cancels."""
+        self._invalid = InvalidInput(self._maps, strict=strict)
+        """Invalid input (rule 7): answered or forwarded, its readable requests kept apart."""
 
     def pending(self, direction: Direction) -> int:
         """How many requests travelling ``direction`` await their answer."""
@@ -242,7 +229,7 @@ class Relay:
             case MessageReceived(side=side, data=data, at=at, parsed=parsed):
                 return self._received(side.outbound, data, at, parsed)
             case OversizedReceived(side=side, size=size, limit=limit):
-                return self._oversized(side.outbound, size, limit)
+                return self._invalid.oversized(side.outbound, size, limit)
             case PeerClosed(side=side):
                 return self._peer_closed(side)
             case TimerFired(token=token, at=at):
@@ -265,7 +252,7 @@ class Relay:
             out.append(Undeliverable(direction=direction, kind=parsed.kind, size=len(data)))
             return out
         if isinstance(parsed, Invalid):
-            self._invalid(direction, parsed, at, out)
+            self._invalid.message(direction, parsed, at, out, self._answered)
             return out
         if isinstance(parsed, Message):
             forwards, after = self._process(direction, parsed, at, out)
@@ -276,7 +263,7 @@ class Relay:
         after_all: list[Command] = []
         for element in parsed.elements:
             if isinstance(element, Invalid):
-                forward = self._invalid_element(direction, element, at, out)
+                forward = self._invalid.element(direction, element, at, out, self._answered)
                 if forward is not None:
                     kept.append(forward)
             else:
@@ -769,131 +756,12 @@ class Relay:
         )
         return [splice(message.raw, [(span, pending.original_id) for span in message.id_spans])]
 
-    # -- bad input ------------------------------------------------------------------------------
-
-    def _invalid(
-        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
-    ) -> None:
-        if invalid.reason is InvalidReason.TOO_COMPLEX:
-            handling = self._refuse(direction, invalid, out)
-        elif invalid.response:  # strict: never forwarded (the sender cannot be answered)
-            answer = None if self._strict else self._invalid_answer(direction, invalid, at, out)
-            handling = Handling.DROPPED if answer is None else Handling.FORWARDED
-            if answer is not None:
-                out.append(Send(direction.destination, answer))
-        elif self._strict:
-            handling = Handling.ANSWERED
-            code = invalid.reason.error_code
-            text = f"{code.name.replace('_', ' ').capitalize()}: {invalid.detail}"
-            out.append(Send(direction.source, error_response(b"null", code, text)))
-        else:
-            handling = Handling.FORWARDED
-            out.append(Send(direction.destination, self._invalid_forward(direction, invalid, at)))
-        out.append(
-            InvalidSeen(
-                direction=direction,
-                reason=invalid.reason,
-                size=len(invalid.raw),
-                detail=invalid.detail,
-                handling=handling,
-            )
-        )
-
-    def _invalid_element(
-        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
-    ) -> bytes | None:
-        """Record an invalid batch entry; what stays in the batch for the peer to answer."""
-        forward = None
-        if invalid.reason is InvalidReason.TOO_COMPLEX:
-            handling = self._refuse(direction, invalid, out)
-        else:
-            if invalid.response:
-                forward = (
-                    None if self._strict else self._invalid_answer(direction, invalid, at, out)
-                )
-            else:
-                forward = self._invalid_forward(direction, invalid, at)
-            handling = Handling.DROPPED if forward is None else Handling.FORWARDED
-        out.append(
-            InvalidSeen(
-                direction=direction,
-                reason=invalid.reason,
-                size=len(invalid.raw),
-                detail=invalid.detail,
-                handling=handling,
-            )
-        )
-        return forward
-
-    def _invalid_forward(self, direction: Direction, invalid: Invalid, at: float) -> bytes:
-        """The bytes of an invalid message to forward: a request id a peer could read is
-        rewritten, and remembered (boundedly) to route the answer back (rule 7)."""
-        if invalid.id_token is None or invalid.id_key is None:
-            return invalid.raw
-        requests = self._invalid_maps[direction]
-        pending = requests.add(invalid.id_token, invalid.id_key, invalid.method or "", None, at)
-        oldest = requests.oldest()
-        if len(requests) > MAX_INVALID_PENDING and oldest is not None:
-            requests.pop(oldest.forwarded_id)
-        return splice(invalid.raw, [(span, pending.forwarded_id) for span in invalid.id_spans])
-
-    def _invalid_answer(
-        self, direction: Direction, invalid: Invalid, at: float, out: list[Command]
-    ) -> bytes | None:
-        """An invalid answer whose id names a pending request goes to that request's sender
-        under its id, as it would without a proxy; any other is dropped (it could answer the
-        wrong request)."""
-        if invalid.id_token is None or invalid.reads_as is None:
-            return None
-        pending = self._answered(direction, invalid.id_token)
-        if pending is None:
-            return None
-        if pending.group is not None:
-            if pending.group.answered:
-                return None
-            pending.group.answered = True
-        out.append(
-            Relayed(
-                direction=direction,
-                kind=invalid.reads_as,
-                method=pending.method,
-                session=pending.session,
-                size=len(invalid.raw),
-                original_id=pending.original_id,
-                forwarded_id=invalid.id_token,
-                duration=at - pending.at,
-            )
-        )
-        return splice(invalid.raw, [(span, pending.original_id) for span in invalid.id_spans])
-
     def _answered(self, direction: Direction, forwarded_id: bytes) -> Pending | None:
         """The request an answer travelling ``direction`` names, now answered (forgotten)."""
         pending = self._maps[direction.reverse].pop(forwarded_id)
         if pending is None:
-            pending = self._invalid_maps[direction.reverse].pop(forwarded_id)
+            pending = self._invalid.answered(direction, forwarded_id)
         return pending
-
-    def _oversized(self, direction: Direction, size: int, limit: int) -> list[Command]:
-        detail = f"message of {size} bytes exceeds the proxy's limit of {limit} bytes"
-        return [
-            InvalidSeen(
-                direction=direction,
-                reason=InvalidReason.TOO_LARGE,
-                size=size,
-                detail=detail,
-                handling=Handling.ANSWERED,
-            ),
-            Send(direction.source, _refusal(detail)),
-        ]
-
-    def _refuse(self, direction: Direction, invalid: Invalid, out: list[Command]) -> Handling:
-        """A message the proxy cannot relay (its id cannot be located within the scanner's
-        bounds) is never forwarded: a request is answered, as one too large is; an answer,
-        which the proxy cannot route, is dropped."""
-        if invalid.response:
-            return Handling.DROPPED
-        out.append(Send(direction.source, _refusal(invalid.detail)))
-        return Handling.ANSWERED
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -908,7 +776,7 @@ class Relay:
             return []
         self._ended.add(side)
         abandoned = self._maps[side.other.outbound].clear()
-        self._invalid_maps[side.other.outbound].clear()
+        self._invalid.forget(side.other.outbound)
         out: list[Command] = [PeerGone(side, len(abandoned))]
         if side is Side.CLIENT and self._keep_upstream:
             self._closing.add(Side.CLIENT)  # the Agent stays for the next Client

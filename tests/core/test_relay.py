@@ -16,6 +16,7 @@ from proxy.core.events import (
     Side,
     TimerFired,
 )
+from proxy.core.invalid import MAX_INVALID_PENDING
 from proxy.core.jsonrpc import InvalidReason, Kind
 from proxy.core.observations import (
     CancelDropped,
@@ -31,7 +32,7 @@ from proxy.core.observations import (
     Undeliverable,
     Unroutable,
 )
-from proxy.core.relay import MAX_INVALID_PENDING, Relay
+from proxy.core.relay import Relay
 from proxy.core.splice import MAX_STEPS
 
 CLIENT, AGENT = Side.CLIENT, Side.AGENT
