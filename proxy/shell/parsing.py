@@ -13,6 +13,10 @@ worker that dies on a message (the system's out-of-memory killer, a message of a
 objects) costs that message only: it is refused as too complex to relay (the relay answers it
 like one too large), ``parsing worker lost`` is logged, and new workers take the next one.
 
+Workers start without the program's ``__main__``: a spawned worker would otherwise run the
+program's script again (multiprocessing's rule for spawned children), and a script that embeds
+the proxy without an ``if __name__ == "__main__":`` guard would start a proxy in each worker.
+
 Workers die with the proxy, however it ends: on Linux by the parent-death signal
 (:mod:`proxy.shell.parent_death`), elsewhere by a thread of theirs that sees the proxy gone
 within a second. They ignore SIGINT (a Ctrl-C reaches the whole foreground process group: the
@@ -23,11 +27,15 @@ away before they start: :func:`~proxy.shell.transports.stdio.open_client_stdio`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
+import types
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -79,7 +87,9 @@ class Parser:
         self.parsing += 1
         loop = asyncio.get_running_loop()
         try:
-            compacted = await loop.run_in_executor(pool, parse_compacted, data)
+            with _main_hidden():  # a worker starts, if one is needed, as the call is submitted
+                parsing = loop.run_in_executor(pool, parse_compacted, data)
+            compacted = await parsing
             # The pool's feeder thread keeps the last call it sent, pickled (the whole
             # message), until it sends another: a trivial call lets the message go at once.
             await loop.run_in_executor(pool, int)
@@ -100,6 +110,18 @@ class Parser:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """While workers may start (synchronously, in ``submit``): a ``__main__`` with no script,
+    which they do not run again."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _worker_started(proxy: int) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -107,3 +108,35 @@ async def test_the_control_api_answers_while_a_worker_parses(tmp_path: Path) -> 
         assert (await metrics(url))["acp_proxy_worker_parses_total"] == 1
     finally:
         await proxy.stop()
+
+
+UNGUARDED_SCRIPT = """
+import asyncio, sys
+from proxy.shell.parsing import Parser
+with open(sys.argv[1], "a") as runs:
+    runs.write("run\\n")
+async def main():
+    parser = Parser(large=1024)
+    parsed = await parser.parse(b'{"jsonrpc":"2.0","method":"m","params":"' + b"x" * 4096 + b'"}')
+    parser.close()
+    print(type(parsed).__name__, parser.lost)
+asyncio.run(main())
+"""
+
+
+async def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(
+    tmp_path: Path,
+) -> None:
+    """A program that uses the proxy from a script's top level, without the
+    ``if __name__ == "__main__":`` guard multiprocessing asks for: its workers do not run the
+    script again (each run would start another proxy)."""
+    script = tmp_path / "harness.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    runs = tmp_path / "runs.txt"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), str(runs), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert process.returncode == 0
+    assert out.decode().split() == ["Message", "0"]
+    assert runs.read_text() == "run\n"
