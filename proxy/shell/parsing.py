@@ -106,9 +106,13 @@ class Parser:
         return restore(compacted, data)
 
     def close(self) -> None:
-        """Stop the workers (a parse still running is abandoned)."""
+        """Stop the workers, at the end of a run: waiting parses are cancelled, and this waits
+        for the workers to exit (one still parsing finishes first; one still starting starts
+        first). Not waiting left them to race the interpreter's exit: a worker still starting
+        found its queues gone, and the pool's exit hook wrote to a closed pipe (two tracebacks
+        on stderr)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
 
