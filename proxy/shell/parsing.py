@@ -35,9 +35,10 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import TypeVar
 
 from proxy.core.compact import parse_compacted, restore
 from proxy.core.jsonrpc import Batch, Invalid, InvalidReason, Message, parse
@@ -48,6 +49,8 @@ from proxy.shell.log import get_logger
 __all__ = ["Parser"]
 
 log = get_logger("proxy.parsing")
+
+Result = TypeVar("Result")
 
 
 class Parser:
@@ -85,14 +88,11 @@ class Parser:
             )
         self.offloaded += 1
         self.parsing += 1
-        loop = asyncio.get_running_loop()
         try:
-            with _main_hidden():  # a worker starts, if one is needed, as the call is submitted
-                parsing = loop.run_in_executor(pool, parse_compacted, data)
-            compacted = await parsing
+            compacted = await _call(pool, parse_compacted, data)
             # The pool's feeder thread keeps the last call it sent, pickled (the whole
             # message), until it sends another: a trivial call lets the message go at once.
-            await loop.run_in_executor(pool, int)
+            await _call(pool, int)
         except BrokenProcessPool:
             if self._pool is pool:
                 self._pool = None
@@ -114,6 +114,17 @@ class Parser:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _call(
+    pool: ProcessPoolExecutor, function: Callable[..., Result], *arguments: object
+) -> asyncio.Future[Result]:
+    """``function(*arguments)`` in a worker of ``pool``. Any call may start a worker (the pool
+    starts one on submitting when none is idle, and the last one becomes idle only after its
+    result is delivered), so every call is submitted with the program's ``__main__`` hidden."""
+    loop = asyncio.get_running_loop()
+    with _main_hidden():
+        return loop.run_in_executor(pool, function, *arguments)
 
 
 @contextlib.contextmanager

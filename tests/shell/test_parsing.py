@@ -115,9 +115,11 @@ import asyncio, sys
 from proxy.shell.parsing import Parser
 with open(sys.argv[1], "a") as runs:
     runs.write("run\\n")
+sys.setswitchinterval(1e-6)  # threads switch often: a worker may start on any call
 async def main():
     parser = Parser(large=1024)
-    parsed = await parser.parse(b'{"jsonrpc":"2.0","method":"m","params":"' + b"x" * 4096 + b'"}')
+    for _ in range(5):
+        parsed = await parser.parse(b'{"jsonrpc":"2.0","method":"m","params":"' + b"x" * 4096 + b'"}')
     parser.close()
     print(type(parsed).__name__, parser.lost)
 asyncio.run(main())
