@@ -88,15 +88,7 @@ class InvalidInput:
         else:
             handling = Handling.FORWARDED
             out.append(Send(direction.destination, self._forward(direction, invalid, at)))
-        out.append(
-            InvalidSeen(
-                direction=direction,
-                reason=invalid.reason,
-                size=len(invalid.raw),
-                detail=invalid.detail,
-                handling=handling,
-            )
-        )
+        out.append(_seen(direction, invalid, handling))
 
     def element(
         self,
@@ -118,15 +110,7 @@ class InvalidInput:
             else:
                 forward = self._forward(direction, invalid, at)
             handling = Handling.DROPPED if forward is None else Handling.FORWARDED
-        out.append(
-            InvalidSeen(
-                direction=direction,
-                reason=invalid.reason,
-                size=len(invalid.raw),
-                detail=invalid.detail,
-                handling=handling,
-            )
-        )
+        out.append(_seen(direction, invalid, handling))
         return forward
 
     def oversized(self, direction: Direction, size: int, limit: int) -> list[Command]:
@@ -206,3 +190,14 @@ class InvalidInput:
             return Handling.DROPPED
         out.append(Send(direction.source, _refusal(invalid.detail)))
         return Handling.ANSWERED
+
+
+def _seen(direction: Direction, invalid: Invalid, handling: Handling) -> InvalidSeen:
+    """What is reported of ``invalid``, seen in ``direction`` and handled so."""
+    return InvalidSeen(
+        direction=direction,
+        reason=invalid.reason,
+        size=len(invalid.raw),
+        detail=invalid.detail,
+        handling=handling,
+    )

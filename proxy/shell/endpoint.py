@@ -20,12 +20,21 @@ __all__ = [
     "Received",
     "Signalable",
     "StreamOwner",
+    "bytes_of",
 ]
 
 Received = bytes | Oversized | Message | Batch | Invalid
 """One framed message, the marker of one that was too large to keep, or a message its endpoint
 parsed already (to route it: an HTTP POST, a message of an HTTP Agent), which the relay takes as
 it is, without parsing it again."""
+
+
+def bytes_of(received: Received | None) -> bytes | None:
+    """The message's bytes as the peer sent them (``None`` for the marker of one too large,
+    and for the end of the connection)."""
+    if received is None or isinstance(received, Oversized):
+        return None
+    return received if isinstance(received, bytes) else received.raw
 
 
 class Endpoint(Protocol):

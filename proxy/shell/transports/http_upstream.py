@@ -45,7 +45,7 @@ from typing import Any
 import aiohttp
 from aiohttp import hdrs
 
-from proxy.core.jsonrpc import Batch, ErrorCode, IdKey, Invalid, Kind, Message, error_response
+from proxy.core.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response
 from proxy.core.sse import SseDecoder
 from proxy.shell.defaults import (
     CONNECT_TIMEOUT,
@@ -53,7 +53,7 @@ from proxy.shell.defaults import (
     HTTP_OUTBOX_HIGH_WATER,
     HTTP_TIMEOUT,
 )
-from proxy.shell.endpoint import Received
+from proxy.shell.endpoint import Received, bytes_of
 from proxy.shell.limits import DEFAULT_MAX_SESSIONS, LimitReached
 from proxy.shell.log import get_logger, shorten
 from proxy.shell.observers import Observer
@@ -153,8 +153,8 @@ class HttpUpstream:
         if self._ended and self._inbox.empty():
             return None
         received = await self._inbox.get()
-        if isinstance(received, bytes | Message | Batch | Invalid):
-            self._inbox_size -= len(received if isinstance(received, bytes) else received.raw)
+        if (raw := bytes_of(received)) is not None:
+            self._inbox_size -= len(raw)
             if self._inbox_size <= HTTP_INBOX_HIGH_WATER:
                 self._inbox_room.set()
         return received
@@ -350,8 +350,8 @@ class HttpUpstream:
         while self._inbox_size > HTTP_INBOX_HIGH_WATER:
             self._inbox_room.clear()
             await self._inbox_room.wait()
-        if isinstance(data, bytes | Message | Batch | Invalid):
-            self._inbox_size += len(data if isinstance(data, bytes) else data.raw)
+        if (raw := bytes_of(data)) is not None:
+            self._inbox_size += len(raw)
         self._inbox.put_nowait(data)
 
     def _watch_sessions(self, message: Message) -> None:
