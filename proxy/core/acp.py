@@ -48,6 +48,7 @@ SUCCESSORS = frozenset({"proxy/successor", "_proxy/successor"})
 METHODS = frozenset(
     {
         INITIALIZE,
+        "authenticate",
         "auth/login",
         "auth/logout",
         "auth/status",
@@ -66,23 +67,45 @@ METHODS = frozenset(
         "session/status",
         "session/set_config_option",
         "session/set_mode",
+        "session/set_model",
         SESSION_CANCEL,
         SESSION_UPDATE,
         "session/request_permission",
         "tool_call/cancel",
+        "fs/read_text_file",
+        "fs/write_text_file",
+        "terminal/create",
+        "terminal/output",
+        "terminal/release",
+        "terminal/wait_for_exit",
+        "terminal/kill",
         "terminal/cancel",
+        "document/didOpen",
+        "document/didChange",
+        "document/didClose",
+        "document/didFocus",
+        "document/didSave",
+        "nes/start",
+        "nes/suggest",
+        "nes/accept",
+        "nes/reject",
+        "nes/close",
         ELICITATION_CREATE,
         "elicitation/complete",
         "providers/list",
         "providers/set",
         "providers/disable",
+        "mcp/connect",
+        "mcp/disconnect",
         "mcp/message",
         "proxy/initialize",
         *SUCCESSORS,
         CANCEL_REQUEST,
     }
 )
-"""Methods of ACP (v1 and the v2 draft) that label metrics by name; any other is ``other``."""
+"""Methods of ACP (v1 and the v2 draft) that label metrics by name; any other is ``other``. A
+fault file's ``when.method`` close to one of these but not one of them is named in a note (a
+typo)."""
 
 
 def method_label(method: str | None) -> str:

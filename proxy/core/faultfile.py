@@ -16,6 +16,7 @@ what it names: a few hundred bytes of nested aliases would otherwise expand to g
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import operator
@@ -38,6 +39,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from proxy.core import acp
 from proxy.core.actions import actions
 from proxy.core.actions.base import ActionModel, StrictModel
 from proxy.core.errors import ConfigError
@@ -218,16 +220,46 @@ fire."""
 
 
 def rule_notes(rules: Iterable[Rule]) -> list[Note]:
-    """The notes of ``rules``, in order: actions that need Clients on Streamable HTTP, and what
-    each action says of its parameters (``sever``'s old ``when``)."""
+    """The notes of ``rules``, in order: a method that looks misspelt, actions that need Clients
+    on Streamable HTTP, and what each action says of its parameters (``sever``'s old ``when``)."""
     notes = []
     for rule in rules:
+        misspelt = _misspelt_method(rule.when.method)
+        if misspelt is not None:
+            notes.append(Note(rule.name, "when.method", misspelt))
         action = actions[rule.do.action]
         if action.needs_http:
             notes.append(Note(rule.name, "do.action", f"{action.name} {HTTP_ONLY}", True))
         for field, message in action.notes(rule.do):
             notes.append(Note(rule.name, field, message))
     return notes
+
+
+def _misspelt_method(method: str) -> str | None:
+    """What to say of a ``when.method`` that names no ACP method but is close to one: it is
+    valid (an extension's method, a later version's) but never matches that one."""
+    if method in acp.METHODS or any(char in method for char in "*?["):
+        return None
+    close = difflib.get_close_matches(method, sorted(acp.METHODS), n=1, cutoff=0.8)
+    if not close:
+        return None
+    return f"{method!r} is no method of ACP (did you mean {close[0]!r}?): it never matches that one"
+
+
+def _suggestion(key: object) -> str:
+    """`` (did you mean 'method'?)`` for an unknown field close to a field of a fault file."""
+    if not isinstance(key, str):
+        return ""
+    close = difflib.get_close_matches(key, _field_names(), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _field_names() -> list[str]:
+    """Every field name a fault file can hold, in any of its models."""
+    models: list[type[BaseModel]] = [FaultFile, Rule, When, Schedule, *actions.models()]
+    return sorted(
+        {info.alias or name for model in models for name, info in model.model_fields.items()}
+    )
 
 
 # -- loading with located errors ---------------------------------------------------------------
@@ -327,18 +359,23 @@ def _yaml_lines(text: str) -> yaml.Node | None:
 
 
 def _line_of(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
-    """The 1-based line of the deepest node along ``loc`` in a composed YAML document."""
+    """The 1-based line of the deepest node along ``loc`` in a composed YAML document (of a
+    mapping's member: its key's, where the field is written)."""
     line = None if node is None else node.start_mark.line + 1
     for part in loc:
         if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+            member = next((kv for kv in node.value if getattr(kv[0], "value", None) == part), None)
+            if member is None:
+                break
+            key, node = member
+            line = key.start_mark.line + 1
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            node = node.value[part] if 0 <= part < len(node.value) else None
+            if not 0 <= part < len(node.value):
+                break
+            node = node.value[part]
+            line = node.start_mark.line + 1
         else:
-            node = None
-        if node is None:
             break
-        line = node.start_mark.line + 1
     return line
 
 
@@ -381,9 +418,12 @@ def _too_many(rules: Any, name: str, tree: yaml.Node | None = None) -> None:
 
 
 def parse_fault_file(text: str, name: str) -> FaultFile:
-    """Parse and validate one fault file's text (YAML, of which JSON is a subset)."""
+    """Parse and validate one fault file's text: YAML, or JSON (a subset of YAML) when its name
+    ends in ``.json``, which must then be JSON (a trailing comma YAML would accept is refused)."""
     if len(text) > MAX_FILE_BYTES:
         raise too_large(name)
+    if name.endswith(".json"):
+        _check_json(text, name)
     try:
         data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
     except _Refused as exc:
@@ -412,6 +452,17 @@ def parse_fault_file(text: str, name: str) -> FaultFile:
         raise _located(exc, data, name, _yaml_lines(text)) from None
 
 
+def _check_json(text: str, name: str) -> None:
+    """Refuse a ``.json`` file that is not JSON, located (YAML reads it next, for its lines)."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        message = f"not JSON: {exc.msg} (column {exc.colno})"
+        raise FaultFileError([Location(file=name, line=exc.lineno, message=message)]) from None
+    except RecursionError:
+        raise FaultFileError([Location(file=name, message="not JSON: nested too deeply")]) from None
+
+
 def _located(
     exc: ValidationError, data: Any, name: str, tree: yaml.Node | None = None
 ) -> FaultFileError:
@@ -421,7 +472,9 @@ def _located(
         loc = _clean_loc(error["loc"], data)
         rule, field_loc = _rule_name(data, loc)
         message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "union_tag_invalid":
+        if error["type"] == "extra_forbidden":
+            message = f"unknown field{_suggestion(loc[-1] if loc else None)}"
+        elif error["type"] == "union_tag_invalid":
             message = (
                 f"unknown action {error['input'].get('action')!r}; expected one of "
                 + (error["ctx"]["expected_tags"])
@@ -440,7 +493,7 @@ def _located(
     if duplicates:
         errors = [error for error in errors if not error.message.endswith(" is used twice")]
     errors += duplicates
-    return FaultFileError(errors)
+    return FaultFileError(sorted(errors, key=lambda error: error.line or 0))
 
 
 def _duplicate_names(data: Any, name: str, tree: yaml.Node | None) -> list[Location]:

@@ -100,7 +100,7 @@ def test_signals_by_name_or_number() -> None:
         ),
         (
             "version: 1\nrules:\n  - name: a\n    when:\n      methd: x\n    do: {action: drop}\n",
-            "f.yaml:5: rule 'a': when.methd: Extra inputs are not permitted",
+            "f.yaml:5: rule 'a': when.methd: unknown field (did you mean 'method'?)",
         ),
         (
             "version: 1\nrules:\n  - name: a\n    when: {method: 'session/[prompt'}\n    do: {action: drop}\n",
@@ -200,6 +200,44 @@ def test_every_error_is_reported_at_once() -> None:
     assert "rule 'b': do.ms: Field required" in errors[1]
 
 
+def test_an_unknown_field_is_located_at_its_key_with_the_field_it_resembles() -> None:
+    """A misspelt field is reported on the line its key is written (not its value's), with the
+    field it is close to; one close to no field gets no guess."""
+    text = "version: 1\nrule:\n  - name: a\n    do: {action: drop}\nrules: []\n"
+    assert errors_of(text) == ["f.yaml:2: rule: unknown field (did you mean 'rules'?)"]
+    text = "version: 1\nrules:\n  - name: a\n    do: {action: drop}\n    zebra: 1\n"
+    assert errors_of(text) == ["f.yaml:5: rule 'a': zebra: unknown field"]
+
+
+def test_a_json_file_must_be_json() -> None:
+    """A ``.json`` fault file is read as JSON: a trailing comma (which YAML accepts) is refused,
+    located; the same text named ``.yaml`` loads."""
+    text = '{"version": 1,\n "rules": [{"name": "a", "do": {"action": "drop"}},]\n}\n'
+    with pytest.raises(FaultFileError) as caught:
+        parse_fault_file(text, "f.json")
+    [error] = caught.value.errors
+    assert str(error) == "f.json:2: not JSON: Expecting value (column 52)"
+    assert [rule.name for rule in parse_fault_file(text, "f.yaml").rules] == ["a"]
+    good = '{"version": 1, "rules": [{"name": "a", "do": {"action": "drop"}}]}'
+    assert [rule.name for rule in parse_fault_file(good, "f.json").rules] == ["a"]
+
+
+def test_a_method_close_to_an_acp_method_is_noted() -> None:
+    """``session/promt`` is valid (a glob) but matches no ACP method: a note names the method it
+    resembles. An ACP method, a glob, an extension method and one close to none get no note."""
+
+    def notes(method: str) -> list[str]:
+        rule = {"name": "a", "when": {"method": method}, "do": {"action": "drop"}}
+        return [str(note) for note in rule_notes(validate_rules([rule]))]
+
+    assert notes("session/promt") == [
+        "rule 'a': when.method: 'session/promt' is no method of ACP (did you mean "
+        "'session/prompt'?): it never matches that one"
+    ]
+    for method in ("session/prompt", "session/*", "_zed/inspect", "fs/read_text_file", "x/y"):
+        assert notes(method) == []
+
+
 def test_a_repeated_name_is_reported_with_the_other_errors() -> None:
     """A name used twice is found in the same pass as a broken rule, located at the repeat."""
     text = (
@@ -207,9 +245,9 @@ def test_a_repeated_name_is_reported_with_the_other_errors() -> None:
         "    do: {action: drop}\n  - name: b\n    do: {action: delay}\n"
     )
     errors = errors_of(text)
-    assert errors == [
-        "f.yaml:7: rule 'b': do.ms: Field required",
+    assert errors == [  # in the order of their lines
         "f.yaml:4: rule 'a': name: rule name 'a' is used twice",
+        "f.yaml:7: rule 'b': do.ms: Field required",
     ]
     rules = [{"name": "a", "do": {"action": "drop"}}, {"name": "a", "do": {"action": "nope"}}]
     with pytest.raises(FaultFileError) as raised:
@@ -447,7 +485,7 @@ def test_at_most_max_rules(tmp_path: Path) -> None:
     """A file, the files of a run together, and the control API's rules hold at most MAX_RULES
     rules; one more is refused, located, before any rule is validated."""
     assert len(parse_fault_file(many_rules(MAX_RULES), "f.yaml").rules) == MAX_RULES
-    assert errors_of(many_rules(MAX_RULES + 1)) == ["f.yaml:3: rules: 1,001 rules: at most 1,000"]
+    assert errors_of(many_rules(MAX_RULES + 1)) == ["f.yaml:2: rules: 1,001 rules: at most 1,000"]
     half = tmp_path / "half.yaml"
     half.write_text(many_rules(MAX_RULES // 2 + 1))
     other = tmp_path / "other.json"
