@@ -3,6 +3,8 @@ checking that a submission was inserted once; and the rule that loses a prompt's
 
 from __future__ import annotations
 
+import json
+from textwrap import shorten
 from typing import Any
 
 from proxy.core import acp
@@ -42,7 +44,12 @@ async def open_session(lab: Lab, conversation: Conversation) -> str:
         version = result.get("protocolVersion")
         raise Skip(f"the Agent speaks protocol version {version}, not 2", every_trace=True)
     if not isinstance(result.get("capabilities"), dict) or "session" not in result["capabilities"]:
-        raise Skip("the Agent does not advertise capabilities.session", every_trace=True)
+        answer = shorten(json.dumps(result, separators=(",", ":")), 120)
+        raise Skip(
+            "the Agent does not advertise capabilities.session (v2's sessions; a v1 Agent "
+            f"that echoes the protocol version does not): its initialize answer was {answer}",
+            every_trace=True,
+        )
     return await new_session(conversation)
 
 

@@ -9,7 +9,9 @@
 - ``string-error``: every prompt is answered with ``"error": "nope"`` (not an object);
 - ``echo-key``: as ``ids``, with the request's key as the ``messageId``;
 - ``init-refuse``: ``initialize`` is answered ``-32602`` (a version it does not take);
-- ``init-crash``: ``initialize`` is answered ``-32603`` (the Agent failing as it starts).
+- ``init-crash``: ``initialize`` is answered ``-32603`` (the Agent failing as it starts);
+- ``echo-version``: ``initialize`` is answered ``{"protocolVersion": 2}`` alone, as a v1 Agent
+  that echoes the Client's version does (the official Python SDK's examples).
 
 START_DELAY (seconds) is how long it takes to start before it reads anything: a slow Agent.
 Other requests get ``-32601``.
@@ -71,6 +73,8 @@ def main() -> None:
         method, request_id, params = message["method"], message["id"], message.get("params") or {}
         if method == "initialize" and mode in INIT_ERRORS:
             send({"id": request_id, "error": INIT_ERRORS[mode]})
+        elif method == "initialize" and mode == "echo-version":
+            send({"id": request_id, "result": {"protocolVersion": 2}})
         elif method == "initialize":
             result = {"protocolVersion": 2, "capabilities": {"session": {}}}
             send({"id": request_id, "result": result})

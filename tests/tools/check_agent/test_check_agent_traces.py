@@ -100,3 +100,16 @@ def test_an_agent_that_is_not_a_v2_one_is_told_once_and_not_checked_again() -> N
     assert {result["status"] for result in results} == {"SKIP"}
     assert reasons[0] == "the Agent speaks protocol version 1, not 2"
     assert reasons[1:] == [f"{reasons[0]} (not run)"] * 7
+
+
+def test_an_agent_that_echoes_the_version_without_sessions_is_shown_its_answer() -> None:
+    """A v1 Agent that echoes the version it is asked for claims 2 but has no v2 sessions: the
+    reason says so and quotes its answer, so the user does not go looking for a capability."""
+    done = check_agent("--json", "--trace", "T0", "--", *BROKEN, "echo-version")
+    assert done.returncode == 2, done.stderr
+    (result,) = json.loads(done.stdout)
+    assert result["status"] == "SKIP"
+    assert result["reason"] == (
+        "the Agent does not advertise capabilities.session (v2's sessions; a v1 Agent that "
+        'echoes the protocol version does not): its initialize answer was {"protocolVersion":2}'
+    )
