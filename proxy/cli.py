@@ -58,6 +58,7 @@ app = typer.Typer(
     # click's plain help: flags without a type, option names beside their help at any width
     # (rich's table gives `<bool>` to every flag and a narrow help column at 80 columns).
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -132,9 +133,7 @@ def _root(
 def run(
     agent_cmd: Annotated[
         list[str] | None,
-        typer.Argument(
-            metavar="[-- AGENT_CMD ...]", help="The Agent to spawn, with its arguments."
-        ),
+        typer.Argument(metavar="-- AGENT_CMD", help="The Agent to spawn, with its arguments."),
     ] = None,
     listen: Annotated[
         str,
@@ -432,7 +431,7 @@ class TransportChoice(enum.StrEnum):
 @_command("check-agent")
 def check_agent_command(
     agent_cmd: Annotated[
-        list[str], typer.Argument(metavar="-- AGENT_CMD ...", help="The Agent to check.")
+        list[str], typer.Argument(metavar="-- AGENT_CMD", help="The Agent to check.")
     ],
     transport: Annotated[
         TransportChoice, typer.Option(help="Between the checker and the proxy.")
@@ -489,7 +488,7 @@ def client(
     agent_cmd: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[-- AGENT_CMD ...]",
+            metavar="-- AGENT_CMD",
             help="The Agent to spawn over stdio (typically acp-proxy run ... -- AGENT); "
             "started again when it exits.",
         ),
@@ -554,7 +553,7 @@ def demo(
     agent_cmd: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[-- AGENT_CMD ...]",
+            metavar="-- AGENT_CMD",
             help="Another Agent to run the demo against, with its arguments.",
         ),
     ] = None,
@@ -592,7 +591,7 @@ def report(
     traces: Annotated[
         list[Path],
         typer.Argument(
-            metavar="TRACE ...", help="JSONL traces (--trace), e.g. one per proxy; merged by time."
+            metavar="TRACE", help="JSONL traces (--trace), e.g. one per proxy; merged by time."
         ),
     ],
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -677,12 +676,15 @@ def bench(
 
 @_command()
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="Fault files to check.", dir_okay=False)],
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE", help="Fault files to check.", dir_okay=False)
+    ],
 ) -> int:
     """Check fault files: exit 0, or 2 with every error located (file, line, rule, field).
 
     What is valid but worth a word (an action that fires only for Clients on Streamable HTTP, an
-    old field name) is a note on stderr; the verdict goes to stdout.
+    old field name, a method that looks misspelt) is a note on stderr; the verdict goes to
+    stdout.
     """
     return validate_main(files)
 
