@@ -70,6 +70,7 @@ ELSEWHERE: dict[str, str] = {
     "tools/report/command.py": "tools/report/test_report_html.py",
     "tools/report/keys.py": "tools/report/test_report.py",
     "tools/report/load.py": "tools/report/test_report.py",
+    "tools/report/model.py": "tools/report/test_report.py",
     "tools/report/prompts.py": "tools/report/test_report.py",
     "tools/report/summary.py": "tools/report/test_report.py",
     "tools/report/tables.py": "tools/report/test_report.py",

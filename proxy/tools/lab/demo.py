@@ -33,14 +33,20 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from proxy.core.errors import OptionError, at_least, os_cause
 from proxy.shell.defaults import MIN_TIMEOUT
 from proxy.tools import cannot_run
 from proxy.tools.lab.client import ClientOptions, ClientReport, run_client
 from proxy.tools.lab.client import render as render_client
-from proxy.tools.report import findings_phrase, load_traces, plural, render_text, summarize
+from proxy.tools.report import (
+    Summary,
+    findings_phrase,
+    load_traces,
+    plural,
+    render_text,
+    summarize,
+)
 
 __all__ = ["ANSWER_TIMEOUT", "DEMO_FAULTS", "DemoOptions", "DemoResult", "demo_main", "run_demo"]
 
@@ -116,7 +122,7 @@ class DemoResult:
     """What the demo saw, and its exit status."""
 
     client: ClientReport
-    summary: dict[str, Any] | None
+    summary: Summary | None
     """The proxy's trace summarized (``None`` when nothing was checked)."""
     text: str
     """The report for people; when nothing was checked, the one line saying why."""
@@ -228,7 +234,7 @@ def _unchecked(report: ClientReport, agent_argv: tuple[str, ...]) -> str:
     return f"cannot run the demo against {name}: {report.error}"
 
 
-def _render(report: ClientReport, summary: dict[str, Any], agent: str, own_agent: bool) -> str:
+def _render(report: ClientReport, summary: Summary, agent: str, own_agent: bool) -> str:
     lines = [
         "acp-proxy demo: the reference Client -> the proxy with a built-in fault file -> " + agent,
         "",
@@ -240,9 +246,9 @@ def _render(report: ClientReport, summary: dict[str, Any], agent: str, own_agent
     return "\n".join(lines)
 
 
-def _result(report: ClientReport, summary: dict[str, Any], own_agent: bool) -> list[str]:
+def _result(report: ClientReport, summary: Summary, own_agent: bool) -> list[str]:
     """The closing lines: the verdict of the Client and of the proxy, and whether they agree."""
-    found = int(summary["findings"]["count"])
+    found = summary["findings"]["count"]
     if report.ok and found == 0:
         clean = (
             "Result: every lost answer was retried with its key and every submission is in the "
@@ -277,7 +283,9 @@ def _result(report: ClientReport, summary: dict[str, Any], own_agent: bool) -> l
     ledger = {
         finding["key"]
         for finding in summary["findings"]["list"]
-        if finding["check"] == "duplicate_insert" and finding["session"] == report.session_id
+        if finding["check"] == "duplicate_insert"
+        and finding["session"] == report.session_id
+        and finding["key"] is not None  # a ledger's duplicate_insert always names its key
     }
     client = {submission.key for submission in twice}
     if ledger != client:

@@ -8,7 +8,8 @@ The package, by concern:
 * :mod:`~proxy.tools.report.prompts`: the ``session/prompt`` attempts rebuilt from their records,
   their outcomes and retries; :mod:`~proxy.tools.report.keys`: each idempotency key over every
   node and run;
-* :mod:`~proxy.tools.report.summary`: the JSON-ready summary (``--json``) of all that;
+* :mod:`~proxy.tools.report.summary`: the JSON-ready summary (``--json``) of all that, typed by
+  :mod:`~proxy.tools.report.model` (a ``TypedDict`` per shape, read back by the renderings);
 * :mod:`~proxy.tools.report.tables`: the summary's tables, for both renderings;
   :mod:`~proxy.tools.report.text` renders them for people, :mod:`~proxy.tools.report.html` as a
   page with a timeline;
@@ -46,11 +47,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from proxy.tools.report.load import TraceReadError, TraceRecords, load_traces
+from proxy.tools.report.model import Summary
 from proxy.tools.report.summary import summarize
 from proxy.tools.report.tables import findings_phrase, plural
 from proxy.tools.report.text import render_text
 
 __all__ = [
+    "Summary",
     "TraceReadError",
     "TraceRecords",
     "findings_phrase",

@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from proxy.core import acp
 from proxy.core.actions import ActionName
@@ -63,12 +62,15 @@ from proxy.core.records import (
     ReloadRecord,
     RestartRecord,
     TraceHeader,
+    TraceRecord,
     as_json,
 )
 from proxy.tools.report.load import Entry, TraceReadError, load_traces
+from proxy.tools.report.model import Finding, RetryView, Summary
 from proxy.tools.report.prompts import LEDGER_RECORDS, HoldKey, hold_key, rules_text, wire_text
 from proxy.tools.report.summary import WARNING_CHECKS, summarize
 from proxy.tools.report.tables import (
+    Cell,
     connections_table,
     faults_table,
     findings_phrase,
@@ -170,18 +172,18 @@ svg .retry-note { fill: var(--warn); font-weight: 600; }
 """
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     """Any value as escaped text (``-`` for ``None``)."""
     if value is None:
         return "-"
     return escape(str(value), quote=True)
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Cell) -> str:
     if value is None:
         return '<td class="none">-</td>'
     if isinstance(value, float):
@@ -193,7 +195,7 @@ def _cell(value: Any) -> str:
 
 def _table(
     header: Sequence[str],
-    rows: Iterable[Sequence[Any]],
+    rows: Iterable[Sequence[Cell]],
     *,
     classes: Sequence[str] | None = None,
     table_class: str = "",
@@ -224,7 +226,7 @@ def _stamp(at: float | None) -> str:
 # -- the summary tables --------------------------------------------------------------------------
 
 
-def _header(summary: dict[str, Any], names: dict[str, str]) -> str:
+def _header(summary: Summary, names: dict[str, str]) -> str:
     totals, span, files = summary["totals"], summary["span"], summary["files"]
     verdict = str(summary["verdict"])
     out = [
@@ -271,18 +273,18 @@ def _header(summary: dict[str, Any], names: dict[str, str]) -> str:
     return "\n".join(out)
 
 
-def _totals(summary: dict[str, Any]) -> str:
+def _totals(summary: Summary) -> str:
     rows = totals_rows(summary, runs_and_reloads=True)
     return '<h2 id="totals">Totals</h2>' + _table(["", ""], rows, table_class="totals")
 
 
-def _faults(summary: dict[str, Any], names: dict[str, str]) -> str:
+def _faults(summary: Summary, names: dict[str, str]) -> str:
     return '<h2 id="faults">Faults injected</h2>' + _table(
         *faults_table(summary, names), table_class="faults", empty="no fault injected"
     )
 
 
-def _messages(summary: dict[str, Any]) -> str:
+def _messages(summary: Summary) -> str:
     relayed = _table(
         *relayed_table(summary), table_class="messages-relayed", empty="no message relayed"
     )
@@ -310,7 +312,7 @@ def _messages(summary: dict[str, Any]) -> str:
     )
 
 
-def _prompts(summary: dict[str, Any], names: dict[str, str]) -> str:
+def _prompts(summary: Summary, names: dict[str, str]) -> str:
     note = prompts_note(summary)
     return (
         '<h2 id="prompts">Prompts</h2><p class="note">session/prompt requests, rebuilt from the '
@@ -322,7 +324,7 @@ def _prompts(summary: dict[str, Any], names: dict[str, str]) -> str:
     )
 
 
-def _keys(summary: dict[str, Any], names: dict[str, str]) -> str:
+def _keys(summary: Summary, names: dict[str, str]) -> str:
     header, rows = keys_table(summary, names)
     return (
         '<h2 id="keys">Idempotency keys</h2><p class="note">each (session, key) over every '
@@ -337,7 +339,7 @@ def _keys(summary: dict[str, Any], names: dict[str, str]) -> str:
     )
 
 
-def _retries(summary: dict[str, Any], names: dict[str, str], rows: dict[int, int]) -> str:
+def _retries(summary: Summary, names: dict[str, str], rows: dict[int, int]) -> str:
     retries = summary["retries"]
     note = ""
     if retries["delay_ms"] is not None:
@@ -358,7 +360,7 @@ def _retries(summary: dict[str, Any], names: dict[str, str], rows: dict[int, int
     )
 
 
-def _findings(summary: dict[str, Any], names: dict[str, str]) -> str:
+def _findings(summary: Summary, names: dict[str, str]) -> str:
     found = summary["findings"]["list"]
     return (
         f'<h2 id="findings">Findings</h2><p class="meta">{_e(findings_phrase(summary))}</p>'
@@ -430,7 +432,7 @@ def _held_for(record: HeldRecord) -> str:
     return f"{record.delay_ms:.1f} ms by {rules_text(record.rules)}"
 
 
-def _css_word(value: Any) -> str:
+def _css_word(value: object) -> str:
     """A value usable as one CSS class (anything else becomes ``other``)."""
     text = str(value)
     if text and all(c.isalnum() or c in "_-" for c in text):
@@ -438,7 +440,7 @@ def _css_word(value: Any) -> str:
     return "other"
 
 
-def _title(record: Any) -> str:
+def _title(record: TraceRecord) -> str:
     """A record as its trace line has it (the row's tooltip)."""
     return wire_text(as_json(record))
 
@@ -446,7 +448,7 @@ def _title(record: Any) -> str:
 class _Timeline:
     """Builds the rows of the timeline from the records."""
 
-    def __init__(self, summary: dict[str, Any], names: dict[str, str], limit: int) -> None:
+    def __init__(self, summary: Summary, names: dict[str, str], limit: int) -> None:
         self.summary = summary
         self.names = names
         self.several = len(summary["files"]) > 1
@@ -674,7 +676,7 @@ class _Timeline:
             detail=record.detail,
         )
 
-    def _merged_finding(self, finding: dict[str, Any]) -> None:
+    def _merged_finding(self, finding: Finding) -> None:
         """A finding of the merged traces (``by: report``), named by the nodes involved."""
         prefix = f"[{', '.join(self.names.get(n, n) for n in finding['nodes'])}] "
         self._finding_row(
@@ -708,7 +710,7 @@ class _Timeline:
         row.label = prefix + f"\u2691 finding {check}: session {session}, key {key}: {detail}"
         row.title = row.label
 
-    def _lost_row(self, retry: dict[str, Any]) -> int | None:
+    def _lost_row(self, retry: RetryView) -> int | None:
         """The row of the attempt a retry retries."""
         key = (
             retry["lost_node"],
@@ -816,9 +818,7 @@ def _timeline(timeline: _Timeline) -> str:
     )
 
 
-def render_html(
-    records: Sequence[Entry], summary: dict[str, Any], *, limit: int = MAX_MESSAGES
-) -> str:
+def render_html(records: Sequence[Entry], summary: Summary, *, limit: int = MAX_MESSAGES) -> str:
     """The report as one self-contained HTML document (inline CSS and SVG, nothing fetched).
 
     ``records`` are the merged records of :func:`proxy.tools.report.load_traces` and ``summary``

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from proxy.core.observations import Check
 from proxy.core.records import KeyedMessageRecord, KeyedRecord
 from proxy.tools.report.load import Entry
+from proxy.tools.report.model import Finding, KeyFinding, KeyRow, KeyVerdict
+from proxy.tools.report.prompts import since
 
 __all__ = ["Keys"]
 
@@ -62,7 +63,7 @@ class _Key:
             return "across nodes"
         return "across proxy runs" if len(self.scopes) > 1 else ""
 
-    def verdict(self) -> str:
+    def verdict(self) -> KeyVerdict:
         count = len(self.messages)
         return "no messageId seen" if not count else "one message" if count == 1 else "duplicate"
 
@@ -99,8 +100,9 @@ class Keys:
         if entry.node not in nodes:
             nodes.append(entry.node)
 
-    def view(self) -> list[dict[str, Any]]:
-        """Each (session, key) in order of first sight, JSON-ready (``time``: its first record)."""
+    def view(self, start: float | None) -> list[KeyRow]:
+        """Each (session, key) in order of first sight, JSON-ready (``time``: its first record,
+        ``at_s``: that many seconds after ``start``)."""
         return [
             {
                 "session": entry.session,
@@ -114,22 +116,23 @@ class Keys:
                 "message_ids": list(entry.messages),
                 "message_nodes": {mid: sorted(nodes) for mid, nodes in entry.messages.items()},
                 "verdict": entry.verdict(),
+                "at_s": since(entry.time, start),
             }
             for entry in self._keys.values()
         ]
 
-    def findings(self, written: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    def findings(self, written: Iterable[Finding]) -> list[KeyFinding]:
         """The findings only the merged records show: none that a ledger ``written`` already.
 
         Each is a finding of the trace's shape (``check``, ``session``, ``key``, ``detail``,
         ``time``) with ``nodes``, every node whose records name the key.
         """
         done = {
-            (f.get("check"), f.get("session"), f.get("key"))
+            (f["check"], f["session"], f["key"])
             for f in written
-            if isinstance(f.get("session"), str) and isinstance(f.get("key"), str)
+            if f["session"] is not None and f["key"] is not None
         }
-        found = []
+        found: list[KeyFinding] = []
         for entry in self._keys.values():
             across = entry.across() or "in the merged traces"
             if (
@@ -156,10 +159,10 @@ class Keys:
                         f"{across}, one key came with {len(entry.prompts)} different prompts",
                     )
                 )
-        return sorted(found, key=lambda finding: float(finding["time"]))
+        return sorted(found, key=lambda finding: finding["time"])
 
     @staticmethod
-    def _finding(check: Check, entry: _Key, at: float, detail: str) -> dict[str, Any]:
+    def _finding(check: Check, entry: _Key, at: float, detail: str) -> KeyFinding:
         return {
             "check": check.value,
             "session": entry.session,

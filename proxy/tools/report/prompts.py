@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 from proxy.core import acp
 from proxy.core.actions import ActionName
@@ -53,6 +53,7 @@ from proxy.core.records import (
     TraceHeader,
 )
 from proxy.tools.report.load import Entry
+from proxy.tools.report.model import AttemptFault, AttemptView, Outcome, RetryView
 
 __all__ = [
     "LEDGER_RECORDS",
@@ -78,9 +79,11 @@ HoldKey = tuple[str, int, int | None, int | None]
 """What names one hold: the node, the proxy run in its file, the link, the ``hold``."""
 PendingKey = tuple[str, int, int | None, str]
 """What names a request awaiting its answer: node, run, link, its ``forwarded_id`` (as text)."""
+_Waiting = TypeVar("_Waiting", HoldKey, PendingKey)
+"""The key of a table of attempts awaiting something: a hold's delivery, or an answer."""
 
 
-def wire_text(value: Any) -> str:
+def wire_text(value: JsonValue) -> str:
     """A JSON value (an id) as compact text, as it would appear on the wire."""
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
@@ -119,7 +122,7 @@ class _Fault:
     def name(self) -> str:
         return f"{self.action} (rule {self.rule})"
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> AttemptFault:
         return {"rule": self.rule, "action": self.action, "node": self.node, "on": self.on}
 
 
@@ -163,7 +166,7 @@ class Attempt:
             return self.cut_at, self.cut_by
         return None
 
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         """``answered``, ``error``, ``injected_error``, ``lost`` or ``unanswered``."""
         if self.loss() is not None:
             return "lost"
@@ -177,7 +180,7 @@ class Attempt:
             return None
         return self.size - len(wire_text(self.id))
 
-    def view(self, start: float | None) -> dict[str, Any]:
+    def view(self, start: float | None) -> AttemptView:
         loss = self.loss()
         return {
             "node": self.node,
@@ -358,27 +361,14 @@ class Prompts:
         A restart names the cause even when the Agent's closed connection was recorded first.
         """
         scope, at = (entry.node, entry.run, link), entry.time
-        tables: tuple[dict[Any, Attempt], ...] = (self._pending, self._held)
-        for table in tables:
-            for key, attempt in list(table.items()):
-                if key[:3] == scope:
-                    if attempt.cut_at is None:
-                        attempt.cut_at = at
-                    if attempt.cut_by is None or overrides:
-                        attempt.cut_by = why
-                    if forget:
-                        del table[key]
+        _cut_on_link(self._pending, scope, at, why, forget=forget, overrides=overrides)
+        _cut_on_link(self._held, scope, at, why, forget=forget, overrides=overrides)
 
     def _cut_all(self, node: str, at: float, why: str) -> None:
-        tables: tuple[dict[Any, Attempt], ...] = (self._pending, self._held)
-        for table in tables:
-            for key, attempt in list(table.items()):
-                if key[0] == node:
-                    if attempt.cut_at is None:
-                        attempt.cut_at, attempt.cut_by = at, why
-                    del table[key]
+        _cut_on_node(self._pending, node, at, why)
+        _cut_on_node(self._held, node, at, why)
 
-    def retries(self, start: float | None) -> list[dict[str, Any]]:
+    def retries(self, start: float | None) -> list[RetryView]:
         """Mark and list the retries.
 
         A keyed attempt retries the latest earlier attempt with its session and key, on any node;
@@ -390,7 +380,7 @@ class Prompts:
             loss = attempt.loss()
             if loss is not None:
                 losses[attempt.session].append((loss[0], attempt, loss[1]))
-        found = []
+        found: list[RetryView] = []
         previous: dict[str | None, float] = {}
         keyed: dict[tuple[str, str], Attempt] = {}
         for attempt in sorted(self.attempts, key=lambda a: a.time):
@@ -441,3 +431,34 @@ class Prompts:
                 }
             )
         return found
+
+
+def _cut_on_link(
+    table: dict[_Waiting, Attempt],
+    scope: tuple[str, int, int | None],
+    at: float,
+    why: str,
+    *,
+    forget: bool,
+    overrides: bool,
+) -> None:
+    """The attempts of ``table`` on one link (``scope``: node, run, link) were cut ``at``, ``why``
+    (``overrides``: even when a cause is known); ``forget`` takes them out of the table."""
+    for key, attempt in list(table.items()):
+        if key[:3] == scope:
+            if attempt.cut_at is None:
+                attempt.cut_at = at
+            if attempt.cut_by is None or overrides:
+                attempt.cut_by = why
+            if forget:
+                del table[key]
+
+
+def _cut_on_node(table: dict[_Waiting, Attempt], node: str, at: float, why: str) -> None:
+    """The attempts of ``table`` on ``node`` were cut ``at``, ``why``, unless they were already;
+    they leave the table."""
+    for key, attempt in list(table.items()):
+        if key[0] == node:
+            if attempt.cut_at is None:
+                attempt.cut_at, attempt.cut_by = at, why
+            del table[key]

@@ -5,8 +5,8 @@ every record (messages by direction, kind and method; every disposition other th
 apart; faults by rule and action; connections, restarts, reloads), the messages rules held
 (:class:`_Holds`), the prompts and their retries (:mod:`proxy.tools.report.prompts`), the keys
 over every node (:mod:`proxy.tools.report.keys`) and the findings: the ledgers' own, and those
-only the merged traces show. The summary is what ``report --json`` prints, and what the text and
-the page render.
+only the merged traces show. The summary (a :class:`~proxy.tools.report.model.Summary`) is what
+``report --json`` prints, and what the text and the page render.
 
 A message counts once, when it left the proxy (its ``message`` record). A held message (a
 ``held`` record) is joined to the record of its delivery by its hold: one never sent (discarded
@@ -19,9 +19,9 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Literal
 
-from proxy.core.observations import Check
+from proxy.core.observations import Check, ReloadResult, RestartWhat
 from proxy.core.records import (
     TRACE_VERSION,
     ConnectionRecord,
@@ -37,6 +37,21 @@ from proxy.core.records import (
 )
 from proxy.tools.report.keys import Keys
 from proxy.tools.report.load import Entry, FileInfo, TraceRecords
+from proxy.tools.report.model import (
+    ConnectionRow,
+    FaultsView,
+    FileRow,
+    Finding,
+    FindingsView,
+    HeldRow,
+    KeysView,
+    MessagesView,
+    Outcome,
+    SessionRow,
+    Spread,
+    Summary,
+    Verdict,
+)
 from proxy.tools.report.prompts import (
     Attempt,
     HoldKey,
@@ -58,7 +73,7 @@ _Row = tuple[str, str, str, str]
 """direction, kind, method (``-`` for none), rules."""
 
 
-def _spread(values: list[float]) -> dict[str, float] | None:
+def _spread(values: list[float]) -> Spread | None:
     if not values:
         return None
     return {
@@ -68,7 +83,7 @@ def _spread(values: list[float]) -> dict[str, float] | None:
     }
 
 
-def _file_view(info: FileInfo) -> dict[str, Any]:
+def _file_view(info: FileInfo) -> FileRow:
     return {
         "node": info.node,
         "records": info.records,
@@ -143,7 +158,7 @@ class _Holds:
         """The trace ended: what is still held was never sent."""
         self._close(lambda key: True, "still held when the trace ended")
 
-    def view(self) -> list[dict[str, Any]]:
+    def view(self) -> list[HeldRow]:
         return [
             {
                 "direction": direction,
@@ -174,11 +189,11 @@ class _Counts:
         self.actions: Counter[str] = Counter()
         self.opened: Counter[tuple[str, str]] = Counter()
         self.closed: Counter[tuple[str, str]] = Counter()
-        self.restarts: Counter[str] = Counter()
+        self.restarts: Counter[RestartWhat] = Counter()
         self.abandoned = 0
-        self.reloads: Counter[str] = Counter()
+        self.reloads: Counter[ReloadResult] = Counter()
         self.ignored: Counter[str] = Counter()
-        self.findings: list[dict[str, Any]] = []
+        self.findings: list[Finding] = []
         self.holds = _Holds()
 
     def step(self, entry: Entry) -> None:
@@ -240,7 +255,7 @@ class _Counts:
         self.holds.finish()
         self.not_relayed.update(self.holds.never_sent)
 
-    def messages(self) -> dict[str, Any]:
+    def messages(self) -> MessagesView:
         return {
             "relayed": [
                 {
@@ -270,7 +285,7 @@ class _Counts:
             "held": self.holds.view(),
         }
 
-    def faults_view(self) -> dict[str, Any]:
+    def faults_view(self) -> FaultsView:
         return {
             "by_rule": [
                 {
@@ -284,7 +299,7 @@ class _Counts:
             "by_action": dict(sorted(self.actions.items())),
         }
 
-    def connections(self) -> list[dict[str, Any]]:
+    def connections(self) -> list[ConnectionRow]:
         return [
             {
                 "side": side,
@@ -296,7 +311,7 @@ class _Counts:
         ]
 
 
-def _findings_view(findings: list[dict[str, Any]]) -> dict[str, Any]:
+def _findings_view(findings: list[Finding]) -> FindingsView:
     return {
         "count": len(findings),
         "failing": sum(1 for finding in findings if not finding["warning"]),
@@ -305,14 +320,21 @@ def _findings_view(findings: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _merged_findings(
-    written: list[dict[str, Any]], keys: Keys, start: float | None
-) -> list[dict[str, Any]]:
+def _merged_findings(written: list[Finding], keys: Keys, start: float | None) -> list[Finding]:
     """The ledgers' findings and those only the merged traces show
-    (:mod:`proxy.tools.report.keys`)."""
-    found = [
+    (:mod:`proxy.tools.report.keys`), in time order.
+
+    A finding of the report has the fields of :meth:`~proxy.tools.report.keys.Keys.findings` in
+    their order there, then ``warning``, ``by``, ``node``, ``link``, ``at_s`` (as ``--json`` prints
+    it)."""
+    found: list[Finding] = [
         {
-            **finding,
+            "check": finding["check"],
+            "session": finding["session"],
+            "key": finding["key"],
+            "detail": finding["detail"],
+            "time": finding["time"],
+            "nodes": finding["nodes"],
             "warning": finding["check"] in WARNING_CHECKS,
             "by": "report",
             "node": None,
@@ -321,11 +343,11 @@ def _merged_findings(
         }
         for finding in keys.findings(written)
     ]
-    return sorted(written + found, key=lambda finding: float(finding["time"]))
+    return sorted(written + found, key=lambda finding: finding["time"])
 
 
-def _keys_view(keys: Keys, start: float | None) -> dict[str, Any]:
-    listed = [{**key, "at_s": since(key["time"], start)} for key in keys.view()]
+def _keys_view(keys: Keys, start: float | None) -> KeysView:
+    listed = keys.view(start)
     return {
         "count": len(listed),
         "retried": sum(1 for key in listed if key["retries"]),
@@ -335,9 +357,19 @@ def _keys_view(keys: Keys, start: float | None) -> dict[str, Any]:
     }
 
 
-def _sessions(attempts: list[Attempt], findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+_COLUMNS: dict[Outcome, Literal["answered", "errors", "lost", "unanswered"]] = {
+    "answered": "answered",
+    "error": "errors",
+    "injected_error": "errors",
+    "lost": "lost",
+    "unanswered": "unanswered",
+}
+"""The column of a session's row that counts each outcome."""
+
+
+def _sessions(attempts: list[Attempt], findings: list[Finding]) -> list[SessionRow]:
     """Per session: attempts by outcome, retries, nodes, and the keys its findings name."""
-    rows: dict[str | None, dict[str, Any]] = {}
+    rows: dict[str | None, SessionRow] = {}
     nodes: defaultdict[str | None, set[str]] = defaultdict(set)
     for attempt in attempts:
         row = rows.setdefault(
@@ -355,8 +387,7 @@ def _sessions(attempts: list[Attempt], findings: list[dict[str, Any]]) -> list[d
             },
         )
         row["attempts"] += 1
-        outcome = attempt.outcome()
-        row["errors" if outcome in ("error", "injected_error") else outcome] += 1
+        row[_COLUMNS[attempt.outcome()]] += 1
         row["retries"] += int(attempt.retry_of is not None)
         nodes[attempt.session].add(attempt.node)
     for session, row in rows.items():
@@ -383,7 +414,7 @@ def _notes(files: list[FileInfo]) -> list[str]:
     return notes
 
 
-def summarize(entries: Sequence[Entry]) -> dict[str, Any]:
+def summarize(entries: Sequence[Entry]) -> Summary:
     """The summary of merged trace records (from :func:`~proxy.tools.report.load.load_traces`),
     JSON-ready."""
     files = entries.files if isinstance(entries, TraceRecords) else _files_of(entries)
@@ -405,7 +436,9 @@ def summarize(entries: Sequence[Entry]) -> dict[str, Any]:
     all_findings = _merged_findings(counts.findings, keys, start)
     findings = _findings_view(all_findings)
     keyed = _keys_view(keys, start)
-    verdict = "failing" if findings["failing"] else "warnings" if findings["count"] else "clean"
+    verdict: Verdict = (
+        "failing" if findings["failing"] else "warnings" if findings["count"] else "clean"
+    )
     return {
         "report_version": REPORT_VERSION,
         "files": [_file_view(info) for info in files],

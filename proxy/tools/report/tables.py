@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+
+from proxy.core.records import JsonValue
+from proxy.tools.report.model import KeyRow, Summary
 
 __all__ = [
+    "Cell",
     "Table",
     "connections_table",
     "faults_table",
@@ -40,7 +43,7 @@ def _at(seconds: float | None) -> str:
     return "-" if seconds is None else f"+{seconds:.3f}s"
 
 
-def findings_phrase(summary: dict[str, Any]) -> str:
+def findings_phrase(summary: Summary) -> str:
     """The findings of a summary in a few words (``0 findings`` when clean)."""
     found = summary["findings"]
     count, failing = found["count"], found["failing"]
@@ -67,7 +70,9 @@ def short_names(nodes: Iterable[str]) -> dict[str, str]:
 # for both renderers: the text here (``_table``) and the page (``proxy.tools.report.html``) only
 # format them. ``names`` names each node (:func:`short_names`; a node it lacks is shown as it is).
 
-Table = tuple[list[str], list[list[Any]]]
+Cell = str | int | float | None
+"""A table's cell: text, a number, or no value."""
+Table = tuple[list[str], list[list[Cell]]]
 """A table: its column titles and its rows."""
 
 
@@ -75,7 +80,7 @@ def _nodes(names: Mapping[str, str], nodes: Iterable[str]) -> str:
     return ", ".join(names.get(node, node) for node in nodes)
 
 
-def totals_rows(summary: dict[str, Any], *, runs_and_reloads: bool = False) -> list[list[str]]:
+def totals_rows(summary: Summary, *, runs_and_reloads: bool = False) -> list[list[str]]:
     """The totals, a ``[name, text]`` row each.
 
     ``runs_and_reloads`` adds the proxy runs, and the rule reloads when there were any, after the
@@ -127,7 +132,7 @@ def totals_rows(summary: dict[str, Any], *, runs_and_reloads: bool = False) -> l
     return rows
 
 
-def faults_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
+def faults_table(summary: Summary, names: Mapping[str, str]) -> Table:
     """The faults injected, by rule and action."""
     return ["rule", "action", "count", "nodes"], [
         [f["rule"], f["action"], f["count"], _nodes(names, f["nodes"])]
@@ -135,7 +140,7 @@ def faults_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
     ]
 
 
-def relayed_table(summary: dict[str, Any]) -> Table:
+def relayed_table(summary: Summary) -> Table:
     """The messages relayed, by direction, kind and method."""
     return ["direction", "kind", "method", "count", "bytes", "p50 ms", "max ms"], [
         [
@@ -151,7 +156,7 @@ def relayed_table(summary: dict[str, Any]) -> Table:
     ]
 
 
-def not_relayed_table(summary: dict[str, Any]) -> Table:
+def not_relayed_table(summary: Summary) -> Table:
     """The messages not relayed, by disposition."""
     return ["disposition", "direction", "kind", "method or reason", "count"], [
         [m["disposition"], m["direction"], m["kind"], m["method"] or m["reason"], m["count"]]
@@ -159,7 +164,7 @@ def not_relayed_table(summary: dict[str, Any]) -> Table:
     ]
 
 
-def held_table(summary: dict[str, Any]) -> Table:
+def held_table(summary: Summary) -> Table:
     """The messages rules held (``delay``, spaced ``duplicate`` copies), by rule: how many, how
     many were sent when released, how long they were held."""
     headers = ["direction", "kind", "method", "rules", "held", "sent", "not sent", "p50 ms"]
@@ -179,14 +184,14 @@ def held_table(summary: dict[str, Any]) -> Table:
     ]
 
 
-def connections_table(summary: dict[str, Any]) -> Table:
+def connections_table(summary: Summary) -> Table:
     """The connections opened and closed, by side and transport."""
     return ["side", "transport", "opened", "closed"], [
         [c["side"], c["transport"], c["opened"], c["closed"]] for c in summary["connections"]
     ]
 
 
-def prompts_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
+def prompts_table(summary: Summary, names: Mapping[str, str]) -> Table:
     """The prompts per session, by outcome."""
     headers = [
         "session",
@@ -215,7 +220,7 @@ def prompts_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
     ]
 
 
-def prompts_note(summary: dict[str, Any]) -> str:
+def prompts_note(summary: Summary) -> str:
     """The injected copies of prompts and the answers to them swallowed (empty when none)."""
     prompts = summary["prompts"]
     extra = []
@@ -227,10 +232,10 @@ def prompts_note(summary: dict[str, Any]) -> str:
 
 
 def retries_table(
-    summary: dict[str, Any],
+    summary: Summary,
     names: Mapping[str, str],
     *,
-    id_text: Callable[[Any], str],
+    id_text: Callable[[JsonValue], str],
     timeline_rows: Mapping[int, int] | None = None,
 ) -> Table:
     """The retries, each id written by ``id_text``.
@@ -252,7 +257,7 @@ def retries_table(
         "same size",
         "outcome",
     ]
-    rows = []
+    rows: list[list[Cell]] = []
     for index, r in enumerate(summary["retries"]["list"]):
         number = None if timeline_rows is None else timeline_rows.get(index)
         lost_on = names.get(r["lost_node"], r["lost_node"])
@@ -278,7 +283,7 @@ def retries_table(
     return headers, rows
 
 
-def keys_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
+def keys_table(summary: Summary, names: Mapping[str, str]) -> Table:
     """The idempotency keys worth a look: retried, seen by several nodes, or given several
     messages or prompts (the others are counted by :func:`keys_note`)."""
     return ["at", "session", "key", "attempts", "nodes", "prompts", "messageIds", "verdict"], [
@@ -297,11 +302,11 @@ def keys_table(summary: dict[str, Any], names: Mapping[str, str]) -> Table:
     ]
 
 
-def _notable(key: dict[str, Any]) -> bool:
+def _notable(key: KeyRow) -> bool:
     return bool(key["retries"]) or len(key["nodes"]) > 1 or key["verdict"] == "duplicate"
 
 
-def keys_note(summary: dict[str, Any]) -> str:
+def keys_note(summary: Summary) -> str:
     """The keys in all, and how many :func:`keys_table` leaves out (each one attempt, one node)."""
     keys = summary["keys"]
     plain = sum(1 for key in keys["list"] if not _notable(key))
@@ -316,13 +321,13 @@ def keys_note(summary: dict[str, Any]) -> str:
 
 
 def findings_table(
-    summary: dict[str, Any], names: Mapping[str, str], *, check_first: bool = False
+    summary: Summary, names: Mapping[str, str], *, check_first: bool = False
 ) -> Table:
     """The findings in time order; ``check_first`` puts the check before the time."""
-    rows = []
+    rows: list[list[Cell]] = []
     for f in summary["findings"]["list"]:
         at, check = _at(f["at_s"]), f["check"] + (" (warning)" if f["warning"] else "")
-        first = [check, at] if check_first else [at, check]
+        first: list[Cell] = [check, at] if check_first else [at, check]
         rows.append([*first, f["session"], f["key"], _nodes(names, f["nodes"]), f["detail"]])
     titles = ["check", "at"] if check_first else ["at", "check"]
     return [*titles, "session", "key", "node", "detail"], rows

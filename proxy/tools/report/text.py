@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
+from proxy.tools.report.model import Summary, Totals
 from proxy.tools.report.tables import (
+    Cell,
     connections_table,
     faults_table,
     findings_phrase,
@@ -28,7 +29,7 @@ from proxy.tools.report.tables import (
 __all__ = ["render_text"]
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Cell) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -36,7 +37,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+def _table(header: Sequence[str], rows: Sequence[Sequence[Cell]]) -> list[str]:
     """Rows aligned under ``header``: numbers to the right, text to the left."""
     cells = [[_cell(value) for value in row] for row in rows]
     numeric = [True] * len(header)
@@ -61,16 +62,16 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 class _Text:
     """The lines of :func:`render_text`, section by section."""
 
-    def __init__(self, summary: dict[str, Any]) -> None:
+    def __init__(self, summary: Summary) -> None:
         self.summary = summary
-        self.totals: dict[str, Any] = summary["totals"]
+        self.totals: Totals = summary["totals"]
         self.names = short_names(f["node"] for f in summary["files"])
         self.out: list[str] = []
 
     def node(self, node: str) -> str:
         return self.names.get(node, node)
 
-    def section(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def section(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:
         if rows:
             self.out += ["", title, *_table(header, rows)]
 
@@ -138,12 +139,13 @@ class _Text:
 
     def retries(self) -> None:
         retries = self.summary["retries"]
-        if not retries["list"]:
+        delay = retries["delay_ms"]
+        if not retries["list"] or delay is None:  # no retry, so no delay
             return
         self.section(
             f"Retries (a prompt resent with its key; unkeyed, the next prompt on a session "
             f"after a loss there): {retries['count']}, median "
-            f"{retries['delay_ms']['median']:.1f} ms after the loss",
+            f"{delay['median']:.1f} ms after the loss",
             *retries_table(self.summary, self.names, id_text=json.dumps),
         )
 
@@ -153,7 +155,7 @@ class _Text:
             self.out += _table(*findings_table(self.summary, self.names))
 
 
-def render_text(summary: dict[str, Any]) -> str:
+def render_text(summary: Summary) -> str:
     """The summary for people: totals, faults, messages, prompts, keys, retries, findings.
 
     Nodes are named by the shortest suffix of their path that tells them apart; the file table

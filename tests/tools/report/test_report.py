@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from proxy.core.records import event_of
 from proxy.tools.report import (
+    Summary,
     TraceReadError,
     TraceRecords,
     load_traces,
@@ -152,7 +153,7 @@ def finding(at: float, check: str, key: str | None) -> dict[str, Any]:
     }
 
 
-def relayed_row(summary: dict[str, Any], direction: str, kind: str, method: str) -> int:
+def relayed_row(summary: Summary, direction: str, kind: str, method: str) -> int:
     rows = [
         m["count"]
         for m in summary["messages"]["relayed"]
