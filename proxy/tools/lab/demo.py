@@ -217,7 +217,17 @@ async def run_demo(options: DemoOptions) -> DemoResult:
         summary = summarize(load_traces([trace]))
         status = 1 if report.exit_status or summary["findings"]["count"] else 0
         text = _render(report, summary, _agent_name(bad_agent, agent_argv), bool(agent_argv))
+        if options.directory is None:
+            text += f"\n\n{KEEP_NOTE}"
         return DemoResult(report, summary, text, status)
+
+
+KEEP_NOTE = (
+    "The run's files (trace.jsonl, the fault file, the proxy's state) were in a temporary "
+    "folder, now gone: `acp-proxy demo --keep DIR` keeps them in DIR, for "
+    "`acp-proxy report DIR/trace.jsonl --html report.html`."
+)
+"""The last line of a demo whose files were not kept."""
 
 
 def _agent_name(bad_agent: bool, agent_argv: tuple[str, ...]) -> str:

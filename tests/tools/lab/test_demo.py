@@ -19,6 +19,7 @@ from harness import PEERS, ROOT, TIMEOUT
 from md_blocks import shell_blocks
 
 from proxy.core.records import TraceHeader
+from proxy.tools.lab.demo import KEEP_NOTE
 from proxy.tools.report import load_traces, summarize
 
 pytestmark = pytest.mark.slow
@@ -48,6 +49,7 @@ def test_the_demo_shows_retries_and_no_duplicate(tmp_path: Path) -> None:
     assert "OK: every submission confirmed, none inserted twice" in out
     assert "0 findings" in out
     assert "every submission is in the session exactly once" in out
+    assert KEEP_NOTE not in out  # kept: the files are where the user asked
     # What each step did, whatever the machine's speed: a resend only after a drop.
     rows = [line for line in out.splitlines() if re.match(r" +\d+  '", line)]
     attempts = [row.split("  ")[-1].strip() for row in rows]
@@ -97,6 +99,7 @@ def test_the_bad_agent_demo_shows_the_duplicates_and_exits_1() -> None:
     assert "FAIL: 3 submissions inserted more than once" in out
     assert "Result (exit 1): The Client saw 3 submissions inserted more than once" in out
     assert "disagree" not in out
+    assert out.rstrip().endswith(KEEP_NOTE)  # its files were not kept: how to keep them
 
 
 def test_another_agent_that_stores_its_sessions_runs_the_demo_clean(tmp_path: Path) -> None:
