@@ -113,13 +113,25 @@ async def rest_then_close_code(connection: ClientConnection) -> tuple[list[Any],
 # -- stdio ---------------------------------------------------------------------------------------
 
 
+def _ignore_signals() -> None:
+    """In the proxy's process before it runs: SIGINT and SIGTERM ignored, as a shell's
+    background job (``acp-proxy run ... &``) starts with SIGINT ignored."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
 async def test_stdio_signal_reaches_the_agent_and_nothing_is_answered_falsely(
-    proxies: list[ProxyProcess], tmp_path: Path, marker: str, signum: int
+    proxies: list[ProxyProcess], tmp_path: Path, marker: str, signum: int, inherited: str
 ) -> None:
     """The Agent gets the signal and dies of it; the proxy exits with its status (128+N), the
-    pending request is left unanswered (stdout simply ends), and no Agent process is left."""
-    proxy, _ = await start(proxies, hanging_agent(tmp_path, marker))
+    pending request is left unanswered (stdout simply ends), and no Agent process is left. So
+    too when the proxy was started with the signals ignored: the Agent does not inherit that."""
+    preexec_fn = _ignore_signals if inherited == "ignored" else None
+    agent = hanging_agent(tmp_path, marker)
+    proxy = await ProxyProcess.start(agent, "--log-format", "json", preexec_fn=preexec_fn)
+    proxies.append(proxy)
     await proxy.send(request("pending", "_x/hang"), request("ping", "_x/ping"))
     assert json.loads(await proxy.recv())["id"] == "ping"  # so "pending" reached the Agent
     proxy.process.send_signal(signum)

@@ -26,7 +26,7 @@ import stat
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -55,12 +55,18 @@ GROUP_POLL = 0.05
 ORPHANS_SCRIPT = Path(__file__).with_name("orphans.py")
 
 
-def _die_with_proxy() -> Callable[[], None] | None:
-    """What a child runs between fork and exec to be killed (SIGKILL) when the proxy's thread
-    that forks it ends (Linux; None elsewhere)."""
-    if not parent_death.AVAILABLE:
-        return None
-    return functools.partial(parent_death.die_with_parent, os.getpid())
+def _in_agent(proxy: int) -> None:
+    """What an Agent runs between fork and exec: SIGINT and SIGTERM at their defaults, and, on
+    Linux, killed (SIGKILL) when the proxy's thread that forks it ends.
+
+    The proxy passes those signals on to the Agent itself (its process group is out of the
+    terminal's reach): an Agent that inherited them ignored (a proxy started as a shell's
+    background job, ``acp-proxy run ... &``, ignores SIGINT until it sets its handler) would
+    let the signal passed on do nothing, and then exit 0 at the end of its stdin."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    if parent_death.AVAILABLE:
+        parent_death.die_with_parent(proxy)
 
 
 class OrphanGuard:
@@ -551,7 +557,7 @@ async def spawn_agent(
         stderr=stderr,
         env=None if env is None else dict(env),
         process_group=0,
-        preexec_fn=_die_with_proxy(),
+        preexec_fn=functools.partial(_in_agent, os.getpid()),
     )
     process = asyncio.subprocess.Process(transport, protocol, loop)
     stdout_transport = transport.get_pipe_transport(1)
