@@ -30,6 +30,7 @@ __all__ = [
     "STALL_SECONDS",
     "STREAM_HIGH_WATER",
     "WEBSOCKET_HIGH_WATER",
+    "WRITE_SLICE",
 ]
 
 # -- options (each an option's default) ----------------------------------------------------------
@@ -44,6 +45,11 @@ LARGE_MESSAGE_BYTES = 64 * 1024
 event loop. Parsing costs the loop about 4 ms per MB of text and up to 120 ms per MB of tiny
 containers (``[],[],...``), so a smaller message holds the other links 8 ms at worst; most ACP
 messages are a few KiB and never pay the worker's round trip (about a millisecond)."""
+
+WRITE_SLICE = 256 * 1024
+"""The most a pipe's writer copies into its buffer in one turn of the event loop: a message of
+many MB is written a slice at a time, each once the peer has read the one before (a copy of
+60 MB at once held every other link for tens of ms); a slice costs the loop well under 1 ms."""
 
 PARSING_WORKERS = 2
 """Worker processes that parse large messages, started on the first one: two large messages

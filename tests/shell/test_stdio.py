@@ -15,7 +15,8 @@ from harness import TIMEOUT, ProxyProcess, captured, raw_agent, say
 from stdio_scenario import barrier
 
 from proxy.control import ControlClient
-from proxy.shell.transports.stdio import send_signal
+from proxy.shell.defaults import WRITE_SLICE
+from proxy.shell.transports.stdio import LineStream, send_signal
 
 Start = Callable[..., Awaitable[ProxyProcess]]
 
@@ -316,3 +317,46 @@ async def test_send_signal_reaches_a_live_child_and_spares_a_reaped_one() -> Non
     assert await asyncio.wait_for(child.wait(), TIMEOUT) == -signal.SIGTERM
     send_signal(child, signal.SIGKILL)  # reaped: nothing to signal, nothing raised
     assert child.returncode == -signal.SIGTERM
+
+
+async def test_a_large_message_is_written_into_the_pipe_a_slice_at_a_time() -> None:
+    """A message of many MB goes into the pipe's buffer a slice at a time, each once the reader
+    took the one before (copied in whole, it held every other link for tens of ms); it arrives
+    whole and in order all the same."""
+    loop = asyncio.get_running_loop()
+    read_end, write_end = os.pipe()
+    unused_read, unused_write = os.pipe()
+    reader = asyncio.StreamReader()
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(unused_read, "rb", 0)
+    )
+    write_transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(write_end, "wb", 0)
+    )
+    writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+    stream = LineStream(reader, writer, read_transport, limit=1 << 30, half_close=False)
+    message = b'{"jsonrpc":"2.0","method":"_x/big","params":"' + b"y" * (16 * WRITE_SLICE) + b'"}'
+
+    def read_all() -> bytes:
+        data = bytearray()
+        while len(data) < len(message) + 1:
+            data += os.read(read_end, 1 << 20)
+        return bytes(data)
+
+    async def relay() -> None:  # as a link does: send, then drain in the same step
+        stream.send(message)
+        await stream.drain()
+
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            draining = tasks.create_task(relay())
+            await asyncio.sleep(0)  # the drain wrote its first slice; the pipe is full, it waits
+            assert not draining.done()
+            assert write_transport.get_write_buffer_size() <= WRITE_SLICE
+            assert stream.buffered() > 14 * WRITE_SLICE
+            received = await asyncio.to_thread(read_all)
+        assert received == message + b"\n"
+    finally:
+        stream.close()
+        os.close(read_end)
+        os.close(unused_write)

@@ -32,7 +32,7 @@ from typing import IO
 
 from proxy.core.framing import LineFramer
 from proxy.shell import parent_death
-from proxy.shell.defaults import AGENT_GRACE
+from proxy.shell.defaults import AGENT_GRACE, WRITE_SLICE
 from proxy.shell.endpoint import Received
 from proxy.shell.log import get_logger
 
@@ -180,9 +180,12 @@ class LineStream:
         self._framer = LineFramer(limit)
         self._ready: deque[Received] = deque()
         self._loop = asyncio.get_running_loop()
-        self._gathered: list[bytes] = []
-        """Messages sent since the last write: one ``write`` (one system call) takes them all."""
+        self._gathered: deque[bytes | memoryview] = deque()
+        """Messages sent since the last write: one ``write`` (one system call) takes them all,
+        unless they are more than :data:`WRITE_SLICE` bytes (see :meth:`drain`)."""
         self._gathered_size = 0
+        self._draining = 0
+        """Drains writing slice by slice now (the two pumps of a link may both drain a side)."""
         self._eof = False
         self._closing = False
         self._severed = False
@@ -226,9 +229,15 @@ class LineStream:
         if b"\n" in data:
             data = data.replace(b"\n", b" ")
         if not self._gathered:
-            self._loop.call_soon(self._write_gathered)
+            self._loop.call_soon(self._write_soon)
         self._gathered += (data, b"\n")
         self._gathered_size += len(data) + 1
+
+    def _write_soon(self) -> None:
+        """At the end of the loop's turn that gathered a message: write what :meth:`drain` (which
+        the link calls after a burst) did not take, or is not writing slice by slice."""
+        if not self._draining:
+            self._write_gathered()
 
     def _write_gathered(self) -> None:
         if self._gathered and not self._writer.transport.is_closing():
@@ -236,13 +245,43 @@ class LineStream:
         self._gathered.clear()
         self._gathered_size = 0
 
+    def _write_slice(self) -> None:
+        """Write the first :data:`WRITE_SLICE` bytes gathered; the rest stays gathered."""
+        gathered, room, parts = self._gathered, WRITE_SLICE, []
+        while gathered and room:
+            first = gathered[0]
+            if len(first) <= room:
+                parts.append(gathered.popleft())
+                room -= len(first)
+            else:
+                view = memoryview(first)
+                parts.append(view[:room])
+                gathered[0] = view[room:]
+                room = 0
+        self._gathered_size -= WRITE_SLICE - room
+        self._writer.write(b"".join(parts))
+
     async def drain(self) -> None:
-        """Write what is gathered; wait for the peer to read enough of what is queued."""
-        self._write_gathered()
-        if self._writer.transport.is_closing():
-            return
+        """Write what is gathered; wait for the peer to read enough of what is queued.
+
+        More than :data:`WRITE_SLICE` bytes (a message of many MB) are written a slice at a
+        time, each once the peer has read the one before: copying the whole into the pipe's
+        buffer at once would hold the event loop, every other link with it, for tens of ms.
+        """
         # A peer that went away is noticed by its reader (EOF), and the relay hears of it there.
         with contextlib.suppress(ConnectionError, OSError):
+            self._draining += 1
+            try:
+                while self._gathered_size > WRITE_SLICE:
+                    if self._writer.transport.is_closing():
+                        break
+                    self._write_slice()
+                    await self._writer.drain()
+            finally:
+                self._draining -= 1
+            self._write_gathered()
+            if self._writer.transport.is_closing():
+                return
             await self._writer.drain()
 
     def buffered(self) -> int:
