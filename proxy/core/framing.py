@@ -52,7 +52,8 @@ class LineFramer:
             newline = buffer.find(b"\n", max(start, self._scanned))
             if newline < 0:
                 break
-            self._emit(bytes(buffer[start:newline]), out)
+            # From a view: one copy of the line, not two (a slice of a bytearray is one).
+            self._emit(bytes(memoryview(buffer)[start:newline]), out)
             start = newline + 1
             self._scanned = 0
         if start:

@@ -349,6 +349,10 @@ def array_elements(raw: bytes, start: int = 0) -> list[Span]:
         index = _skip_ws(raw, index + 1)
 
 
+_COPY_SLICES_BELOW = 4096
+"""Messages up to this size are spliced from slices of their bytes (cheaper than a view's)."""
+
+
 def splice(raw: bytes, edits: Sequence[tuple[Span, bytes]]) -> bytes:
     """Return ``raw`` with each span of ``edits`` replaced by its bytes.
 
@@ -356,11 +360,13 @@ def splice(raw: bytes, edits: Sequence[tuple[Span, bytes]]) -> bytes:
     """
     if not edits:
         return raw
-    parts: list[bytes] = []
+    # Slices of a view are not copies: a large message is copied once, by the join.
+    source = memoryview(raw) if len(raw) > _COPY_SLICES_BELOW else raw
+    parts: list[bytes | memoryview] = []
     previous = 0
     for (start, end), value in sorted(edits, key=lambda edit: edit[0]):
-        parts.append(raw[previous:start])
+        parts.append(source[previous:start])
         parts.append(value)
         previous = end
-    parts.append(raw[previous:])
+    parts.append(source[previous:])
     return b"".join(parts)

@@ -43,6 +43,8 @@ from listener_client import compact
 from peers.flood_agent import flood_item
 from wires import Wire, client_wire
 
+from proxy.shell.endpoint import joined
+
 
 async def client_stalls(s: Setup, side: str) -> None:
     """The Agent floods; the Client reads nothing until the stall is logged, then everything."""
@@ -278,3 +280,30 @@ async def test_an_agent_that_reads_one_byte_at_a_time_gets_every_message_intact(
         await wire.send(compact({"jsonrpc": "2.0", "id": "count", "method": "_flood/count"}))
         answer = json.loads(await wire.receive())
         assert answer["result"] == {"received": len(SIZES), "intact": True}
+
+
+async def test_a_large_body_is_joined_while_the_event_loop_goes_on() -> None:
+    """The chunks of a body of many MB are joined into one message by a thread (CPython lets go
+    of the interpreter for such a copy): other links go on meanwhile. A small one is joined in
+    place, where a thread's round trip would cost more than the copy."""
+    chunks = [bytes([n]) * (1 << 20) for n in range(64)]
+    turns = 0
+    joining = True
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while joining:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(count_turns())
+        await asyncio.sleep(0)
+        turns = 0
+        whole = await joined(chunks, 64 << 20)
+        during_large = turns
+        small = await joined([b'{"a":', b"1}"], 6)
+        joining = False
+    assert whole == b"".join(chunks)
+    assert small == b'{"a":1}'
+    assert during_large > 1, "the loop stood still while the body was joined"

@@ -78,7 +78,7 @@ from proxy.shell.defaults import (
     KEEPALIVE_SECONDS,
     STREAM_HIGH_WATER,
 )
-from proxy.shell.endpoint import Endpoint, Received
+from proxy.shell.endpoint import Endpoint, Received, joined
 from proxy.shell.hostport import authority
 from proxy.shell.inflight import INFLIGHT_RETRY_AFTER_SECONDS, InflightBytes, Reservation
 from proxy.shell.limits import (
@@ -699,7 +699,7 @@ class Listener:
         except BaseException:
             reservation.release()
             raise
-        return b"".join(chunks), reservation
+        return await joined(chunks, size), reservation
 
     def _too_much_in_flight(self, size: int) -> web.Response:
         inflight = self._inflight
