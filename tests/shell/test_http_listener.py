@@ -16,6 +16,7 @@ import base64
 import contextlib
 import json
 import os
+import random
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +26,9 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 from acp import PROTOCOL_VERSION
+from aiohttp import WebSocketError, WSMessage, WSMsgType, web
+from aiohttp._websocket.reader import WebSocketDataQueue
+from aiohttp.base_protocol import BaseProtocol
 from harness import TIMEOUT, captured, log_events, raw_agent
 from listener_client import (
     CONNECTION_ID,
@@ -58,7 +62,14 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Frame, Opcode
 from websockets.typing import Origin
 
-from proxy.shell.transports.websocket import FrameHeaders
+from proxy.shell.endpoint import bytes_of
+from proxy.shell.transports.websocket import (
+    UNMASKED,
+    Assembled,
+    MaskedOnlyReader,
+    MaskedOnlyWebSocketResponse,
+    WsServerEndpoint,
+)
 
 # -- POST ------------------------------------------------------------------------------------------
 
@@ -683,41 +694,98 @@ async def test_the_sdk_clients_send_nothing_the_policy_refuses(tmp_path: Path) -
 # -- unmasked frames (RFC 6455 5.1) ----------------------------------------------------------------
 
 
-def client_frame(text: str, *, masked: bool) -> bytes:
-    """A text frame as a Client sends it (masked), or as it must not (unmasked)."""
-    return Frame(Opcode.TEXT, text.encode()).serialize(mask=masked, extensions=[])
+def client_frame(
+    text: str | bytes, *, masked: bool = True, opcode: Opcode = Opcode.TEXT, fin: bool = True
+) -> bytes:
+    """A frame as a Client sends it (masked), or as it must not (unmasked)."""
+    payload = text.encode() if isinstance(text, str) else text
+    return Frame(opcode, payload, fin=fin).serialize(mask=masked, extensions=[])
 
 
-def test_frame_headers_find_the_first_unmasked_frame_in_any_slicing() -> None:
-    """Masked frames of every length encoding pass; the offset of the first unmasked frame is
-    found whether the stream comes whole or byte by byte (0: it began in an earlier slice)."""
-    masked = b"".join(
-        Frame(opcode, b"x" * size).serialize(mask=True, extensions=[])
-        for opcode, size in (
-            (Opcode.TEXT, 0),
-            (Opcode.PING, 125),
-            (Opcode.TEXT, 126),
-            (Opcode.BINARY, 65535),
-            (Opcode.TEXT, 65536),
-            (Opcode.PONG, 3),
-        )
+def fragments(payload: bytes, sizes: list[int]) -> list[bytes]:
+    """``payload`` as the frames of one text message, cut after each of ``sizes`` bytes in turn
+    (cycled); a ping after the first frame and an empty continuation after the second."""
+    frames: list[bytes] = []
+    pos, n = 0, 0
+    while pos < len(payload) or not frames:
+        size = sizes[n % len(sizes)]
+        piece, pos, n = payload[pos : pos + size], pos + size, n + 1
+        opcode = Opcode.CONT if frames else Opcode.TEXT
+        frames.append(client_frame(piece, opcode=opcode, fin=pos >= len(payload)))
+        if n == 1:
+            frames.append(client_frame(b"ping", opcode=Opcode.PING))
+        if n == 2:
+            frames.append(client_frame(b"", opcode=Opcode.CONT, fin=False))
+    return frames
+
+
+async def read_messages(stream: bytes, cuts: list[int], count: int) -> tuple[list[Any], Any]:
+    """``stream`` fed to the listener's frame reader (on aiohttp's own message queue) in the
+    slices ``cuts`` makes, as reads bring it; the first ``count`` messages it delivers (a text
+    message as its bytes) and the error it failed with, if any."""
+    loop = asyncio.get_running_loop()
+    protocol = BaseProtocol(loop)
+    protocol._upgraded = True  # as after the upgrade: the queue pauses the transport alone
+    queue = WebSocketDataQueue(protocol, 2**16, loop=loop)
+    reader = MaskedOnlyReader(queue, 64 << 20, compress=False, decode_text=False)
+    pos = 0
+    for cut in [*cuts, len(stream)]:
+        if reader.feed_data(stream[pos:cut])[0]:
+            break
+        pos = cut
+    messages = []
+    with contextlib.suppress(WebSocketError):
+        for _ in range(count):  # reading resumes the reader whenever the queue held it back
+            message = await asyncio.wait_for(queue.read(), TIMEOUT)
+            data = message.data
+            if isinstance(data, Assembled):
+                data = b"".join(data.chunks) if message.type == WSMsgType.TEXT else data.size
+            messages.append((message.type, data))
+    return messages, queue.exception()
+
+
+async def test_the_frame_reader_delivers_the_same_messages_however_the_stream_is_sliced() -> None:
+    """Small whole messages (aiohttp's), large and fragmented ones (assembled as they come,
+    a multi-byte character cut between fragments), binary ones (only their size), pings in
+    between, and far more than the queue holds (so its reader is held back and resumed): the
+    same messages in the same order whether the stream comes whole, in slices, or a byte at a
+    time; a frame that is not masked then fails the connection with 1002."""
+    large = ("é€😀" * 30_000).encode()
+    stream = b"".join(
+        [
+            client_frame('{"a":1}'),
+            client_frame(b"hi", opcode=Opcode.PING),
+            client_frame(large),
+            *fragments(large, [100_001, 3, 65_536]),
+            client_frame(b"z" * 70_000, opcode=Opcode.BINARY),
+            client_frame(b"b" * 10, opcode=Opcode.BINARY),
+            *(client_frame(str(n)) for n in range(2_000)),
+            client_frame("last"),
+        ]
     )
-    unmasked = Frame(Opcode.TEXT, b"{}").serialize(mask=False, extensions=[])
-    stream = masked + unmasked + masked
-    assert FrameHeaders().unmasked_at(masked) is None
-    assert FrameHeaders().unmasked_at(stream) == len(masked)
-    headers = FrameHeaders()
-    found = [(n, headers.unmasked_at(stream[n : n + 1])) for n in range(len(masked) + 2)]
-    assert [(n, at) for n, at in found if at is not None] == [(len(masked) + 1, 0)]
-    for cut in (1, 7, 1000, len(masked) - 1, len(masked) + 1):
-        headers = FrameHeaders()
-        first, second = stream[:cut], stream[cut:]
-        at = headers.unmasked_at(first)
-        if at is None:
-            at = headers.unmasked_at(second)
-            assert at == max(len(masked) - cut, 0), cut
-        else:
-            assert at == len(masked), cut
+    unmasked = client_frame("{}", masked=False)
+    expected = [
+        (WSMsgType.TEXT, b'{"a":1}'),
+        (WSMsgType.PING, b"hi"),
+        (WSMsgType.TEXT, large),
+        (WSMsgType.PING, b"ping"),
+        (WSMsgType.TEXT, large),
+        (WSMsgType.BINARY, 70_000),
+        (WSMsgType.BINARY, b"b" * 10),
+        *((WSMsgType.TEXT, str(n).encode()) for n in range(2_000)),
+        (WSMsgType.TEXT, b"last"),
+    ]
+    rng = random.Random(13)
+    slicings = [
+        [],
+        list(range(1, 4_000)),
+        *(sorted(rng.sample(range(1, len(stream)), k)) for k in (1, 7, 300)),
+    ]
+    for cuts in slicings:
+        messages, error = await read_messages(stream + unmasked, cuts, len(expected) + 1)
+        assert messages == expected, len(cuts)
+        assert isinstance(error, WebSocketError)
+        assert (error.code, str(error)) == (1002, UNMASKED)
 
 
 async def raw_upgrade(
@@ -803,6 +871,148 @@ async def test_an_unmasked_client_frame_closes_the_websocket_with_1002(tmp_path:
             await ws_initialize(ws)
             await ws_probe(ws, "masked")
         assert "unmasked" not in s.capture.read_text()
+
+
+async def text_answer(reader: asyncio.StreamReader) -> dict[str, Any]:
+    """The next text frame from the proxy (pongs skipped), as JSON."""
+    while True:
+        opcode, payload = await server_frame(reader)
+        if opcode == Opcode.TEXT:
+            answer = json.loads(payload)
+            assert isinstance(answer, dict)
+            return answer
+        assert opcode == Opcode.PONG, (opcode, payload[:100])
+
+
+def large_notification(method: str, size: int) -> bytes:
+    """A notification of about ``size`` bytes, its text mostly characters of 2 to 4 bytes."""
+    head = compact(notification(method, {"text": ""}))
+    return head[:-3] + ("é€😀 " * ((size - len(head)) // 10)).encode() + head[-3:]
+
+
+async def test_large_websocket_messages_reach_the_agent_byte_for_byte(tmp_path: Path) -> None:
+    """Text messages of several MB, one in a single frame and one in many fragments (cut inside
+    multi-byte characters, a ping and an empty fragment among them), reach the Agent byte for
+    byte, in order, and the link goes on."""
+    whole = large_notification("_x/whole", 6_000_000)
+    cut = large_notification("_x/fragmented", 6_000_000)
+    async with serving(tmp_path) as s:
+        reader, writer = await raw_upgrade(s.ws_url())
+        writer.write(client_frame(INIT_TEXT))
+        assert (await text_answer(reader))["id"] == "init"
+        writer.write(client_frame(whole))
+        for frame in fragments(cut, [1, 999_999, 3, 65_536, 2_000_001]):
+            writer.write(frame)
+        writer.write(client_frame(compact(request("after", "_test/probe"))))
+        await writer.drain()
+        assert (await text_answer(reader))["id"] == "after"
+        await closed(writer)
+        lines = captured(s.capture)
+    assert [line for line in lines if line in (whole, cut)] == [whole, cut]
+
+
+async def test_a_text_message_that_is_not_utf8_reaches_the_agent_as_it_came(
+    tmp_path: Path,
+) -> None:
+    """The listener does not judge a text message's UTF-8 (aiohttp's reader never did with
+    ``decode_text=False``; docs/security.md: invalid UTF-8 is forwarded untouched): a sequence
+    cut short, split between two fragments of a large message, of a small one, and in a small
+    whole frame, reaches the Agent byte for byte."""
+    head = b'{"jsonrpc":"2.0","method":"_x/bad","params":{"n":%d,"text":"'
+    large = head % 1 + b"a" * 100_000 + b"\xe2\x82(" + b'"}}'
+    small = head % 2 + b"\xe2\x82(" + b'"}}'
+    whole = head % 3 + b"\xff\xe2\x82(" + b'"}}'
+    async with serving(tmp_path) as s:
+        reader, writer = await raw_upgrade(s.ws_url())
+        writer.write(client_frame(INIT_TEXT))
+        assert (await text_answer(reader))["id"] == "init"
+        for message in (large, small):
+            at = message.index(b"\xe2") + 1  # between the two bytes of the sequence
+            writer.write(client_frame(message[:at], fin=False))
+            writer.write(client_frame(message[at:], opcode=Opcode.CONT))
+        writer.write(client_frame(whole))
+        writer.write(client_frame(compact(request("after", "_test/probe"))))
+        assert (await text_answer(reader))["id"] == "after"
+        await closed(writer)
+        lines = captured(s.capture)
+    assert [line for line in lines if b"_x/bad" in line] == [large, small, whole]
+
+
+async def test_fragments_over_the_limit_close_with_1009_before_the_message_ends(
+    tmp_path: Path,
+) -> None:
+    """Fragments adding up to more than --max-message-bytes close the socket with 1009 once
+    their sum is over: the message is not held to its end (it has none: its last fragment is
+    never sent), and nothing of it reaches the Agent. Other links go on."""
+    limit = 1024 * 1024
+    piece = 256 * 1024
+    head = b'{"jsonrpc":"2.0","method":"_x/huge","params":"'
+    async with serving(tmp_path, "--max-message-bytes", str(limit)) as s:
+        async with ws_connect(s.ws_url(), proxy=None) as bystander:
+            await ws_initialize(bystander)
+            reader, writer = await raw_upgrade(s.ws_url())
+            writer.write(client_frame(INIT_TEXT))
+            assert (await text_answer(reader))["id"] == "init"
+            writer.write(client_frame(head + b"x" * (piece - len(head)), fin=False))
+            for _ in range(limit // piece):  # one more than fits
+                writer.write(client_frame(b"x" * piece, opcode=Opcode.CONT, fin=False))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            assert (await closed_with_code(reader))[0] == 1009
+            await closed(writer)
+            await ws_probe(bystander, "bystander")
+        assert b"_x/huge" not in s.capture.read_bytes()
+
+
+async def test_a_large_message_reaches_the_endpoint_in_the_pieces_reads_brought() -> None:
+    """A 64 MB text message in one frame is unmasked and kept a read at a time: it reaches the
+    endpoint as pieces no larger than a read (aiohttp's reader joined, copied and unmasked it
+    whole in the callback of its last read, which held the event loop 115 ms for 60 MB), and
+    the endpoint hands it on whole, byte for byte."""
+    size = 64 * 1024 * 1024 - 1
+    first = b"a" + bytes(range(32, 127)) * (size // 95) + b"z"
+    second = first.replace(b"a", b"b", 1)
+    received: asyncio.Future[tuple[WSMessage, bytes | None]] = (
+        asyncio.get_running_loop().create_future()
+    )
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = MaskedOnlyWebSocketResponse(
+            max_msg_size=64 * 1024 * 1024 + 1, decode_text=False, compress=False
+        )
+        endpoint = WsServerEndpoint(ws, "test", 64 * 1024 * 1024)
+        await ws.prepare(request)
+        endpoint.opened(True)
+        try:
+            message = await ws.receive()
+            data = await endpoint.receive()
+            received.set_result((message, bytes_of(data)))
+        finally:
+            endpoint.close()
+            await endpoint.wait_closed()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        async with ws_connect(f"ws://{host}:{port}/", max_size=None, compression=None) as ws:
+            await ws.send(first, text=True)
+            await ws.send(second, text=True)
+            message, data = await asyncio.wait_for(received, TIMEOUT)
+    finally:
+        await runner.cleanup()
+    assert message.type is WSMsgType.TEXT
+    assembled = message.data
+    assert isinstance(assembled, Assembled), type(assembled)
+    assert assembled.size == len(first)
+    assert max(map(len, assembled.chunks)) <= 1024 * 1024
+    assert b"".join(assembled.chunks) == first
+    assert data == second
 
 
 # -- the close of an Agent that failed -------------------------------------------------------------

@@ -10,7 +10,27 @@ stops reading slows down its writer instead of growing memory.
 
 A frame from a Client that is not masked fails its connection with 1002 (RFC 6455 5.1: "The server
 MUST close the connection upon receiving a frame that is not masked"), which aiohttp does not
-check: :class:`MaskedOnlyWebSocketResponse` follows the frame headers ahead of aiohttp's reader.
+check: :class:`MaskedOnlyWebSocketResponse` reads the Client's frame headers ahead of aiohttp's
+reader (:class:`MaskedOnlyReader`). That reader also assembles data messages of 64 KiB or more,
+and every fragmented one, itself: each read's share of a payload is unmasked as it comes and kept
+as a piece, and the endpoint joins the pieces (a thread does from 1 MiB on). aiohttp's reader
+would keep a frame's reads until its last one, then join, copy, unmask and copy it again in that
+one callback: 115 ms of the event loop for 60 MB. Control frames, small whole messages and any
+frame that fails the connection (reserved bits, a continuation of nothing, an unknown opcode)
+still go to aiohttp's reader, which judges them as before; the sizes are checked as aiohttp checks
+them (1009 at the header of the frame that goes over, before its payload is kept). UTF-8 is not
+checked (the listener asks aiohttp for bytes, ``decode_text=False``, so it never was): a text
+message that is not UTF-8 is relayed as it came. Binary messages are counted, not kept.
+
+This leans on aiohttp's internals (3.14; the tests catch a change): the response's
+``_post_start``, ``_reader`` (the queue), ``_parser``, ``_max_msg_size``, ``_compress`` and
+``_decode_text``; the connection's ``_message_tail`` and ``_payload_parser``; the reader class
+``aiohttp._websocket.reader.WebSocketReader`` (subclassed, its ``feed_data`` overridden: the queue
+calls it to resume a reader it held back) and ``websocket_mask``; the queue's ``feed_data(message,
+size)`` (which pauses the transport past its high-water mark), ``set_exception`` and
+``_stalled_reader`` (set while aiohttp's reader holds bytes back; what comes after waits here, so
+that messages keep their order); and ``ws.receive()`` returning any message it does not handle
+itself as it is, so that a text message's data may be an :class:`Assembled`.
 """
 
 from __future__ import annotations
@@ -19,21 +39,24 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import websockets
-from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
+from aiohttp import WebSocketError, WSCloseCode, WSMessage, WSMsgType, web
+from aiohttp._websocket.helpers import websocket_mask
+from aiohttp._websocket.reader import WebSocketDataQueue, WebSocketReader
 from aiohttp.http_websocket import WebSocketWriter
 from aiohttp.web_request import BaseRequest
 from websockets.asyncio.client import ClientConnection
 
 from proxy.shell.defaults import CONNECT_TIMEOUT, WEBSOCKET_HIGH_WATER
-from proxy.shell.endpoint import Received
+from proxy.shell.endpoint import Received, joined
 from proxy.shell.log import get_logger
 from proxy.shell.transports.cookies import CookieSink
 
 __all__ = [
-    "FrameHeaders",
+    "Assembled",
+    "MaskedOnlyReader",
     "MaskedOnlyWebSocketResponse",
     "WsClientEndpoint",
     "WsServerEndpoint",
@@ -166,90 +189,263 @@ class _WsEndpoint:
         raise NotImplementedError
 
 
-_EXTENDED_LENGTH = {126: 2, 127: 8}
-"""Bytes of the extended payload length, by the 7-bit length that announces one."""
 UNMASKED = "the client sent a frame that is not masked (RFC 6455 5.1)"
+WHOLE_FRAME_BELOW = 64 * 1024
+"""A data frame smaller than this that is a whole message goes to aiohttp's reader, which takes
+it in one step of its compiled code, cheaper than assembling it here; any larger one, and every
+fragmented message, is unmasked and kept here a read at a time."""
+
+_HEADER_SIZE = tuple(6 if n < 126 else 8 if n == 126 else 14 for n in range(128))
+"""Bytes of a masked frame's header by its 7-bit length: the length, then the masking key."""
+_TEXT, _BINARY = int(WSMsgType.TEXT), int(WSMsgType.BINARY)
+_TO_AIOHTTP, _KEEP, _DROP = 0, 1, 2
+"""Where the current frame's payload goes: to aiohttp's reader, unmasked into the message being
+assembled, or nowhere (a binary message: the endpoint drops it, only its size is counted)."""
+_GO_ON = (False, b"")
+_FAILED = (True, b"")
+_feed_aiohttp = WebSocketReader.feed_data
+"""aiohttp's own ``feed_data``, past the override of :class:`MaskedOnlyReader`."""
 
 
-class FrameHeaders:
-    """Follows the frame boundaries of the bytes a Client sends after its upgrade, fed in any
-    slices, and finds the first frame that is not masked (sans-I/O)."""
+class Assembled:
+    """The unmasked pieces of one data message as they came (each at most one read) and their
+    size: :class:`WsServerEndpoint` joins them, in a thread from 1 MiB on (see ``joined``)."""
 
-    def __init__(self) -> None:
-        self._header = bytearray()
-        """The current frame's first bytes, up to its extended payload length."""
-        self._skip = 0
-        """Bytes of the current frame left after those: its masking key and payload."""
+    __slots__ = ("chunks", "size")
 
-    def unmasked_at(self, data: bytes) -> int | None:
-        """Where in ``data`` the first frame that is not masked starts (0 when it started in an
-        earlier slice); None while every frame is masked."""
-        header = self._header
-        position, end = 0, len(data)
-        while position < end:
-            if self._skip:
-                step = min(self._skip, end - position)
-                self._skip -= step
-                position += step
-                continue
-            start = position - len(header)  # negative: the frame began in an earlier slice
-            size = 2 if len(header) < 2 else 2 + _EXTENDED_LENGTH.get(header[1] & 0x7F, 0)
-            taken = data[position : position + size - len(header)]
-            header += taken
-            position += len(taken)
-            if len(header) < 2:
+    def __init__(self, chunks: list[bytes], size: int) -> None:
+        self.chunks = chunks
+        self.size = size
+
+
+class _AiohttpFailed(Exception):
+    """aiohttp's reader failed the connection (it told the queue already)."""
+
+
+def _unmasked() -> WebSocketError:
+    log.warning("WebSocket frame from the client not masked; closing with 1002")
+    return WebSocketError(WSCloseCode.PROTOCOL_ERROR, UNMASKED)
+
+
+class _ClientFrames:
+    """Where :class:`MaskedOnlyReader` is in the Client's stream: the current frame, the data
+    message being assembled, and the bytes held back while aiohttp's reader holds back."""
+
+    def __init__(self, reader: MaskedOnlyReader, queue: Any, max_msg_size: int) -> None:
+        self.reader = reader
+        self.queue = queue
+        self.max_msg_size = max_msg_size
+        self.header = bytearray()
+        """A frame's header begun in an earlier read."""
+        self.left = 0
+        """Bytes of the current frame's payload still to come."""
+        self.to = _TO_AIOHTTP
+        self.fin = False
+        self.key = b""
+        self.at = 0
+        """Bytes of the current frame's payload unmasked so far (the masking key's phase)."""
+        self.kind = 0
+        """``_TEXT`` or ``_BINARY`` while a message is assembled here."""
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.theirs = False
+        """aiohttp's reader has a fragmented message under way (one that is compressed)."""
+        self.held = b""
+        self.failed = False
+
+    def feed(self, data: bytes) -> tuple[bool, bytes]:
+        if self.failed:
+            return _FAILED
+        if type(data) is not bytes:
+            data = bytes(data)
+        queue = self.queue
+        if self.held or queue._stalled_reader is not None:
+            # aiohttp's reader stalled (its queue is full): what it holds goes first, and what
+            # came after it waits here until it has gone.
+            if queue._stalled_reader is not None:
+                if _feed_aiohttp(self.reader, b"")[0]:
+                    return self._fail(None)
+                if queue._stalled_reader is not None:
+                    self.held += data
+                    return _GO_ON
+            data, self.held = self.held + data, b""
+        try:
+            self._feed(data)
+        except WebSocketError as exc:
+            return self._fail(exc)
+        except _AiohttpFailed:
+            return self._fail(None)
+        return _GO_ON
+
+    def _fail(self, error: WebSocketError | None) -> tuple[bool, bytes]:
+        self.failed = True
+        self.chunks, self.held = [], b""
+        if error is not None:
+            self.queue.set_exception(error)
+        return _FAILED
+
+    def _feed(self, data: bytes) -> None:
+        pos, end = 0, len(data)
+        queue = self.queue
+        while pos < end:
+            if self.left:
+                take = min(self.left, end - pos)
+                if self.to == _TO_AIOHTTP:
+                    self._to_aiohttp(data[pos : pos + take])
+                elif self.to == _KEEP:
+                    self._keep(data, pos, take)
+                pos += take
+                self.left -= take
+                if not self.left and self.to != _TO_AIOHTTP:
+                    self._frame_ended()
+            else:
+                start = pos
+                if self.header:
+                    header, pos = self._rest_of_header(data, pos)
+                    if header is None:
+                        return
+                else:
+                    if end - pos < 2:
+                        self.header += data[pos:]
+                        return
+                    second = data[pos + 1]
+                    if not second & 0x80:
+                        raise _unmasked()
+                    size = _HEADER_SIZE[second & 0x7F]
+                    if end - pos < size:
+                        self.header += data[pos:]
+                        return
+                    header = data[pos : pos + size]
+                    pos += size
+                self._begin(header)
+                if self.to == _TO_AIOHTTP:
+                    take = min(self.left, end - pos)
+                    if start == pos - len(header):
+                        self._to_aiohttp(data[start : pos + take])
+                    else:  # the header began in an earlier read
+                        self._to_aiohttp(header)
+                        if take:
+                            self._to_aiohttp(data[pos : pos + take])
+                    pos += take
+                    self.left -= take
+                elif not self.left:
+                    self._frame_ended()
+            if queue._stalled_reader is not None:
+                self.held = data[pos:]
+                return
+
+    def _rest_of_header(self, data: bytes, pos: int) -> tuple[bytes | None, int]:
+        """The header begun in an earlier read, completed from ``data`` (None while it is not
+        complete yet), and where its frame's payload starts."""
+        header = self.header
+        while True:
+            size = 2 if len(header) < 2 else _HEADER_SIZE[header[1] & 0x7F]
+            if len(header) >= 2 and not header[1] & 0x80:
+                raise _unmasked()
+            if len(header) >= size:
                 break
-            if not header[1] & 0x80:
-                return max(start, 0)
-            extended = _EXTENDED_LENGTH.get(header[1] & 0x7F, 0)
-            if len(header) < 2 + extended:
-                continue
-            length = int.from_bytes(header[2:], "big") if extended else header[1] & 0x7F
-            self._skip = 4 + length  # the masking key, then the payload
-            header.clear()
-        return None
+            if pos == len(data):
+                return None, pos
+            piece = data[pos : pos + size - len(header)]
+            header += piece
+            pos += len(piece)
+        whole = bytes(header)
+        header.clear()
+        return whole, pos
+
+    def _begin(self, header: bytes) -> None:
+        """Take a frame's header: where its payload goes, or why the connection fails."""
+        first, length = header[0], header[1] & 0x7F
+        if length == 126:
+            length = int.from_bytes(header[2:4], "big")
+        elif length == 127:
+            length = int.from_bytes(header[2:10], "big")
+        self.left = length
+        fin, opcode, reserved = first & 0x80, first & 0x0F, first & 0x70
+        self.to = _TO_AIOHTTP
+        if opcode > _BINARY:  # a control frame, or an opcode that fails the connection there
+            return
+        if self.theirs:
+            if fin and not opcode:
+                self.theirs = False
+            return
+        if self.kind:
+            if reserved:
+                raise WebSocketError(
+                    WSCloseCode.PROTOCOL_ERROR, "Received frame with non-zero reserved bits"
+                )
+            if opcode:
+                raise WebSocketError(
+                    WSCloseCode.PROTOCOL_ERROR,
+                    f"The opcode in non-fin frame is expected to be zero, got {opcode!r}",
+                )
+        elif not opcode or reserved or (fin and length < WHOLE_FRAME_BELOW):
+            # A small whole message; or one that aiohttp fails (a continuation of nothing,
+            # reserved bits), or decompresses where compression was negotiated.
+            self.theirs = bool(opcode) and not fin
+            return
+        else:
+            self.kind = opcode
+        if self.max_msg_size and self.size + length >= self.max_msg_size:  # as aiohttp's check
+            raise WebSocketError(
+                WSCloseCode.MESSAGE_TOO_BIG,
+                f"Message size {self.size + length} exceeds limit {self.max_msg_size}",
+            )
+        self.size += length
+        self.to = _KEEP if self.kind == _TEXT else _DROP
+        self.fin = bool(fin)
+        self.key = header[-4:]
+        self.at = 0
+
+    def _keep(self, data: bytes, pos: int, take: int) -> None:
+        piece = bytearray(memoryview(data)[pos : pos + take])
+        phase = self.at & 3
+        websocket_mask(self.key[phase:] + self.key[:phase] if phase else self.key, piece)
+        self.chunks.append(bytes(piece))
+        self.at += take
+
+    def _frame_ended(self) -> None:
+        if not self.fin:
+            return
+        kind, chunks, size = self.kind, self.chunks, self.size
+        self.kind, self.chunks, self.size = 0, [], 0
+        if kind == _TEXT:
+            self.queue.feed_data(WSMessage(WSMsgType.TEXT, Assembled(chunks, size), ""), size)
+        else:  # nothing of it is kept
+            self.queue.feed_data(WSMessage(WSMsgType.BINARY, Assembled([], size), ""), 0)
+
+    def _to_aiohttp(self, piece: bytes) -> None:
+        if _feed_aiohttp(self.reader, piece)[0]:
+            raise _AiohttpFailed
 
 
-class _MessageQueue(Protocol):
-    def set_exception(self, exc: BaseException) -> None: ...
+class MaskedOnlyReader(WebSocketReader):
+    """aiohttp's frame reader, with the Client's bytes going through :class:`_ClientFrames`
+    first: it fails a frame that is not masked with 1002, and assembles data messages itself
+    (large or fragmented ones) a read at a time, passing everything else on to aiohttp.
 
+    A subclass rather than a wrapper: aiohttp's queue, once drained, resumes a reader that it
+    stalled by calling that reader's ``feed_data``, which must be this one. Its own state is
+    kept apart, so that no name of it shadows one of aiohttp's (the pure-Python reader keeps its
+    state in instance attributes)."""
 
-class _MaskedFramesOnly:
-    """Between aiohttp's connection and its frame reader: passes the Client's bytes on up to a
-    frame that is not masked, then fails the connection with 1002, as the reader fails one for
-    any other protocol error (the frames before it are still delivered)."""
+    def __init__(
+        self, queue: WebSocketDataQueue, max_msg_size: int, *, compress: bool, decode_text: bool
+    ) -> None:
+        super().__init__(queue, max_msg_size, compress=compress, decode_text=decode_text)
+        self._client_frames = _ClientFrames(self, queue, max_msg_size)
 
-    def __init__(self, reader: Any, queue: _MessageQueue) -> None:
-        self._reader = reader
-        self._queue = queue
-        self._headers = FrameHeaders()
-        self._failed = False
-
-    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
-        if self._failed:
-            return True, b""
-        unmasked = self._headers.unmasked_at(data)
-        if unmasked is None:
-            return cast(tuple[bool, bytes], self._reader.feed_data(data))
-        if unmasked:
-            self._reader.feed_data(data[:unmasked])
-        self._failed = True
-        log.warning("WebSocket frame from the client not masked; closing with 1002")
-        self._queue.set_exception(WebSocketError(WSCloseCode.PROTOCOL_ERROR, UNMASKED))
-        return True, b""
-
-    def feed_eof(self) -> None:
-        self._reader.feed_eof()
+    def feed_data(self, data: bytes | bytearray | memoryview) -> tuple[bool, bytes]:
+        return self._client_frames.feed(cast(bytes, data))
 
 
 class MaskedOnlyWebSocketResponse(web.WebSocketResponse):
-    """aiohttp's server side of a WebSocket, failing every frame the Client did not mask (1002).
+    """aiohttp's server side of a WebSocket, with :class:`MaskedOnlyReader` as its reader.
 
     aiohttp hands the bytes after the upgrade to its frame reader when the upgrade is answered
-    (``_post_start``); the reader is wrapped there, and the bytes that came early (pipelined
-    behind the upgrade request) go through the wrapper too, so that frame boundaries are
-    followed from the first byte. This leans on aiohttp's internals (``_post_start``,
-    ``_message_tail``, ``_payload_parser``: the same from 3.11 to 3.14); the tests catch a change.
+    (``_post_start``); the reader is replaced there, and the bytes that came early (pipelined
+    behind the upgrade request) go through the new one too, so that frame boundaries are
+    followed from the first byte. See the module's docstring for the internals this leans on.
     """
 
     def _post_start(
@@ -259,9 +455,15 @@ class MaskedOnlyWebSocketResponse(web.WebSocketResponse):
         early, handler._message_tail = handler._message_tail, b""
         super()._post_start(request, protocol, writer)
         assert self._reader is not None
-        guard = _MaskedFramesOnly(handler._payload_parser, self._reader)
-        handler._payload_parser = guard
-        if early and guard.feed_data(early)[0]:
+        reader = MaskedOnlyReader(
+            self._reader,
+            self._max_msg_size,
+            compress=bool(self._compress),
+            decode_text=self._decode_text,
+        )
+        self._parser = reader  # the queue refers to a stalled reader weakly
+        handler._payload_parser = reader
+        if early and reader.feed_data(early)[0]:
             handler.close()
 
 
@@ -297,17 +499,21 @@ class WsServerEndpoint(_WsEndpoint):
             message = await self.ws.receive()
             if message.type is WSMsgType.TEXT:
                 data = message.data
-                if len(data) > self.max_bytes:
+                size = data.size if isinstance(data, Assembled) else len(data)
+                if size > self.max_bytes:
                     log.warning(
                         "the client's message was over the size limit; socket closed",
-                        size=len(data),
+                        size=size,
                         limit=self.max_bytes,
                     )
                     self._close_code = 1009
                     break
+                if isinstance(data, Assembled):
+                    return await joined(data.chunks, size)
                 return data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
             if message.type is WSMsgType.BINARY:
-                size = len(message.data)
+                data = message.data
+                size = data.size if isinstance(data, Assembled) else len(data)
                 log.warning("binary WebSocket frame from the client ignored", size=size)
                 continue
             if message.type is WSMsgType.ERROR:
