@@ -17,9 +17,10 @@ import enum
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, ParamSpec
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec
 
 import typer
+from typer.core import TyperArgument, TyperCommand
 
 from proxy import __version__
 from proxy.core.errors import OptionError
@@ -46,6 +47,9 @@ from proxy.shell.limits import (
     Limits,
 )
 from proxy.shell.log import configure_logging
+
+if TYPE_CHECKING:
+    from typer import _click as click  # the click typer carries (0.29)
 
 __all__ = ["app", "main"]
 
@@ -87,6 +91,26 @@ LogLevelOption = Annotated[LogLevelChoice, typer.Option(help="Least severe level
 Options = ParamSpec("Options")
 
 
+class _Command(TyperCommand):
+    """A command whose help names each argument by its placeholder alone: typer appends the
+    parameter's Python type (``FILE <list[Path]>``), which says nothing to a user."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if isinstance(param, TyperArgument):
+                arguments.append((param.metavar or record[0], record[1]))
+            else:
+                options.append(record)
+        for title, records in (("Arguments", arguments), ("Options", options)):
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
+
 def _command(
     name: str | None = None, **settings: Any
 ) -> Callable[[Callable[Options, int]], Callable[Options, NoReturn]]:
@@ -104,7 +128,7 @@ def _command(
                 raise typer.BadParameter(str(exc), param_hint=exc.option) from None
             raise typer.Exit(status)
 
-        app.command(name, **settings)(run_tool)
+        app.command(name, cls=_Command, **settings)(run_tool)
         return run_tool
 
     return register
@@ -138,6 +162,7 @@ def run(
     listen: Annotated[
         str,
         typer.Option(
+            metavar="ADDRESS",
             help="Where Clients connect: stdio, http://HOST:PORT/PATH (also accepts the "
             "WebSocket upgrade) or ws://HOST:PORT/PATH. Port 0 picks a free port (logged).",
         ),
@@ -145,6 +170,7 @@ def run(
     upstream: Annotated[
         str,
         typer.Option(
+            metavar="ADDRESS",
             help="Where the Agent is: stdio (spawn AGENT_CMD for each Client connection), "
             "http://HOST:PORT/PATH or ws://HOST:PORT/PATH.",
         ),
@@ -167,7 +193,8 @@ def run(
         ),
     ] = None,
     seed: Annotated[
-        int | None, typer.Option(help="Seed of every random draw (overrides the files' seed).")
+        int | None,
+        typer.Option(metavar="N", help="Seed of every random draw (overrides the files' seed)."),
     ] = None,
     watch: Annotated[
         bool,
@@ -176,6 +203,7 @@ def run(
     state: Annotated[
         Path | None,
         typer.Option(
+            metavar="FILE",
             help="Keep rule counters in this file across restarts of the proxy.",
             dir_okay=False,
             readable=False,  # checked when read: one line and the status of a failed start
@@ -184,12 +212,14 @@ def run(
     admin: Annotated[
         str | None,
         typer.Option(
+            metavar="HOST:PORT",
             help="HOST:PORT of the control API and /metrics (port 0 picks one, logged).",
         ),
     ] = None,
     admin_token: Annotated[
         str | None,
         typer.Option(
+            metavar="TOKEN",
             help=f"Bearer token every control route but /healthz requires (or {ADMIN_TOKEN_ENV}, "
             "or --admin-token-file). Given on the command line it is visible to other local "
             "users (ps): prefer the variable or the file.",
@@ -238,17 +268,21 @@ def run(
     trace: Annotated[
         Path | None,
         typer.Option(
+            metavar="FILE",
             help="Append a JSON line per message, fault and connection event to this file.",
             dir_okay=False,
         ),
     ] = None,
     max_message_bytes: Annotated[
         int,
-        typer.Option(min=1, help="Largest message accepted from a peer, in bytes."),
+        typer.Option(
+            metavar="BYTES", min=1, help="Largest message accepted from a peer, in bytes."
+        ),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
     max_pending: Annotated[
         int,
         typer.Option(
+            metavar="N",
             min=1,
             help="Requests one peer may have unanswered per link; past it a request is "
             "answered -32603 instead of being relayed.",
@@ -257,6 +291,7 @@ def run(
     max_inflight_bytes: Annotated[
         int,
         typer.Option(
+            metavar="BYTES",
             min=1,
             help="Bytes read from peers and not yet taken by their destinations, across the "
             "proxy; past it reading waits and a POST that does not fit is answered 503.",
@@ -271,11 +306,16 @@ def run(
     ] = False,
     agent_grace: Annotated[
         float,
-        typer.Option(min=0, help="Seconds the Agent gets to exit before SIGTERM, then SIGKILL."),
+        typer.Option(
+            metavar="SECONDS",
+            min=0,
+            help="Seconds the Agent gets to exit before SIGTERM, then SIGKILL.",
+        ),
     ] = AGENT_GRACE,
     connect_timeout: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=MIN_TIMEOUT,
             help="Seconds to reach a network Agent (TCP connect and WebSocket handshake).",
         ),
@@ -283,6 +323,7 @@ def run(
     initialize_timeout: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=MIN_TIMEOUT,
             help="Seconds the Agent has to answer initialize; then the Client gets an error.",
         ),
@@ -290,6 +331,7 @@ def run(
     http_timeout: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=MIN_TIMEOUT,
             help="Seconds one POST or DELETE to an HTTP Agent may take, answer included.",
         ),
@@ -297,6 +339,7 @@ def run(
     shutdown_timeout: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=0,
             help="Seconds the links get to end after SIGTERM or SIGINT before they are cut "
             "(a second signal cuts them at once).",
@@ -395,18 +438,25 @@ def run(
 @_command()
 def agent(
     listen: Annotated[
-        str, typer.Option(help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH.")
+        str,
+        typer.Option(
+            metavar="ADDRESS", help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH."
+        ),
     ] = "stdio",
     store: Annotated[
         Path | None,
         typer.Option(
-            help="Keep sessions (messages with their keys) in this directory.", file_okay=False
+            metavar="DIR",
+            help="Keep sessions (messages with their keys) in this directory.",
+            file_okay=False,
         ),
     ] = None,
     no_dedupe: Annotated[
         bool, typer.Option("--no-dedupe", help="Ignore idempotency keys: a known-bad Agent.")
     ] = False,
-    turn_ms: Annotated[float, typer.Option(min=0, help="How long a turn runs.")] = 50.0,
+    turn_ms: Annotated[
+        float, typer.Option(metavar="MS", min=0, help="How long a turn runs.")
+    ] = 50.0,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> int:
@@ -438,18 +488,28 @@ def check_agent_command(
     ] = TransportChoice.stdio,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     junit: Annotated[
-        Path | None, typer.Option(help="Also write JUnit XML to this file.", dir_okay=False)
+        Path | None,
+        typer.Option(metavar="FILE", help="Also write JUnit XML to this file.", dir_okay=False),
     ] = None,
     trace: Annotated[
-        list[str] | None, typer.Option("--trace", help="Only these traces (T0 ... T7).")
+        list[str] | None,
+        typer.Option(
+            "--only",
+            "--trace",
+            metavar="T0..T7",
+            help="Check only this RFD trace (not a trace file); repeatable: --only T1 --only T3.",
+        ),
     ] = None,
     answer_timeout: Annotated[
-        float, typer.Option(min=0.1, help="Seconds to wait for an expected answer.")
+        float,
+        typer.Option(metavar="SECONDS", min=0.1, help="Seconds to wait for an expected answer."),
     ] = 5.0,
     startup_timeout: Annotated[
         float,
         typer.Option(
-            min=0.1, help="Seconds an Agent just started (or restarted) has to answer initialize."
+            metavar="SECONDS",
+            min=0.1,
+            help="Seconds an Agent just started (or restarted) has to answer initialize.",
         ),
     ] = 30.0,
     # The verdicts say what went wrong; the checker's own connections' warnings repeat it.
@@ -495,21 +555,32 @@ def client(
     ] = None,
     connect: Annotated[
         str | None,
-        typer.Option(help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead."),
+        typer.Option(
+            metavar="ADDRESS",
+            help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead.",
+        ),
     ] = None,
     prompt: Annotated[
         list[str] | None,
-        typer.Option("--prompt", "-p", help="A prompt to submit (its own key); repeatable."),
+        typer.Option(
+            "--prompt", "-p", metavar="TEXT", help="A prompt to submit (its own key); repeatable."
+        ),
     ] = None,
     answer_timeout: Annotated[
         float,
-        typer.Option(min=MIN_TIMEOUT, help="Seconds to wait for an answer before resending."),
+        typer.Option(
+            metavar="SECONDS",
+            min=MIN_TIMEOUT,
+            help="Seconds to wait for an answer before resending.",
+        ),
     ] = 10.0,
     max_attempts: Annotated[
-        int, typer.Option(min=1, help="Requests per prompt (and tries per reconnection).")
+        int,
+        typer.Option(metavar="N", min=1, help="Requests per prompt (and tries per reconnection)."),
     ] = 5,
     cwd: Annotated[
-        str | None, typer.Option(help="The session's working directory (default: this one).")
+        str | None,
+        typer.Option(metavar="DIR", help="The session's working directory (default: this one)."),
     ] = None,
     follow_trace: Annotated[
         Path | None,
@@ -562,11 +633,14 @@ def demo(
     ] = False,
     keep: Annotated[
         Path | None,
-        typer.Option(help="Keep the run's files (trace, store, fault file) in this directory."),
+        typer.Option(
+            metavar="DIR", help="Keep the run's files (trace, store, fault file) in this directory."
+        ),
     ] = None,
     answer_timeout: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=MIN_TIMEOUT,
             help="Seconds the Client waits for an answer the proxy did not lose before it "
             "resends (an answer the proxy drops is resent at once; an Agent that answers "
@@ -621,14 +695,16 @@ def bench(
         bool, typer.Option("--short", help="Tiny counts, for CI: checks it runs, not speed.")
     ] = False,
     requests: Annotated[
-        int | None, typer.Option(min=1, help="Ping-pong requests per round.")
+        int | None, typer.Option(metavar="N", min=1, help="Ping-pong requests per round.")
     ] = None,
     notifications: Annotated[
-        int | None, typer.Option(min=1, help="session/update notifications per round.")
+        int | None, typer.Option(metavar="N", min=1, help="session/update notifications per round.")
     ] = None,
-    prompts: Annotated[int | None, typer.Option(min=1, help="64 KiB prompts per round.")] = None,
+    prompts: Annotated[
+        int | None, typer.Option(metavar="N", min=1, help="64 KiB prompts per round.")
+    ] = None,
     rounds: Annotated[
-        int | None, typer.Option(min=1, help="Rounds, each in fresh processes.")
+        int | None, typer.Option(metavar="N", min=1, help="Rounds, each in fresh processes.")
     ] = None,
     memory_check: Annotated[
         int,

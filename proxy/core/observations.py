@@ -271,6 +271,10 @@ class FaultInjected(Observation):
     method: str | None
     session: str | None
     id: bytes | None
+    """The id as it is on the wire where the fault strikes."""
+    request_id: bytes | None = None
+    """For an answer, its request's id as the requester wrote it (the proxy rewrites ids hop by
+    hop: an Agent answers the id the proxy gave, the Client knows its own)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -311,6 +311,7 @@ class Relay:
                     method=subject.method,
                     session=subject.session,
                     id=message.id_token,
+                    request_id=self._request_id(direction, message),
                 )
             )
             for effect in actions[params.action].apply(params, fault):
@@ -455,6 +456,13 @@ class Relay:
         requests = self._maps[direction]
         for pending in requests.pending_with(message.id_key)[-count:]:
             requests.pop(pending.forwarded_id)
+
+    def _request_id(self, direction: Direction, message: Message) -> bytes | None:
+        """For an answer, its request's id as the requester wrote it (``None`` for others)."""
+        if message.kind not in _ANSWERS or message.id_token is None:
+            return None
+        request = self._maps[direction.reverse].get(message.id_token)
+        return None if request is None else request.original_id
 
     def _subject(self, direction: Direction, message: Message) -> Subject:
         """What rules match on; an answer takes its request's method, session and key."""

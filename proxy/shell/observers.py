@@ -288,7 +288,7 @@ class LogObserver:
                     kind=observation.kind,
                     method=observation.method,
                     session=observation.session,
-                    id=_text(observation.id),
+                    **_fault_ids(observation),
                 )
             case DuplicateSwallowed():
                 log.info(
@@ -323,3 +323,11 @@ class LogObserver:
 
 def _text(token: bytes | None) -> str | None:
     return None if token is None else shorten(token, 80)
+
+
+def _fault_ids(fault: FaultInjected) -> dict[str, str | None]:
+    """The ids a fault's log line shows: an answer's as its requester wrote it (what a user
+    finds in the Client's own log), and the one on the wire where it differs."""
+    if fault.request_id is None or fault.request_id == fault.id:
+        return {"id": _text(fault.id)}
+    return {"id": _text(fault.request_id), "wire_id": _text(fault.id)}

@@ -320,6 +320,15 @@ class TestStopped:
         )
         assert stopped.disposition == "dropped"
 
+    def test_a_fault_on_an_answer_names_the_id_its_requester_wrote(self) -> None:
+        """The Agent answers the id the proxy gave (0); the Client knows its own ("p1"): the
+        fault says both, a fault on a request only the one it has."""
+        relay = relay_with({"do": {"action": "delay", "ms": 1}})
+        [asked] = of(feed(relay, CLIENT, PROMPT), FaultInjected)
+        [answered] = of(feed(relay, AGENT, answer(b"0")), FaultInjected)
+        assert (asked.id, asked.request_id) == (b'"p1"', None)
+        assert (answered.id, answered.request_id) == (b"0", b'"p1"')
+
     def test_sever_after_and_delay_stop_nothing(self) -> None:
         relay = relay_with(
             {"do": {"action": "delay", "ms": 1}, "continue": True},

@@ -91,6 +91,18 @@ def test_no_command_shows_a_type_on_a_flag() -> None:
         assert "<bool>" not in help_at(80, *command), command
 
 
+def test_help_shows_placeholders_not_python_types() -> None:
+    """Arguments and options are named by what a user gives (FILE, SECONDS, ADDRESS), never by
+    their Python type (`<list[Path]>`, `<str>`, `<float range>`); choices are listed."""
+    commands = ["run", "validate", "schema", "agent", "check-agent", "client", "demo", "report"]
+    for command in (*([name] for name in commands), ["bench"]):
+        text = help_at(120, *command)
+        types = [word for word in text.split() if word.startswith("<") and "|" not in word]
+        assert types == [], command
+    assert "  TRACE  " in help_at(120, "report")
+    assert "  --only, --trace T0..T7  " in help_at(120, "check-agent")
+
+
 def test_run_without_an_agent_is_a_usage_error() -> None:
     """Without an Agent command, run exits 2 with a message on stderr and nothing on stdout."""
     done = acp_proxy("run")

@@ -102,6 +102,8 @@ async def test_dropped_response_reaches_the_agent_but_never_the_client(
     (fault,) = faults_of(proxy.stderr, "lose-prompt-answer")
     assert (fault["action"], fault["direction"], fault["kind"]) == ("drop", "to_client", "response")
     assert fault["method"] == "session/prompt"
+    # The Client's own id (1), which its log shows, and the one the Agent answered (0).
+    assert (fault["id"], fault["wire_id"]) == ("1", "0")
 
 
 async def test_dropped_request_never_reaches_the_agent(

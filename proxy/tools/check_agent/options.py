@@ -45,7 +45,7 @@ class CheckOptions:
         at_least("loss_wait", self.loss_wait, 0)
         unknown = [name for name in self.traces if name not in TRACES]
         if unknown:
-            raise OptionError(f"unknown traces {unknown}; known: {list(TRACES)}")
+            raise OptionError(f"unknown traces {unknown}; known: {list(TRACES)}", option="--only")
 
     @classmethod
     def from_command_line(

@@ -15,7 +15,7 @@ REFERENCE = [sys.executable, "-m", "proxy", "agent", "--turn-ms", "300"]
 
 def test_unknown_traces_are_a_usage_error() -> None:
     """Only T0-T7 exist."""
-    done = check_agent("--trace", "T9", "--", *REFERENCE)
+    done = check_agent("--only", "T9", "--", *REFERENCE)
     assert done.returncode == 2
     assert "unknown traces" in done.stderr
 
@@ -30,6 +30,6 @@ def test_an_agent_that_cannot_run_is_refused_before_any_trace() -> None:
 def test_a_junit_file_that_cannot_be_written_is_refused_before_any_trace(tmp_path: Path) -> None:
     """--junit in a folder that does not exist: said before the traces run (exit 2), not after."""
     junit = tmp_path / "reports" / "check.xml"
-    done = check_agent("--junit", str(junit), "--trace", "T0", "--", *REFERENCE)
+    done = check_agent("--junit", str(junit), "--only", "T0", "--", *REFERENCE)
     assert (done.returncode, done.stdout) == (2, "")
     assert f"--junit {junit}: its folder {junit.parent} does not exist" in done.stderr

@@ -24,7 +24,7 @@ def test_an_agent_that_exits_at_once_is_explained(transport: str, lost: str) -> 
     """An Agent that exits at once fails with what the proxy saw, its exit status, on every
     transport (a listening proxy's log is read once it has logged the link's end)."""
     exiting = check_agent(
-        "--transport", transport, "--trace", "T0", "--", sys.executable, "-c", "raise SystemExit(3)"
+        "--transport", transport, "--only", "T0", "--", sys.executable, "-c", "raise SystemExit(3)"
     )
     assert lost in exiting.stdout, exiting.stdout
     assert "the proxy says: the agent exited (3)" in exiting.stdout, exiting.stdout

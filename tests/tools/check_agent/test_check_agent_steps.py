@@ -34,7 +34,7 @@ def test_an_agent_that_starts_slowly_is_given_time_to_start() -> None:
     patience = TIMEOUT / 6
     start = str(patience + 1)
     done = check_agent(
-        "--answer-timeout", str(patience), "--trace", "T6", "--", *BROKEN, "ids", start
+        "--answer-timeout", str(patience), "--only", "T6", "--", *BROKEN, "ids", start
     )
     assert "T6  PASS" in done.stdout, done.stdout
     assert done.returncode == 0
@@ -43,11 +43,11 @@ def test_an_agent_that_starts_slowly_is_given_time_to_start() -> None:
 def test_initialize_refused_is_a_skip_and_failing_is_a_fail_each_naming_the_error() -> None:
     """initialize answered -32602 (a version the Agent does not take) skips, naming the error;
     -32603 (the Agent failing as it starts) fails."""
-    refused = check_agent("--trace", "T1", "--", *BROKEN, "init-refuse")
+    refused = check_agent("--only", "T1", "--", *BROKEN, "init-refuse")
     assert "initialize was refused with error -32602 (unsupported protocol version)" in (
         refused.stdout
     )
     assert refused.returncode == 2  # every trace skipped: nothing was checked
-    failing = check_agent("--trace", "T1", "--", *BROKEN, "init-crash")
+    failing = check_agent("--only", "T1", "--", *BROKEN, "init-crash")
     assert "initialize was answered with error -32603 (boom)" in failing.stdout
     assert failing.returncode == 1

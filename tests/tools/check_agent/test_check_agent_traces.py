@@ -47,8 +47,9 @@ def test_the_reference_agent_passes_every_trace(transport: str, tmp_path: Path) 
 
 
 def test_an_agent_that_ignores_keys_fails_t1(tmp_path: Path) -> None:
-    """--no-dedupe: T1 fails with the reason; the exit status is 1."""
-    done = check_agent("--trace", "T1", "--trace", "T6", "--", *REFERENCE, "--no-dedupe")
+    """--no-dedupe: T1 fails with the reason; the exit status is 1 (--trace: the older name of
+    --only)."""
+    done = check_agent("--only", "T1", "--trace", "T6", "--", *REFERENCE, "--no-dedupe")
     assert done.returncode == 1
     assert "T1  FAIL" in done.stdout
     assert "2 user messages for one submission" in done.stdout
@@ -61,7 +62,7 @@ def test_without_a_store_a_restarted_agent_is_skipped_or_failed_never_crashed(
 ) -> None:
     """T3 needs stored sessions: an in-memory Agent gets a SKIP naming what is missing; a run in
     which nothing was checked exits 2, so that CI does not take it for a pass."""
-    done = check_agent("--trace", "T3", "--", *REFERENCE)
+    done = check_agent("--only", "T3", "--", *REFERENCE)
     assert done.returncode == 2
     assert "nothing was checked: every trace was skipped" in done.stdout
     assert "T3  SKIP" in done.stdout
@@ -73,7 +74,7 @@ def test_prompts_answered_with_errors_are_named_not_blamed_on_the_proxy(
     mode: str, said: str
 ) -> None:
     """A keyed prompt answered with an error (well-formed or not) fails with that error."""
-    done = check_agent("--trace", "T1", "--", *BROKEN, mode)
+    done = check_agent("--only", "T1", "--", *BROKEN, mode)
     assert f"the keyed prompt was answered with error {said}, no messageId" in done.stdout
     assert "did not lose" not in done.stdout
     assert "Error:" not in done.stdout  # no checker exception shown as the verdict
@@ -83,7 +84,7 @@ def test_prompts_answered_with_errors_are_named_not_blamed_on_the_proxy(
 def test_an_echoed_key_fails_and_only_the_keys_sent_are_looked_for() -> None:
     """Keys are fresh UUIDs, so an id that happens to contain a short label is no echo; an Agent
     that sends the key back fails the trace, naming it."""
-    done = check_agent("--json", "--trace", "T1", "--", *BROKEN, "echo-key")
+    done = check_agent("--json", "--only", "T1", "--", *BROKEN, "echo-key")
     (result,) = json.loads(done.stdout)
     assert result["status"] == "FAIL"
     assert result["reason"].startswith("the Agent echoed keys: ['K1-")
@@ -105,7 +106,7 @@ def test_an_agent_that_is_not_a_v2_one_is_told_once_and_not_checked_again() -> N
 def test_an_agent_that_echoes_the_version_without_sessions_is_shown_its_answer() -> None:
     """A v1 Agent that echoes the version it is asked for claims 2 but has no v2 sessions: the
     reason says so and quotes its answer, so the user does not go looking for a capability."""
-    done = check_agent("--json", "--trace", "T0", "--", *BROKEN, "echo-version")
+    done = check_agent("--json", "--only", "T0", "--", *BROKEN, "echo-version")
     assert done.returncode == 2, done.stderr
     (result,) = json.loads(done.stdout)
     assert result["status"] == "SKIP"
