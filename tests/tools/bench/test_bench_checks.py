@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from tool_runs import short_bench
+from tool_runs import BENCH_TEST_TIMEOUT, short_bench
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
 
 STATUSES = {"PASS", "MISS", "SKIP"}
 

@@ -7,10 +7,12 @@ import math
 from pathlib import Path
 
 import pytest
-from tool_runs import latency_figures, positive, short_bench
+from tool_runs import BENCH_TEST_TIMEOUT, latency_figures, positive, short_bench
 
 from proxy.shell.fault_files import load_fault_files
 from proxy.tools.bench import DELAY_RULES
+
+pytestmark = pytest.mark.timeout(BENCH_TEST_TIMEOUT)
 
 
 @pytest.mark.slow

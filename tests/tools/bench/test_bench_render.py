@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from tool_runs import short_bench
+from tool_runs import BENCH_TEST_TIMEOUT, short_bench
 
 from proxy.tools.bench import TARGETS, render
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
 
 
 def test_the_text_report_names_every_target() -> None:

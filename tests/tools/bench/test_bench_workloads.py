@@ -11,11 +11,11 @@ import math
 import shutil
 
 import pytest
-from tool_runs import positive, short_bench
+from tool_runs import BENCH_TEST_TIMEOUT, positive, short_bench
 
 from proxy.tools.bench import TARGETS, WORKLOADS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
 
 
 def test_every_target_and_workload_is_reported() -> None:

@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-from tool_runs import latency_figures, positive, short_bench
+from tool_runs import BENCH_TEST_TIMEOUT, latency_figures, positive, short_bench
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
 
 
 def test_the_websocket_links_were_all_open_at_once_and_answered() -> None:
