@@ -300,6 +300,7 @@ class Relay:
         copies = 0
         after: list[Command] = []
         fault = Fault(message, subject, engine.rng)
+        request_id = self._request_id(direction, message)
         for rule in decision.fired:
             params = rule.do
             out.append(
@@ -311,7 +312,7 @@ class Relay:
                     method=subject.method,
                     session=subject.session,
                     id=message.id_token,
-                    request_id=self._request_id(direction, message),
+                    request_id=request_id,
                 )
             )
             for effect in actions[params.action].apply(params, fault):
