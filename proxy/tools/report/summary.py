@@ -60,6 +60,7 @@ from proxy.tools.report.prompts import (
     rules_text,
     since,
 )
+from proxy.tools.report.tables import plural
 
 __all__ = ["REPORT_VERSION", "WARNING_CHECKS", "summarize"]
 
@@ -411,7 +412,43 @@ def _notes(files: list[FileInfo]) -> list[str]:
                 )
         if info.partial_last_line:
             notes.append(f"{info.node}: the last line is incomplete (the proxy stopped mid-write?)")
+        if not info.records and not info.skipped:
+            notes.append(
+                f"{info.node}: the file is empty (no proxy wrote to it: was --trace given this "
+                "path, and did the proxy start?)"
+            )
+        if info.runs > 1:
+            notes.append(
+                f"{info.node}: {info.runs} proxy runs appended to one file; each run's links "
+                "and ids start afresh"
+            )
     return notes
+
+
+def _prompt_notes(attempts: list[Attempt]) -> list[str]:
+    """What a reader must not miss about the prompts: input lost and never sent again, and
+    a Client that sent no keys when an answer was lost (after :meth:`Prompts.retries` marked the
+    retries)."""
+    notes = []
+    never = _lost_never_resent(attempts)
+    if never:
+        notes.append(
+            f"{plural(never, 'lost prompt')} never sent again: the user's input was lost unless "
+            "the Client told the user (see Prompts, outcome lost)"
+        )
+    lost = any(attempt.outcome() == "lost" for attempt in attempts)
+    if lost and all(attempt.key is None for attempt in attempts):
+        notes.append(
+            "no prompt carried an idempotencyKey: a resend cannot be told from a new prompt, "
+            "so retries are judged by session and time only"
+        )
+    return notes
+
+
+def _lost_never_resent(attempts: list[Attempt]) -> int:
+    """Lost attempts that no later attempt retried."""
+    retried = {id(attempt.retry_of) for attempt in attempts if attempt.retry_of is not None}
+    return sum(1 for a in attempts if a.outcome() == "lost" and id(a) not in retried)
 
 
 def summarize(entries: Sequence[Entry]) -> Summary:
@@ -432,6 +469,7 @@ def summarize(entries: Sequence[Entry]) -> Summary:
     counts.finish()
     retries = prompts.retries(start)
     attempts = prompts.attempts
+    notes += _prompt_notes(attempts)
     outcomes = Counter(attempt.outcome() for attempt in attempts)
     all_findings = _merged_findings(counts.findings, keys, start)
     findings = _findings_view(all_findings)
@@ -483,6 +521,7 @@ def summarize(entries: Sequence[Entry]) -> Summary:
             "attempts": len(attempts),
             "copies": sum(attempt.copies for attempt in attempts),
             "swallowed_answers": sum(attempt.swallowed for attempt in attempts),
+            "lost_never_resent": _lost_never_resent(attempts),
             "by_outcome": dict(sorted(outcomes.items())),
             "sessions": _sessions(attempts, all_findings),
             "list": [attempt.view(start) for attempt in attempts],

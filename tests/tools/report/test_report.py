@@ -793,6 +793,55 @@ def test_a_new_key_after_a_loss_is_a_new_prompt_and_an_old_key_a_retry(tmp_path:
     assert retried["delay_ms"] == 500.0
 
 
+def test_a_lost_prompt_never_sent_again_is_said_first(tmp_path: Path) -> None:
+    """The input a Client dropped silently: a lost prompt that no later attempt retried is
+    counted and named in a note at the top, with or without keys; a trace with no key at all
+    says that retries were only guessed."""
+    keyed_trace = write_jsonl(
+        tmp_path / "keyed.jsonl",
+        header(1.0),
+        keyed(1.1, "K1"),
+        prompt_request(1.1, 1, 1, 1, "S"),
+        answer_dropped(1.3, 1),
+        keyed(1.5, "K2"),  # a new prompt, not K1 again: K1's input is gone
+        prompt_request(1.5, 1, 2, 2, "S"),
+        prompt_answer(1.6, 1, 2, 2, "S"),
+    )
+    summary = summarize(load_traces([keyed_trace]))
+    assert summary["prompts"]["lost_never_resent"] == 1
+    assert summary["notes"] == [
+        "1 lost prompt never sent again: the user's input was lost unless the Client told the "
+        "user (see Prompts, outcome lost)"
+    ]
+    assert "  note: 1 lost prompt never sent again" in render_text(summary)
+
+    retried = write_jsonl(
+        tmp_path / "retried.jsonl",
+        header(1.0),
+        keyed(1.1, "K1"),
+        prompt_request(1.1, 1, 1, 1, "S"),
+        answer_dropped(1.3, 1),
+        keyed(1.5, "K1", retry=True),
+        prompt_request(1.5, 1, 2, 2, "S"),
+        prompt_answer(1.6, 1, 2, 2, "S"),
+    )
+    summary = summarize(load_traces([retried]))
+    assert (summary["prompts"]["lost_never_resent"], summary["notes"]) == (0, [])
+
+    unkeyed = write_jsonl(
+        tmp_path / "unkeyed.jsonl",
+        header(1.0),
+        prompt_request(1.1, 1, 1, 1, "S"),
+        answer_dropped(1.3, 1),
+    )
+    summary = summarize(load_traces([unkeyed]))
+    assert summary["prompts"]["lost_never_resent"] == 1
+    assert summary["notes"][1] == (
+        "no prompt carried an idempotencyKey: a resend cannot be told from a new prompt, so "
+        "retries are judged by session and time only"
+    )
+
+
 def test_a_keyed_resend_before_its_original_was_lost_is_timed_from_the_original(
     tmp_path: Path,
 ) -> None:
@@ -830,6 +879,7 @@ def test_a_second_run_appended_to_a_file_starts_afresh(tmp_path: Path) -> None:
     )
     summary = summarize(load_traces([trace]))
     assert summary["restarts"]["proxy_runs"] == 2
+    assert f"{trace}: 2 proxy runs appended to one file" in summary["notes"][0]
     first, second = summary["prompts"]["list"]
     assert (first["outcome"], first["lost_by"]) == ("lost", "the proxy process started again")
     assert (second["outcome"], second["retry"]) == ("answered", True)
@@ -1175,6 +1225,11 @@ def test_an_empty_file_and_a_bare_header(tmp_path: Path) -> None:
         assert "findings     0 findings" in text
         assert "Findings: 0 findings" in text
     summary = summarize(load_traces([empty]))
+    assert summary["notes"] == [
+        f"{empty}: the file is empty (no proxy wrote to it: was --trace given this path, and "
+        "did the proxy start?)"
+    ]
+    assert summarize(load_traces([bare]))["notes"] == []
     assert summary["span"] == {"start": None, "end": None, "seconds": 0.0}
     assert summary["totals"]["prompts"] == summary["totals"]["messages_relayed"] == 0
     assert summary["verdict"] == "clean"
