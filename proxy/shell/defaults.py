@@ -61,6 +61,11 @@ AGENT_GRACE = 5.0
 SIGKILL (``--agent-grace``): an Agent that flushes its state and exits needs well under a
 second; five leave room for a loaded machine without holding a shutdown for long."""
 
+AGENT_EXIT_WAIT = 2.0
+"""Seconds to wait, once a spawned Agent's output has ended, for its exit status, to say why it
+ended (a WebSocket Client's close reason, the reference Client's error); an Agent still running
+then is taken for one that ended cleanly."""
+
 CONNECT_TIMEOUT = 10.0
 """Seconds to reach a network Agent (``--connect-timeout``): the TCP connection and, for a
 WebSocket, its opening handshake. A loopback or LAN Agent answers in milliseconds; 10 s leaves

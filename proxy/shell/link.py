@@ -79,7 +79,7 @@ from proxy.core.framing import Oversized
 from proxy.core.jsonrpc import Batch, Invalid, Message
 from proxy.core.observations import Connected, Disconnected, Observation, Restarted, RestartWhat
 from proxy.core.relay import Relay
-from proxy.shell.defaults import HELD_HIGH_WATER, STALL_SECONDS
+from proxy.shell.defaults import AGENT_EXIT_WAIT, HELD_HIGH_WATER, STALL_SECONDS
 from proxy.shell.endpoint import (
     Admitting,
     ClosesWithReason,
@@ -104,9 +104,6 @@ GOING_AWAY = 1001
 INTERNAL_ERROR = 1011
 """The WebSocket close code of a Client's connection whose spawned Agent failed (the reason says
 how it ended)."""
-EXIT_WAIT = 2.0
-"""Seconds a link waits, once a spawned Agent's output has ended, for its exit status, to tell a
-WebSocket Client why; an Agent still running then is closed as one that ended cleanly."""
 
 AgentFactory = Callable[[], Awaitable[Endpoint]]
 """Connects (spawns) a new Agent for this link."""
@@ -425,7 +422,7 @@ class Link:
             return None  # cut (sever, restart_proxy) or gone: its close is decided already
         if not isinstance(agent, ExitReporter):
             return None
-        return await agent.failure(EXIT_WAIT)
+        return await agent.failure(AGENT_EXIT_WAIT)
 
     def _watch(self) -> None:
         """Look every :data:`STALL_SECONDS` while a reading task waits: one still in the drain it

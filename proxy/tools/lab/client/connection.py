@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.core import acp
-from proxy.shell.endpoint import Endpoint
+from proxy.shell.defaults import AGENT_EXIT_WAIT
+from proxy.shell.endpoint import Endpoint, ExitReporter
 from proxy.shell.log import get_logger
 from proxy.shell.transports.stdio import spawn_agent
 from proxy.tools.lab.client.options import ClientOptions
@@ -57,6 +58,7 @@ class Connection:
         self.replays = 0
         """Resumes sent on this connection: each replay is a stream of updates of its own."""
         self._resume_id: int | None = None
+        self._endpoint = endpoint
         self.peer = Peer(endpoint, on_message=self._on_message, log=log)
 
     @property
@@ -87,10 +89,18 @@ class Connection:
         try:
             return await self.peer.call(method, params, patience, request_id=request_id)
         except NoAnswer as exc:
-            raise Failure(str(exc)) from None
+            raise Failure(f"{exc}{await self._why_ended()}") from None
         finally:
             if self._resume_id == request_id:
                 self._resume_id = None
+
+    async def _why_ended(self) -> str:
+        """``": the agent exited with status 3"`` when the connection ended because its spawned
+        Agent failed (its own stderr, above, says more); empty otherwise."""
+        if not self.lost or not isinstance(self._endpoint, ExitReporter):
+            return ""
+        failure = await self._endpoint.failure(AGENT_EXIT_WAIT)
+        return "" if failure is None else f": {failure}"
 
     def _on_message(self, message: Message) -> None:
         """Every message, in arrival order, before its answer settles a request."""

@@ -72,7 +72,8 @@ def render(report: ClientReport) -> str:
             problems.append(f"stopped: {report.error}")
         if report.not_submitted:
             problems.append(f"{len(report.not_submitted)} prompt(s) not submitted")
-        lines.append("FAIL: " + "; ".join(problems))
+        verdict = "ERROR" if report.exit_status == 2 else "FAIL"  # 2: nothing was checked
+        lines.append(f"{verdict}: " + "; ".join(problems))
     return "\n".join(lines)
 
 

@@ -3,10 +3,13 @@ command, a WebSocket or Streamable HTTP; a command that cannot start is reported
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from client_lab import AGENT, TEXTS, check_inserted_once, run, servers
+
+from proxy.tools.lab.client.render import render
 
 pytestmark = pytest.mark.slow
 
@@ -28,3 +31,17 @@ async def test_a_command_that_cannot_start_is_reported(tmp_path: Path) -> None:
     assert report.error.startswith("cannot connect")
     assert (report.connections, report.submissions, report.ok) == (0, [], False)
     assert report.not_submitted == list(TEXTS)
+    assert report.exit_status == 2
+    assert render(report).splitlines()[-1].startswith("ERROR: stopped: cannot connect")
+
+
+async def test_an_agent_that_fails_at_start_is_named_with_its_exit_status() -> None:
+    """The Agent exits 3 before it answers initialize: the error says so, not only that the
+    connection ended (its own stderr says more), and nothing was checked (ERROR, exit 2)."""
+    failing = (sys.executable, "-c", "import sys; sys.exit(3)")
+    report = await run(agent_argv=failing, prompts=TEXTS)
+    assert report.error == (
+        "the connection ended during initialize: the agent exited with status 3"
+    )
+    assert report.exit_status == 2
+    assert render(report).splitlines()[-1].startswith("ERROR: stopped: the connection ended")
