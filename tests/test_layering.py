@@ -145,6 +145,41 @@ def test_the_command_line_loads_no_tool_at_import() -> None:
     assert loaded.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("module", ["proxy.tools.bench.agent", "proxy.tools.bench.relay"])
+def test_the_bench_processes_measured_are_standard_library_ones(module: str) -> None:
+    """The bench's stdio Agent and its floor relay load nothing but the standard library, the
+    sans-I/O core and the bench's own modules: their start-up and footprint are the baseline
+    the proxy's are set against."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; before = set(sys.modules); import {module}; "
+            "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+            "- set(sys.stdlib_module_names)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert loaded.stdout.strip() == "['proxy']"
+    leaked = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, {module}; "
+            "print(sorted(m for m in sys.modules if m.startswith('proxy.') and "
+            "not m.startswith(('proxy.core', 'proxy.tools.bench')) and m != 'proxy.tools'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert leaked.stdout.strip() == "[]"
+
+
 def test_every_module_has_a_docstring() -> None:
     """Each module says at its top what it owns."""
     for path, info in modules().items():

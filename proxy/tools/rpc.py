@@ -14,6 +14,12 @@ it; the reference Agent encodes its messages with :func:`encode`.
   (an oversized message, a line that does not parse) is logged and skipped.
 * Once the connection ends, every pending request is answered ``None`` and every waiter too.
 
+The bench (:mod:`proxy.tools.bench`) is the one tool that does not use it, on purpose: its
+drivers are measuring instruments that time each round trip from the write to the answer read
+in one task, with no reader task or futures between, reach the WebSocket proxy with another
+stack (``websockets``) than the proxy's own, and share their messages with the bench Agents,
+which stay standard-library processes (``tests/test_layering.py``).
+
 Rules: ids of requests are integers (answers are matched by exact type and value, so ``1.0`` or
 ``true`` answer nothing); nothing here prints, logs go to the owner's logger.
 """
