@@ -6,7 +6,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from harness import ProxyProcess
+from harness import Controlled, ProxyProcess, Start
+
+from proxy.control import ControlClient
 
 
 @pytest.fixture
@@ -18,6 +20,33 @@ async def proxies() -> AsyncIterator[list[ProxyProcess]]:
     finally:
         for proxy in started:
             await proxy.stop()
+
+
+@pytest.fixture
+def start(proxies: list[ProxyProcess]) -> Start:
+    """Start proxies (JSON logs, for ``ProxyProcess.logged``) in front of Agents; each is
+    stopped at the end of the test."""
+
+    async def _start(agent: list[str], *options: str) -> ProxyProcess:
+        proxy = await ProxyProcess.start(agent, "--log-format", "json", *options)
+        proxies.append(proxy)
+        return proxy
+
+    return _start
+
+
+@pytest.fixture
+def controlled(start: Start) -> Controlled:
+    """Start proxies with a control API on a free port: each, and a client of its API."""
+
+    async def _start(
+        agent: list[str], *options: str, token: str | None = None
+    ) -> tuple[ProxyProcess, ControlClient]:
+        proxy = await start(agent, "--admin", "127.0.0.1:0", *options)
+        url = (await proxy.logged("control API listening"))["url"]
+        return proxy, ControlClient(url, token=token)
+
+    return _start
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import pytest
 from harness import (
     TIMEOUT,
     ProxyProcess,
+    Start,
     captured,
     log_events,
     notification,
@@ -34,7 +35,6 @@ from peers.sdk_remote_client import open_session, sdk_prompt, sdk_state
 from stdio_scenario import (
     SWALLOWED,
     SdkClient,
-    Start,
     agent_state,
     answer_to,
     barrier,
@@ -45,7 +45,6 @@ from stdio_scenario import (
     is_answer,
     new_session,
     prompt_request,
-    proxies,
     sdk_agent_session,
     sdk_client_session,
     until_logged,
@@ -302,12 +301,13 @@ def test_config_file_validates(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", CONFIG_FILES)
-async def test_config_file_does_what_its_comment_says(name: str, tmp_path: Path) -> None:
+async def test_config_file_does_what_its_comment_says(
+    name: str, start: Start, tmp_path: Path
+) -> None:
     """Each config file, run end to end, shows the effect its comment describes."""
     exercise = EXERCISES.get(name)
     assert exercise is not None, f"config/{name} has no exercise: add one to EXERCISES"
-    async with proxies() as start:
-        await exercise(CONFIG / name, start, tmp_path)
+    await exercise(CONFIG / name, start, tmp_path)
 
 
 def test_every_exercise_has_its_file() -> None:

@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from acp.schema import TextContentBlock
 from harness import (
     TIMEOUT,
     ProxyProcess,
+    Start,
     captured,
     fault_file,
     log_events,
@@ -44,12 +44,10 @@ from peers.sdk_remote_client import open_session, sdk_prompt, sdk_state
 from stdio_scenario import (
     SWALLOWED,
     SdkClient,
-    Start,
     barrier,
     check_corrupted,
     exits_with,
     faults_of,
-    proxies,
     raw_agent_per_process,
     rule,
     sdk_client_session,
@@ -60,13 +58,6 @@ from stdio_scenario import (
 from proxy.tools.report import report_main
 
 # -- the proxy as a subprocess, with the test as raw Client ---------------------------------------
-
-
-@pytest.fixture
-async def start() -> AsyncIterator[Start]:
-    """Start proxies in front of Agents for one test."""
-    async with proxies() as _start:
-        yield _start
 
 
 # == drop ==========================================================================================

@@ -22,7 +22,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
@@ -36,6 +36,7 @@ from harness import (
     PROXY_RUN,
     RAW_AGENT,
     TIMEOUT,
+    Controlled,
     ProxyProcess,
     captured,
     encode,
@@ -128,31 +129,6 @@ def assert_error(answer: Answer, status: int, message: str) -> dict[str, Any]:
     return body
 
 
-Start = Callable[..., Awaitable[tuple[ProxyProcess, ControlClient]]]
-
-
-@pytest.fixture
-async def start() -> AsyncIterator[Start]:
-    """Start proxies with a control API (JSON logs); kill whatever is left at the end."""
-    started: list[ProxyProcess] = []
-
-    async def _start(
-        agent: list[str], *options: str, token: str | None = None
-    ) -> tuple[ProxyProcess, ControlClient]:
-        proxy = await ProxyProcess.start(
-            agent, "--log-format", "json", "--admin", "127.0.0.1:0", *options
-        )
-        started.append(proxy)
-        event = await proxy.logged("control API listening")
-        return proxy, ControlClient(event["url"], token=token)
-
-    try:
-        yield _start
-    finally:
-        for proxy in started:
-            await proxy.stop()
-
-
 @contextlib.asynccontextmanager
 async def websocket(url: str) -> AsyncIterator[ClientConnection]:
     """A raw WebSocket Client of the proxy."""
@@ -197,11 +173,11 @@ def drop(name: str, method: str) -> dict[str, Any]:
 
 
 async def test_rules_are_validated_added_replaced_deleted_and_reset(
-    start: Start, capture: Path, tmp_path: Path
+    controlled: Controlled, capture: Path, tmp_path: Path
 ) -> None:
     """/api/rules: located errors, 201, 409, 404, PUT replaces, reset restores the file's rules."""
     faults = fault_file(tmp_path, drop("file-drop-a", "_x/a"))
-    proxy, control = await start(raw_agent(capture), "--faults", str(faults))
+    proxy, control = await controlled(raw_agent(capture), "--faults", str(faults))
     file_rules = [drop("file-drop-a", "_x/a")]
     assert await off(control.rules) == file_rules
     assert await off(control.counters) == {"file-drop-a": RuleCounters(0, 0)}
@@ -263,11 +239,11 @@ async def test_rules_are_validated_added_replaced_deleted_and_reset(
     assert await off(control.counters) == {"file-drop-a": RuleCounters(1, 1)}
 
 
-async def test_two_rules_on_one_match_each_count_it(start: Start, capture: Path) -> None:
+async def test_two_rules_on_one_match_each_count_it(controlled: Controlled, capture: Path) -> None:
     """Issue 12.6 through /api/rules: rules nth: [1] and nth: [2] on the same messages act on
     the first and the second; the counters show every match of each rule's own when, and the
     times each acted."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     first = {**drop("drop-first", "_x/n"), "schedule": {"nth": [1]}}
     second = {**drop("drop-second", "_x/n"), "schedule": {"nth": [2]}}
     await off(control.set_rules, [first, second])
@@ -281,14 +257,14 @@ async def test_two_rules_on_one_match_each_count_it(start: Start, capture: Path)
 
 
 async def test_rules_that_cannot_fire_here_are_warned_once_at_load(
-    start: Start, capture: Path, tmp_path: Path
+    controlled: Controlled, capture: Path, tmp_path: Path
 ) -> None:
     """On a stdio listener, every http_status or close_stream rule loaded (from the file at start,
     over PUT or POST, by a --watch reload) is accepted and logged once as a rule that can never
     fire, with its name and why; sever's old `when` is logged as a name to change."""
     fail_post = {"name": "fail-post", "do": {"action": "http_status", "status": 503}}
     faults = fault_file(tmp_path, fail_post, drop("drop-a", "_x/a"))
-    proxy, control = await start(raw_agent(capture), "--faults", str(faults), "--watch")
+    proxy, control = await controlled(raw_agent(capture), "--faults", str(faults), "--watch")
     cut_stream = {"name": "cut-stream", "do": {"action": "close_stream"}}
     await off(control.set_rules, [fail_post, cut_stream])  # fail-post kept: not told again
     old_sever = {"name": "cut", "do": {"action": "sever", "side": "client", "when": "after"}}
@@ -312,7 +288,7 @@ async def test_rules_that_cannot_fire_here_are_warned_once_at_load(
 
 
 async def test_a_large_legal_file_stays_bounded_and_so_do_the_api_rules(
-    start: Start, capture: Path, tmp_path: Path
+    controlled: Controlled, capture: Path, tmp_path: Path
 ) -> None:
     """Issue 13.5: with the most rules a run holds, aliases adding nearly the most values they
     may, GET /api/rules stays small (an alias bomb once made it 80 MB); the control API adds no
@@ -323,7 +299,7 @@ async def test_a_large_legal_file_stays_bounded_and_so_do_the_api_rules(
     lines += [f"  - {{name: r{n}, do: {{action: drop}}}}" for n in range(700, 1000)]
     faults = tmp_path / "large.yaml"
     faults.write_text("\n".join(lines) + "\n")  # 699 aliases of 14 values: 9,786 values added
-    _proxy, control = await start(raw_agent(capture), "--faults", str(faults))
+    _proxy, control = await controlled(raw_agent(capture), "--faults", str(faults))
     answer = await off(call, control.base_url, "GET", "/api/rules")
     assert answer.status == 200
     assert len(answer.json()["rules"]) == 1000
@@ -339,12 +315,12 @@ async def test_a_large_legal_file_stays_bounded_and_so_do_the_api_rules(
 
 
 async def test_a_reload_into_an_alias_bomb_keeps_the_last_good_rules(
-    start: Start, capture: Path, tmp_path: Path
+    controlled: Controlled, capture: Path, tmp_path: Path
 ) -> None:
     """--watch: an edit that turns the file into an alias bomb is refused at once, located, and
     the rules stay as they were."""
     faults = fault_file(tmp_path, drop("drop-a", "_x/a"))
-    proxy, control = await start(raw_agent(capture), "--faults", str(faults), "--watch")
+    proxy, control = await controlled(raw_agent(capture), "--faults", str(faults), "--watch")
     levels = [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, 9)]
     bomb = "\n".join(
         [
@@ -364,9 +340,9 @@ async def test_a_reload_into_an_alias_bomb_keeps_the_last_good_rules(
     assert await off(control.rules) == [drop("drop-a", "_x/a")]
 
 
-async def test_every_error_is_json_with_its_status(start: Start, capture: Path) -> None:
+async def test_every_error_is_json_with_its_status(controlled: Controlled, capture: Path) -> None:
     """Unknown routes and methods, bad bodies, a body over the limit, bad actions: JSON errors."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     base = control.base_url
     kept = [drop("kept", "_x/a")]
     assert await off(control.set_rules, kept) == kept
@@ -438,11 +414,13 @@ MALFORMED = [
 """Malformed bodies: each is refused with 400 and an error naming the field (or the JSON fault)."""
 
 
-async def test_every_malformed_body_is_a_400_naming_the_field(start: Start, capture: Path) -> None:
+async def test_every_malformed_body_is_a_400_naming_the_field(
+    controlled: Controlled, capture: Path
+) -> None:
     """Strict JSON, finite bounded numbers, real integers and booleans: anything else is 400 with
     a JSON error naming what is wrong, and changes nothing (no action on the link, whose id 1
     ``true`` would once have named)."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     assert await barrier(proxy, "up") == []
     [before] = await off(control.links)
     assert before["id"] == 1
@@ -481,12 +459,12 @@ not say they are JSON."""
 
 
 async def test_a_forged_form_or_text_post_is_refused_and_acts_on_nothing(
-    start: Start, capture: Path
+    controlled: Controlled, capture: Path
 ) -> None:
     """A form or text/plain POST (or a body of no stated type) to any route is a 415: no Agent is
     killed, no rule replaced, no restart; an empty JSON body where one is needed is a 400 (an
     action's defaults are ``{}``), a body where none is taken too."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     assert await barrier(proxy, "up") == []
     base = control.base_url
     kept = [drop("kept", "_x/a")]
@@ -529,10 +507,12 @@ def refused(answer: Answer, message: str) -> None:
     assert not [name for name in answer.headers if name.lower().startswith("access-control-")]
 
 
-async def test_a_cross_origin_request_is_refused_by_its_origin(start: Start, capture: Path) -> None:
+async def test_a_cross_origin_request_is_refused_by_its_origin(
+    controlled: Controlled, capture: Path
+) -> None:
     """A request a page sends (it carries the page's Origin) is 403, JSON body and all, and acts
     on nothing; the API's own origin is fine. Each origin is logged once; every refusal counted."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     assert await barrier(proxy, "up") == []
     base = control.base_url
     evil = "origin http://evil.example is not allowed (see --admin-allow-origin)"
@@ -559,11 +539,13 @@ async def test_a_cross_origin_request_is_refused_by_its_origin(start: Start, cap
     assert counted == 4
 
 
-async def test_a_rebinding_host_is_refused_by_the_control_api(start: Start, capture: Path) -> None:
+async def test_a_rebinding_host_is_refused_by_the_control_api(
+    controlled: Controlled, capture: Path
+) -> None:
     """DNS rebinding: a page whose name now points to 127.0.0.1 sends its own name as Host:
     403 (with the API's own port too), and nothing happens; the loopback names are fine, on any
     port (a tunnel or a relay changes it)."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     assert await barrier(proxy, "up") == []
     base = control.base_url
     port = urlsplit(base).port
@@ -584,11 +566,11 @@ async def test_a_rebinding_host_is_refused_by_the_control_api(start: Start, capt
 
 
 async def test_allow_host_and_allow_origin_admit_exactly_what_they_name(
-    start: Start, capture: Path
+    controlled: Controlled, capture: Path
 ) -> None:
     """--allow-host names a host for both servers (any port, or the one given); --allow-origin
     opens the listener and --admin-allow-origin the control API, each only that origin."""
-    proxy, control = await start(
+    proxy, control = await controlled(
         raw_agent(capture),
         "--listen",
         "http://127.0.0.1:0/acp",
@@ -630,10 +612,10 @@ async def test_allow_host_and_allow_origin_admit_exactly_what_they_name(
         assert await status(listener, {"Origin": origin}) == 403, origin
 
 
-async def test_a_preflight_grants_nothing(start: Start, capture: Path) -> None:
+async def test_a_preflight_grants_nothing(controlled: Controlled, capture: Path) -> None:
     """OPTIONS with CORS preflight headers: 403 for a foreign origin, 405 for an allowed one, and
     never an Access-Control-Allow-* header, on the control API and on the listener."""
-    proxy, control = await start(
+    proxy, control = await controlled(
         raw_agent(capture),
         "--listen",
         "http://127.0.0.1:0/acp",
@@ -676,11 +658,11 @@ GUARDED = [
 
 
 async def test_token_from_the_environment_guards_every_route_but_healthz(
-    start: Start, capture: Path, monkeypatch: pytest.MonkeyPatch
+    controlled: Controlled, capture: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ACP_PROXY_ADMIN_TOKEN: 401 without (or with a wrong) bearer token; /healthz stays open."""
     monkeypatch.setenv("ACP_PROXY_ADMIN_TOKEN", "s3cret")
-    proxy, control = await start(raw_agent(capture), token="s3cret")
+    proxy, control = await controlled(raw_agent(capture), token="s3cret")
     base = control.base_url
     for method, path, body in GUARDED:
         for token in (None, "wrong", "s3cre", "S3CRET"):
@@ -703,14 +685,14 @@ async def test_token_from_the_environment_guards_every_route_but_healthz(
 
 
 async def test_token_from_the_command_line_is_required_and_never_echoed(
-    start: Start, capture: Path, monkeypatch: pytest.MonkeyPatch
+    controlled: Controlled, capture: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--admin-token: a request without it, or with any other token (one that differs by a
     character, bytes that are not UTF-8), gets 401, and neither the token given nor the real one
     appears in an answer or in the proxy's logs (debug level)."""
     monkeypatch.delenv("ACP_PROXY_ADMIN_TOKEN", raising=False)
     secret = "flag-" + uuid.uuid4().hex
-    proxy, control = await start(
+    proxy, control = await controlled(
         raw_agent(capture), "--admin-token", secret, "--log-level", "debug", token=secret
     )
     base = control.base_url
@@ -731,7 +713,11 @@ async def test_token_from_the_command_line_is_required_and_never_echoed(
 
 @pytest.mark.parametrize("line_end", ["\n", "\r\n", ""])
 async def test_token_from_a_file_guards_the_api_and_wins_over_the_environment(
-    start: Start, capture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line_end: str
+    controlled: Controlled,
+    capture: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    line_end: str,
 ) -> None:
     """--admin-token-file: its one line, without the line end, is the token (the variable, also
     set, is not); neither appears in an answer or a log line."""
@@ -739,7 +725,7 @@ async def test_token_from_a_file_guards_the_api_and_wins_over_the_environment(
     secret = "file-" + uuid.uuid4().hex
     path = tmp_path / "token"
     path.write_bytes((secret + line_end).encode())
-    proxy, control = await start(
+    proxy, control = await controlled(
         raw_agent(capture), "--admin-token-file", str(path), "--log-level", "debug", token=secret
     )
     base = control.base_url
@@ -900,9 +886,11 @@ async def test_ipv6_loopback_addresses_are_accepted_and_logged_as_urls(capture: 
 # -- actions on real links ------------------------------------------------------------------------
 
 
-async def test_kill_agent_action_ends_a_stdio_proxy_with_137(start: Start, capture: Path) -> None:
+async def test_kill_agent_action_ends_a_stdio_proxy_with_137(
+    controlled: Controlled, capture: Path
+) -> None:
     """POST /api/actions/kill_agent: SIGKILL to the Agent; the stdio proxy exits 137, stdout ends."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     assert await barrier(proxy, "up") == []
     [link] = await off(control.links)
     assert await off(control.kill_agent) == [link["id"]]
@@ -913,13 +901,13 @@ async def test_kill_agent_action_ends_a_stdio_proxy_with_137(start: Start, captu
 
 
 async def test_kill_agent_action_with_respawn_starts_a_new_agent(
-    start: Start, tmp_path: Path
+    controlled: Controlled, tmp_path: Path
 ) -> None:
     """kill_agent with respawn: the link stays, a new Agent (new pid) answers the next request."""
     agents = tmp_path / "agents"
     agents.mkdir()
     per_process = ["sh", "-c", 'exec "$0" "$1" "$2/$$.jsonl"', sys.executable, str(RAW_AGENT)]
-    proxy, control = await start([*per_process, str(agents)])
+    proxy, control = await controlled([*per_process, str(agents)])
     assert await barrier(proxy, "first") == []
     [before] = await off(control.links)
     assert await off(control.kill_agent, signal="TERM", respawn=True) == [before["id"]]
@@ -933,10 +921,10 @@ async def test_kill_agent_action_with_respawn_starts_a_new_agent(
 
 
 async def test_sever_action_closes_the_chosen_websocket_with_the_code(
-    start: Start, capture: Path
+    controlled: Controlled, capture: Path
 ) -> None:
     """POST /api/actions/sever: one link's Client gets the close code asked for, the other lives."""
-    proxy, control = await start(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
+    proxy, control = await controlled(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
     url = (await proxy.logged("listening"))["url"]
     async with websocket(url) as first:
         await ask(first, 1, "_x/one")  # answered: its link exists
@@ -955,11 +943,11 @@ async def test_sever_action_closes_the_chosen_websocket_with_the_code(
 
 
 async def test_kill_agent_closes_a_websocket_client_with_1011_and_the_signal(
-    start: Start, capture: Path
+    controlled: Controlled, capture: Path
 ) -> None:
     """kill_agent on a WebSocket Client's link: the Agent dies as a crashed one does, and the
     Client's close says so (1011, "the agent was killed by SIGKILL")."""
-    proxy, control = await start(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
+    proxy, control = await controlled(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
     url = (await proxy.logged("listening"))["url"]
     async with websocket(url) as connection:
         await ask(connection, 1, "_x/up")
@@ -975,10 +963,10 @@ async def test_kill_agent_closes_a_websocket_client_with_1011_and_the_signal(
 
 
 async def test_restart_proxy_action_cuts_every_link_and_listens_again(
-    start: Start, capture: Path
+    controlled: Controlled, capture: Path
 ) -> None:
     """POST /api/actions/restart_proxy: the Client is cut, the listener comes back on its port."""
-    proxy, control = await start(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
+    proxy, control = await controlled(raw_agent(capture), "--listen", "ws://127.0.0.1:0/acp")
     url = (await proxy.logged("listening"))["url"]
     async with websocket(url) as before:
         await ask(before, 1, "_x/before")
@@ -994,9 +982,11 @@ async def test_restart_proxy_action_cuts_every_link_and_listens_again(
     assert restart["downtime_ms"] == 0
 
 
-async def test_the_api_answers_while_messages_stream_through(start: Start, capture: Path) -> None:
+async def test_the_api_answers_while_messages_stream_through(
+    controlled: Controlled, capture: Path
+) -> None:
     """/healthz and /metrics answer while the relay carries a steady stream of requests."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     stop, flowing = asyncio.Event(), asyncio.Event()
     answered = 0
 
@@ -1029,9 +1019,11 @@ async def test_the_api_answers_while_messages_stream_through(start: Start, captu
 # -- what the proxy knows ----------------------------------------------------------------------------
 
 
-async def test_links_show_transports_pids_and_pending_requests(start: Start, capture: Path) -> None:
+async def test_links_show_transports_pids_and_pending_requests(
+    controlled: Controlled, capture: Path
+) -> None:
     """/api/links: each side's transport, the Agent's pid, requests pending per direction."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     pid = (await proxy.logged("agent started"))["pid"]
     assert await off(control.health) == {"status": "ok", "links": 1}
     [link] = await off(control.links)
@@ -1055,10 +1047,10 @@ async def test_links_show_transports_pids_and_pending_requests(start: Start, cap
 
 
 async def test_ledger_and_findings_are_empty_lists_without_keyed_prompts(
-    start: Start, capture: Path
+    controlled: Controlled, capture: Path
 ) -> None:
     """/api/ledger and /api/findings: ``{"ledger": []}`` and ``{"findings": []}`` on a quiet run."""
-    proxy, control = await start(raw_agent(capture))
+    proxy, control = await controlled(raw_agent(capture))
     assert await barrier(proxy, "1") == []
     ledger = await off(call, control.base_url, "GET", "/api/ledger")
     assert (ledger.status, ledger.json()) == (200, {"ledger": []})
@@ -1082,11 +1074,11 @@ def raw_events(response: Any, count: int) -> list[bytes]:
 
 
 async def test_events_stream_trace_records_live_to_every_subscriber(
-    start: Start, capture: Path, tmp_path: Path
+    controlled: Controlled, capture: Path, tmp_path: Path
 ) -> None:
     """/api/events: SSE, one ``data:`` line per trace record, live, to each subscriber."""
     faults = fault_file(tmp_path, drop("lose-a", "_x/a"))
-    proxy, control = await start(raw_agent(capture), "--faults", str(faults))
+    proxy, control = await controlled(raw_agent(capture), "--faults", str(faults))
     assert await barrier(proxy, "before") == []  # not streamed: nobody listened yet
     bare = await off(OPENER.open, control.base_url + "/api/events", timeout=TIMEOUT)
     with bare, await off(control.events) as events:

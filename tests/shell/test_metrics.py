@@ -14,17 +14,15 @@ import asyncio
 import json
 import os
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-import pytest
 import yaml
-from harness import TIMEOUT, ProxyProcess, encode, notification, raw_agent, request, say
+from harness import TIMEOUT, Controlled, encode, notification, raw_agent, request, say
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect as ws_connect
 
-from proxy.control import ControlClient
 from proxy.core.acp import METHODS
 from proxy.shell.limits import COUNTED
 
@@ -83,29 +81,11 @@ def labels(**pairs: str) -> frozenset[tuple[str, str]]:
     return frozenset(pairs.items())
 
 
-Start = Callable[..., Awaitable[tuple[ProxyProcess, ControlClient]]]
-
-
-@pytest.fixture
-def start(proxies: list[ProxyProcess]) -> Start:
-    """Start a proxy with JSON logs and a control API; it and its control client."""
-
-    async def _start(agent: list[str], *options: str) -> tuple[ProxyProcess, ControlClient]:
-        proxy = await ProxyProcess.start(
-            agent, "--log-format", "json", "--admin", "127.0.0.1:0", *options
-        )
-        proxies.append(proxy)
-        url = (await proxy.logged("control API listening"))["url"]
-        return proxy, ControlClient(url)
-
-    return _start
-
-
-async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -> None:
+async def test_a_scripted_run_is_counted_exactly(controlled: Controlled, tmp_path: Path) -> None:
     """Messages, bytes, faults, invalid lines, orphans, durations, restarts, reloads: exact values."""
     faults = tmp_path / "faults.yaml"
     rules_file(faults)
-    proxy, control = await start(
+    proxy, control = await controlled(
         raw_agent(tmp_path / "agent.jsonl"), "--faults", str(faults), "--watch"
     )
     # The Client uses the ids the proxy mints (0, 1, ...), so sizes are the same on both hops.
@@ -252,10 +232,10 @@ async def test_a_scripted_run_is_counted_exactly(start: Start, tmp_path: Path) -
 
 
 async def test_network_connections_are_counted_and_active_ones_go_down(
-    start: Start, tmp_path: Path
+    controlled: Controlled, tmp_path: Path
 ) -> None:
     """connections_total by side and transport; active_connections back to 0 once the Client left."""
-    proxy, control = await start(
+    proxy, control = await controlled(
         raw_agent(tmp_path / "agent.jsonl"), "--listen", "ws://127.0.0.1:0/acp"
     )
     url = (await proxy.logged("listening"))["url"]

@@ -7,34 +7,14 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import pytest
-from harness import TIMEOUT, ProxyProcess, captured, raw_agent, say
+from harness import TIMEOUT, Start, captured, log_events, raw_agent, say
 from stdio_scenario import barrier
 
 from proxy.control import ControlClient
 from proxy.shell.defaults import WRITE_SLICE
 from proxy.shell.transports.stdio import LineStream, send_signal
-
-Start = Callable[..., Awaitable[ProxyProcess]]
-
-
-@pytest.fixture
-async def start() -> AsyncIterator[Start]:
-    """Start proxies in front of Agents; kill whatever is left at the end of the test."""
-    started: list[ProxyProcess] = []
-
-    async def _start(agent: list[str], *options: str) -> ProxyProcess:
-        proxy = await ProxyProcess.start(agent, *options)
-        started.append(proxy)
-        return proxy
-
-    yield _start
-    for proxy in started:
-        await proxy.stop()
-
 
 CLIENT_MESSAGES: list[tuple[bytes, bytes | None]] = [
     # (what the Client sends, the id the Agent must see instead of the Client's; None: unchanged)
@@ -199,10 +179,8 @@ async def test_agent_exit_status_becomes_the_proxys(start: Start, capture: Path)
     assert await proxy.at_eof()
     assert await proxy.wait() == 3
     assert "peer disconnected" in proxy.stderr
-    exited = [line for line in proxy.stderr.splitlines() if "the agent exited" in line]
-    assert len(exited) == 1  # said, not only in the exit status
-    assert "warning" in exited[0]
-    assert "exit_status=3" in exited[0]
+    (exited,) = log_events(proxy.stderr, "the agent exited")  # said, not only in the status
+    assert (exited["level"], exited["exit_status"]) == ("warning", 3)
 
 
 async def test_agent_killed_by_a_signal_is_reported_like_a_shell(

@@ -8,11 +8,13 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from proxy.control import ControlClient
 
 ROOT = Path(__file__).resolve().parents[2]
 """The project's root folder."""
@@ -225,3 +227,11 @@ def replace_file(path: Path, text: str) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text)
     os.replace(temporary, path)
+
+
+Start = Callable[..., Awaitable[ProxyProcess]]
+"""The ``start`` fixture: ``await start(agent_argv, *options)`` a proxy (JSON logs) in front of an
+Agent (none: a network upstream)."""
+Controlled = Callable[..., Awaitable[tuple[ProxyProcess, ControlClient]]]
+"""The ``controlled`` fixture: ``await controlled(agent_argv, *options, token=None)`` a proxy with
+its control API, and a client of that API."""

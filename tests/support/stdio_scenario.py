@@ -1,8 +1,8 @@
 """A proxy process over stdio between the test and an Agent: the pieces of an end-to-end scenario.
 
-``proxies`` starts ``python -m proxy run`` processes (``Start``) and stops them all; the test is the
-raw Client on the proxy's stdin/stdout (``initialize``, ``new_session``, ``prompt_request``,
-``answer_to``, ``barrier``) or runs the official SDK's Client in-process (``sdk_client_session``,
+A proxy is started by the ``start`` fixture (``tests/conftest.py``); the test is the raw Client
+on the proxy's stdin/stdout (``initialize``, ``new_session``, ``prompt_request``, ``answer_to``,
+``barrier``) or runs the official SDK's Client in-process (``sdk_client_session``,
 ``SdkClient``; its calls are ``peers.sdk_remote_client``'s ``open_session``, ``sdk_prompt``,
 ``sdk_state``); ``agent_state`` reads what the Agent saw; ``faults_of`` and ``until_logged`` read
 the proxy's ``fault injected`` log lines; ``rule`` is one rule of a fault file
@@ -16,7 +16,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -29,6 +29,7 @@ from harness import (
     SDK_AGENT,
     TIMEOUT,
     ProxyProcess,
+    Start,
     log_events,
     request,
 )
@@ -37,8 +38,6 @@ from peers.sdk_remote_client import SimpleClient
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 
 SWALLOWED = "answer to an injected copy swallowed"
-
-Start = Callable[..., Awaitable["ProxyProcess"]]
 
 
 def rule(
@@ -49,23 +48,6 @@ def rule(
     if schedule is not None:
         data["schedule"] = schedule
     return data
-
-
-@contextlib.asynccontextmanager
-async def proxies() -> AsyncIterator[Start]:
-    """Start proxies (JSON logs) in front of Agents; kill whatever is left at the end."""
-    started: list[ProxyProcess] = []
-
-    async def _start(agent: list[str], *options: str) -> ProxyProcess:
-        proxy = await ProxyProcess.start(agent, "--log-format", "json", *options)
-        started.append(proxy)
-        return proxy
-
-    try:
-        yield _start
-    finally:
-        for proxy in started:
-            await proxy.stop()
 
 
 def exits_with(status: int, agent: list[str]) -> list[str]:
