@@ -3,7 +3,9 @@
 What is measured
 ----------------
 The bench process plays the Client. For each *target* it spawns, on loopback pipes, one process
-tree and drives three *workloads* through it:
+tree and drives three *workloads* through it, with blocking reads and writes in a thread of its
+own (:mod:`.driver`), so that the Client is never the bottleneck (the ``direct`` column runs
+several times above any relay, and a check says so):
 
 * ``ping``: small requests, one in flight at a time (ping-pong); the round trip of each is timed
   with :func:`time.perf_counter` from just before the write to just after the answer is read;
@@ -21,17 +23,20 @@ The targets are the same bench Agent (a tiny stdio echo Agent, :mod:`.agent`, st
 * ``asyncio``: through :mod:`.relay` (``python -m proxy.tools.bench.relay -- AGENT``), the floor
   of any relay written in Python: asyncio streams copying lines, nothing parsed. The proxy's
   added latency over this one is its own work; this one's over socat is Python's and asyncio's
-  (the ping target, 2x socat's added latency, sits below this floor on common machines);
+  (socat is shown, never a target: no CPython relay reaches it);
+* ``asyncio-protocol``: the same floor written with asyncio protocols, every complete line of a
+  read written in one call (``relay --protocol``);
 * ``proxy``: through ``python -m proxy run -- AGENT`` with no rules;
 * ``proxy+rules``: the same with :data:`RULES` loaded, a realistic fault file whose rules are
   evaluated on every message but never fire (other methods, a params subset that does not match, a
-  probability-0 rule on ``session/prompt``).
+  probability-0 rule on ``session/prompt``): 12 rules, as DESIGN 11 asks.
 
 Both proxies run with ``--log-level warning``. A round runs every target in turn, each in a fresh
 process tree; samples of all rounds are pooled, so slow drift touches every target alike.
 
 The report gives p50/p99 round trip per target and workload, the latency added over ``direct``
-(and over ``socat``), throughput and its ratio to ``direct`` (and ``socat``), and the peak resident
+(and as a multiple of the ``asyncio`` relay's), throughput and its ratio to ``direct`` and to the
+``asyncio`` relay, and the peak resident
 memory of the process the bench spawned (the Agent for ``direct``, socat, the proxy): ``VmHWM``
 read from ``/proc/PID/status`` before the process is told to stop, or, without ``/proc``,
 ``ru_maxrss`` of :func:`resource.getrusage` (``RUSAGE_CHILDREN``, the largest child so far, a
@@ -98,7 +103,8 @@ The package, one concern a module
   entry: :func:`make_options`, :func:`bench_main`), :mod:`.run` (:func:`run_bench`: every target,
   every check, the report), :mod:`.render` (the text tables);
 * what is measured: :mod:`.targets` (the process trees and their commands, :data:`RULES`),
-  :mod:`.workloads` (ping, stream, prompt64k), :mod:`.memory` (the long-run check),
+  :mod:`.workloads` (ping, stream, prompt64k), :mod:`.driver` (the blocking Client that drives
+  them), :mod:`.memory` (the long-run check),
   :mod:`.delays` (injected delays), :mod:`.ws_links` (many WebSocket links), :mod:`.checks` (the
   DESIGN 11 targets), :mod:`.stats` (percentiles, latency figures), :mod:`.processes` (spawning,
   driving and reading the memory of processes);

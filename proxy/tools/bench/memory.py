@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from proxy.core import acp
+from proxy.tools.bench.driver import BlockingPeer
 from proxy.tools.bench.messages import PING_METHOD
 from proxy.tools.bench.options import BenchOptions
-from proxy.tools.bench.processes import StdioPeer, children_maxrss_kib, proc_kib
+from proxy.tools.bench.processes import children_maxrss_kib, proc_kib
 from proxy.tools.bench.targets import target_argv
-from proxy.tools.bench.workloads import PROMPT_BYTES, prompt_params, stream
+from proxy.tools.bench.workloads import PROMPT_BYTES, prompt_params
 
 __all__ = ["FLAT_GROWTH", "memory_check"]
 
@@ -26,26 +27,26 @@ WINDOW = 32
 """Requests in flight at once."""
 
 
-async def memory_check(options: BenchOptions, rules: Path) -> dict[str, Any]:
+def memory_check(options: BenchOptions, rules: Path) -> dict[str, Any]:
     """Send ``options.memory_check`` messages through ``proxy+rules``; the RSS samples and their
-    verdict."""
-    peer = await StdioPeer.spawn(target_argv("proxy+rules", options, rules))
+    verdict (blocking: call it in a thread)."""
+    peer = BlockingPeer(target_argv("proxy+rules", options, rules))
     pid = peer.process.pid
     sample_every = max(WINDOW, options.memory_check // 64)
     samples: list[tuple[int, int]] = []
     sent = 0
     prompt = prompt_params(PROMPT_BYTES)
     try:
-        await peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
+        peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
         next_sample = 0
         batch = 0
         while sent < options.memory_check:
             batch += 1
             if batch % 50 == 0:
-                received, _seconds = await stream(peer, 200)
+                received, _seconds = peer.stream(200)
                 sent += received + 1
             else:
-                ids = []
+                ids, lines = [], []
                 for i in range(WINDOW):
                     big = batch % 10 == 0 and i == 0
                     request_id, data = peer.request(
@@ -53,10 +54,10 @@ async def memory_check(options: BenchOptions, rules: Path) -> dict[str, Any]:
                         prompt if big else {"seq": sent + i},
                     )
                     ids.append(request_id)
-                    peer.writer.write(data)
-                await peer.writer.drain()
+                    lines.append(data)
+                peer.send(b"".join(lines))
                 for request_id in ids:
-                    await peer.answer(request_id)
+                    peer.answer(request_id)
                 sent += WINDOW
             if sent >= next_sample:
                 rss = proc_kib(pid, "VmRSS")
@@ -65,7 +66,7 @@ async def memory_check(options: BenchOptions, rules: Path) -> dict[str, Any]:
                 next_sample = sent + sample_every
     finally:
         peak = proc_kib(pid, "VmHWM")
-        await peer.close()
+        peer.close()
     peak = peak or children_maxrss_kib()
     if len(samples) < 8:
         return {

@@ -8,6 +8,7 @@ the later rounds, with its error in the report.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import shutil
@@ -41,13 +42,14 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
                 if target in errors:
                     continue
                 try:
-                    await drive(target_argv(target, options, rules), options, samples[target])
+                    argv = target_argv(target, options, rules)
+                    await asyncio.to_thread(drive, argv, options, samples[target])
                 except (BenchError, OSError, ValueError) as exc:
                     errors[target] = f"{type(exc).__name__}: {exc}"
         memory = None
         if options.memory_check > 0 and "proxy+rules" not in errors:
             try:
-                memory = await memory_check(options, rules)
+                memory = await asyncio.to_thread(memory_check, options, rules)
             except (BenchError, OSError, ValueError) as exc:
                 errors["memory_check"] = f"{type(exc).__name__}: {exc}"
         delays = None
@@ -88,7 +90,7 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
     for target, mine in measured.items():
         comparisons[target] = {
             base: compare(mine, measured[base])
-            for base in ("direct", "socat")
+            for base in ("direct", "socat", "asyncio")
             if base in measured and base != target
         }
     return {
@@ -111,7 +113,13 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
         },
         "targets": report_targets,
         "comparisons": comparisons,
-        "design_targets": design_checks(comparisons, memory, ws, delays),
+        "design_targets": design_checks(
+            comparisons,
+            memory,
+            ws,
+            delays,
+            {target: mine["stream"]["per_second"] for target, mine in measured.items()},
+        ),
         "memory_check": memory,
         "ws_links": ws,
         "delays": delays,

@@ -4,7 +4,8 @@ Each target is the stdio bench Agent (:mod:`.agent`) reached
 
 * ``direct``: spawned by the bench itself;
 * ``socat``: through a byte relay, ``socat -b 262144 STDIO EXEC:...`` (only with ``socat``);
-* ``asyncio``: through the floor of any Python relay (:mod:`.relay`);
+* ``asyncio``: through the floor of any Python relay (:mod:`.relay`), asyncio streams;
+* ``asyncio-protocol``: the same floor written with asyncio protocols (``relay --protocol``);
 * ``proxy``: through ``python -m proxy run`` with no rules;
 * ``proxy+rules``: the same with :data:`RULES` loaded, evaluated on every message, never firing.
 """
@@ -15,11 +16,19 @@ from pathlib import Path
 
 from proxy.tools.bench.options import BenchOptions
 
-__all__ = ["PROCESSES", "RULES", "TARGETS", "agent_argv", "quiet_proxy", "target_argv"]
+__all__ = [
+    "PROCESSES",
+    "RULES",
+    "RULE_COUNT",
+    "TARGETS",
+    "agent_argv",
+    "quiet_proxy",
+    "target_argv",
+]
 
-TARGETS = ("direct", "socat", "asyncio", "proxy", "proxy+rules")
+TARGETS = ("direct", "socat", "asyncio", "asyncio-protocol", "proxy", "proxy+rules")
 
-PROCESSES = {"direct": "agent", "socat": "socat", "asyncio": "relay"}
+PROCESSES = {"direct": "agent", "socat": "socat", "asyncio": "relay", "asyncio-protocol": "relay"}
 """The process whose memory a target's figures give (the bench spawned it); else the proxy."""
 
 RULES = """\
@@ -58,8 +67,26 @@ rules:
     when: {direction: to_client, kind: response, method: session/load}
     schedule: {every: 3}
     do: {action: corrupt, mode: garbage}
+  - name: refuse-permissions
+    when: {direction: to_client, kind: request, method: session/request_permission}
+    do: {action: error, code: -32603, message: "permission service down"}
+  - name: lose-resume-answers
+    when: {direction: to_client, kind: response, method: session/resume}
+    schedule: {nth: [1]}
+    do: {action: drop}
+  - name: slow-plans
+    when:
+      direction: to_client
+      method: session/update
+      params: {update: {sessionUpdate: plan}}
+    do: {action: delay, ms: 30}
+  - name: restart-on-close
+    when: {direction: to_agent, method: session/close}
+    do: {action: restart_proxy}
 """
 """The fault file of ``proxy+rules``: every rule evaluated on every message, none firing."""
+RULE_COUNT = RULES.count("\n  - name: ")
+"""Rules in :data:`RULES` (DESIGN 11 asks for 12)."""
 
 
 def agent_argv(python: str) -> list[str]:
@@ -82,6 +109,8 @@ def target_argv(target: str, options: BenchOptions, rules: Path) -> list[str]:
         return [options.socat, "-b", "262144", "STDIO", "EXEC:" + " ".join(agent)]
     if target == "asyncio":
         return [options.python, "-m", "proxy.tools.bench.relay", "--", *agent]
+    if target == "asyncio-protocol":
+        return [options.python, "-m", "proxy.tools.bench.relay", "--protocol", "--", *agent]
     proxy = quiet_proxy(options.python)
     if target == "proxy+rules":
         proxy += ["--faults", str(rules), "--seed", "1"]

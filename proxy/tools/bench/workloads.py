@@ -13,16 +13,15 @@ report's figures, :func:`compare` sets one target's against another's.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core import acp
-from proxy.tools.bench.messages import PING_METHOD, STREAM_METHOD
+from proxy.tools.bench.driver import BlockingPeer
+from proxy.tools.bench.messages import PING_METHOD
 from proxy.tools.bench.options import BenchOptions
-from proxy.tools.bench.processes import BenchError, StdioPeer, children_maxrss_kib, proc_kib
+from proxy.tools.bench.processes import children_maxrss_kib, proc_kib
 from proxy.tools.bench.stats import Figures, latency
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "drive",
     "figures",
     "prompt_params",
-    "stream",
 ]
 
 WORKLOADS = ("ping", "stream", "prompt64k")
@@ -56,49 +54,28 @@ def prompt_params(size: int) -> dict[str, Any]:
     return {"sessionId": "bench-1", "prompt": [{"type": "text", "text": "x" * size}]}
 
 
-async def stream(peer: StdioPeer, count: int) -> tuple[int, float]:
-    """Ask for ``count`` notifications; the count received and the seconds it took."""
-    request_id, data = peer.request(STREAM_METHOD, {"count": count})
-    start = time.perf_counter()
-    peer.writer.write(data)
-    await peer.writer.drain()
-    received = 0
-    while True:
-        line = await peer.read_line()
-        if b'"session/update"' in line:
-            received += 1
-            continue
-        message = json.loads(line)
-        if message.get("id") != request_id:
-            raise BenchError(f"unexpected message in the stream: {line[:200]!r}")
-        break
-    elapsed = time.perf_counter() - start
-    if received != count:
-        raise BenchError(f"asked for {count} notifications, got {received}")
-    return received, elapsed
-
-
-async def drive(argv: Sequence[str], options: BenchOptions, samples: Samples) -> None:
-    """One round on one target: the three workloads, in one process tree."""
-    peer = await StdioPeer.spawn(argv)
+def drive(argv: Sequence[str], options: BenchOptions, samples: Samples) -> None:
+    """One round on one target: the three workloads, in one process tree, with the blocking
+    Client (:mod:`.driver`; call it in a thread)."""
+    peer = BlockingPeer(argv)
     try:
-        await peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
+        peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
         warmup = max(5, options.requests // 20)
         for _ in range(warmup):
-            await peer.call(PING_METHOD, {"seq": -1})
+            peer.call(PING_METHOD, {"seq": -1})
         for seq in range(options.requests):
-            samples.ping.append(await peer.call(PING_METHOD, {"seq": seq}))
-        await stream(peer, min(100, options.notifications))  # warm-up
-        received, seconds = await stream(peer, options.notifications)
+            samples.ping.append(peer.call(PING_METHOD, {"seq": seq}))
+        peer.stream(min(100, options.notifications))  # warm-up
+        received, seconds = peer.stream(options.notifications)
         samples.stream_messages += received
         samples.stream_seconds += seconds
         prompt = prompt_params(PROMPT_BYTES)
-        await peer.call(acp.PROMPT, prompt)  # warm-up
+        peer.call(acp.PROMPT, prompt)  # warm-up
         for _ in range(options.prompts):
-            samples.prompt.append(await peer.call(acp.PROMPT, prompt))
+            samples.prompt.append(peer.call(acp.PROMPT, prompt))
         peak = proc_kib(peer.process.pid, "VmHWM")
     finally:
-        await peer.close()
+        peer.close()
     samples.peak_rss_kib = max(samples.peak_rss_kib, peak or children_maxrss_kib())
 
 

@@ -38,7 +38,11 @@ SCRIPT = "\n".join(
 )
 
 
-@pytest.mark.parametrize("argv", [AGENT, [*RELAY, "--", *AGENT]], ids=["agent", "relay"])
+@pytest.mark.parametrize(
+    "argv",
+    [AGENT, [*RELAY, "--", *AGENT], [*RELAY, "--protocol", "--", *AGENT]],
+    ids=["agent", "relay", "protocol relay"],
+)
 def test_the_agent_streams_then_answers_and_ignores_the_rest(argv: list[str]) -> None:
     """``_bench/stream`` writes its N updates, then its answer; any other request is answered
     with its size (its line's, newline included); notifications and garbage get nothing. Through the relay: the same lines."""
@@ -57,17 +61,20 @@ def test_the_agent_streams_then_answers_and_ignores_the_rest(argv: list[str]) ->
     assert messages[3:] == answers  # the updates came before the stream's answer
 
 
-def test_the_relay_exits_with_its_commands_status() -> None:
-    """The relay ends when both directions have, with the command's exit status."""
+@pytest.mark.parametrize("mode", [[], ["--protocol"]], ids=["streams", "protocols"])
+def test_the_relay_exits_with_its_commands_status(mode: list[str]) -> None:
+    """The relay ends when both directions have, with the command's exit status; a last line
+    without its newline is passed on all the same, and a line cut across reads arrives whole."""
+    echo = "import sys; sys.stdout.write(sys.stdin.read()); exit(3)"
     done = subprocess.run(
-        [*RELAY, sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read()); exit(3)"],
-        input="a line\n",
+        [*RELAY, *mode, sys.executable, "-c", echo],
+        input="a line\n" + "x" * 300_000 + "\nno newline",
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
         check=False,
     )
-    assert (done.returncode, done.stdout) == (3, "a line\n")
+    assert (done.returncode, done.stdout) == (3, "a line\n" + "x" * 300_000 + "\nno newline")
 
 
 @pytest.mark.parametrize(
@@ -75,8 +82,9 @@ def test_the_relay_exits_with_its_commands_status() -> None:
     [
         ([*AGENT, "--agent"], "usage: python -m proxy.tools.bench.agent"),
         ([*WS_AGENT, "x"], "usage: python -m proxy.tools.bench.ws_agent"),
-        (RELAY, "usage: python -m proxy.tools.bench.relay [--] COMMAND"),
-        ([*RELAY, "--"], "usage: python -m proxy.tools.bench.relay [--] COMMAND"),
+        (RELAY, "usage: python -m proxy.tools.bench.relay [--protocol] [--] COMMAND"),
+        ([*RELAY, "--"], "usage: python -m proxy.tools.bench.relay [--protocol] [--] COMMAND"),
+        ([*RELAY, "--protocol"], "usage: python -m proxy.tools.bench.relay [--protocol] [--]"),
     ],
 )
 def test_a_wrong_argument_list_is_a_usage_line_and_status_2(argv: list[str], usage: str) -> None:
