@@ -12,6 +12,7 @@ process groups, a script that imports nothing of the proxy, keeps its own
 from __future__ import annotations
 
 __all__ = [
+    "AGENT_EXIT_WAIT",
     "AGENT_GRACE",
     "CONNECT_TIMEOUT",
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -30,6 +31,8 @@ __all__ = [
     "STALL_SECONDS",
     "STREAM_HIGH_WATER",
     "WEBSOCKET_HIGH_WATER",
+    "WORKER_MESSAGE_BYTES",
+    "WORKER_MESSAGE_VALUES",
     "WRITE_SLICE",
 ]
 
@@ -41,10 +44,23 @@ any ACP message (a prompt with an embedded image is a few MiB), low enough that 
 make the proxy buffer without end."""
 
 LARGE_MESSAGE_BYTES = 64 * 1024
-"""Messages this large are parsed in a worker process (:mod:`proxy.shell.parsing`), not on the
-event loop. Parsing costs the loop about 4 ms per MB of text and up to 120 ms per MB of tiny
+"""Messages this large may be parsed in a worker process (:mod:`proxy.shell.parsing`), not on
+the event loop. Parsing costs the loop about 4 ms per MB of text and up to 120 ms per MB of tiny
 containers (``[],[],...``), so a smaller message holds the other links 8 ms at worst; most ACP
-messages are a few KiB and never pay the worker's round trip (about a millisecond)."""
+messages are a few KiB and never pay the worker's round trip (a millisecond idle, several on a
+busy machine)."""
+
+WORKER_MESSAGE_BYTES = 256 * 1024
+"""Messages this large are always parsed in a worker. Between :data:`LARGE_MESSAGE_BYTES` and
+this, a message goes to a worker only when it holds :data:`WORKER_MESSAGE_VALUES` values or
+more: a 100 KiB prompt of one long text costs the loop about 0.4 ms to parse in place, far less
+than the worker's round trip, while 256 KiB of tiny containers would cost it 30 ms."""
+
+WORKER_MESSAGE_VALUES = 4096
+"""Values, counted as the bytes ``,``, ``[`` and ``{`` (each opens a container or separates two
+values; one inside a string counts all the same), from which a message under
+:data:`WORKER_MESSAGE_BYTES` is parsed in a worker: about 1.5 ms of parsing at the costliest
+shape, so that no message parsed in place holds the loop longer than that and its text (1 ms)."""
 
 WRITE_SLICE = 256 * 1024
 """The most a pipe's writer copies into its buffer in one turn of the event loop: a message of

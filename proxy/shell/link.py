@@ -334,7 +334,7 @@ class Link:
                     charged += len(received)
                     self._inflight.add(len(received))
                     if parsed is None and self._parser.is_large(received):
-                        parsed = await self._parser.parse(received)
+                        parsed = await self._parser.offload(received)
                 if side is Side.AGENT and generation != self._generation:
                     return  # an Agent that was replaced: nothing it says counts any more
                 if received is None and side is Side.AGENT:

@@ -1,11 +1,14 @@
 """Parsing messages without stalling the event loop: large ones go to a worker process.
 
-Parsing a message holds the interpreter while it builds one object per JSON value: a message of
-:data:`~proxy.shell.defaults.LARGE_MESSAGE_BYTES` or more would hold every other link, the
-control API and the timers for as long (seconds, for 60 MB of tiny containers). Such a message is
-parsed in a worker process instead, which sends back a compacted parse
+Parsing a message holds the interpreter while it builds one object per JSON value: a large
+message would hold every other link, the control API and the timers for as long (seconds, for
+60 MB of tiny containers). A message of :data:`~proxy.shell.defaults.WORKER_MESSAGE_BYTES` or
+more, or of :data:`~proxy.shell.defaults.LARGE_MESSAGE_BYTES` or more with
+:data:`~proxy.shell.defaults.WORKER_MESSAGE_VALUES` values or more (a count of bytes, no parse),
+is parsed in a worker process instead, which sends back a compacted parse
 (:mod:`proxy.core.compact`): the relay reads it as it reads any message, and the loop spends on
-it only what copying its bytes costs. Smaller messages are parsed in place, as before.
+it only what copying its bytes costs. Other messages are parsed in place: for a 64 KiB prompt of
+one long text that costs a tenth of the worker's round trip.
 
 The workers start on the first large message, not before (most runs never see one), as fresh
 interpreters (forked, they would copy the proxy's threads' locks in whatever state they are). A
@@ -43,7 +46,12 @@ from typing import TypeVar
 from proxy.core.compact import parse_compacted, restore
 from proxy.core.jsonrpc import Batch, Invalid, InvalidReason, Message, parse
 from proxy.shell import parent_death
-from proxy.shell.defaults import LARGE_MESSAGE_BYTES, PARSING_WORKERS
+from proxy.shell.defaults import (
+    LARGE_MESSAGE_BYTES,
+    PARSING_WORKERS,
+    WORKER_MESSAGE_BYTES,
+    WORKER_MESSAGE_VALUES,
+)
 from proxy.shell.log import get_logger
 
 __all__ = ["Parser"]
@@ -52,15 +60,26 @@ log = get_logger("proxy.parsing")
 
 Result = TypeVar("Result")
 
+_VALUE_BYTES = b",[{"
+"""The bytes :meth:`Parser.is_large` counts as values."""
+
 
 class Parser:
     """Parses messages for the whole proxy: large ones in worker processes."""
 
     def __init__(
-        self, large: int | None = LARGE_MESSAGE_BYTES, workers: int = PARSING_WORKERS
+        self,
+        large: int | None = LARGE_MESSAGE_BYTES,
+        workers: int = PARSING_WORKERS,
+        *,
+        always: int = WORKER_MESSAGE_BYTES,
+        values: int = WORKER_MESSAGE_VALUES,
     ) -> None:
         self.large = large
-        """Messages of this many bytes or more are parsed by a worker (``None``: none is)."""
+        """Messages of this many bytes or more are parsed by a worker when they hold ``values``
+        values or more, or are ``always`` bytes or more (``None``: none is)."""
+        self._always = always
+        self._values = values
         self._workers = workers
         self._pool: ProcessPoolExecutor | None = None
         self.offloaded = 0
@@ -71,13 +90,22 @@ class Parser:
         """Workers lost (each with the message it parsed)."""
 
     def is_large(self, data: bytes) -> bool:
-        """Whether ``data`` is parsed by a worker."""
-        return self.large is not None and len(data) >= self.large
+        """Whether ``data`` is parsed by a worker: ``large`` bytes or more, and ``always`` bytes
+        or more or ``values`` values (the bytes ``,[{``, counted in one pass in C) or more."""
+        if self.large is None or len(data) < self.large:
+            return False
+        if len(data) >= self._always:
+            return True
+        return len(data) - len(data.translate(None, _VALUE_BYTES)) >= self._values
 
     async def parse(self, data: bytes) -> Message | Batch | Invalid:
         """The parse of ``data`` (:func:`proxy.core.jsonrpc.parse`), a large one by a worker."""
         if not self.is_large(data):
             return parse(data)
+        return await self.offload(data)
+
+    async def offload(self, data: bytes) -> Message | Batch | Invalid:
+        """The parse of ``data`` by a worker (for a message :meth:`is_large` found large)."""
         pool = self._pool
         if pool is None:
             pool = self._pool = ProcessPoolExecutor(

@@ -186,7 +186,7 @@ async def test_a_killed_proxy_takes_its_parsing_workers_along(
         raw_agent(tmp_path / "agent-saw.jsonl"), "--log-format", "json"
     )
     proxies.append(proxy)
-    large = b'{"jsonrpc":"2.0","id":1,"method":"_x/large","params":"' + b"x" * 200_000 + b'"}'
+    large = b'{"jsonrpc":"2.0","id":1,"method":"_x/large","params":"' + b"x" * 300_000 + b'"}'
     await proxy.send(large)
     assert (await proxy.recv_json())["result"]["size"] == len(large)
     workers = [pid for pid, argv in children_of(proxy.process.pid).items() if b"spawn_main" in argv]

@@ -35,7 +35,7 @@ def empties(count: int) -> bytes:
 
 
 async def test_a_large_message_is_parsed_by_a_worker_and_a_small_one_in_place() -> None:
-    parser = Parser(large=4096)
+    parser = Parser(large=4096, always=4096)
     try:
         small = prompt("hello")
         assert await parser.parse(small) == parse(small)
@@ -51,10 +51,28 @@ async def test_a_large_message_is_parsed_by_a_worker_and_a_small_one_in_place() 
         parser.close()
 
 
+def test_a_message_between_the_bounds_goes_to_a_worker_by_its_count_of_values() -> None:
+    """From ``large`` bytes a message is counted: one of few values (a long text) is parsed in
+    place, one of many (tiny containers, nested arrays, members) by a worker; from ``always``
+    bytes every message is. The defaults: 64 KiB, 256 KiB and 4,096 values."""
+    parser = Parser()
+    assert not parser.is_large(prompt("x" * 60_000))  # under 64 KiB
+    assert not parser.is_large(prompt("x" * 200_000))  # one long text
+    assert parser.is_large(prompt("x" * 300_000))  # 256 KiB or more
+    assert parser.is_large(empties(30_000))  # 90 KB of [],[],...
+    deep = b'{"jsonrpc":"2.0","method":"m","params":' + b"[" * 40_000 + b"]" * 40_000 + b"}"
+    assert parser.is_large(deep)  # 80 KB, no comma: its brackets count
+    members = b'{"params":{' + b",".join(b'"k%d":1' % n for n in range(9000)) + b"}}"
+    assert len(members) > 64 * 1024
+    assert parser.is_large(members)
+    assert not Parser(large=None).is_large(empties(200_000))
+    parser.close()
+
+
 async def test_a_worker_that_dies_costs_its_message_only() -> None:
     """The worker parsing a message is killed (as the out-of-memory killer would): the message
     is refused as too complex to relay, and the next one is parsed by a new worker."""
-    parser = Parser(large=4096, workers=1)
+    parser = Parser(large=4096, workers=1, always=4096)
     try:
         parsing = asyncio.get_running_loop().create_task(parser.parse(empties(2_000_000)))
         await asyncio.sleep(0)  # the task submits the message, which starts the worker
@@ -117,7 +135,7 @@ with open(sys.argv[1], "a") as runs:
     runs.write("run\\n")
 sys.setswitchinterval(1e-6)  # threads switch often: a worker may start on any call
 async def main():
-    parser = Parser(large=1024)
+    parser = Parser(large=1024, always=1024)
     for _ in range(5):
         parsed = await parser.parse(b'{"jsonrpc":"2.0","method":"m","params":"' + b"x" * 4096 + b'"}')
     parser.close()
