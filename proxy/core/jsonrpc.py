@@ -220,6 +220,8 @@ def _collector_paused(size: int) -> Iterator[None]:
 
 def _load(raw: bytes) -> tuple[Any, Invalid | None]:
     try:
+        if len(raw) < _PAUSE_COLLECTOR_BYTES:  # most messages: no context manager to enter
+            return orjson.loads(raw), None
         with _collector_paused(len(raw)):
             return orjson.loads(raw), None
     except orjson.JSONDecodeError as first:

@@ -256,8 +256,10 @@ class Relay:
             return out
         if isinstance(parsed, Message):
             forwards, after = self._process(direction, parsed, at, out)
-            out.extend(Send(destination, forward) for forward in forwards)
-            out.extend(after)
+            for forward in forwards:
+                out.append(Send(destination, forward))
+            if after:
+                out.extend(after)
             return out
         kept: list[bytes] = []
         after_all: list[Command] = []
