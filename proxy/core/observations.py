@@ -75,7 +75,8 @@ injected copy of it, or a ``user_message`` insert of that prompt."""
 
 
 class Check(enum.StrEnum):
-    """A rule of the idempotency RFD the ledger checks (DESIGN 7; :mod:`proxy.core.ledger`)."""
+    """A rule of the idempotency RFD the ledger checks (DESIGN 7; :mod:`proxy.core.ledger`), and
+    the one only ``report`` judges, over whole traces (:attr:`PROMPT_NOT_RESENT`)."""
 
     DUPLICATE_INSERT = "duplicate_insert"
     INVALID_KEY_ACCEPTED = "invalid_key_accepted"
@@ -83,6 +84,9 @@ class Check(enum.StrEnum):
     KEY_ECHOED = "key_echoed"
     CANCEL_INCOMPLETE = "cancel_incomplete"
     UNKEYED_RESEND = "unkeyed_resend"
+    PROMPT_NOT_RESENT = "prompt_not_resent"
+    """A prompt whose answer was lost and that the Client never sent again: "the user's input is
+    dropped without an error" (the RFD; Clients SHOULD resend a pending prompt)."""
 
 
 class Handling(enum.StrEnum):

@@ -256,8 +256,8 @@ class Relay:
             return out
         if isinstance(parsed, Message):
             forwards, after = self._process(direction, parsed, at, out)
-            for forward in forwards:
-                out.append(Send(destination, forward))
+            for data_out in forwards:
+                out.append(Send(destination, data_out))
             if after:
                 out.extend(after)
             return out

@@ -269,27 +269,29 @@ def _result(report: ClientReport, summary: Summary, own_agent: bool) -> list[str
         return [f"{clean} Run `acp-proxy demo --bad-agent` to see an Agent that ignores keys."]
     twice = [s for s in report.submissions if s.inserted_twice]
     lines: list[str] = []
-    if twice or found:
-        lines.append(
-            f"The Client saw {plural(len(twice), 'submission')} inserted more than once and the "
-            f"proxy found {findings_phrase(summary)}."
-        )
-    if twice:
-        lines.append(
-            "The Agent inserted a prompt again under a key it had seen (a retry after a lost "
-            "answer, a replayed request): it does not honour keys."
-        )
-    if report.stop == "session_lost":
+    if report.stop == "session_lost":  # the cause first: the findings follow from it
         lines.append(
             "The Agent lost the session when it was killed (step 2): the Client could not "
             f"resume it, so {plural(len(report.not_submitted), 'prompt')} went unsubmitted. An "
             "Agent that keeps its sessions in memory only cannot be resumed after a crash; give "
             "it a store if it has one."
         )
-    elif report.error is not None:
-        lines.append(f"The Client stopped: {report.error}.")
-    elif unconfirmed := sum(1 for s in report.submissions if not s.confirmed):
-        lines.append(f"{plural(unconfirmed, 'submission')} never confirmed.")
+    if twice or found:
+        lines.append(
+            f"The Client saw {plural(len(twice), 'submission')} inserted more than once and the "
+            f"trace shows {findings_phrase(summary)}."
+        )
+    if twice:
+        lines.append(
+            "The Agent inserted a prompt again under a key it had seen (a retry after a lost "
+            "answer, a replayed request): it does not honour keys."
+        )
+    unconfirmed = sum(1 for s in report.submissions if not s.confirmed)
+    if report.stop != "session_lost":  # that one was said first, as the cause
+        if report.error is not None:
+            lines.append(f"The Client stopped: {report.error}.")
+        elif unconfirmed:
+            lines.append(f"{plural(unconfirmed, 'submission')} never confirmed.")
     ledger = {
         finding["key"]
         for finding in summary["findings"]["list"]

@@ -138,8 +138,8 @@ def load_traces(paths: Sequence[Path]) -> TraceRecords:
     """Every record of every file, tagged with its node, line and run, merged by ``time``.
 
     Unreadable lines are skipped and counted (see :attr:`TraceRecords.files`); a file given twice
-    is read once. Raises :class:`TraceReadError` for a missing or unreadable file, or one whose
-    complete lines hold no record.
+    is read once. Raises :class:`TraceReadError` for a missing or unreadable file, one whose
+    complete lines hold no record, or when every file is empty (no proxy wrote to any).
     """
     streams: list[list[Entry]] = []
     infos: list[FileInfo] = []
@@ -155,6 +155,12 @@ def load_traces(paths: Sequence[Path]) -> TraceRecords:
         entries, info = _read_file(path)
         streams.append(entries)
         infos.append(info)
+    if infos and all(not info.records and not info.skipped for info in infos):
+        names = ", ".join(info.node for info in infos)
+        raise TraceReadError(
+            f"{names}: empty: no proxy wrote to {'it' if len(infos) == 1 else 'them'} (was "
+            "--trace given this path, and did the proxy start?)"
+        )
     merged = TraceRecords(merge(streams))
     merged.files = infos
     merged.notes = notes

@@ -239,8 +239,6 @@ class PromptsView(TypedDict):
     attempts: int
     copies: int
     swallowed_answers: int
-    lost_never_resent: int
-    """Attempts lost to the Client that no later attempt retried."""
     by_outcome: dict[Outcome, int]
     sessions: list[SessionRow]
     list: list[AttemptView]

@@ -59,8 +59,8 @@ from proxy.tools.report.prompts import (
     hold_key,
     rules_text,
     since,
+    wire_text,
 )
-from proxy.tools.report.tables import plural
 
 __all__ = ["REPORT_VERSION", "WARNING_CHECKS", "summarize"]
 
@@ -412,7 +412,7 @@ def _notes(files: list[FileInfo]) -> list[str]:
                 )
         if info.partial_last_line:
             notes.append(f"{info.node}: the last line is incomplete (the proxy stopped mid-write?)")
-        if not info.records and not info.skipped:
+        if not info.records and not info.skipped:  # beside others: all empty is an error
             notes.append(
                 f"{info.node}: the file is empty (no proxy wrote to it: was --trace given this "
                 "path, and did the proxy start?)"
@@ -426,29 +426,46 @@ def _notes(files: list[FileInfo]) -> list[str]:
 
 
 def _prompt_notes(attempts: list[Attempt]) -> list[str]:
-    """What a reader must not miss about the prompts: input lost and never sent again, and
-    a Client that sent no keys when an answer was lost (after :meth:`Prompts.retries` marked the
-    retries)."""
-    notes = []
-    never = _lost_never_resent(attempts)
-    if never:
-        notes.append(
-            f"{plural(never, 'lost prompt')} never sent again: the user's input was lost unless "
-            "the Client told the user (see Prompts, outcome lost)"
-        )
+    """A lossy trace whose Client sent no keys: its retries are only guessed."""
     lost = any(attempt.outcome() == "lost" for attempt in attempts)
     if lost and all(attempt.key is None for attempt in attempts):
-        notes.append(
+        return [
             "no prompt carried an idempotencyKey: a resend cannot be told from a new prompt, "
             "so retries are judged by session and time only"
-        )
-    return notes
+        ]
+    return []
 
 
-def _lost_never_resent(attempts: list[Attempt]) -> int:
-    """Lost attempts that no later attempt retried."""
+def _not_resent(attempts: list[Attempt], start: float | None) -> list[Finding]:
+    """A finding for each lost attempt no later attempt retried (after
+    :meth:`~proxy.tools.report.prompts.Prompts.retries` marked the retries)."""
     retried = {id(attempt.retry_of) for attempt in attempts if attempt.retry_of is not None}
-    return sum(1 for a in attempts if a.outcome() == "lost" and id(a) not in retried)
+    found: list[Finding] = []
+    for attempt in attempts:
+        loss = attempt.loss()
+        if loss is None or id(attempt) in retried:
+            continue
+        at, how = loss
+        found.append(
+            {
+                "check": str(Check.PROMPT_NOT_RESENT),
+                "session": attempt.session,
+                "key": attempt.key,
+                "detail": (
+                    f"the answer to prompt {wire_text(attempt.id)} was lost, by {how}; the "
+                    "Client never sent it again: the user's input was dropped, unless the Client "
+                    "told the user"
+                ),
+                "time": at,
+                "nodes": [attempt.node],
+                "warning": False,
+                "by": "report",
+                "node": None,
+                "link": None,
+                "at_s": since(at, start),
+            }
+        )
+    return found
 
 
 def summarize(entries: Sequence[Entry]) -> Summary:
@@ -471,7 +488,10 @@ def summarize(entries: Sequence[Entry]) -> Summary:
     attempts = prompts.attempts
     notes += _prompt_notes(attempts)
     outcomes = Counter(attempt.outcome() for attempt in attempts)
-    all_findings = _merged_findings(counts.findings, keys, start)
+    all_findings = sorted(
+        _merged_findings(counts.findings, keys, start) + _not_resent(attempts, start),
+        key=lambda finding: finding["time"],
+    )
     findings = _findings_view(all_findings)
     keyed = _keys_view(keys, start)
     verdict: Verdict = (
@@ -521,7 +541,6 @@ def summarize(entries: Sequence[Entry]) -> Summary:
             "attempts": len(attempts),
             "copies": sum(attempt.copies for attempt in attempts),
             "swallowed_answers": sum(attempt.swallowed for attempt in attempts),
-            "lost_never_resent": _lost_never_resent(attempts),
             "by_outcome": dict(sorted(outcomes.items())),
             "sessions": _sessions(attempts, all_findings),
             "list": [attempt.view(start) for attempt in attempts],

@@ -458,7 +458,10 @@ async def test_a_retry_run_again_on_another_node_is_a_duplicate_only_the_report_
         events = [json.loads(line)["event"] for line in trace.read_text().splitlines()]
         assert "finding" not in events
         assert "keyed_message" in events
-        assert summarize(load_traces([trace]))["verdict"] == "clean"
+    # Alone, node A's trace shows a prompt lost and never sent again; B's, one answered.
+    alone_a = summarize(load_traces([trace_a]))["findings"]["by_check"]
+    assert alone_a == {"prompt_not_resent": 1}
+    assert summarize(load_traces([trace_b]))["verdict"] == "clean"
 
     summary = summarize(load_traces([trace_a, trace_b]))
     assert summary["verdict"] == "failing"
@@ -793,10 +796,10 @@ def test_a_new_key_after_a_loss_is_a_new_prompt_and_an_old_key_a_retry(tmp_path:
     assert retried["delay_ms"] == 500.0
 
 
-def test_a_lost_prompt_never_sent_again_is_said_first(tmp_path: Path) -> None:
-    """The input a Client dropped silently: a lost prompt that no later attempt retried is
-    counted and named in a note at the top, with or without keys; a trace with no key at all
-    says that retries were only guessed."""
+def test_a_lost_prompt_never_sent_again_is_a_finding(tmp_path: Path) -> None:
+    """The input a Client dropped silently (the RFD: Clients SHOULD resend a pending prompt): a
+    lost prompt that no later attempt retried is a failing finding of the report, with or
+    without keys; a lossy trace with no key at all says that retries were only guessed."""
     keyed_trace = write_jsonl(
         tmp_path / "keyed.jsonl",
         header(1.0),
@@ -808,12 +811,18 @@ def test_a_lost_prompt_never_sent_again_is_said_first(tmp_path: Path) -> None:
         prompt_answer(1.6, 1, 2, 2, "S"),
     )
     summary = summarize(load_traces([keyed_trace]))
-    assert summary["prompts"]["lost_never_resent"] == 1
-    assert summary["notes"] == [
-        "1 lost prompt never sent again: the user's input was lost unless the Client told the "
-        "user (see Prompts, outcome lost)"
-    ]
-    assert "  note: 1 lost prompt never sent again" in render_text(summary)
+    (found,) = summary["findings"]["list"]
+    assert (found["check"], found["key"], found["by"], found["warning"]) == (
+        "prompt_not_resent",
+        "K1",
+        "report",
+        False,
+    )
+    assert found["detail"].startswith("the answer to prompt 1 was lost, by drop (rule lose); the")
+    assert (summary["verdict"], summary["notes"]) == ("failing", [])
+    text, status = report_main([keyed_trace], as_json=False)
+    assert status == 1
+    assert "prompt_not_resent" in text
 
     retried = write_jsonl(
         tmp_path / "retried.jsonl",
@@ -826,7 +835,7 @@ def test_a_lost_prompt_never_sent_again_is_said_first(tmp_path: Path) -> None:
         prompt_answer(1.6, 1, 2, 2, "S"),
     )
     summary = summarize(load_traces([retried]))
-    assert (summary["prompts"]["lost_never_resent"], summary["notes"]) == (0, [])
+    assert (summary["findings"]["count"], summary["notes"]) == (0, [])
 
     unkeyed = write_jsonl(
         tmp_path / "unkeyed.jsonl",
@@ -835,11 +844,11 @@ def test_a_lost_prompt_never_sent_again_is_said_first(tmp_path: Path) -> None:
         answer_dropped(1.3, 1),
     )
     summary = summarize(load_traces([unkeyed]))
-    assert summary["prompts"]["lost_never_resent"] == 1
-    assert summary["notes"][1] == (
+    assert summary["findings"]["by_check"] == {"prompt_not_resent": 1}
+    assert summary["notes"] == [
         "no prompt carried an idempotencyKey: a resend cannot be told from a new prompt, so "
         "retries are judged by session and time only"
-    )
+    ]
 
 
 def test_a_keyed_resend_before_its_original_was_lost_is_timed_from_the_original(
@@ -1214,25 +1223,32 @@ def test_unknown_events_and_odd_records_are_ignored_not_fatal(tmp_path: Path) ->
 
 
 def test_an_empty_file_and_a_bare_header(tmp_path: Path) -> None:
-    """Nothing happened: zero everywhere, stated plainly, exit 0."""
+    """A bare header: nothing happened, zero everywhere, exit 0. Empty files alone: no proxy
+    wrote to them, an error (exit 2), never a clean run; an empty file beside a trace is a
+    note."""
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     bare = write_jsonl(tmp_path / "bare.jsonl", header(5.0))
-    for paths, records in (([empty], 0), ([bare], 1), ([empty, bare], 1)):
+    for paths in ([bare], [empty, bare]):
         text, status = report_main(paths, as_json=False)
         assert status == 0
-        assert f", {records} record" in text.splitlines()[0]
+        assert ", 1 record" in text.splitlines()[0]
         assert "findings     0 findings" in text
         assert "Findings: 0 findings" in text
-    summary = summarize(load_traces([empty]))
+    summary = summarize(load_traces([empty, bare]))
     assert summary["notes"] == [
         f"{empty}: the file is empty (no proxy wrote to it: was --trace given this path, and "
         "did the proxy start?)"
     ]
-    assert summarize(load_traces([bare]))["notes"] == []
-    assert summary["span"] == {"start": None, "end": None, "seconds": 0.0}
-    assert summary["totals"]["prompts"] == summary["totals"]["messages_relayed"] == 0
     assert summary["verdict"] == "clean"
+    assert summarize(load_traces([bare]))["notes"] == []
+    again = tmp_path / "again.jsonl"
+    again.write_bytes(b"")
+    for paths in ([empty], [empty, again]):
+        text, status = report_main(paths, as_json=False)
+        assert status == 2
+        assert text.startswith(f"error: {empty}")
+        assert "empty: no proxy wrote to" in text
 
 
 def test_missing_unreadable_and_foreign_files_exit_2(tmp_path: Path) -> None:
