@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec
 
@@ -46,7 +46,7 @@ from proxy.shell.limits import (
     DEFAULT_MAX_SESSIONS,
     Limits,
 )
-from proxy.shell.log import configure_logging
+from proxy.shell.log import configure_logging, get_logger
 
 if TYPE_CHECKING:
     from typer import _click as click  # the click typer carries (0.29)
@@ -155,6 +155,7 @@ def _root(
     no_args_is_help=False,
 )
 def run(
+    ctx: typer.Context,
     agent_cmd: Annotated[
         list[str] | None,
         typer.Argument(metavar="-- AGENT_CMD", help="The Agent to spawn, with its arguments."),
@@ -398,6 +399,7 @@ def run(
     acp-proxy run -- node my-agent.js
     """
     configure_logging(log_format.value, log_level.value)
+    _warn_of_proxy_options(agent_cmd or (), ctx)
     options = RunOptions.from_command_line(
         agent_argv=agent_cmd or (),
         listen=listen,
@@ -433,6 +435,24 @@ def run(
         state=state,
     )
     return run_main(options)
+
+
+def _warn_of_proxy_options(agent_argv: Sequence[str], ctx: typer.Context) -> None:
+    """Warn of each argument of the Agent that is an option of ``run``: everything after ``--``
+    goes to the Agent, and an Agent that ignores unknown options would run, say, untraced."""
+    if Path(agent_argv[0] if agent_argv else "").name == "acp-proxy" or (
+        list(agent_argv[1:3]) == ["-m", "proxy"]
+    ):
+        return  # a proxy in front of a proxy: its options are its own
+    ours = {name for param in ctx.command.params for name in param.opts}
+    for argument in agent_argv[1:]:
+        name = argument.split("=", 1)[0]
+        if name.startswith("--") and name in ours:
+            get_logger("proxy.cli").warning(
+                "an argument of the Agent is an option of acp-proxy run; the proxy's options go "
+                "before --",
+                argument=name,
+            )
 
 
 @_command()

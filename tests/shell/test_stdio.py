@@ -338,3 +338,25 @@ async def test_a_large_message_is_written_into_the_pipe_a_slice_at_a_time() -> N
         stream.close()
         os.close(read_end)
         os.close(unused_write)
+
+
+async def test_an_option_of_the_proxy_after_the_agent_command_is_warned_of(
+    start: Start, tmp_path: Path
+) -> None:
+    """Everything after ``--`` goes to the Agent: an argument there that is an option of ``run``
+    (``--trace``, ``--faults=...``) is warned of, as the Agent may ignore it silently; a proxy in
+    front of a proxy is not."""
+    agent = ["sh", "-c", "exec cat", "sh", "--trace", "t.jsonl", "--faults=f.yaml", "--x"]
+    proxy = await start(agent)
+    await proxy.close_stdin()
+    assert await proxy.wait() == 0
+    warned = log_events(
+        proxy.stderr,
+        "an argument of the Agent is an option of acp-proxy run; the proxy's options go before --",
+    )
+    assert [event["argument"] for event in warned] == ["--trace", "--faults"]
+    trace = str(tmp_path / "t.jsonl")
+    nested = await start([sys.executable, "-m", "proxy", "run", "--trace", trace, "--", "cat"])
+    await nested.close_stdin()
+    assert await nested.wait() == 0
+    assert "an argument of the Agent" not in nested.stderr
