@@ -475,8 +475,11 @@ def _located(
         if error["type"] == "extra_forbidden":
             message = f"unknown field{_suggestion(loc[-1] if loc else None)}"
         elif error["type"] == "union_tag_invalid":
+            given = error["input"].get("action")
+            close = difflib.get_close_matches(str(given), actions.names(), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             message = (
-                f"unknown action {error['input'].get('action')!r}; expected one of "
+                f"unknown action {given!r}{hint}; expected one of "
                 + (error["ctx"]["expected_tags"])
             )
         errors.append(

@@ -91,6 +91,10 @@ def test_signals_by_name_or_number() -> None:
             "f.yaml:4: rule 'a': do: unknown action 'explode'; expected one of 'drop'",
         ),
         (
+            "version: 1\nrules:\n  - name: a\n    do: {action: dorp}\n",
+            "f.yaml:4: rule 'a': do: unknown action 'dorp' (did you mean 'drop'?); expected one",
+        ),
+        (
             "version: 1\nrules:\n  - name: a\n    do:\n      action: delay\n      ms: -5\n",
             "f.yaml:6: rule 'a': do.ms: Input should be greater than or equal to 0",
         ),
