@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
-from harness import TIMEOUT
+import yaml
+from harness import ROOT, TIMEOUT
 
 from proxy.core.actions.delay import Delay
 from proxy.core.actions.kill_agent import KillAgent
@@ -532,3 +534,22 @@ def test_a_file_without_rules_is_valid_and_injects_nothing(tmp_path: Path) -> No
     path = tmp_path / "none.yaml"
     path.write_text("version: 1\nrules: []\n")
     assert load_fault_files([path]).rules == []
+
+
+def test_the_json_schema_accepts_what_the_proxy_accepts() -> None:
+    """The schema editors validate with (``acp-proxy schema``) takes every ready fault file and
+    the forms a field accepts beyond its stored type (a signal by name), and refuses what the
+    proxy refuses."""
+    schema = fault_file_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        parse_fault_file(path.read_text(), path.name)
+        assert not list(validator.iter_errors(data)), path.name
+    for signal_value in ("KILL", "SIGTERM", 15):
+        rule = {"name": "k", "do": {"action": "kill_agent", "signal": signal_value}}
+        data = {"version": 1, "rules": [rule]}
+        validate_rules(data["rules"])
+        assert not list(validator.iter_errors(data)), signal_value
+    wrong = {"version": 1, "rules": [{"name": "k", "do": {"action": "dorp"}}]}
+    assert list(validator.iter_errors(wrong))

@@ -34,7 +34,9 @@ def signal_number(value: Any) -> int:
 
 
 SignalNumber = Annotated[
-    int, BeforeValidator(signal_number), Field(description="name (KILL, TERM, ...) or number")
+    int,
+    BeforeValidator(signal_number, json_schema_input_type=int | str),
+    Field(description="name (KILL, TERM, ...) or number"),
 ]
 """A signal, given by name or number."""
 
