@@ -91,7 +91,9 @@ round trip counts as a late timer). Two variants, in the same proxy process:
 
 * ``idle``: nothing else crosses the proxy;
 * ``busy``: the Client also sends :data:`BACKGROUND_RATE` notifications a second to the Agent
-  (which reads and ignores them), so the proxy's event loop is relaying when the timers fall due.
+  (which reads and ignores them), so the proxy's event loop is relaying when the timers fall due;
+  a proxy that takes fewer gets what it takes (what falls behind is skipped, never sent late in a
+  burst), and the report gives the rate reached.
 
 Each variant passes when its excess p99 is at most 2 ms. Even an idle proxy's timers fire up to a
 millisecond late, half a millisecond on average: asyncio's epoll selector waits in whole

@@ -3,7 +3,9 @@ fault file."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,8 @@ from tool_runs import BENCH_TEST_TIMEOUT, latency_figures, positive, short_bench
 
 from proxy.shell.fault_files import load_fault_files
 from proxy.tools.bench import DELAY_RULES
+from proxy.tools.bench.delays import BACKGROUND_RATE, MAX_BURST, _background
+from proxy.tools.bench.processes import StdioPeer
 
 pytestmark = pytest.mark.timeout(BENCH_TEST_TIMEOUT)
 
@@ -47,3 +51,31 @@ def test_the_delay_rule_holds_the_marked_method_only(tmp_path: Path) -> None:
     [rule] = load_fault_files([path]).rules
     assert rule.do.action == "delay"
     assert rule.when.method == "_bench/delayed"
+
+
+async def test_the_background_traffic_never_buries_a_slow_proxy() -> None:
+    """Beside a target that reads at most 1,000 lines a second, the busy variant's traffic is
+    what the target takes: what fell behind the 10,000-a-second schedule is skipped, never
+    written late in one catch-up burst that every later round trip would wait behind."""
+    slow = "import sys, time\nfor line in sys.stdin.buffer:\n    time.sleep(0.001)\n"
+    peer = await StdioPeer.spawn([sys.executable, "-c", slow])
+    writes: list[int] = []
+    write = peer.writer.write
+
+    def counted(data: bytes) -> None:  # the real write, its size recorded
+        writes.append(data.count(b"\n"))
+        write(data)
+
+    peer.writer.write = counted  # type: ignore[method-assign,assignment]
+    stop = asyncio.Event()
+    try:
+        background = asyncio.get_running_loop().create_task(_background(peer, stop))
+        await asyncio.sleep(1.0)  # the length of the traffic, not a wait for an event
+        stop.set()
+        sent, seconds = await background
+    finally:
+        await peer.close()
+    assert seconds >= 1.0
+    assert sum(writes) == sent
+    assert max(writes) <= MAX_BURST
+    assert sent < 0.6 * BACKGROUND_RATE * seconds  # the target took far less than the schedule
