@@ -127,22 +127,22 @@ def test_the_core_imports_no_io() -> None:
             assert name.split(".")[0] not in FORBIDDEN_IN_CORE, f"proxy/{path} imports {name}"
 
 
+def _printed(code: str) -> str:
+    """What ``code`` prints, run in a fresh interpreter (what it imports is what it loads)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
 def test_the_command_line_loads_no_tool_at_import() -> None:
     """``proxy.cli`` imports a tool only inside the command that runs it."""
     assert not [name for name in modules()["cli.py"]["top"] if name.startswith("proxy.tools")]  # type: ignore[attr-defined]
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, proxy.cli, proxy.shell.app; "
-            "print(sorted(m for m in sys.modules if m.startswith('proxy.tools')))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
+    loaded = _printed(
+        "import sys, proxy.cli, proxy.shell.app; "
+        "print(sorted(m for m in sys.modules if m.startswith('proxy.tools')))"
     )
-    assert loaded.stdout.strip() == "[]"
+    assert loaded == "[]"
 
 
 @pytest.mark.parametrize("module", ["proxy.tools.bench.agent", "proxy.tools.bench.relay"])
@@ -150,34 +150,18 @@ def test_the_bench_processes_measured_are_standard_library_ones(module: str) -> 
     """The bench's stdio Agent and its floor relay load nothing but the standard library, the
     sans-I/O core and the bench's own modules: their start-up and footprint are the baseline
     the proxy's are set against."""
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"import sys; before = set(sys.modules); import {module}; "
-            "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
-            "- set(sys.stdlib_module_names)))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
+    loaded = _printed(
+        f"import sys; before = set(sys.modules); import {module}; "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+        "- set(sys.stdlib_module_names)))"
     )
-    assert loaded.stdout.strip() == "['proxy']"
-    leaked = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"import sys, {module}; "
-            "print(sorted(m for m in sys.modules if m.startswith('proxy.') and "
-            "not m.startswith(('proxy.core', 'proxy.tools.bench')) and m != 'proxy.tools'))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
+    assert loaded == "['proxy']"
+    leaked = _printed(
+        f"import sys, {module}; "
+        "print(sorted(m for m in sys.modules if m.startswith('proxy.') and "
+        "not m.startswith(('proxy.core', 'proxy.tools.bench')) and m != 'proxy.tools'))"
     )
-    assert leaked.stdout.strip() == "[]"
+    assert leaked == "[]"
 
 
 def test_every_module_has_a_docstring() -> None:

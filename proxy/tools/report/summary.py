@@ -321,9 +321,11 @@ def _findings_view(findings: list[Finding]) -> FindingsView:
     }
 
 
-def _merged_findings(written: list[Finding], keys: Keys, start: float | None) -> list[Finding]:
-    """The ledgers' findings and those only the merged traces show
-    (:mod:`proxy.tools.report.keys`), in time order.
+def _merged_findings(
+    written: list[Finding], keys: Keys, prompts: list[Finding], start: float | None
+) -> list[Finding]:
+    """The ledgers' findings, those only the merged traces show (:mod:`proxy.tools.report.keys`)
+    and the prompts' (:func:`_not_resent`), in time order.
 
     A finding of the report has the fields of :meth:`~proxy.tools.report.keys.Keys.findings` in
     their order there, then ``warning``, ``by``, ``node``, ``link``, ``at_s`` (as ``--json`` prints
@@ -344,7 +346,7 @@ def _merged_findings(written: list[Finding], keys: Keys, start: float | None) ->
         }
         for finding in keys.findings(written)
     ]
-    return sorted(written + found, key=lambda finding: finding["time"])
+    return sorted(written + found + prompts, key=lambda finding: finding["time"])
 
 
 def _keys_view(keys: Keys, start: float | None) -> KeysView:
@@ -458,7 +460,7 @@ def _not_resent(attempts: list[Attempt], start: float | None) -> list[Finding]:
                 ),
                 "time": at,
                 "nodes": [attempt.node],
-                "warning": False,
+                "warning": Check.PROMPT_NOT_RESENT in WARNING_CHECKS,
                 "by": "report",
                 "node": None,
                 "link": None,
@@ -488,10 +490,7 @@ def summarize(entries: Sequence[Entry]) -> Summary:
     attempts = prompts.attempts
     notes += _prompt_notes(attempts)
     outcomes = Counter(attempt.outcome() for attempt in attempts)
-    all_findings = sorted(
-        _merged_findings(counts.findings, keys, start) + _not_resent(attempts, start),
-        key=lambda finding: finding["time"],
-    )
+    all_findings = _merged_findings(counts.findings, keys, _not_resent(attempts, start), start)
     findings = _findings_view(all_findings)
     keyed = _keys_view(keys, start)
     verdict: Verdict = (
