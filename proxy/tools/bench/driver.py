@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.tools.bench.messages import READ_LIMIT, STREAM_METHOD
-from proxy.tools.bench.processes import ANSWER_TIMEOUT, BenchError
+from proxy.tools.bench.processes import ANSWER_TIMEOUT, BenchError, request_line
 
 __all__ = ["BlockingPeer"]
 
@@ -62,8 +62,7 @@ class BlockingPeer:
     def request(self, method: str, params: dict[str, Any]) -> tuple[int, bytes]:
         """A request with the next id, as the line to write; its id."""
         self._next_id += 1
-        message = {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
-        return self._next_id, json.dumps(message).encode() + b"\n"
+        return self._next_id, request_line(self._next_id, method, params)
 
     def call(self, method: str, params: dict[str, Any]) -> float:
         """One round trip; its duration in seconds (the line encoded before the clock starts)."""

@@ -39,6 +39,7 @@ __all__ = [
     "children_maxrss_kib",
     "open_fds",
     "proc_kib",
+    "request_line",
     "rss_source",
 ]
 
@@ -83,6 +84,12 @@ def open_fds(pid: int) -> int | None:
         return None
 
 
+def request_line(request_id: int, method: str, params: dict[str, Any]) -> bytes:
+    """A request as the line a bench Client writes."""
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return json.dumps(message).encode() + b"\n"
+
+
 class StdioPeer:
     """One spawned process tree, driven as a Client over its stdin/stdout."""
 
@@ -110,8 +117,7 @@ class StdioPeer:
     def request(self, method: str, params: dict[str, Any]) -> tuple[int, bytes]:
         """A request with the next id, as the line to write; its id."""
         self._next_id += 1
-        message = {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
-        return self._next_id, json.dumps(message).encode() + b"\n"
+        return self._next_id, request_line(self._next_id, method, params)
 
     async def read_line(self) -> bytes:
         try:
