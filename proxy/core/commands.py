@@ -8,10 +8,9 @@ they must happen: :data:`Command` is either. The one interpreter of these is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from proxy.core.events import Side
 from proxy.core.observations import Observation
+from proxy.core.values import value
 
 __all__ = [
     "Close",
@@ -26,7 +25,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Send:
     """Write one framed message to ``to``."""
 
@@ -34,14 +33,14 @@ class Send:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Close:
     """Close the connection to ``side``."""
 
     side: Side
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class StartTimer:
     """Feed :class:`~proxy.core.events.TimerFired` with ``token`` after ``delay`` seconds.
 
@@ -53,7 +52,7 @@ class StartTimer:
     size: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Sever:
     """Cut the connection to ``side`` both ways; ``flush``: write what is queued first.
 
@@ -65,7 +64,7 @@ class Sever:
     close_code: int = 1001
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SignalAgent:
     """Send ``signal`` to the spawned Agent; ``respawn``: start a new one on the same link."""
 
@@ -73,21 +72,21 @@ class SignalAgent:
     respawn: bool
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Restart:
     """Restart the data plane: close connections, forget id maps, stay down ``downtime``."""
 
     downtime: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class FailPost:
     """Answer the POST that carried the message being handled with ``status`` (HTTP only)."""
 
     status: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DropStream:
     """Kill the SSE stream toward ``to`` that would carry ``data``; ``data`` is lost (HTTP)."""
 

@@ -7,9 +7,9 @@ shell's monotonic clock), so the core never reads a clock.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from proxy.core.jsonrpc import Batch, Invalid, Message
+from proxy.core.values import value
 
 __all__ = [
     "Direction",
@@ -61,7 +61,7 @@ class Direction(enum.StrEnum):
         return Direction.TO_CLIENT if self is Direction.TO_AGENT else Direction.TO_AGENT
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class MessageReceived:
     """One framed message arrived from ``side``."""
 
@@ -73,7 +73,7 @@ class MessageReceived:
     :mod:`proxy.core.compact`); the relay parses ``data`` otherwise."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class OversizedReceived:
     """A message of ``size`` bytes from ``side`` was discarded by framing (over ``limit``)."""
 
@@ -83,7 +83,7 @@ class OversizedReceived:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PeerClosed:
     """The connection to ``side`` ended (EOF, process exit, socket closed)."""
 
@@ -91,7 +91,7 @@ class PeerClosed:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class TimerFired:
     """A timer the core asked for (:class:`~proxy.core.commands.StartTimer`) has expired."""
 

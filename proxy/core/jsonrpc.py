@@ -24,12 +24,13 @@ import gc
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from proxy.core.splice import ScanLimit, Span, array_elements, find_member, member_spans, members
+from proxy.core.values import value
 
 __all__ = [
     "Batch",
@@ -119,7 +120,7 @@ def id_key(token: bytes, value: object) -> IdKey | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Message:
     """A single request, notification, response or error, with its original bytes."""
 
@@ -153,7 +154,7 @@ def _session(value: dict[str, Any]) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Invalid:
     """Bytes that are not a usable JSON-RPC message, and why."""
 
@@ -175,7 +176,7 @@ class Invalid:
     """What a lenient reader takes it for (a request, a response or an error), with ``id_token``."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Batch:
     """A JSON array of messages; each element keeps its own bytes."""
 

@@ -16,11 +16,12 @@ another registered action (:data:`proxy.core.actions.actions`: other packages ad
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Literal
 
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import InvalidReason, Kind, Message
+from proxy.core.values import value
 
 if TYPE_CHECKING:  # the actions' package imports this module (an action's effects stop with it)
     from proxy.core.actions import ActionName
@@ -98,12 +99,12 @@ class Handling(enum.StrEnum):
     DROPPED = "dropped"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Observation:
     """Base of everything the core records."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class Relayed(Observation):
     """A message was forwarded (its id rewritten where it had one): it left the proxy now.
 
@@ -128,7 +129,7 @@ class Relayed(Observation):
     """The :class:`Held` this message was released from, if it was held."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class Held(Observation):
     """A message was held behind a timer (a ``delay``, a ``duplicate`` copy spaced by
     ``gap_ms``): nothing of it has left the proxy yet.
@@ -148,7 +149,7 @@ class Held(Observation):
     """What will be observed when it leaves (a ``duration`` not yet counting the wait)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class Stopped(Observation):
     """A fault stopped a message: it did not go on (the rule's :class:`FaultInjected` came
     first). Ids as on :class:`Relayed`: an answer's ``original_id`` is its requester's."""
@@ -164,7 +165,7 @@ class Stopped(Observation):
     disposition: Stopping
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class InvalidSeen(Observation):
     """A message that is not usable JSON-RPC arrived, and what was done with it."""
 
@@ -175,7 +176,7 @@ class InvalidSeen(Observation):
     handling: Handling
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Orphaned(Observation):
     """A response whose id matches no pending request was dropped."""
 
@@ -184,7 +185,7 @@ class Orphaned(Observation):
     kind: Kind
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Unroutable(Observation):
     """An error with ``"id": null`` (a parse error answer) was forwarded as it was."""
 
@@ -192,7 +193,7 @@ class Unroutable(Observation):
     size: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class TooManyPending(Observation):
     """A request was refused, not forwarded: its sender already had ``limit`` requests pending
     in that direction (``--max-pending``); the sender got an error under its own id.
@@ -209,7 +210,7 @@ class TooManyPending(Observation):
     first: bool
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class InflightRefused(Observation):
     """A message of ``size`` bytes was refused before it was read (a POST answered 503): the
     proxy held ``in_flight`` bytes, too many to take it (``--max-inflight-bytes``)."""
@@ -219,7 +220,7 @@ class InflightRefused(Observation):
     in_flight: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class CancelDropped(Observation):
     """A ``$/cancel_request`` named no pending request (unknown or answered); it was dropped."""
 
@@ -227,7 +228,7 @@ class CancelDropped(Observation):
     request_id: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class IdReused(Observation):
     """A peer sent a request whose id it still has pending; both are relayed."""
 
@@ -236,7 +237,7 @@ class IdReused(Observation):
     method: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class Undeliverable(Observation):
     """A message arrived for a peer whose connection is already closed, or was held until after
     it closed (``hold``: the :class:`Held` it was released from); it was dropped.
@@ -254,7 +255,7 @@ class Undeliverable(Observation):
     hold: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PeerGone(Observation):
     """The stream from ``side`` ended; ``abandoned`` requests sent to it stay unanswered."""
 
@@ -262,7 +263,7 @@ class PeerGone(Observation):
     abandoned: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class FaultInjected(Observation):
     """A rule fired on a message."""
 
@@ -281,7 +282,7 @@ class FaultInjected(Observation):
     hop: an Agent answers the id the proxy gave, the Client knows its own)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class DuplicateSwallowed(Observation):
     """An answer to an injected copy of a request, recorded and not forwarded."""
 
@@ -293,7 +294,7 @@ class DuplicateSwallowed(Observation):
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Restarted(Observation):
     """The data plane was restarted (``what``: ``proxy`` or ``agent``); maps were forgotten.
 
@@ -304,7 +305,7 @@ class Restarted(Observation):
     abandoned: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RulesReloaded(Observation):
     """The fault files were reloaded (``result``: ``success`` or ``error``, rules kept)."""
 
@@ -312,14 +313,14 @@ class RulesReloaded(Observation):
     rules: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class InitializeCached(Observation):
     """Conductor mode: a Client's ``initialize`` was answered from the first Client's answer."""
 
     id: bytes
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class InitializeTimedOut(Observation):
     """The Agent did not answer ``initialize`` within ``timeout`` seconds; the proxy answered
     the Client (id ``id``) with an error, and forgot the request (forwarded as ``forwarded_id``)."""
@@ -329,7 +330,7 @@ class InitializeTimedOut(Observation):
     timeout: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Connected(Observation):
     """A connection to ``side`` over ``transport`` joined a link (recorded by the shell)."""
 
@@ -337,7 +338,7 @@ class Connected(Observation):
     transport: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Disconnected(Observation):
     """A connection to ``side`` over ``transport`` left its link (recorded by the shell)."""
 
@@ -345,7 +346,7 @@ class Disconnected(Observation):
     transport: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class KeyedAttempt(Observation):
     """The ledger saw a keyed ``session/prompt``: the first attempt of its key, or a retry."""
 
@@ -356,7 +357,7 @@ class KeyedAttempt(Observation):
     """A digest of the prompt (:func:`proxy.core.ledger.prompt_hash`): a retry resends the same."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class KeyedMessage(Observation):
     """A message of the Agent's named for a keyed prompt, seen for the first time: the
     ``messageId`` of an answer (``via`` ``answer``), of the answer to an injected copy
@@ -369,7 +370,7 @@ class KeyedMessage(Observation):
     via: Via
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class Finding(Observation):
     """The ledger saw a rule of the idempotency RFD broken (DESIGN 7)."""
 
@@ -379,6 +380,6 @@ class Finding(Observation):
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RulesCounted(Observation):
     """Rule counters changed (a rule matched); persistent state is due for saving."""

@@ -10,12 +10,12 @@ run of them, not every one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from proxy.core.errors import at_least
 from proxy.core.observations import Observation
 from proxy.core.relay import DEFAULT_MAX_PENDING
+from proxy.core.values import value
 from proxy.shell.defaults import MIN_TIMEOUT
 from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES
 
@@ -101,7 +101,7 @@ RETRY_AFTER_SECONDS = 5
 """``Retry-After`` of a 503 for a limit that frees itself when another peer leaves."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@value(kw_only=True)
 class Limits:
     """The bounds of a run, as the options gave them (each refused below its least value)."""
 
@@ -126,7 +126,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class LimitReached(Observation):
     """A bound refused something, or ended what a peer held (counted, never traced)."""
 

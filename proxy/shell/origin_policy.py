@@ -32,13 +32,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from aiohttp import hdrs, web
 
 from proxy.core.errors import ConfigError
 from proxy.core.observations import Observation
+from proxy.core.values import value
 from proxy.shell.log import get_logger
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ user, path or percent-escape that could make one host read as another)."""
 ORIGIN_SYNTAX = re.compile(rf"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://{_AUTHORITY}")
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RequestRefused(Observation):
     """A request was refused for its ``Host`` or its ``Origin`` (counted, never traced)."""
 
@@ -86,7 +86,7 @@ class RequestRefused(Observation):
     reason: Literal["host", "origin"]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Allowances:
     """What the user opened up, as given on the command line (checked by the policy)."""
 
