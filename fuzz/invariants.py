@@ -615,12 +615,19 @@ class RelayLab:
     """A relay core with every observer of a run, driven by :data:`Step` s, checked as it goes."""
 
     def __init__(
-        self, *, strict: bool = False, faults: bool = False, downstream: str = "stdio"
+        self,
+        *,
+        strict: bool = False,
+        faults: bool = False,
+        downstream: str = "stdio",
+        fast_path: bool = True,
     ) -> None:
         engine = FaultEngine(FUZZ_RULES, random.Random(0)) if faults else None
         self.faults = faults
         self.strict = strict
-        self.relay = Relay(strict=strict, engine=engine, downstream=downstream)
+        self.relay = Relay(strict=strict, engine=engine, downstream=downstream, fast_path=fast_path)
+        self.commands: list[Command] = []
+        """Every command the relay returned, in order."""
         self.now = 0.0
         shared = _shared_observers()
         self.tally = Tally()
@@ -651,6 +658,7 @@ class RelayLab:
         """Feed ``event``; carry out the commands as far as a link's bookkeeping goes."""
         self.now += 0.001
         commands = self.relay.handle(event)
+        self.commands.extend(commands)
         for command in commands:
             if isinstance(command, Observation):
                 self._observe(command, 1)
@@ -791,13 +799,31 @@ class Script:
     downstream: str = "stdio"
 
 
-def check_relay(script: Script) -> RelayLab:
+def check_relay(script: Script, *, fast_path: bool = True) -> RelayLab:
     """Run ``script`` through a :class:`RelayLab`, then check that the link still works."""
-    lab = RelayLab(strict=script.strict, faults=script.faults, downstream=script.downstream)
+    lab = RelayLab(
+        strict=script.strict,
+        faults=script.faults,
+        downstream=script.downstream,
+        fast_path=fast_path,
+    )
     for step in script.steps:
         lab.step(step)
     lab.finish()
     return lab
+
+
+def check_fast_path(script: Script) -> None:
+    """The relay's fast path changes nothing: ``script`` run with it and without it gives the
+    same commands (the same bytes to the same sides, in the same order, the same timers) and the
+    same observations, down to the message each one carries, the same counts and ledger."""
+    fast = check_relay(script, fast_path=True)
+    full = check_relay(script, fast_path=False)
+    assert fast.commands == full.commands
+    carried = [[c.message for c in lab.commands if isinstance(c, Relayed)] for lab in (fast, full)]
+    assert carried[0] == carried[1]
+    assert fast.tally.counts == full.tally.counts
+    assert fast.ledger.snapshot() == full.ledger.snapshot()
 
 
 def read_script(data: bytes) -> Script:

@@ -169,6 +169,11 @@ class FaultEngine:
         """Forget every counter (the rules stay)."""
         self.states = {c.rule.name: RuleState() for c in self._rules}
 
+    def quiet(self, direction: Direction, kind: Kind, downstream: str, method: str | None) -> bool:
+        """Whether no rule can match a message of this shape: known once :meth:`decide` has seen
+        one (until then, or after the rules change, ``False``)."""
+        return self._candidates.get((direction, kind, downstream, method)) == ()
+
     def decide(self, subject: Subject, elapsed_ms: float) -> Decision:
         """The rules that fire for ``subject``, in order; counts every rule that matched.
 

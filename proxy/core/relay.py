@@ -154,6 +154,7 @@ class Relay:
         "_downstream",
         "_ended",
         "_engine",
+        "_fast_path",
         "_initialize_timeout",
         "_invalid",
         "_keep_upstream",
@@ -178,6 +179,7 @@ class Relay:
         cached_initialize: bytes | None = None,
         initialize_timeout: float | None = None,
         max_pending: int | None = None,
+        fast_path: bool = True,
     ) -> None:
         """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
 
@@ -189,7 +191,9 @@ class Relay:
         ``initialize``; this relay's Client gets it instead of reaching the Agent again.
         ``initialize_timeout``: seconds the Agent has to answer ``initialize`` (None: no bound).
         ``max_pending``: requests each direction may have pending; past it a request is refused
-        (rule 9; None: no bound).
+        (rule 9; None: no bound). ``fast_path``: a plain notification that no rule can match is
+        relayed without the steps that cannot change it (:meth:`_plain`); ``False`` sends every
+        message through all of them (the tests compare both).
         """
         self._downstream = downstream
         self._keep_upstream = keep_upstream
@@ -197,6 +201,7 @@ class Relay:
         self.initialize_answer: bytes | None = cached_initialize
         """The Agent's answer to ``initialize`` (handed to the next Client in conductor mode)."""
         self._engine = engine
+        self._fast_path = fast_path
         self._origin = origin
         counters = ids or {}
         self._maps = {direction: IdMap(counters.get(direction)) for direction in Direction}
@@ -255,6 +260,23 @@ class Relay:
             self._invalid.message(direction, parsed, at, out, self._answered)
             return out
         if isinstance(parsed, Message):
+            if (
+                self._fast_path
+                and parsed.kind is Kind.NOTIFICATION
+                and self._plain(direction, parsed)
+            ):
+                out.append(
+                    Relayed(
+                        direction=direction,
+                        kind=Kind.NOTIFICATION,
+                        method=parsed.method,
+                        session=parsed.session,
+                        size=len(data),
+                        message=parsed,
+                    )
+                )
+                out.append(Send(destination, data))
+                return out
             forwards, after = self._process(direction, parsed, at, out)
             for data_out in forwards:
                 out.append(Send(destination, data_out))
@@ -276,6 +298,18 @@ class Relay:
             out.append(Send(destination, b"[" + b",".join(kept) + b"]"))
         out.extend(after_all)
         return out
+
+    def _plain(self, direction: Direction, message: Message) -> bool:
+        """Whether the notification ``message`` is relayed as it is, whatever the rest of the
+        relay would do with it: no id in it to translate (not a cancel, nor an envelope that may
+        hold one) and no rule that can match a message of its shape."""
+        method = message.method
+        if method == acp.CANCEL_REQUEST or method in acp.SUCCESSORS:
+            return False
+        engine = self._engine
+        return engine is None or engine.quiet(
+            direction, Kind.NOTIFICATION, self._downstream, method
+        )
 
     def _process(
         self, direction: Direction, message: Message, at: float, out: list[Command]

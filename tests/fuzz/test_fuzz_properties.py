@@ -295,6 +295,51 @@ def test_a_peer_hanging_up_mid_script_is_never_an_exception(
     )
 
 
+notifications = st.builds(
+    invariants.message_bytes,
+    st.none(),
+    st.sampled_from(invariants.METHODS),
+    params=st.one_of(
+        st.none(),
+        json_values.map(lambda v: encode(v, ascii_only=False)),
+        st.builds(
+            lambda session, inner, request: (
+                b'{"sessionId":'
+                + session
+                + b',"method":'
+                + inner
+                + b',"requestId":'
+                + request
+                + b"}"
+            ),
+            st.sampled_from([b'"s1"', b'"s2"', b"7", b"null"]),
+            st.sampled_from(invariants.METHODS),
+            st.sampled_from(invariants.ID_TOKENS),
+        ),
+    ),
+    spaced=st.booleans(),
+)
+"""Notifications of every method (cancels and successor envelopes among them), with sessions."""
+fast_path_scripts = st.builds(
+    invariants.Script,
+    st.lists(st.one_of(steps, st.builds(invariants.Feed, sides, notifications)), max_size=30).map(
+        tuple
+    ),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["stdio", "http", "ws"]),
+)
+
+
+@SLOW
+@given(fast_path_scripts)
+def test_the_fast_path_changes_nothing(script: invariants.Script) -> None:
+    """Valid, invalid and batched messages, huge ids, cancels, answers and faults, run through
+    the relay with its fast path and without it: the same bytes to the same sides in the same
+    order, the same observations (each with its message), counts and ledger."""
+    invariants.check_fast_path(script)
+
+
 RELAY_SEEDS = invariants.corpus("relay")
 
 
