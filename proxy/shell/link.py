@@ -96,6 +96,8 @@ from proxy.shell.parsing import Parser
 __all__ = ["Link", "LinkState"]
 
 log = get_logger("proxy.link")
+_PARSED = (Message, Batch, Invalid)
+"""What an endpoint that parses (WebSocket, HTTP) hands over instead of bytes."""
 
 _link_ids = itertools.count(1)
 
@@ -328,7 +330,7 @@ class Link:
                     await self._inflight.room(lambda: self._must_read(side, endpoint))
                 received = await endpoint.receive()
                 parsed = None
-                if isinstance(received, Message | Batch | Invalid):  # parsed by its endpoint
+                if type(received) is not bytes and isinstance(received, _PARSED):  # by its endpoint
                     parsed, received = received, received.raw
                 if isinstance(received, bytes):
                     charged += len(received)
@@ -495,10 +497,15 @@ class Link:
         """Carry out ``commands`` in order; return the sides that were written to."""
         written: set[Side] = set()
         for command in commands:
+            # The two commands of every relayed message first, before the match tries each case.
+            if isinstance(command, Send):
+                self.endpoints[command.to].send(command.data)
+                written.add(command.to)
+                continue
+            if isinstance(command, Observation):
+                self._observer.observe(command, self.id)
+                continue
             match command:
-                case Send(to=to, data=data):
-                    self.endpoints[to].send(data)
-                    written.add(to)
                 case Close(side=side):
                     endpoint = self.endpoints[side]
                     failure = self._agent_failure if side is Side.CLIENT else None
@@ -530,8 +537,6 @@ class Link:
                     endpoint = self.endpoints[to]
                     if isinstance(endpoint, StreamOwner):
                         endpoint.drop_stream(data)
-                case Observation():
-                    self._observer.observe(command, self.id)
                 case _:
                     assert_never(command)
         return written

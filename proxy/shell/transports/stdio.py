@@ -175,6 +175,7 @@ class LineStream:
     ) -> None:
         self._reader = reader
         self._writer = writer
+        self._write_transport = writer.transport
         self._read_transport = read_transport
         self._half_close = half_close
         self._framer = LineFramer(limit)
@@ -224,13 +225,15 @@ class LineStream:
         the burst of messages read from the other peer is relayed, or else once this turn of
         the event loop is over (a timer's message).
         """
-        if self._closing or self._writer.transport.is_closing():
+        if self._closing or self._write_transport.is_closing():
             return
         if b"\n" in data:
             data = data.replace(b"\n", b" ")
-        if not self._gathered:
+        gathered = self._gathered
+        if not gathered:
             self._loop.call_soon(self._write_soon)
-        self._gathered += (data, b"\n")
+        gathered.append(data)
+        gathered.append(b"\n")
         self._gathered_size += len(data) + 1
 
     def _write_soon(self) -> None:
