@@ -27,11 +27,12 @@ from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
 from proxy.core.faultfile import Note, Rule, Schedule, When, rule_notes
 from proxy.core.jsonrpc import Kind
+from proxy.core.values import value
 
 __all__ = ["Decision", "FaultEngine", "RuleState", "matches_params"]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Decision:
     """The outcome of matching one message: the rules that fire, and whether any counter moved."""
 
@@ -51,27 +52,48 @@ class RuleState:
     fired: int = 0
 
 
-def matches_params(pattern: Any, value: Any) -> bool:
-    """Subset match: dict keys must exist and match; each pattern list item must match an item."""
+def params_matcher(pattern: Any) -> Callable[[Any], bool]:
+    """A test of ``params`` against ``pattern``, built once per rule: a subset match (an
+    object's keys must exist and match; each item of a pattern list must match an item of the
+    list); scalars equal, a boolean only to itself."""
     if isinstance(pattern, dict):
-        return isinstance(value, dict) and all(
-            key in value and matches_params(sub, value[key]) for key, sub in pattern.items()
-        )
+        members = tuple((key, params_matcher(sub)) for key, sub in pattern.items())
+
+        def match_object(value: Any) -> bool:
+            if not isinstance(value, dict):
+                return False
+            for key, match in members:  # noqa: SIM110 (a loop: no generator per message)
+                if key not in value or not match(value[key]):
+                    return False
+            return True
+
+        return match_object
     if isinstance(pattern, list):
-        return isinstance(value, list) and all(
-            any(matches_params(sub, item) for item in value) for sub in pattern
-        )
-    if isinstance(pattern, bool) or isinstance(value, bool):
-        return pattern is value
-    return bool(pattern == value)
+        items = tuple(params_matcher(sub) for sub in pattern)
+
+        def match_list(value: Any) -> bool:
+            return isinstance(value, list) and all(
+                any(match(item) for item in value) for match in items
+            )
+
+        return match_list
+    if isinstance(pattern, bool):
+        return lambda value: value is pattern
+    return lambda value: not isinstance(value, bool) and bool(pattern == value)
 
 
-@dataclass(frozen=True, slots=True)
+def matches_params(pattern: Any, value: Any) -> bool:
+    """Whether ``value`` matches ``pattern`` (:func:`params_matcher`)."""
+    return params_matcher(pattern)(value)
+
+
+@value
 class _Compiled:
     rule: Rule
     method: re.Pattern[str] | None
     session: re.Pattern[str] | None
     nth: frozenset[int] = field(default_factory=frozenset)
+    params: Callable[[Any], bool] | None = None
 
 
 def _glob(pattern: str) -> re.Pattern[str] | None:
@@ -108,7 +130,7 @@ def _details_match(compiled: _Compiled, subject: Subject) -> bool:
         return False
     if when.idempotency_key != "any" and (when.idempotency_key == "present") != subject.keyed:
         return False
-    return when.params is None or matches_params(when.params, subject.params)
+    return compiled.params is None or compiled.params(subject.params)
 
 
 class FaultEngine:
@@ -158,6 +180,7 @@ class FaultEngine:
                 _glob(rule.when.method),
                 _glob(rule.when.session),
                 frozenset(rule.schedule.nth or ()),
+                None if rule.when.params is None else params_matcher(rule.when.params),
             )
             for rule in rules
         )

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -37,6 +36,7 @@ from proxy.core.commands import Command
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.observations import Stopping
+from proxy.core.values import value
 
 __all__ = [
     "Action",
@@ -72,7 +72,7 @@ class ActionModel(StrictModel):
     action: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Subject:
     """What a rule can match on, for one message (an answer: its request's method and session)."""
 
@@ -86,7 +86,7 @@ class Subject:
     """The Client's transport: ``stdio``, ``http`` or ``ws`` (HTTP-only actions need ``http``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Fault:
     """What an action acts on: one message, as rules see it, and the experiment's random stream
     (every random decision is drawn from it, so the same seed gives the same faults)."""
@@ -96,28 +96,28 @@ class Fault:
     rng: random.Random
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Stop:
     """The message goes no further; ``how`` it ended, as the trace says it."""
 
     how: Stopping
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Reply:
     """The proxy answers the message's sender with ``data`` (a JSON-RPC message it wrote)."""
 
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Hold:
     """Forward the message ``seconds`` later; other messages keep flowing meanwhile."""
 
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Copies:
     """Send ``count`` extra copies, ``gap`` seconds apart (after the message's own hold)."""
 
@@ -125,7 +125,7 @@ class Copies:
     gap: float
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Rewrite:
     """Forward ``transform(bytes)`` instead of the message (and of each copy). A request so
     rewritten that no peer can read its id is never answered: ``unreadable`` says so."""
@@ -134,7 +134,7 @@ class Rewrite:
     unreadable: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Cut:
     """Cut the connection to ``sides`` (both ways), ``before`` forwarding the message (then the
     message is lost and the queue discarded) or after it (what was queued is written first).
@@ -145,19 +145,19 @@ class Cut:
     close_code: int = 1001
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class KillStream:
     """The SSE stream that would carry the message is closed instead, and the message lost."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Now:
     """Carry out ``command`` at once, whatever happens to the message."""
 
     command: Command
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class After:
     """Carry out ``command`` once the message was forwarded, ``delay`` seconds after that."""
 
@@ -179,7 +179,7 @@ def _no_notes(_params: Any) -> list[tuple[str, str]]:
     return []
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Action(Generic[M]):
     """One fault action, as the registry holds it."""
 
