@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 __all__ = ["LineFramer", "Oversized"]
 
+SPLIT_AT_MOST = 1024 * 1024
+"""Complete lines of at most this many bytes in all are split in one call; more (a message of
+many MB) are cut one at a time, so that none is copied twice."""
+
 
 @dataclass(frozen=True, slots=True)
 class Oversized:
@@ -47,17 +51,18 @@ class LineFramer:
             data = data[newline + 1 :]
         buffer = self._buffer
         buffer += data
-        start = 0
-        while True:
-            newline = buffer.find(b"\n", max(start, self._scanned))
-            if newline < 0:
-                break
-            # From a view: one copy of the line, not two (a slice of a bytearray is one).
-            self._emit(bytes(memoryview(buffer)[start:newline]), out)
-            start = newline + 1
-            self._scanned = 0
-        if start:
-            del buffer[:start]
+        end = buffer.rfind(b"\n", self._scanned)
+        if end >= 0:
+            if end <= SPLIT_AT_MOST:  # the usual read of many lines: copied once, split in C
+                for line in bytes(memoryview(buffer)[:end]).split(b"\n"):
+                    self._emit(line, out)
+            else:  # a large message: each line copied once from a view (a slice would copy it)
+                start = 0
+                while start <= end:
+                    newline = buffer.find(b"\n", start)
+                    self._emit(bytes(memoryview(buffer)[start:newline]), out)
+                    start = newline + 1
+            del buffer[: end + 1]
         self._scanned = len(buffer)
         if len(buffer) > self._limit:
             self._discarding = len(buffer)

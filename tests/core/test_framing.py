@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import itertools
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core import framing
 from proxy.core.framing import LineFramer, Oversized
 
 
@@ -71,3 +76,34 @@ def test_limit_must_be_positive() -> None:
     """A zero limit is a configuration error."""
     with pytest.raises(ValueError, match="at least one byte"):
         LineFramer(0)
+
+
+@given(
+    st.lists(
+        st.one_of(st.binary(max_size=40), st.sampled_from([b"\n", b" \n", b"x" * 70 + b"\n"])),
+        max_size=30,
+    ).map(b"".join),
+    st.lists(st.integers(0, 2000), max_size=6),
+)
+def test_many_lines_split_at_once_are_the_lines_cut_one_by_one(
+    data: bytes, cuts: list[int]
+) -> None:
+    """Complete lines are split in one call when they are few bytes in all, cut one at a time
+    when many: both give the same messages and markers, however the stream is cut."""
+    points = sorted({cut % (len(data) + 1) for cut in cuts} | {0, len(data)})
+    chunks = [data[a:b] for a, b in itertools.pairwise(points)]
+    at_once = feed_all(LineFramer(64), chunks)
+    one_by_one = framing.SPLIT_AT_MOST
+    try:
+        framing.SPLIT_AT_MOST = -1  # every region is "large"
+        assert feed_all(LineFramer(64), chunks) == at_once
+    finally:
+        framing.SPLIT_AT_MOST = one_by_one
+
+
+def test_a_region_of_many_mb_is_cut_line_by_line() -> None:
+    """Lines beyond SPLIT_AT_MOST in one read: each whole, the oversized one marked."""
+    big = b"y" * (framing.SPLIT_AT_MOST + 10)
+    data = b"{}\n" + big + b"\n\n" + b"[1]\n" + b"tail"
+    assert feed_all(LineFramer(len(big)), [data]) == [b"{}", big, b"[1]", b"tail"]
+    assert feed_all(LineFramer(100), [data]) == [b"{}", Oversized(len(big), 100), b"[1]", b"tail"]
