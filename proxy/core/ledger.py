@@ -63,6 +63,7 @@ __all__ = ["CHECKS", "Ledger"]
 
 CHECKS = tuple(Check)
 """Every check, in the order of DESIGN 7."""
+_ANSWER_KINDS = (Kind.RESPONSE, Kind.ERROR)
 LOSING_ACTIONS = frozenset(
     {
         ActionName.DROP,
@@ -161,16 +162,23 @@ class Ledger:
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Take one observation of the relay (or of a link)."""
-        match observation:
-            case Relayed(message=message, copy=True, kind=Kind.REQUEST) if message is not None:
-                self._copy(observation, message, link)
-            case Relayed(copy=True):
-                pass  # a copy of a notification or an answer: bytes the ledger has seen already
-            case Relayed(message=message) if message is not None:
+        if isinstance(observation, Relayed):  # one per message: before the match's cases
+            message = observation.message
+            kind = observation.kind
+            if observation.copy:
+                if message is not None and kind == Kind.REQUEST:
+                    self._copy(observation, message, link)
+                # a copy of a notification or an answer: bytes the ledger has seen already
+            elif message is not None:
                 self._relayed(observation, message, link)
-            case Relayed(direction=Direction.TO_CLIENT, kind=Kind.RESPONSE | Kind.ERROR):
-                if observation.method == acp.PROMPT:  # an answer no parser reads, passed on
-                    self._unreadable_answer(observation, link)
+            elif (
+                observation.direction is Direction.TO_CLIENT
+                and kind in _ANSWER_KINDS
+                and observation.method == acp.PROMPT
+            ):  # an answer no parser reads, passed on
+                self._unreadable_answer(observation, link)
+            return
+        match observation:
             case DuplicateSwallowed(method=method, data=data) if method == acp.PROMPT:
                 self._swallowed(observation.forwarded_id, data, link)
             case FaultInjected(method=method, action=action) if method == acp.PROMPT:

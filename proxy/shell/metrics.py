@@ -223,13 +223,17 @@ class Metrics:
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Count one observation (in the tally), and move the gauges and durations it moves."""
         self.tally.observe(observation, link)
-        match observation:
-            case Relayed(method=method, duration=duration) if duration is not None:
+        if isinstance(observation, Relayed):  # one per message: before the match's cases
+            duration = observation.duration
+            if duration is not None:
+                method = observation.method
                 histogram = self._durations.get(method)
                 if histogram is None:
                     histogram = self.durations.labels(method_label(method))
                     self._durations[method] = histogram
                 histogram.observe(duration)
+            return
+        match observation:
             case Connected(side=side, transport=transport):
                 self.active.labels(side.value, transport).inc()
             case Disconnected(side=side, transport=transport):

@@ -88,10 +88,13 @@ class Tally:
     def observe(self, observation: Observation, link: int | None = None) -> None:
         """Count ``observation`` under its name and bounded labels."""
         counts = self.counts
+        if isinstance(observation, Relayed):  # one per message: before the match's cases
+            direction = observation.direction
+            label = acp.method_label(observation.method)
+            counts["messages", direction, observation.kind, label] += 1
+            self.relayed_bytes[direction] += observation.size
+            return
         match observation:
-            case Relayed(direction=direction, kind=kind, method=method, size=size):
-                counts["messages", direction, kind, acp.method_label(method)] += 1
-                self.relayed_bytes[direction] += size
             case Held(relayed=relayed):
                 counts["held", relayed.direction] += 1
             case Stopped(direction=direction, disposition=disposition):
