@@ -17,6 +17,7 @@ one stays a standard-library process.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -42,15 +43,18 @@ class BlockingWsPeer:
         from websockets.sync.client import connect  # noqa: PLC0415
 
         self.url = url
+        self._open = contextlib.ExitStack()  # connect()'s own use, as newer websockets ask
         try:
-            self.connection: ClientConnection = connect(
-                url,
-                compression=None,
-                max_size=READ_LIMIT,
-                max_queue=RECEIVE_QUEUE,
-                open_timeout=ANSWER_TIMEOUT,
-                ping_interval=None,
-                proxy=None,
+            self.connection: ClientConnection = self._open.enter_context(
+                connect(
+                    url,
+                    compression=None,
+                    max_size=READ_LIMIT,
+                    max_queue=RECEIVE_QUEUE,
+                    open_timeout=ANSWER_TIMEOUT,
+                    ping_interval=None,
+                    proxy=None,
+                )
             )
         except WebSocketException as exc:
             raise BenchError(f"no WebSocket to {url}: {type(exc).__name__}: {exc}") from None
@@ -109,4 +113,4 @@ class BlockingWsPeer:
 
     def close(self) -> None:
         """Close the WebSocket (the closing handshake, at most 10 s)."""
-        self.connection.close()
+        self._open.close()
