@@ -1,15 +1,19 @@
-"""The bench's Client over WebSocket: blocking sends and receives (``websockets.sync.client``)
-in a thread of its own, so that the Client is not what the WebSocket columns measure.
+"""The bench's Client over WebSocket: blocking reads and writes on one socket, in the bench's
+worker thread, so that the Client is not what the WebSocket columns measure.
 
 :class:`BlockingWsPeer` is to a WebSocket URL what :class:`~.driver.BlockingPeer` is to a process's
 pipes: the same ``call`` and ``stream``, each answer checked the same way
-(:func:`~.driver.check_answer`). A round trip is timed from just before the send to just after
-the answer is received; the stream's messages are received undecoded (bytes: no UTF-8 decoding
-of what is only counted) and counted by a ``session/update`` mark, the answer checked after the
-last. No ``Origin`` header is sent (a Client that is not a web page), no permessage-deflate
-offered, no keepalive pings; every receive waits at most
-:data:`~proxy.tools.bench.processes.ANSWER_TIMEOUT`, so a target that stops answering is a
-:class:`~proxy.tools.bench.processes.BenchError`, never a hung bench.
+(:func:`~.driver.check_answer`). It speaks through ``websockets``' sans-I/O protocol
+(``ClientProtocol``: the handshake, framing, masking, pongs) and does its own I/O: ``recv`` a MiB
+at a time, every frame of a read parsed in one pass. ``websockets.sync.client`` reads on a thread
+of its own and hands each message over through a lock: on a 2-core machine that carried the
+Agent's stream at about half the rate of these reads, hardly twice the bare relay's, too little
+headroom to see a proxy as fast as that relay. A round trip is timed from just before the send to
+just after the answer is complete; the stream's messages are counted by a ``session/update`` mark
+(never decoded), the answer checked after the last. No ``Origin`` header is sent (a Client that
+is not a web page), no permessage-deflate offered. The socket waits at most
+:data:`~proxy.tools.bench.processes.ANSWER_TIMEOUT` for any read or write, so a target that stops
+answering is a :class:`~proxy.tools.bench.processes.BenchError`, never a hung bench.
 
 ``websockets`` is imported where it is used: the bench Agents import this package, and the stdio
 one stays a standard-library process.
@@ -17,48 +21,50 @@ one stays a standard-library process.
 
 from __future__ import annotations
 
-import contextlib
+import socket
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from proxy.tools.bench.driver import check_answer
+from proxy.tools.bench.driver import READ_SIZE, check_answer
 from proxy.tools.bench.messages import READ_LIMIT, STREAM_METHOD, UPDATE_MARK
 from proxy.tools.bench.processes import ANSWER_TIMEOUT, BenchError, request_text
 
 if TYPE_CHECKING:
-    from websockets.sync.client import ClientConnection
+    from websockets.client import ClientProtocol
 
-__all__ = ["RECEIVE_QUEUE", "BlockingWsPeer"]
+__all__ = ["BlockingWsPeer"]
 
-RECEIVE_QUEUE = 4096
-"""Messages ``websockets`` may hold received and not yet taken before it stops reading (its
-default, 16, would have the Client's socket pause every few messages of a stream)."""
+_DATA = {"TEXT", "BINARY", "CONT"}
+"""The opcodes of a message's frames (by name: ``websockets`` is imported where it is used)."""
 
 
 class BlockingWsPeer:
     """One WebSocket to a target, driven as a Client with blocking I/O (see the module)."""
 
     def __init__(self, url: str) -> None:
-        from websockets.exceptions import WebSocketException  # noqa: PLC0415 - see the module
-        from websockets.sync.client import connect  # noqa: PLC0415
+        from websockets.client import ClientProtocol  # noqa: PLC0415 - see the module
+        from websockets.uri import parse_uri  # noqa: PLC0415
 
         self.url = url
-        self._open = contextlib.ExitStack()  # connect()'s own use, as newer websockets ask
-        try:
-            self.connection: ClientConnection = self._open.enter_context(
-                connect(
-                    url,
-                    compression=None,
-                    max_size=READ_LIMIT,
-                    max_queue=RECEIVE_QUEUE,
-                    open_timeout=ANSWER_TIMEOUT,
-                    ping_interval=None,
-                    proxy=None,
-                )
-            )
-        except WebSocketException as exc:
-            raise BenchError(f"no WebSocket to {url}: {type(exc).__name__}: {exc}") from None
+        uri = parse_uri(url)
+        self._socket = socket.create_connection((uri.host, uri.port), timeout=ANSWER_TIMEOUT)
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._protocol: ClientProtocol = ClientProtocol(uri, max_size=READ_LIMIT)
+        self._messages: deque[bytes] = deque()
+        self._fragments: list[bytes] = []
         self._next_id = 0
+        try:
+            self._protocol.send_request(self._protocol.connect())
+            self._flush()
+            while not self._protocol.events_received() and not self._eof():
+                self._protocol.receive_data(self._recv())
+            if self._protocol.handshake_exc is not None:
+                exc = self._protocol.handshake_exc
+                raise BenchError(f"no WebSocket to {url}: {type(exc).__name__}: {exc}")
+        except BaseException:
+            self._socket.close()
+            raise
 
     def request(self, method: str, params: dict[str, Any]) -> tuple[int, str]:
         """A request with the next id, as the message to send; its id."""
@@ -92,25 +98,64 @@ class BlockingWsPeer:
         return received, elapsed
 
     def _send(self, data: str) -> None:
-        from websockets.exceptions import ConnectionClosed  # noqa: PLC0415 - see the module
-
-        try:
-            self.connection.send(data)
-        except ConnectionClosed as exc:
-            raise BenchError(f"{self.url} closed the WebSocket: {exc}") from None
+        self._protocol.send_text(data.encode())
+        self._flush()
 
     def _receive(self) -> bytes:
-        from websockets.exceptions import ConnectionClosed  # noqa: PLC0415 - see the module
+        """The next message, read as far as needed (pongs to pings are sent on the way)."""
+        from websockets.frames import Frame  # noqa: PLC0415 - see the module
 
+        while not self._messages:
+            if self._eof():
+                closing = self._protocol.close_rcvd
+                why = "its connection ended" if closing is None else f"received {closing}"
+                raise BenchError(f"{self.url} closed the WebSocket: {why}")
+            self._protocol.receive_data(self._recv())
+            for frame in self._protocol.events_received():
+                if isinstance(frame, Frame) and frame.opcode.name in _DATA:
+                    self._fragments.append(bytes(frame.data))
+                    if frame.fin:
+                        self._messages.append(b"".join(self._fragments))
+                        self._fragments.clear()
+            self._flush()
+        return self._messages.popleft()
+
+    def _eof(self) -> bool:
+        """Whether the target closed the WebSocket (a close frame, or the socket's end)."""
+        from websockets.protocol import State  # noqa: PLC0415 - see the module
+
+        return self._protocol.close_rcvd is not None or self._protocol.state is State.CLOSED
+
+    def _recv(self) -> bytes:
         try:
-            data = self.connection.recv(timeout=ANSWER_TIMEOUT, decode=False)
+            data = self._socket.recv(READ_SIZE)
         except TimeoutError:
             raise BenchError(f"{self.url} did not answer in {ANSWER_TIMEOUT} s") from None
-        except ConnectionClosed as exc:
-            raise BenchError(f"{self.url} closed the WebSocket: {exc}") from None
-        assert isinstance(data, bytes)
+        if not data:
+            self._protocol.receive_eof()
         return data
 
+    def _flush(self) -> None:
+        """Write what the protocol has to send (an empty chunk: half-close, after a close)."""
+        for data in self._protocol.data_to_send():
+            if data:
+                self._socket.sendall(data)
+            else:
+                self._socket.shutdown(socket.SHUT_WR)
+
     def close(self) -> None:
-        """Close the WebSocket (the closing handshake, at most 10 s)."""
-        self._open.close()
+        """Close the WebSocket (the closing handshake, then the socket)."""
+        from websockets.protocol import State  # noqa: PLC0415 - see the module
+
+        try:
+            if self._protocol.state is State.OPEN:
+                self._protocol.send_close()
+                self._flush()
+                while not self._eof():
+                    self._protocol.receive_data(self._recv())
+                    self._protocol.events_received()
+                    self._flush()
+        except (OSError, BenchError):
+            pass  # the target is gone already: nothing more to close
+        finally:
+            self._socket.close()

@@ -147,6 +147,25 @@ def test_no_websocket_there_is_an_error_the_run_reports() -> None:
         BlockingWsPeer("ws://127.0.0.1:1/acp")
 
 
+async def test_a_refused_handshake_is_a_bench_error() -> None:
+    """An HTTP server that answers the upgrade with 403 (as the proxy answers a foreign
+    ``Origin``): the handshake's failure, said."""
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(BenchError, match=r"no WebSocket to .*: InvalidStatus: .*403"):
+            await asyncio.wait_for(
+                asyncio.to_thread(BlockingWsPeer, f"ws://127.0.0.1:{port}/acp"), TIMEOUT
+            )
+
+
 def test_mitmproxy_runs_in_reverse_mode_on_loopback_and_says_where() -> None:
     """The mitmproxy column's command, and the URL read from mitmproxy's listening line."""
     options = BenchOptions(python="py", mitmdump="/opt/mitmdump")
