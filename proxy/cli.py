@@ -749,6 +749,16 @@ def bench(
     no_socat: Annotated[
         bool, typer.Option("--no-socat", help="Leave out the byte-relay (socat) column.")
     ] = False,
+    no_websocket: Annotated[
+        bool,
+        typer.Option(
+            "--no-websocket",
+            help="Leave out the WebSocket columns (direct, websockets relay, mitmproxy, proxy).",
+        ),
+    ] = False,
+    no_mitmproxy: Annotated[
+        bool, typer.Option("--no-mitmproxy", help="Leave out the mitmproxy WebSocket column.")
+    ] = False,
 ) -> int:
     """Measure the proxy against a direct connection and a byte relay (the performance targets).
 
@@ -766,6 +776,8 @@ def bench(
         ws_links=ws_links,
         delays=delays,
         socat=not no_socat,
+        websocket=not no_websocket,
+        mitmproxy=not no_mitmproxy,
     )
     return bench_main(options, as_json=json_output)
 

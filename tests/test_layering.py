@@ -164,6 +164,24 @@ def test_the_bench_processes_measured_are_standard_library_ones(module: str) -> 
     assert leaked == "[]"
 
 
+@pytest.mark.parametrize("module", ["proxy.tools.bench.ws_agent", "proxy.tools.bench.ws_relay"])
+def test_the_bench_websocket_processes_load_websockets_and_nothing_else(module: str) -> None:
+    """The WebSocket Agent and its bare relay add ``websockets`` to the standard library, the
+    core and the bench's own modules, nothing of the proxy's shell."""
+    loaded = _printed(
+        f"import sys; before = set(sys.modules); import {module}; "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+        "- set(sys.stdlib_module_names)))"
+    )
+    assert loaded == "['proxy', 'websockets']"
+    leaked = _printed(
+        f"import sys, {module}; "
+        "print(sorted(m for m in sys.modules if m.startswith('proxy.') and "
+        "not m.startswith(('proxy.core', 'proxy.tools.bench')) and m != 'proxy.tools'))"
+    )
+    assert leaked == "[]"
+
+
 def test_every_module_has_a_docstring() -> None:
     """Each module says at its top what it owns."""
     for path, info in modules().items():

@@ -44,6 +44,33 @@ coarser figure; ``rss_source`` says which). The DESIGN 11 targets are checked an
 MISS or SKIP next to their figures; they are information only, the exit status does not depend on
 them (0, or 1 when a target could not be driven at all).
 
+Over WebSocket
+--------------
+The same three workloads, with a blocking WebSocket Client (:mod:`.ws_driver`: ``websockets``'
+sans-I/O protocol on a blocking socket in the bench's worker thread, a MiB read at a time; no
+``Origin`` header, no permessage-deflate, the stream's messages counted undecoded), through the
+WebSocket bench Agent (:mod:`.ws_agent`, which frames a stream's notifications at once and
+writes them in one go, as the stdio Agent buffers its lines; it answers a request with its params
+echoed, so a 64 KiB prompt's answer is 64 KiB too) reached (:mod:`.ws_targets`)
+
+* ``direct``: the bench connects to the Agent;
+* ``websockets``: through :mod:`.ws_relay` (``python -m proxy.tools.bench.ws_relay AGENT_URL``),
+  the floor of any WebSocket relay written with ``websockets``: one upstream connection per
+  Client, every message copied as it came, nothing parsed;
+* ``mitmproxy``: through ``mitmdump --mode reverse:http://AGENT --listen-host 127.0.0.1
+  --listen-port 0 --flow-detail 0`` (only when ``mitmdump`` is on ``PATH``; the bench never
+  installs it, the report says when it is absent; ``--no-mitmproxy`` leaves it out);
+* ``proxy``: through ``python -m proxy run --log-format json --log-level info --listen
+  ws://127.0.0.1:0/acp --upstream ws://AGENT`` (``info``: the bench reads the bound port from its
+  ``listening`` line; it logs a few lines per link, none per message).
+
+A round runs them after the stdio targets, each in fresh processes; ``--no-websocket`` leaves
+them out. The report's ``websocket`` member holds their figures and their comparisons to
+``direct``, the ``websockets`` relay and mitmproxy; the checks: the proxy's ping added p50 at
+most 1.3x the relay's, its stream at least 0.9x the relay's, both ahead of mitmproxy's (SKIP,
+with the reason, without mitmproxy), and the direct stream at least 3x the proxy's (the Client's
+headroom).
+
 ``--memory-check N`` then sends N messages (mostly small requests, with a notification stream
 and a 64 KiB prompt every so often, pipelined 32 at a time) through the proxy with the rules
 loaded, sampling its ``VmRSS``; memory is *flat* when, after the first 10% (warm-up), the largest
@@ -106,16 +133,19 @@ The package, one concern a module
   every check, the report), :mod:`.render` (the text tables);
 * what is measured: :mod:`.targets` (the process trees and their commands, :data:`RULES`),
   :mod:`.workloads` (ping, stream, prompt64k), :mod:`.driver` (the blocking Client that drives
-  them), :mod:`.memory` (the long-run check),
+  them), :mod:`.ws_targets` and :mod:`.ws_driver` (the same over WebSocket),
+  :mod:`.memory` (the long-run check),
   :mod:`.delays` (injected delays), :mod:`.ws_links` (many WebSocket links), :mod:`.checks` (the
   DESIGN 11 targets), :mod:`.stats` (percentiles, latency figures), :mod:`.processes` (spawning,
   driving and reading the memory of processes);
 * the bench's own child processes, each ``python -m proxy.tools.bench.<module>`` with an argument
   list of its own: :mod:`.agent` (the stdio Agent), :mod:`.ws_agent` (the WebSocket Agent),
-  :mod:`.relay` (the asyncio floor); :mod:`.messages` is what they and the bench say to each other.
+  :mod:`.relay` (the asyncio floor), :mod:`.ws_relay` (the ``websockets`` floor);
+  :mod:`.messages` is what they and the bench say to each other.
 
 Nothing this package imports at its top needs more than the standard library: the bench Agent
-runs in it, and ``direct`` must measure a small Agent.
+runs in it, and ``direct`` must measure a small Agent (``websockets`` is imported where it is
+used, or by the WebSocket processes themselves).
 """
 
 from proxy.tools.bench.command import bench_main, make_options

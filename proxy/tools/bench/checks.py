@@ -10,7 +10,10 @@ from proxy.tools.bench.memory import FLAT_GROWTH
 from proxy.tools.bench.options import WS_LINKS
 from proxy.tools.bench.targets import RULE_COUNT
 
-__all__ = ["check", "design_checks"]
+__all__ = ["check", "design_checks", "websocket_checks"]
+
+Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
+"""Each target's figures against each base's (:func:`~.workloads.compare`)."""
 
 
 def check(
@@ -51,58 +54,152 @@ RULES_STREAM_RATIO = 0.95
 """The stream with non-matching rules loaded, at least, over the stream without."""
 CLIENT_HEADROOM = 3.0
 """The direct stream, at least, over the proxy's: below it the Client may be what is measured."""
+WS_STREAM_FLOOR_RATIO = 0.9
+"""Over WebSocket, the proxy's stream, at least, over the bare ``websockets`` relay's."""
+WS_ADDED_FLOOR_RATIO = 1.3
+"""Over WebSocket, the proxy's added ping p50, at most, over the bare ``websockets`` relay's."""
+AHEAD = 1.0
+"""The proxy's stream over mitmproxy's, at least, and its added ping over mitmproxy's, at most."""
 
 
 def _ratio(mine: float, base: float) -> float | None:
     return None if base <= 0 else mine / base
 
 
+def _floor_checks(
+    comparisons: Comparisons,
+    target: str,
+    floor: str,
+    floor_name: str,
+    workloads: tuple[tuple[str, str], ...],
+    *,
+    stream_ratio: float,
+    added_ratio: float,
+    missing: str,
+    unmeasured: str,
+    prefix: str = "",
+) -> list[dict[str, Any]]:
+    """``target`` against a ``floor`` target: its stream at least ``stream_ratio`` of the
+    floor's; the latency it adds over direct, for each of ``workloads`` (key and title), at most
+    ``added_ratio`` of the floor's. SKIP, saying ``missing`` without the floor, ``unmeasured``
+    without ``target``."""
+    vs_direct = comparisons.get(target, {}).get("direct")
+    vs_floor = comparisons.get(target, {}).get(floor)
+    floor_vs_direct = comparisons.get(floor, {}).get("direct")
+    if vs_direct is None:
+        vs_floor = floor_vs_direct = None
+        missing = unmeasured
+    checks = [
+        check(
+            f"{prefix}stream at least {stream_ratio:g}x {floor_name}'s",
+            target,
+            None if vs_floor is None else vs_floor["stream"]["throughput_ratio"],
+            stream_ratio,
+            f"ratio to {floor_name}" if vs_floor else missing,
+            at_most=False,
+        )
+    ]
+    for workload, title in workloads:
+        name = f"{prefix}{title} added p50 at most {added_ratio:g}x {floor_name}'s"
+        if vs_direct is None or floor_vs_direct is None:
+            checks.append(check(name, target, None, None, missing))
+            continue
+        added = vs_direct[workload]["added_p50_ms"]
+        base = floor_vs_direct[workload]["added_p50_ms"]
+        value = _ratio(added, base)
+        why = f"adds {added:.3f} ms over direct, {floor_name} {base:.3f}"
+        checks.append(
+            check(
+                name,
+                target,
+                value,
+                None if value is None else added_ratio,
+                why if value is not None else why + " (at or below 0)",
+            )
+        )
+    return checks
+
+
+def _headroom_check(streams: dict[str, float], unmeasured: str, over: str = "") -> dict[str, Any]:
+    """The Client is not the bottleneck: ``direct``'s stream well above the proxy's (SKIP, saying
+    ``unmeasured``, without either)."""
+    name = (
+        f"the Client is not the bottleneck: direct {over}stream at least {CLIENT_HEADROOM:g}x "
+        "the proxy's"
+    )
+    if "direct" not in streams or "proxy" not in streams:
+        return check(name, "direct", None, None, unmeasured)
+    return check(
+        name,
+        "direct",
+        streams["direct"] / streams["proxy"],
+        CLIENT_HEADROOM,
+        "below it the bench may measure its own Client",
+        at_most=False,
+    )
+
+
+def websocket_checks(
+    comparisons: Comparisons, streams: dict[str, float], *, unmeasured: str, mitmproxy: str
+) -> list[dict[str, Any]]:
+    """The WebSocket targets (``comparisons``: each target against ``direct``, the bare
+    ``websockets`` relay and mitmproxy; ``streams``: messages a second per target): the proxy
+    against the relay, ahead of mitmproxy, and the Client's headroom. ``unmeasured``: why a
+    check lacks the proxy or direct; ``mitmproxy``: why it lacks mitmproxy."""
+    checks = _floor_checks(
+        comparisons,
+        "proxy",
+        "websockets",
+        "the websockets relay",
+        (("ping", "ping"),),
+        stream_ratio=WS_STREAM_FLOOR_RATIO,
+        added_ratio=WS_ADDED_FLOOR_RATIO,
+        missing="the websockets relay was not measured",
+        unmeasured=unmeasured,
+        prefix="WebSocket ",
+    )
+    checks += _floor_checks(
+        comparisons,
+        "proxy",
+        "mitmproxy",
+        "mitmproxy",
+        (("ping", "ping"),),
+        stream_ratio=AHEAD,
+        added_ratio=AHEAD,
+        missing=mitmproxy,
+        unmeasured=unmeasured,
+        prefix="WebSocket ",
+    )
+    checks.append(_headroom_check(streams, unmeasured, "WebSocket "))
+    return checks
+
+
 def design_checks(
-    comparisons: dict[str, dict[str, dict[str, dict[str, float]]]],
+    comparisons: Comparisons,
     memory: dict[str, Any] | None,
     ws: dict[str, Any] | None,
     delays: dict[str, Any] | None,
     streams: dict[str, float],
+    *,
+    websocket: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """The DESIGN 11 targets over stdio (``comparisons``: each target against ``direct`` and the
-    ``asyncio`` streams relay; ``streams``: messages a second per target), then memory, the
-    WebSocket links and the injected delays."""
+    ``asyncio`` streams relay; ``streams``: messages a second per target), then over WebSocket
+    (``websocket``: :func:`websocket_checks`), memory, the WebSocket links and the injected
+    delays."""
     checks: list[dict[str, Any]] = []
-    floor = comparisons.get("asyncio", {}).get("direct")
-    why_no_floor = "the asyncio relay was not measured"
     for target in ("proxy", "proxy+rules"):
-        vs_direct = comparisons.get(target, {}).get("direct")
-        vs_floor = comparisons.get(target, {}).get("asyncio")
-        if vs_direct is None:
-            continue
-        checks.append(
-            check(
-                f"stream at least {STREAM_FLOOR_RATIO}x the asyncio relay's",
-                target,
-                None if vs_floor is None else vs_floor["stream"]["throughput_ratio"],
-                STREAM_FLOOR_RATIO,
-                "ratio to the asyncio streams relay" if vs_floor else why_no_floor,
-                at_most=False,
-            )
+        checks += _floor_checks(
+            comparisons,
+            target,
+            "asyncio",
+            "the asyncio relay",
+            (("ping", "ping"), ("prompt64k", "64 KiB prompt")),
+            stream_ratio=STREAM_FLOOR_RATIO,
+            added_ratio=ADDED_FLOOR_RATIO,
+            missing="the asyncio relay was not measured",
+            unmeasured=f"{target} was not measured: see errors",
         )
-        for workload, title in (("ping", "ping"), ("prompt64k", "64 KiB prompt")):
-            added = vs_direct[workload]["added_p50_ms"]
-            base = None if floor is None else floor[workload]["added_p50_ms"]
-            value = None if base is None else _ratio(added, base)
-            why = (
-                why_no_floor
-                if base is None
-                else f"adds {added:.3f} ms over direct, the asyncio relay {base:.3f}"
-            )
-            checks.append(
-                check(
-                    f"{title} added p50 at most {ADDED_FLOOR_RATIO}x the asyncio relay's",
-                    target,
-                    value,
-                    None if value is None else ADDED_FLOOR_RATIO,
-                    why if value is not None or base is None else why + " (at or below 0)",
-                )
-            )
     if "proxy" in streams and "proxy+rules" in streams:
         checks.append(
             check(
@@ -114,18 +211,8 @@ def design_checks(
                 at_most=False,
             )
         )
-    if "direct" in streams and "proxy" in streams:
-        checks.append(
-            check(
-                f"the Client is not the bottleneck: direct stream at least {CLIENT_HEADROOM:g}x "
-                "the proxy's",
-                "direct",
-                streams["direct"] / streams["proxy"],
-                CLIENT_HEADROOM,
-                "below it the bench may measure its own Client",
-                at_most=False,
-            )
-        )
+    checks.append(_headroom_check(streams, "direct or the proxy was not measured: see errors"))
+    checks += websocket
     if memory is None:
         checks.append(
             check(

@@ -30,11 +30,15 @@ def make_options(
     ws_links: int | None = None,
     delays: int | None = None,
     socat: bool = True,
+    websocket: bool = True,
+    mitmproxy: bool = True,
 ) -> BenchOptions:
     """The options of a run: the defaults (or ``short``'s tiny counts) with what was given.
 
-    ``socat=False`` leaves the byte relay out even when ``socat`` is on ``PATH``. A count out of
-    its range is an :class:`~proxy.core.errors.OptionError` (:class:`BenchOptions` refuses it).
+    ``socat=False`` leaves the byte relay out even when ``socat`` is on ``PATH``,
+    ``mitmproxy=False`` mitmproxy's WebSocket column even when ``mitmdump`` is;
+    ``websocket=False`` leaves out every WebSocket column. A count out of its range is an
+    :class:`~proxy.core.errors.OptionError` (:class:`BenchOptions` refuses it).
     """
     given = {
         "requests": requests,
@@ -47,6 +51,8 @@ def make_options(
     changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     changes["memory_check"] = memory_check
     changes["socat"] = shutil.which("socat") if socat else None
+    changes["websocket"] = websocket
+    changes["mitmdump"] = shutil.which("mitmdump") if websocket and mitmproxy else None
     return BenchOptions.short_run(**changes) if short else BenchOptions(**changes)
 
 

@@ -28,14 +28,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.tools.bench.messages import READ_LIMIT, STREAM_METHOD
+from proxy.tools.bench.messages import READ_LIMIT, STREAM_METHOD, UPDATE_MARK
 from proxy.tools.bench.processes import ANSWER_TIMEOUT, BenchError, request_line
 
-__all__ = ["BlockingPeer"]
+__all__ = ["BlockingPeer", "check_answer"]
 
 READ_SIZE = 1 << 20
 """Bytes asked of one ``os.read``."""
-_UPDATE = b'"session/update"'
 
 
 class BlockingPeer:
@@ -71,7 +70,7 @@ class BlockingPeer:
         self._write(data)
         line = self._line()
         elapsed = time.perf_counter() - start
-        self._check_answer(line, request_id)
+        check_answer(line, request_id)
         return elapsed
 
     def send(self, data: bytes) -> None:
@@ -80,7 +79,7 @@ class BlockingPeer:
 
     def answer(self, request_id: int) -> None:
         """Read the next line: the answer to ``request_id``, else a :class:`BenchError`."""
-        self._check_answer(self._line(), request_id)
+        check_answer(self._line(), request_id)
 
     def stream(self, count: int) -> tuple[int, float]:
         """Ask for ``count`` notifications; the count received and the seconds until the answer
@@ -100,8 +99,8 @@ class BlockingPeer:
         if lines != count + 1 or not stream.endswith(b"\n"):
             raise BenchError(f"asked for {count} notifications and an answer, got {lines} lines")
         answer_at = stream.rfind(b"\n", 0, len(stream) - 1) + 1
-        self._check_answer(stream[answer_at:], request_id)
-        received = stream.count(_UPDATE, 0, answer_at)
+        check_answer(stream[answer_at:], request_id)
+        received = stream.count(UPDATE_MARK, 0, answer_at)
         if received != count:
             raise BenchError(f"asked for {count} notifications, got {received}")
         return received, elapsed
@@ -145,14 +144,6 @@ class BlockingPeer:
         if not poller.poll(ANSWER_TIMEOUT * 1000):
             raise BenchError(f"the target took over {ANSWER_TIMEOUT} s {what}{self.stderr_tail()}")
 
-    @staticmethod
-    def _check_answer(line: bytes, request_id: int) -> None:
-        message = json.loads(line)
-        if not isinstance(message, dict) or message.get("id") != request_id:
-            raise BenchError(f"expected the answer to {request_id}, got {line[:200]!r}")
-        if "result" not in message:
-            raise BenchError(f"request {request_id} failed: {line[:200]!r}")
-
     def stderr_tail(self) -> str:
         self._stderr.seek(0)
         tail = self._stderr.read()[-2000:].decode(errors="replace").strip()
@@ -172,3 +163,12 @@ class BlockingPeer:
             assert self.process.stdout is not None
             self.process.stdout.close()
             self._stderr.close()
+
+
+def check_answer(data: bytes, request_id: int) -> None:
+    """``data`` (a line, or a WebSocket message) must be the result of ``request_id``."""
+    message = json.loads(data)
+    if not isinstance(message, dict) or message.get("id") != request_id:
+        raise BenchError(f"expected the answer to {request_id}, got {data[:200]!r}")
+    if "result" not in message:
+        raise BenchError(f"request {request_id} failed: {data[:200]!r}")

@@ -1,5 +1,5 @@
 """What the bench and its Agents say to one another: the bench's methods, the bounds of one
-message, the notification the stdio Agent streams and the answer the WebSocket Agent echoes.
+message, the notification the Agents stream and the answer the WebSocket Agent echoes.
 
 Standard library only, nothing else of the bench: the bench Agents import it.
 """
@@ -8,12 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PING_METHOD", "READ_LIMIT", "STREAM_METHOD", "echo_result", "update_line"]
+__all__ = [
+    "PING_METHOD",
+    "READ_LIMIT",
+    "STREAM_METHOD",
+    "UPDATE_MARK",
+    "echo_result",
+    "update_line",
+    "update_text",
+]
 
 PING_METHOD = "_bench/ping"
 """A small request every Agent answers at once."""
 STREAM_METHOD = "_bench/stream"
-"""Params ``{"count": N}``: the stdio Agent first writes N ``session/update`` notifications."""
+"""Params ``{"count": N}``: the Agent first writes N ``session/update`` notifications."""
+UPDATE_MARK = b'"session/update"'
+"""What every streamed notification holds, as a Client counts them."""
 READ_LIMIT = 1 << 20
 """Bytes of one message any bench process reads, at most."""
 
@@ -26,6 +36,11 @@ _UPDATE_HEAD = (
 def update_line(seq: int) -> bytes:
     """The ``seq``-th notification of a stream, a line of its own."""
     return b'%s%d"}}}}\n' % (_UPDATE_HEAD, seq)
+
+
+def update_text(seq: int) -> str:
+    """The ``seq``-th notification of a stream, a WebSocket text message of its own."""
+    return update_line(seq)[:-1].decode()
 
 
 def echo_result(params: Any) -> dict[str, Any]:

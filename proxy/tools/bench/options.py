@@ -32,6 +32,10 @@ class BenchOptions:
     short: bool = False
     socat: str | None = None
     """The socat executable, or ``None`` for no byte-relay column."""
+    websocket: bool = True
+    """Whether the WebSocket columns are run."""
+    mitmdump: str | None = None
+    """The mitmdump executable, or ``None`` for no mitmproxy column over WebSocket."""
     python: str = sys.executable
 
     def __post_init__(self) -> None:
@@ -55,6 +59,7 @@ class BenchOptions:
             "delays": 10,
             "short": True,
             "socat": shutil.which("socat"),
+            "mitmdump": shutil.which("mitmdump"),
         }
         values.update(changes)
         return cls(**values)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import resource
 import signal
 import sys
@@ -37,9 +38,11 @@ __all__ = [
     "Server",
     "StdioPeer",
     "children_maxrss_kib",
+    "listening_url",
     "open_fds",
     "proc_kib",
     "request_line",
+    "request_text",
     "rss_source",
 ]
 
@@ -84,10 +87,15 @@ def open_fds(pid: int) -> int | None:
         return None
 
 
+def request_text(request_id: int, method: str, params: dict[str, Any]) -> str:
+    """A request as a bench Client sends it (a WebSocket text message)."""
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return json.dumps(message)
+
+
 def request_line(request_id: int, method: str, params: dict[str, Any]) -> bytes:
     """A request as the line a bench Client writes."""
-    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    return json.dumps(message).encode() + b"\n"
+    return request_text(request_id, method, params).encode() + b"\n"
 
 
 class StdioPeer:
@@ -166,11 +174,18 @@ class StdioPeer:
             self._stderr.close()
 
 
+MITMPROXY_LISTENING = re.compile(r"listening at \S*:(\d+)\.?$")
+"""mitmproxy's line once it listens (``Reverse proxy to http://... listening at HOST:PORT.``)."""
+
+
 def listening_url(line: bytes) -> str | None:
-    """The URL a spawned server announces: the WebSocket Agent's line, or the proxy's log record."""
+    """The URL a spawned server announces: the bench's WebSocket processes' line, the proxy's log
+    record, or mitmproxy's line (on loopback: the bench has it listen there)."""
     text = line.decode(errors="replace").strip()
     if text.startswith("ws://"):
         return text
+    if mitmproxy := MITMPROXY_LISTENING.search(text):
+        return f"ws://127.0.0.1:{mitmproxy[1]}/acp"
     try:
         record = json.loads(text)
     except ValueError:

@@ -1,11 +1,14 @@
-"""The bench's report as text tables: the workloads per target, the checks, the targets met."""
+"""The bench's report as text tables: the workloads per target, over stdio then over WebSocket,
+the checks, the targets met."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from proxy.tools.bench.delays import DELAY_METHOD
 from proxy.tools.bench.targets import TARGETS
+from proxy.tools.bench.ws_targets import WS_TARGETS
 
 __all__ = ["render"]
 
@@ -25,48 +28,19 @@ def render(report: dict[str, Any]) -> str:
     ]
     if config["socat"] is None:
         lines.append("socat: absent, no byte-relay column (apt-get install socat to add it)")
-    targets = report["targets"]
-    comparisons = report["comparisons"]
-    for workload, title in (("ping", "ping-pong, small requests"), ("prompt64k", "64 KiB prompts")):
+    lines += _workload_tables(report["targets"], report["comparisons"], TARGETS, "asyncio")
+    websocket = report["websocket"]
+    if websocket is not None:
         lines += [
             "",
-            f"{title} (round trip, ms; + is added over direct)",
-            f"{'target':<16} {'p50':>8} {'p99':>8} {'+p50':>8} {'+p99':>8} "
-            f"{'x direct':>9} {'+p50 x asyncio':>15} {'req/s':>9}",
+            "Over WebSocket: the WebSocket Agent, direct or through a bare websockets relay, "
+            "mitmproxy (reverse mode) or the proxy",
         ]
-        for target in TARGETS:
-            entry = targets[target]
-            if "workloads" not in entry:
-                lines.append(f"{target:<16} {entry.get('error') or entry.get('reason')}")
-                continue
-            fig = entry["workloads"][workload]
-            vs_direct = comparisons[target].get("direct", {}).get(workload, {})
-            lines.append(
-                f"{target:<16} {_num(fig['p50_ms']):>8} {_num(fig['p99_ms']):>8} "
-                f"{_num(vs_direct.get('added_p50_ms')):>8} "
-                f"{_num(vs_direct.get('added_p99_ms')):>8} "
-                f"{_num(vs_direct.get('p50_ratio'), 2):>9} "
-                f"{_num(_added_over_floor(comparisons, target, workload), 2):>15} "
-                f"{fig['per_second']:>9.0f}"
-            )
-    lines += [
-        "",
-        "session/update stream (throughput)",
-        f"{'target':<16} {'msg/s':>10} {'x direct':>9} {'x asyncio':>10} {'peak RSS':>10}",
-    ]
-    for target in TARGETS:
-        entry = targets[target]
-        if "workloads" not in entry:
-            lines.append(f"{target:<16} {entry.get('error') or entry.get('reason')}")
-            continue
-        fig = entry["workloads"]["stream"]
-        ratio_direct = comparisons[target].get("direct", {}).get("stream", {})
-        ratio_floor = comparisons[target].get("asyncio", {}).get("stream", {})
-        lines.append(
-            f"{target:<16} {fig['per_second']:>10.0f} "
-            f"{_num(ratio_direct.get('throughput_ratio'), 2):>9} "
-            f"{_num(ratio_floor.get('throughput_ratio'), 2):>10} "
-            f"{entry['peak_rss_kib'] / 1024:>7.1f} MiB  ({entry['process']})"
+        mitmproxy = websocket["targets"]["mitmproxy"]
+        if not mitmproxy["available"]:
+            lines.append(f"mitmproxy: {mitmproxy['reason']}")
+        lines += _workload_tables(
+            websocket["targets"], websocket["comparisons"], WS_TARGETS, "websockets"
         )
     lines.append(f"peak RSS from {config['rss_source']}, of the process the bench spawned")
     memory = report["memory_check"]
@@ -99,13 +73,64 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _added_over_floor(comparisons: dict[str, Any], target: str, workload: str) -> float | None:
-    """``target``'s latency added over direct, as a multiple of the asyncio streams relay's."""
+def _workload_tables(
+    targets: dict[str, Any], comparisons: dict[str, Any], names: Sequence[str], floor: str
+) -> list[str]:
+    """The round trips and the stream of each of ``names``, against direct and ``floor``."""
+    lines: list[str] = []
+    for workload, title in (("ping", "ping-pong, small requests"), ("prompt64k", "64 KiB prompts")):
+        lines += [
+            "",
+            f"{title} (round trip, ms; + is added over direct)",
+            f"{'target':<16} {'p50':>8} {'p99':>8} {'+p50':>8} {'+p99':>8} "
+            f"{'x direct':>9} {'+p50 x ' + floor:>18} {'req/s':>9}",
+        ]
+        for target in names:
+            entry = targets[target]
+            if "workloads" not in entry:
+                lines.append(f"{target:<16} {entry.get('error') or entry.get('reason')}")
+                continue
+            fig = entry["workloads"][workload]
+            vs_direct = comparisons[target].get("direct", {}).get(workload, {})
+            lines.append(
+                f"{target:<16} {_num(fig['p50_ms']):>8} {_num(fig['p99_ms']):>8} "
+                f"{_num(vs_direct.get('added_p50_ms')):>8} "
+                f"{_num(vs_direct.get('added_p99_ms')):>8} "
+                f"{_num(vs_direct.get('p50_ratio'), 2):>9} "
+                f"{_num(_added_over_floor(comparisons, target, workload, floor), 2):>18} "
+                f"{fig['per_second']:>9.0f}"
+            )
+    lines += [
+        "",
+        "session/update stream (throughput)",
+        f"{'target':<16} {'msg/s':>10} {'x direct':>9} {'x ' + floor:>12} {'peak RSS':>10}",
+    ]
+    for target in names:
+        entry = targets[target]
+        if "workloads" not in entry:
+            lines.append(f"{target:<16} {entry.get('error') or entry.get('reason')}")
+            continue
+        fig = entry["workloads"]["stream"]
+        ratio_direct = comparisons[target].get("direct", {}).get("stream", {})
+        ratio_floor = comparisons[target].get(floor, {}).get("stream", {})
+        lines.append(
+            f"{target:<16} {fig['per_second']:>10.0f} "
+            f"{_num(ratio_direct.get('throughput_ratio'), 2):>9} "
+            f"{_num(ratio_floor.get('throughput_ratio'), 2):>12} "
+            f"{entry['peak_rss_kib'] / 1024:>7.1f} MiB  ({entry['process']})"
+        )
+    return lines
+
+
+def _added_over_floor(
+    comparisons: dict[str, Any], target: str, workload: str, floor: str
+) -> float | None:
+    """``target``'s latency added over direct, as a multiple of ``floor``'s."""
     mine = comparisons[target].get("direct", {}).get(workload)
-    floor = comparisons.get("asyncio", {}).get("direct", {}).get(workload)
-    if mine is None or floor is None or floor["added_p50_ms"] <= 0:
+    base = comparisons.get(floor, {}).get("direct", {}).get(workload)
+    if mine is None or base is None or base["added_p50_ms"] <= 0:
         return None
-    return float(mine["added_p50_ms"] / floor["added_p50_ms"])
+    return float(mine["added_p50_ms"] / base["added_p50_ms"])
 
 
 def _figure(value: float) -> str:

@@ -1,9 +1,10 @@
 """One bench run: every target in turn, round after round, then the checks; the report as a
 JSON-ready dict (see :func:`proxy.tools.bench.render.render` for the text).
 
-A round runs every target in turn, each in a fresh process tree; samples of all rounds are
-pooled, so slow drift touches every target alike. A target that cannot be driven is left out of
-the later rounds, with its error in the report.
+A round runs every stdio target, then every WebSocket target, in turn, each in a fresh process
+tree; samples of all rounds are pooled, so slow drift touches every target alike. A target that
+cannot be driven is left out of the later rounds, with its error in the report (a WebSocket
+target's under ``websocket TARGET``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import os
 import platform
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from proxy.tools.bench.checks import design_checks
+from proxy.tools.bench.checks import design_checks, websocket_checks
 from proxy.tools.bench.delays import DELAY_MS, DELAY_RULES, delay_check
 from proxy.tools.bench.memory import memory_check
 from proxy.tools.bench.options import BenchOptions
@@ -25,15 +27,24 @@ from proxy.tools.bench.stats import Figures
 from proxy.tools.bench.targets import PROCESSES, RULES, TARGETS, target_argv
 from proxy.tools.bench.workloads import PROMPT_BYTES, Samples, compare, drive, figures
 from proxy.tools.bench.ws_links import ws_links
+from proxy.tools.bench.ws_targets import WS_PROCESSES, WS_TARGETS, ws_round, ws_target_argv
 
 __all__ = ["run_bench"]
+
+Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
+"""Each target's figures against each base's (:func:`~.workloads.compare`)."""
 
 
 async def run_bench(options: BenchOptions) -> dict[str, Any]:
     """Run every target and workload; the report as a JSON-ready dict (see :func:`render`)."""
     targets = [t for t in TARGETS if t != "socat" or options.socat is not None]
     samples = {target: Samples() for target in targets}
+    ws_targets = [
+        t for t in WS_TARGETS if options.websocket and (t != "mitmproxy" or options.mitmdump)
+    ]
+    ws_samples = {target: Samples() for target in ws_targets}
     errors: dict[str, str] = {}
+    ws_errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="acp-bench-") as directory:
         rules = Path(directory) / "rules.yaml"
         rules.write_text(RULES)
@@ -46,6 +57,13 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
                     await asyncio.to_thread(drive, argv, options, samples[target])
                 except (BenchError, OSError, ValueError) as exc:
                     errors[target] = f"{type(exc).__name__}: {exc}"
+            for target in ws_targets:
+                if target in ws_errors:
+                    continue
+                try:
+                    await ws_round(target, options, ws_samples[target])
+                except (BenchError, OSError, ValueError) as exc:
+                    ws_errors[target] = f"{type(exc).__name__}: {exc}"
         memory = None
         if options.memory_check > 0 and "proxy+rules" not in errors:
             try:
@@ -66,33 +84,44 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
                 ws = await ws_links(options)
             except (BenchError, OSError, ValueError) as exc:
                 errors["ws_links"] = f"{type(exc).__name__}: {exc}"
-    report_targets: dict[str, Any] = {}
-    measured: dict[str, dict[str, Figures]] = {}
-    for target in TARGETS:
-        entry: dict[str, Any] = {"available": target in samples}
-        if target in samples:
-            entry["command"] = target_argv(target, options, Path("RULES.yaml"))
-            entry["process"] = PROCESSES.get(target, "proxy")
-        else:
-            entry["reason"] = (
-                "socat left out (--no-socat)"
-                if shutil.which("socat")
-                else "socat not found on PATH (apt-get install socat for this column)"
-            )
-        if target in errors:
-            entry["error"] = errors[target]
-        elif target in samples:
-            measured[target] = figures(samples[target])
-            entry["workloads"] = measured[target]
-            entry["peak_rss_kib"] = samples[target].peak_rss_kib
-        report_targets[target] = entry
-    comparisons: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
-    for target, mine in measured.items():
-        comparisons[target] = {
-            base: compare(mine, measured[base])
-            for base in ("direct", "socat", "asyncio")
-            if base in measured and base != target
-        }
+    report_targets, comparisons, measured = _section(
+        TARGETS,
+        samples,
+        errors,
+        ("direct", "socat", "asyncio"),
+        describe=lambda target: {
+            "command": target_argv(target, options, Path("RULES.yaml")),
+            "process": PROCESSES.get(target, "proxy"),
+        },
+        absent="socat left out (--no-socat)"
+        if shutil.which("socat")
+        else "socat not found on PATH (apt-get install socat for this column)",
+    )
+    websocket = None
+    ws_checks = websocket_checks(
+        {}, {}, unmeasured="left out (--no-websocket)", mitmproxy="left out (--no-websocket)"
+    )
+    if options.websocket:
+        ws_report, ws_comparisons, ws_measured = _section(
+            WS_TARGETS,
+            ws_samples,
+            ws_errors,
+            ("direct", "websockets", "mitmproxy"),
+            describe=lambda target: {
+                "command": ws_target_argv(target, options, "ws://AGENT"),
+                "process": WS_PROCESSES.get(target, "proxy"),
+            },
+            absent="mitmproxy left out (--no-mitmproxy)"
+            if shutil.which("mitmdump")
+            else "mitmdump not found on PATH (pip install mitmproxy for this column)",
+        )
+        websocket = {"targets": ws_report, "comparisons": ws_comparisons}
+        ws_checks = websocket_checks(
+            ws_comparisons,
+            _streams(ws_measured),
+            unmeasured="not measured over WebSocket: see errors",
+            mitmproxy=ws_report["mitmproxy"].get("reason", "mitmproxy failed: see errors"),
+        )
     return {
         "bench": "acp-proxy bench",
         "version": 1,
@@ -109,19 +138,61 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
             "python": platform.python_version(),
             "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
             "socat": options.socat,
+            "websocket": options.websocket,
+            "mitmdump": options.mitmdump,
             "rss_source": rss_source(),
         },
         "targets": report_targets,
         "comparisons": comparisons,
+        "websocket": websocket,
         "design_targets": design_checks(
-            comparisons,
-            memory,
-            ws,
-            delays,
-            {target: mine["stream"]["per_second"] for target, mine in measured.items()},
+            comparisons, memory, ws, delays, _streams(measured), websocket=ws_checks
         ),
         "memory_check": memory,
         "ws_links": ws,
         "delays": delays,
-        "errors": errors,
+        "errors": errors | {f"websocket {target}": error for target, error in ws_errors.items()},
     }
+
+
+def _streams(measured: dict[str, dict[str, Figures]]) -> dict[str, float]:
+    """The stream's messages a second, per target measured."""
+    return {target: mine["stream"]["per_second"] for target, mine in measured.items()}
+
+
+def _section(
+    names: Sequence[str],
+    samples: dict[str, Samples],
+    errors: dict[str, str],
+    bases: Sequence[str],
+    *,
+    describe: Callable[[str], dict[str, Any]],
+    absent: str,
+) -> tuple[dict[str, Any], Comparisons, dict[str, dict[str, Figures]]]:
+    """One transport's report: each of ``names`` (run: what ``describe`` says of it, its error
+    or its figures; not run: ``absent``, why), each measured target compared to ``bases``; and
+    the figures measured."""
+    report: dict[str, Any] = {}
+    measured: dict[str, dict[str, Figures]] = {}
+    for target in names:
+        entry: dict[str, Any] = {"available": target in samples}
+        if target in samples:
+            entry |= describe(target)
+        else:
+            entry["reason"] = absent
+        if target in errors:
+            entry["error"] = errors[target]
+        elif target in samples:
+            measured[target] = figures(samples[target])
+            entry["workloads"] = measured[target]
+            entry["peak_rss_kib"] = samples[target].peak_rss_kib
+        report[target] = entry
+    comparisons: Comparisons = {
+        target: {
+            base: compare(mine, measured[base])
+            for base in bases
+            if base in measured and base != target
+        }
+        for target, mine in measured.items()
+    }
+    return report, comparisons, measured

@@ -7,6 +7,8 @@
 * ``prompt64k``: ``session/prompt`` requests carrying a 64 KiB text, one in flight, each round
   trip timed.
 
+:func:`exercise` drives them through any blocking Client (:class:`BenchClient`: the pipes' of
+:mod:`.driver`, the WebSocket's of :mod:`.ws_driver`); :func:`drive` is a round on a stdio target.
 A round pools its samples into the target's :class:`Samples`; :func:`figures` turns them into the
 report's figures, :func:`compare` sets one target's against another's.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.core import acp
 from proxy.tools.bench.driver import BlockingPeer
@@ -27,9 +29,11 @@ from proxy.tools.bench.stats import Figures, latency
 __all__ = [
     "PROMPT_BYTES",
     "WORKLOADS",
+    "BenchClient",
     "Samples",
     "compare",
     "drive",
+    "exercise",
     "figures",
     "prompt_params",
 ]
@@ -54,25 +58,39 @@ def prompt_params(size: int) -> dict[str, Any]:
     return {"sessionId": "bench-1", "prompt": [{"type": "text", "text": "x" * size}]}
 
 
+class BenchClient(Protocol):
+    """A blocking Client of one target: round trips and streams, timed."""
+
+    def call(self, method: str, params: dict[str, Any]) -> float: ...
+
+    def stream(self, count: int) -> tuple[int, float]: ...
+
+
+def exercise(peer: BenchClient, options: BenchOptions, samples: Samples) -> None:
+    """The three workloads through ``peer``, after ``initialize`` and warm-ups (blocking: call
+    it in a thread)."""
+    peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
+    warmup = max(5, options.requests // 20)
+    for _ in range(warmup):
+        peer.call(PING_METHOD, {"seq": -1})
+    for seq in range(options.requests):
+        samples.ping.append(peer.call(PING_METHOD, {"seq": seq}))
+    peer.stream(min(100, options.notifications))  # warm-up
+    received, seconds = peer.stream(options.notifications)
+    samples.stream_messages += received
+    samples.stream_seconds += seconds
+    prompt = prompt_params(PROMPT_BYTES)
+    peer.call(acp.PROMPT, prompt)  # warm-up
+    for _ in range(options.prompts):
+        samples.prompt.append(peer.call(acp.PROMPT, prompt))
+
+
 def drive(argv: Sequence[str], options: BenchOptions, samples: Samples) -> None:
-    """One round on one target: the three workloads, in one process tree, with the blocking
-    Client (:mod:`.driver`; call it in a thread)."""
+    """One round on one stdio target: the three workloads, in one process tree, with the
+    blocking Client (:mod:`.driver`; call it in a thread)."""
     peer = BlockingPeer(argv)
     try:
-        peer.call(acp.INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
-        warmup = max(5, options.requests // 20)
-        for _ in range(warmup):
-            peer.call(PING_METHOD, {"seq": -1})
-        for seq in range(options.requests):
-            samples.ping.append(peer.call(PING_METHOD, {"seq": seq}))
-        peer.stream(min(100, options.notifications))  # warm-up
-        received, seconds = peer.stream(options.notifications)
-        samples.stream_messages += received
-        samples.stream_seconds += seconds
-        prompt = prompt_params(PROMPT_BYTES)
-        peer.call(acp.PROMPT, prompt)  # warm-up
-        for _ in range(options.prompts):
-            samples.prompt.append(peer.call(acp.PROMPT, prompt))
+        exercise(peer, options, samples)
         peak = proc_kib(peer.process.pid, "VmHWM")
     finally:
         peer.close()

@@ -1,9 +1,11 @@
 """The WebSocket bench Agent: ``python -m proxy.tools.bench.ws_agent`` (no arguments).
 
-One process serves every connection the proxy opens to it, on one event loop. It prints its URL
+One process serves every connection opened to it, on one event loop. It prints its URL
 (``ws://127.0.0.1:PORT/acp``) on stdout once listening, then answers every request on any
-connection with ``{"ok": true, "echo": params}``; notifications are ignored. It runs until it is
-terminated.
+connection at once: ``_bench/stream`` (params ``{"count": N}``) first sends N ``session/update``
+notifications, one text message each, then its answer ``{"sent": N}``, as the stdio Agent
+(:mod:`.agent`) writes them; any other request is answered with ``{"ok": true, "echo": params}``;
+notifications are ignored. It runs until it is terminated.
 """
 
 from __future__ import annotations
@@ -17,23 +19,31 @@ from collections.abc import Sequence
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
-from proxy.tools.bench.messages import READ_LIMIT, echo_result
+from proxy.tools.bench.messages import READ_LIMIT, STREAM_METHOD, echo_result, update_text
 
 __all__ = ["answer", "listen", "main"]
 
 USAGE = "usage: python -m proxy.tools.bench.ws_agent (no arguments: it prints its URL)"
 
 
-def answer(data: str | bytes) -> str | None:
-    """The answer to one message (``None``: nothing to answer)."""
+def answer(data: str | bytes) -> list[str]:
+    """What one message is answered with, in order (none: nothing to answer): the answer last,
+    after the notifications of a stream."""
     try:
         message = json.loads(data)
     except ValueError:
-        return None
+        return []
     if not isinstance(message, dict) or "id" not in message or "method" not in message:
-        return None
-    result = echo_result(message.get("params"))
-    return json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        return []
+    params = message.get("params")
+    updates: list[str] = []
+    if message["method"] == STREAM_METHOD:
+        count = int((params or {}).get("count", 0))
+        updates = [update_text(seq) for seq in range(count)]
+        result: dict[str, object] = {"sent": count}
+    else:
+        result = echo_result(params)
+    return [*updates, json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})]
 
 
 async def listen() -> None:
@@ -42,9 +52,16 @@ async def listen() -> None:
     async def answer_all(connection: ServerConnection) -> None:
         with contextlib.suppress(websockets.ConnectionClosed):
             async for data in connection:
-                reply = answer(data)
-                if reply is not None:
-                    await connection.send(reply)
+                replies = answer(data)
+                if not replies:
+                    continue
+                # A stream's notifications framed all at once and written in one go, as the
+                # stdio Agent buffers its lines: a send awaited per message would make this
+                # Agent the bottleneck of the WebSocket columns.
+                for update in replies[:-1]:
+                    connection.protocol.send_text(update.encode())
+                connection.send_data()
+                await connection.send(replies[-1])
 
     async with serve(
         answer_all, "127.0.0.1", 0, compression=None, max_size=READ_LIMIT, ping_interval=None

@@ -25,6 +25,12 @@ def test_the_design_targets_are_checked() -> None:
     assert ("rules loaded cost at most 5% of the stream", "proxy+rules") in names
     client = "the Client is not the bottleneck: direct stream at least 3x the proxy's"
     assert (client, "direct") in names
+    ws_client = "the Client is not the bottleneck: direct WebSocket stream at least 3x the proxy's"
+    assert ("WebSocket stream at least 0.9x the websockets relay's", "proxy") in names
+    assert ("WebSocket ping added p50 at most 1.3x the websockets relay's", "proxy") in names
+    assert ("WebSocket stream at least 1x mitmproxy's", "proxy") in names
+    assert ("WebSocket ping added p50 at most 1x mitmproxy's", "proxy") in names
+    assert (ws_client, "direct") in names
     assert ("memory flat over a long run", "proxy+rules") in names
     assert ("1,000 concurrent WebSocket links", "proxy") in names
     assert ("injected delays within +2 ms at p99", "proxy, idle") in names
@@ -35,5 +41,13 @@ def test_the_design_targets_are_checked() -> None:
         else:
             assert math.isfinite(check["value"])
             assert math.isfinite(check["limit"])
-    headroom = next(check for check in checks if check["name"] == client)
-    assert headroom["status"] != "SKIP", headroom
+    for name in (client, ws_client):
+        headroom = next(check for check in checks if check["name"] == name)
+        assert headroom["status"] != "SKIP", headroom
+    relay = [c for c in checks if "websockets relay" in c["name"]]
+    assert {c["status"] for c in relay} <= {"PASS", "MISS"}, relay
+    mitmproxy = [c for c in checks if "mitmproxy" in c["name"]]
+    assert len(mitmproxy) == 2
+    if not report["websocket"]["targets"]["mitmproxy"]["available"]:
+        assert all(c["status"] == "SKIP" for c in mitmproxy)
+        assert all("mitmdump not found on PATH" in c["note"] for c in mitmproxy)

@@ -16,6 +16,7 @@ from websockets.asyncio.client import connect
 AGENT = [sys.executable, "-m", "proxy.tools.bench.agent"]
 RELAY = [sys.executable, "-m", "proxy.tools.bench.relay"]
 WS_AGENT = [sys.executable, "-m", "proxy.tools.bench.ws_agent"]
+WS_RELAY = [sys.executable, "-m", "proxy.tools.bench.ws_relay"]
 
 
 def lines(stdin: str, argv: list[str]) -> list[dict[str, object]]:
@@ -82,13 +83,17 @@ def test_the_relay_exits_with_its_commands_status(mode: list[str]) -> None:
     [
         ([*AGENT, "--agent"], "usage: python -m proxy.tools.bench.agent"),
         ([*WS_AGENT, "x"], "usage: python -m proxy.tools.bench.ws_agent"),
+        (WS_RELAY, "usage: python -m proxy.tools.bench.ws_relay UPSTREAM_URL"),
+        ([*WS_RELAY, "ws://a", "ws://b"], "usage: python -m proxy.tools.bench.ws_relay"),
+        ([*WS_RELAY, "http://a"], "usage: python -m proxy.tools.bench.ws_relay"),
         (RELAY, "usage: python -m proxy.tools.bench.relay [--protocol] [--] COMMAND"),
         ([*RELAY, "--"], "usage: python -m proxy.tools.bench.relay [--protocol] [--] COMMAND"),
         ([*RELAY, "--protocol"], "usage: python -m proxy.tools.bench.relay [--protocol] [--]"),
     ],
 )
 def test_a_wrong_argument_list_is_a_usage_line_and_status_2(argv: list[str], usage: str) -> None:
-    """The Agents take no arguments, the relay a command: one line on stderr, exit 2."""
+    """The Agents take no arguments, the relay a command, the WebSocket relay one WebSocket URL:
+    one line on stderr, exit 2."""
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=TIMEOUT, check=False, stdin=subprocess.DEVNULL
     )

@@ -1,4 +1,5 @@
-"""``acp-proxy bench``'s entry (``proxy.tools.bench.command``): counts are checked."""
+"""``acp-proxy bench``'s entry (``proxy.tools.bench.command``): counts are checked, columns left
+out."""
 
 from __future__ import annotations
 
@@ -19,3 +20,12 @@ def test_counts_below_one_are_refused() -> None:
     assert (make_options(ws_links=0).ws_links, make_options(delays=0).delays) == (0, 0)
     short = make_options(short=True, prompts=3, socat=False)
     assert (short.short, short.prompts, short.socat) == (True, 3, None)
+
+
+def test_the_websocket_columns_can_be_left_out() -> None:
+    """``--no-websocket`` leaves out every WebSocket column, mitmproxy's with them;
+    ``--no-mitmproxy`` only mitmproxy's."""
+    assert make_options().websocket is True
+    left_out = make_options(websocket=False)
+    assert (left_out.websocket, left_out.mitmdump) == (False, None)
+    assert make_options(mitmproxy=False).mitmdump is None

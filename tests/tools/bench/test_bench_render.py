@@ -6,6 +6,7 @@ import pytest
 from tool_runs import BENCH_TEST_TIMEOUT, short_bench
 
 from proxy.tools.bench import TARGETS, render
+from proxy.tools.bench.ws_targets import WS_TARGETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
 
@@ -21,3 +22,10 @@ def test_the_text_report_names_every_target() -> None:
     assert "injected delays: 50 ms" in text
     if not report["targets"]["socat"]["available"]:
         assert "socat: absent" in text
+    websocket = text[text.index("Over WebSocket:") :]
+    for target in WS_TARGETS:
+        assert f"\n{target} " in websocket
+    assert "+p50 x websockets" in websocket
+    assert "WebSocket stream at least 0.9x the websockets relay's [proxy]" in websocket
+    if not report["websocket"]["targets"]["mitmproxy"]["available"]:
+        assert "mitmproxy: mitmdump not found on PATH" in websocket

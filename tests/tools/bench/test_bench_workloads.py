@@ -14,20 +14,27 @@ import pytest
 from tool_runs import BENCH_TEST_TIMEOUT, positive, short_bench
 
 from proxy.tools.bench import TARGETS, WORKLOADS
+from proxy.tools.bench.ws_targets import WS_TARGETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
 
 
-def test_every_target_and_workload_is_reported() -> None:
+@pytest.mark.parametrize("transport", ["stdio", "websocket"])
+def test_every_target_and_workload_is_reported(transport: str) -> None:
+    """Over stdio and over WebSocket, every target but an absent external relay (socat,
+    mitmproxy) is measured; each says why when absent."""
     report = short_bench()
     assert report["mode"] == "short"
     assert report["errors"] == {}
-    assert set(report["targets"]) == set(TARGETS)
-    socat_present = shutil.which("socat") is not None
-    for name, target in report["targets"].items():
-        if name == "socat" and not socat_present:
+    section = report if transport == "stdio" else report["websocket"]
+    names, external = (TARGETS, "socat") if transport == "stdio" else (WS_TARGETS, "mitmproxy")
+    assert set(section["targets"]) == set(names)
+    executable = "socat" if transport == "stdio" else "mitmdump"
+    present = shutil.which(executable) is not None
+    for name, target in section["targets"].items():
+        if name == external and not present:
             assert target["available"] is False
-            assert "socat" in target["reason"]
+            assert f"{executable} not found on PATH" in target["reason"]
             assert "workloads" not in target
             continue
         assert target["available"] is True, name
@@ -52,13 +59,21 @@ def test_every_relay_is_compared_to_direct() -> None:
     relays = [t for t in TARGETS if t != "direct" and report["targets"][t]["available"]]
     assert "proxy" in relays
     assert "proxy+rules" in relays
-    for target in relays:
-        versus = report["comparisons"][target]["direct"]
+    websocket = report["websocket"]
+    ws_relays = [t for t in WS_TARGETS if t != "direct" and websocket["targets"][t]["available"]]
+    assert {"websockets", "proxy"} <= set(ws_relays)
+    for target in ws_relays:
+        assert set(websocket["comparisons"][target]) >= {"direct"} | ({"websockets"} - {target})
+    compared = [(report["comparisons"], t) for t in relays]
+    compared += [(websocket["comparisons"], t) for t in ws_relays]
+    for comparisons, target in compared:
+        versus = comparisons[target]["direct"]
         for workload in ("ping", "prompt64k"):
             for key in ("added_p50_ms", "added_p99_ms"):
                 assert math.isfinite(versus[workload][key])
             assert positive(versus[workload]["p50_ratio"])
         assert positive(versus["stream"]["throughput_ratio"])
+    for target in relays:
         if target != "socat":
             socat = report["targets"]["socat"]["available"]
             assert ("socat" in report["comparisons"][target]) == socat
