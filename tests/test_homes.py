@@ -58,6 +58,8 @@ ELSEWHERE: dict[str, str] = {
     "tools/bench/relay.py": "tools/bench/test_bench_children.py",
     "tools/bench/run.py": "tools/bench/test_bench_command.py",
     "tools/bench/ws_agent.py": "tools/bench/test_bench_children.py",
+    "tools/bench/ws_driver.py": "tools/bench/test_bench_ws_targets.py",
+    "tools/bench/ws_relay.py": "tools/bench/test_bench_ws_targets.py",
     "tools/check_agent/options.py": "tools/test_tool_options.py",
     "tools/check_agent/runner.py": "tools/check_agent/test_check_agent_command.py",
     "tools/check_agent/traces/held_prompts.py": "tools/check_agent/test_check_agent_traces.py",
