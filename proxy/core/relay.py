@@ -265,16 +265,7 @@ class Relay:
                 and parsed.kind is Kind.NOTIFICATION
                 and self._plain(direction, parsed)
             ):
-                out.append(
-                    Relayed(
-                        direction=direction,
-                        kind=Kind.NOTIFICATION,
-                        method=parsed.method,
-                        session=parsed.session,
-                        size=len(data),
-                        message=parsed,
-                    )
-                )
+                out.append(_relayed_notification(direction, parsed))
                 out.append(Send(destination, data))
                 return out
             forwards, after = self._process(direction, parsed, at, out)
@@ -729,16 +720,7 @@ class Relay:
             forwards = self._cancel(direction, message, out)
             if not forwards:
                 return forwards
-        out.append(
-            Relayed(
-                direction=direction,
-                kind=Kind.NOTIFICATION,
-                method=method,
-                session=message.session,
-                size=len(message.raw),
-                message=message,
-            )
-        )
+        out.append(_relayed_notification(direction, message))
         return forwards
 
     def _cancel(self, direction: Direction, message: Message, out: list[Command]) -> list[bytes]:
@@ -829,6 +811,18 @@ class Relay:
             self._closing.add(side.other)
             out.append(Close(side.other))
         return out
+
+
+def _relayed_notification(direction: Direction, message: Message) -> Relayed:
+    """The observation of a notification forwarded as it came."""
+    return Relayed(
+        direction=direction,
+        kind=Kind.NOTIFICATION,
+        method=message.method,
+        session=message.session,
+        size=len(message.raw),
+        message=message,
+    )
 
 
 def _undeliverable(send: Send, relayed: Relayed | None, hold: int) -> Undeliverable:
