@@ -14,14 +14,14 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
 from proxy.tools.bench.messages import READ_LIMIT, STREAM_METHOD, echo_result, update_text
 
-__all__ = ["answer", "listen", "main"]
+__all__ = ["answer", "listen", "main", "serve_announced"]
 
 USAGE = "usage: python -m proxy.tools.bench.ws_agent (no arguments: it prints its URL)"
 
@@ -63,8 +63,13 @@ async def listen() -> None:
                 connection.send_data()
                 await connection.send(replies[-1])
 
+    await serve_announced(answer_all)
+
+
+async def serve_announced(handler: Callable[[ServerConnection], Awaitable[None]]) -> None:
+    """Serve ``handler`` on a free loopback port, print its URL on stdout, serve for ever."""
     async with serve(
-        answer_all, "127.0.0.1", 0, compression=None, max_size=READ_LIMIT, ping_interval=None
+        handler, "127.0.0.1", 0, compression=None, max_size=READ_LIMIT, ping_interval=None
     ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         sys.stdout.write(f"ws://127.0.0.1:{port}/acp\n")

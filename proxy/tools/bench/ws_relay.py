@@ -20,9 +20,10 @@ from collections.abc import Sequence
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 
 from proxy.tools.bench.messages import READ_LIMIT
+from proxy.tools.bench.ws_agent import serve_announced
 
 __all__ = ["listen", "main", "pipe"]
 
@@ -49,13 +50,7 @@ async def listen(upstream: str) -> None:
         ) as agent:
             await asyncio.gather(pipe(client, agent), pipe(agent, client))
 
-    async with serve(
-        relay, "127.0.0.1", 0, compression=None, max_size=READ_LIMIT, ping_interval=None
-    ) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        sys.stdout.write(f"ws://127.0.0.1:{port}/acp\n")
-        sys.stdout.flush()
-        await server.serve_forever()
+    await serve_announced(relay)
 
 
 def main(argv: Sequence[str]) -> int:
