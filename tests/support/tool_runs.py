@@ -11,20 +11,41 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from harness import TIMEOUT
 
 __all__ = ["bench", "check_agent", "latency_figures", "positive", "short_bench"]
 
 
+CHECK_AGENT_BOUND = TIMEOUT * 8
+"""Seconds a check-agent run may take before it counts as hung: 12 s on an idle 2-core machine,
+15 with a CPU hog on both cores, and past 120 (the earlier bound) once with a test run, a bench
+and a CPU hog sharing the cores."""
+
+
 def check_agent(*args: str) -> subprocess.CompletedProcess[str]:
-    """``acp-proxy check-agent ARGS``, finished."""
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", "check-agent", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT * 4,
-        check=False,
-    )
+    """``acp-proxy check-agent ARGS``, finished; past its bound the test fails with what the run
+    had printed, so that a hang shows where it stopped."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "proxy", "check-agent", *args],
+            capture_output=True,
+            text=True,
+            timeout=CHECK_AGENT_BOUND,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        printed = [_text(exc.stdout), _text(exc.stderr)]
+        pytest.fail(
+            f"check-agent ran past {CHECK_AGENT_BOUND:g} s; it printed:\n" + "\n".join(printed)
+        )
+
+
+def _text(output: str | bytes | None) -> str:
+    """What a timed-out run printed on one stream (bytes: the run was killed mid-line)."""
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 BENCH_BOUND = TIMEOUT * 12
