@@ -7,7 +7,8 @@ more, or of :data:`~proxy.shell.defaults.LARGE_MESSAGE_BYTES` or more with
 :data:`~proxy.shell.defaults.WORKER_MESSAGE_VALUES` values or more (a count of bytes, no parse),
 is parsed in a worker process instead, which sends back a compacted parse
 (:mod:`proxy.core.compact`): the relay reads it as it reads any message, and the loop spends on
-it only what copying its bytes costs. Other messages are parsed in place: for a 64 KiB prompt of
+it only what copying its bytes costs. The message reaches the worker in a memory file a thread
+writes (on Linux), not pickled: pickling copies it while holding the interpreter. Other messages are parsed in place: for a 64 KiB prompt of
 one long text that costs a tenth of the worker's round trip.
 
 The workers start on the first large message, not before (most runs never see one), as fresh
@@ -43,7 +44,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
-from proxy.core.compact import parse_compacted, restore
+from proxy.core.compact import Compacted, parse_compacted, restore
 from proxy.core.jsonrpc import Batch, Invalid, InvalidReason, Message, parse
 from proxy.shell import parent_death
 from proxy.shell.defaults import (
@@ -88,6 +89,9 @@ class Parser:
         """Messages a worker is parsing (or that wait for one) now."""
         self.lost = 0
         """Workers lost (each with the message it parsed)."""
+        self.by_file = BY_FILE
+        """Whether messages reach the workers in memory files (false once a worker could not
+        open one: they are then pickled)."""
 
     def is_large(self, data: bytes) -> bool:
         """Whether ``data`` is parsed by a worker: ``large`` bytes or more, and ``always`` bytes
@@ -117,10 +121,7 @@ class Parser:
         self.offloaded += 1
         self.parsing += 1
         try:
-            compacted = await _call(pool, parse_compacted, data)
-            # The pool's feeder thread keeps the last call it sent, pickled (the whole
-            # message), until it sends another: a trivial call lets the message go at once.
-            await _call(pool, int)
+            compacted = await self._hand_over(pool, data)
         except BrokenProcessPool:
             if self._pool is pool:
                 self._pool = None
@@ -133,6 +134,28 @@ class Parser:
             self.parsing -= 1
         return restore(compacted, data)
 
+    async def _hand_over(self, pool: ProcessPoolExecutor, data: bytes) -> Compacted:
+        """The compacted parse of ``data`` by a worker of ``pool``, the message handed over in a
+        memory file where the system has them: a thread writes it there (the kernel copies it
+        while the interpreter runs the loop) and the worker opens it by its path. Pickled
+        instead, the message would be copied while holding the interpreter: tens of ms for
+        60 MB, during which every link, the control API and the timers wait."""
+        if self.by_file:
+            descriptor = await _memory_file(data)
+            try:
+                compacted = await _call(pool, _parse_file, f"/proc/{os.getpid()}/fd/{descriptor}")
+            finally:
+                os.close(descriptor)
+            if compacted is not None:
+                return compacted
+            self.by_file = False
+            log.info("parsing workers cannot open the proxy's memory files; messages are copied")
+        compacted = await _call(pool, parse_compacted, data)
+        # The pool's feeder thread keeps the last call it sent, pickled (the whole message),
+        # until it sends another: a trivial call lets the message go at once.
+        await _call(pool, int)
+        return compacted
+
     def close(self) -> None:
         """Stop the workers, at the end of a run: waiting parses are cancelled, and this waits
         for the workers to exit (one still parsing finishes first; one still starting starts
@@ -142,6 +165,53 @@ class Parser:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+BY_FILE = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+"""Whether messages reach the workers in memory files (Linux), not pickled."""
+
+
+async def _memory_file(data: bytes) -> int:
+    """A descriptor of a memory file holding ``data``, written by a thread. Cancelled while
+    the thread writes, the file is closed once it has written."""
+    writing = asyncio.get_running_loop().run_in_executor(None, _write_memory_file, data)
+    try:
+        return await asyncio.shield(writing)
+    except asyncio.CancelledError:
+        writing.add_done_callback(_close_written)
+        raise
+
+
+def _write_memory_file(data: bytes) -> int:
+    """In a thread: a new memory file holding ``data`` (``os.write`` lets the interpreter go
+    while the kernel copies)."""
+    descriptor = os.memfd_create("acp-proxy-message", os.MFD_CLOEXEC)
+    try:
+        with memoryview(data) as view:
+            written = 0
+            while written < len(view):
+                written += os.write(descriptor, view[written:])
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _close_written(writing: asyncio.Future[int]) -> None:
+    """Close the memory file a cancelled hand-over had a thread write."""
+    if not writing.cancelled() and writing.exception() is None:
+        os.close(writing.result())
+
+
+def _parse_file(path: str) -> Compacted | None:
+    """In a worker: the compacted parse of the message in the proxy's memory file at ``path``
+    (``None``: this worker may not open it)."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read()
+    except OSError:
+        return None
+    return parse_compacted(raw)
 
 
 def _call(

@@ -7,19 +7,22 @@ that dies costs only its message, and a proxy answers its control API while a wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
+import pytest
 from harness import TIMEOUT, ProxyProcess, captured, raw_agent
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.core.jsonrpc import Invalid, InvalidReason, Message, parse
-from proxy.shell.parsing import Parser
+from proxy.shell.parsing import BY_FILE, Parser
 
 
 def prompt(text: str) -> bytes:
@@ -75,7 +78,7 @@ async def test_a_worker_that_dies_costs_its_message_only() -> None:
     parser = Parser(large=4096, workers=1, always=4096)
     try:
         parsing = asyncio.get_running_loop().create_task(parser.parse(empties(2_000_000)))
-        await asyncio.sleep(0)  # the task submits the message, which starts the worker
+        await until(lambda: parser._pool is not None and bool(parser._pool._processes))
         pool = parser._pool
         assert pool is not None
         workers = list(pool._processes)
@@ -89,6 +92,57 @@ async def test_a_worker_that_dies_costs_its_message_only() -> None:
         again = prompt("y" * 5000)
         assert isinstance(await parser.parse(again), Message)
         assert parser.offloaded == 2
+    finally:
+        parser.close()
+
+
+def memory_files() -> list[str]:
+    """This process's descriptors that are the parser's memory files."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed
+            found.append(os.readlink(f"/proc/self/fd/{name}"))
+    return [link for link in found if "acp-proxy-message" in link]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition``, a loop iteration at a time: a thread or a worker process makes it
+    true, and neither sets an event the test could wait on."""
+    async with asyncio.timeout(TIMEOUT):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0)
+
+
+@pytest.mark.skipif(not BY_FILE, reason="memory files are a Linux facility")
+async def test_a_large_message_reaches_its_worker_in_a_memory_file_closed_after() -> None:
+    """The message is not pickled (a copy that holds the interpreter): a thread writes it to a
+    memory file, which the worker opens, and which is closed once the parse is back."""
+    parser = Parser(large=4096, workers=1, always=4096)
+    try:
+        big = empties(2_000_000)
+        parsed = await parser.parse(big)
+        assert isinstance(parsed, Message)
+        assert parsed.raw is big
+        assert parser.by_file  # the worker opened the file: no copy was pickled
+        assert memory_files() == []
+    finally:
+        parser.close()
+
+
+@pytest.mark.skipif(not BY_FILE, reason="memory files are a Linux facility")
+async def test_a_hand_over_cancelled_while_its_file_is_written_closes_the_file() -> None:
+    """A link that ends while its message is being written to a memory file (the thread cannot
+    be stopped) leaves no descriptor behind once the thread is done."""
+    parser = Parser(large=4096, workers=1, always=4096)
+    try:
+        parsing = asyncio.get_running_loop().create_task(parser.parse(empties(20_000_000)))
+        await asyncio.sleep(0)  # the thread is writing the file
+        parsing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parsing
+        await asyncio.get_running_loop().shutdown_default_executor()  # the thread has written
+        await until(lambda: not memory_files())
+        assert parser.parsing == 0
     finally:
         parser.close()
 
@@ -130,7 +184,7 @@ async def test_the_control_api_answers_while_a_worker_parses(tmp_path: Path) -> 
 
 UNGUARDED_SCRIPT = """
 import asyncio, sys
-from proxy.shell.parsing import Parser
+from proxy.shell.parsing import BY_FILE, Parser
 with open(sys.argv[1], "a") as runs:
     runs.write("run\\n")
 sys.setswitchinterval(1e-6)  # threads switch often: a worker may start on any call
