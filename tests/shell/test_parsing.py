@@ -140,8 +140,7 @@ async def test_a_hand_over_cancelled_while_its_file_is_written_closes_the_file()
         parsing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await parsing
-        await asyncio.get_running_loop().shutdown_default_executor()  # the thread has written
-        await until(lambda: not memory_files())
+        await until(lambda: not memory_files())  # once the thread has written it
         assert parser.parsing == 0
     finally:
         parser.close()
