@@ -237,6 +237,7 @@ class AdminServer:
         self._degraded = degraded
         self._allowances = allowances
         self._runner: web.AppRunner | None = None
+        self._site: GuardedSite | None = None
         self._closing = asyncio.Event()
         """Set when the server stops: every event stream ends."""
         self._subscribers_logged = False
@@ -268,8 +269,9 @@ class AdminServer:
         routes.add_get("/api/events", self._events)
         return app
 
-    async def start(self, host: str, port: int) -> None:
-        """Bind (port 0 picks one, in :attr:`port`) and serve."""
+    async def start(self, host: str, port: int, *, serve: bool = True) -> None:
+        """Bind (port 0 picks one, in :attr:`port`) and serve (``serve`` false: listen, the
+        connections waiting until :meth:`serve`)."""
         guard = HeadGuard("admin", self._header_timeout, self._metrics)
         self._runner = web.AppRunner(
             self.app(host, guard),
@@ -279,11 +281,18 @@ class AdminServer:
             keepalive_timeout=self._header_timeout,
         )
         await self._runner.setup()
-        site = GuardedSite(self._runner, host, port, guard)
-        await site.start()
+        self._site = GuardedSite(self._runner, host, port, guard)
+        await self._site.start(serve=serve)
         self.port = self._runner.addresses[0][1]
         self.url = f"http://{authority(host, self.port)}"
-        log.info("control API listening", url=self.url)
+        if serve:
+            log.info("control API listening", url=self.url)
+
+    async def serve(self) -> None:
+        """Answer requests (after ``start(serve=False)``): those that waited, then the rest."""
+        if self._site is not None:
+            await self._site.serve()
+            log.info("control API listening", url=self.url)
 
     async def stop(self) -> None:
         """Stop serving: every event stream ends (the records queued for it written, then the end

@@ -247,13 +247,15 @@ class _Links:
 
 
 class _OneLink:
-    """The runtime of a stdio Client: one link, restarted by the link itself."""
+    """The runtime of a stdio Client: one link (none before the Agent is started), restarted
+    by the link itself."""
 
-    def __init__(self, link: Link) -> None:
-        self._link = link
+    def __init__(self) -> None:
+        self.link: Link | None = None
 
     def links(self) -> list[Link]:
-        return [] if self._link.state is LinkState.ENDED else [self._link]
+        link = self.link
+        return [] if link is None or link.state is LinkState.ENDED else [link]
 
     def restart(self, downtime: float) -> None:
         for link in self.links():
@@ -355,9 +357,10 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
 
 @contextlib.asynccontextmanager
 async def _serving(
-    options: RunOptions, experiment: _Experiment, runtime: Runtime
+    options: RunOptions, experiment: _Experiment, runtime: Runtime, *, serve: bool = True
 ) -> AsyncIterator[AdminServer | None]:
-    """The control API and the watcher around a run; the trace closed after it.
+    """The control API and the watcher around a run; the trace closed after it (``serve``
+    false: the control API listens, and answers once told to).
 
     :class:`~proxy.core.errors.StartupError` when the control API cannot listen."""
     experiment.links.runtime = runtime
@@ -378,7 +381,7 @@ async def _serving(
                 header_timeout=options.limits.header_timeout,
             )
             try:
-                await admin.start(*options.admin)
+                await admin.start(*options.admin, serve=serve)
             except OSError as exc:
                 await admin.stop()
                 raise StartupError("--admin", authority(*options.admin), os_cause(exc)) from None
@@ -504,8 +507,7 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
     closed stdin and the Agent had to be stopped; 127 or 126 when the Agent command cannot be
     run. With a network upstream: 0 when the Client ended or a signal stopped the proxy, 1 when
     the connection was lost. :class:`~proxy.core.errors.StartupError` when the trace or the state
-    file cannot be used (before the Agent is started), or the control API cannot listen (the Agent,
-    started by then, is killed).
+    file cannot be used, or the control API cannot listen (each before the Agent is started).
 
     SIGINT and SIGTERM are passed on to a spawned Agent (its process group), and the link ends as
     when the Agent leaves: what it still writes reaches the Client, then the Client's stdout is
@@ -523,7 +525,19 @@ async def run_stdio(options: RunOptions, observer: Observer | None = None) -> in
 
 
 async def _relay_stdio(options: RunOptions, experiment: _Experiment) -> int:
-    """The link of a stdio Client, from starting the Agent to its exit status."""
+    """The link of a stdio Client, from starting the Agent to its exit status. The control API
+    listens first (when it cannot, no Agent was started), and answers once the link is there
+    (``control API listening``): a request never finds the link missing."""
+    one = _OneLink()
+    async with _serving(options, experiment, one, serve=False) as admin:
+        return await _relay_stdio_link(options, experiment, one, admin)
+
+
+async def _relay_stdio_link(
+    options: RunOptions, experiment: _Experiment, one: _OneLink, admin: AdminServer | None
+) -> int:
+    """Start the Agent and relay the stdio Client to it (the link given to ``one``), the
+    control API answering from then on."""
     loop = asyncio.get_running_loop()
     try:
         agent = await experiment.connect_upstream({}, None)
@@ -539,7 +553,7 @@ async def _relay_stdio(options: RunOptions, experiment: _Experiment) -> int:
     client = await open_client_stdio(limit=options.max_message_bytes)
     origin = loop.time()
     ids: dict[Direction, Iterator[int]] = {direction: itertools.count() for direction in Direction}
-    link = Link(
+    link = one.link = Link(
         lambda cached: Relay(
             strict=options.strict,
             engine=experiment.engine,
@@ -582,13 +596,9 @@ async def _relay_stdio(options: RunOptions, experiment: _Experiment) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        try:
-            async with _serving(options, experiment, _OneLink(link)):
-                await link.run()
-        except StartupError:
-            link.abort()  # the control API could not listen: the Agent started is killed
-            await link.run()
-            raise
+        if admin is not None:
+            await admin.serve()
+        await link.run()
         final = link.endpoints[Side.AGENT]
         if isinstance(final, AgentProcess):
             status = await final.wait()

@@ -167,8 +167,9 @@ class GuardedSite(web.BaseSite):
         """The site's URL."""
         return f"http://{authority(self._host, self._port)}"
 
-    async def start(self) -> None:
-        """Bind (with ``SO_REUSEADDR``) and serve."""
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind (with ``SO_REUSEADDR``) and serve (``serve`` false: listen, and leave the
+        connections waiting until :meth:`serve`)."""
         await super().start()
         loop = asyncio.get_running_loop()
         server = self._runner.server
@@ -181,12 +182,22 @@ class GuardedSite(web.BaseSite):
             return handler
 
         self._server = await loop.create_server(
-            accepted, self._host, self._port, backlog=self._backlog, reuse_address=True
+            accepted,
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=True,
+            start_serving=serve,
         )
         self._fds = [sock.fileno() for sock in self._server.sockets]
         guards = _guards_of(loop)
         for fd in self._fds:
             guards[fd] = guard
+
+    async def serve(self) -> None:
+        """Accept the connections (after ``start(serve=False)``)."""
+        if self._server is not None:
+            await self._server.start_serving()
 
     async def stop(self) -> None:
         """Stop accepting (the connections stay until the runner ends them)."""
