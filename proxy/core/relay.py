@@ -78,7 +78,15 @@ from proxy.core.actions.base import (
     Stop,
     Subject,
 )
-from proxy.core.commands import Close, Command, DropStream, Send, Sever, StartTimer
+from proxy.core.commands import (
+    Close,
+    Command,
+    DropStream,
+    Send,
+    Sever,
+    SignalAgent,
+    StartTimer,
+)
 from proxy.core.engine import FaultEngine
 from proxy.core.events import (
     Direction,
@@ -588,7 +596,9 @@ class Relay:
 
     def _release(self, token: int, at: float) -> list[Command]:
         """Timer ``token`` fired at ``at``: carry out what it held. A held message leaves now
-        (relayed, its answer's duration counting the wait), or is undeliverable."""
+        (relayed, its answer's duration counting the wait), or is undeliverable. A held signal
+        to an Agent the proxy is already closing (the Client left) is void: the Agent is being
+        stopped, and the run must end the same way whether it exits or the timer fires first."""
         if token in self._deadlines:
             return self._initialize_overdue(self._deadlines.pop(token))
         timed = self._timers.pop(token, None)
@@ -605,6 +615,8 @@ class Relay:
         for command in timed.commands:
             if isinstance(command, Sever):
                 self._closing.add(command.side)
+            if isinstance(command, SignalAgent) and Side.AGENT in self._closing:
+                continue
             if not isinstance(command, Send):
                 out.append(command)
             elif command.to in self._closing:

@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 import pytest
 
 from proxy.core.actions.corrupt import corrupt
-from proxy.core.commands import Command, Restart, Send, Sever, SignalAgent, StartTimer
+from proxy.core.commands import (
+    Close,
+    Command,
+    Restart,
+    Send,
+    Sever,
+    SignalAgent,
+    StartTimer,
+)
 from proxy.core.engine import FaultEngine
 from proxy.core.events import Direction, MessageReceived, PeerClosed, Side, TimerFired
 from proxy.core.faultfile import Rule
@@ -458,6 +466,16 @@ class TestKillAndRestart:
         assert isinstance(commands[1], StartTimer)
         assert commands[1].delay == pytest.approx(0.1)
         assert relay.handle(TimerFired(commands[1].token, 1.0)) == [SignalAgent(9, False)]
+
+    def test_a_delayed_kill_is_void_once_the_agent_is_being_closed(self) -> None:
+        """The Client left before the kill was due: the proxy is already closing the Agent's
+        stdin (it exits, or is stopped after its grace), and signals nothing more: the run ends
+        the same way whichever comes first, the Agent's exit or the timer."""
+        relay = relay_with({"do": {"action": "kill_agent", "after_ms": 100, "respawn": True}})
+        [_, timer] = effects(feed(relay, CLIENT, PROMPT))
+        assert isinstance(timer, StartTimer)
+        assert effects(relay.handle(PeerClosed(CLIENT, 0.5))) == [Close(AGENT)]
+        assert relay.handle(TimerFired(timer.token, 1.0)) == []
 
     def test_restart_proxy_after_forwarding(self) -> None:
         """restart_proxy forwards the request, then restarts with the downtime in seconds."""

@@ -49,7 +49,9 @@ class KillAgent(ActionModel):
         int(signal.SIGKILL), description="a name (KILL, TERM, ...) or a number (9 is KILL)"
     )
     after_ms: NonNegativeFloat = Field(
-        0.0, description="milliseconds after the message was forwarded"
+        0.0,
+        description="milliseconds after the message was forwarded; nothing is signalled if "
+        "the proxy is closing the Agent's connection by then (the Client left)",
     )
     respawn: bool = Field(
         False, description="start a new Agent at once; the Client's connection stays open"
