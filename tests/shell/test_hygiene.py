@@ -84,17 +84,24 @@ def held(pid: int) -> Held:
             children += [
                 int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
             ]
-    children = [child for child in children if not _is_guard(child)]
+    children = [child for child in children if not _is_helper(child)]
     zombies = [child for child in children if _state(child) == "Z"]
     return Held(len(os.listdir(f"/proc/{pid}/fd")), len(tasks), sorted(children), zombies)
 
 
-def _is_guard(pid: int) -> bool:
-    """Whether ``pid`` is the proxy's guard of process groups (``transports/orphans.py``)."""
+HELPERS = (b"orphans.py", b"multiprocessing.resource_tracker")
+"""Children that live as long as the process, started once: the proxy's guard of process groups
+(``transports/orphans.py``), and multiprocessing's resource tracker (started with the first
+parsing worker, by an earlier test of the same run)."""
+
+
+def _is_helper(pid: int) -> bool:
+    """Whether ``pid`` is one of the :data:`HELPERS`."""
     try:
-        return _state(pid) != "Z" and b"orphans.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except FileNotFoundError:
         return False
+    return _state(pid) != "Z" and any(helper in cmdline for helper in HELPERS)
 
 
 def _state(pid: int) -> str | None:
