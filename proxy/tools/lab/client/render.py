@@ -11,7 +11,10 @@ LISTED_IDS = 5
 
 
 def render(report: ClientReport) -> str:
-    """The report for people: one row per submission, then the verdict."""
+    """The report for people: one row per submission, then the verdict; only the verdict when
+    the run stopped before any submission (an Agent of ACP v1, one that cannot be reached)."""
+    if report.error is not None and not report.submissions:
+        return f"ERROR: stopped: {report.error}; nothing was submitted"
     plural = "" if report.reconnects == 1 else "s"
     lines = [
         f"session {report.session_id or '-'} over {report.transport}: "

@@ -47,7 +47,8 @@ async def _run(options: ClientOptions, keeper: SessionKeeper) -> ClientReport:
             report.not_submitted = list(options.prompts)
         report.error = str(exc)
         report.stop = exc.stop
-        log.error("the client stopped", error=str(exc))
+        if report.submissions:  # else the report is that one line
+            log.error("the client stopped", error=str(exc))
     finally:
         await keeper.drop()
     judge(report)
