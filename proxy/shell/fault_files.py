@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.core.engine import FaultEngine
+from proxy.core.errors import os_cause
 from proxy.core.faultfile import (
     MAX_FILE_BYTES,
     MAX_RULES,
@@ -163,7 +164,7 @@ def load_fault_files(paths: Sequence[str | Path]) -> LoadedFaults:
             data = read_fault_file(path)
         except OSError as exc:
             contents.append(None)
-            errors.append(Location(file=name, message=f"cannot read: {exc}"))
+            errors.append(Location(file=name, message=f"cannot read it: {os_cause(exc)}"))
             continue
         contents.append(data)
         try:
@@ -171,7 +172,8 @@ def load_fault_files(paths: Sequence[str | Path]) -> LoadedFaults:
                 raise too_large(name)
             parsed = parse_fault_file(data.decode("utf-8"), name)
         except UnicodeDecodeError as exc:
-            errors.append(Location(file=name, message=f"cannot read: {exc}"))
+            message = f"not UTF-8 text: byte {exc.start + 1} cannot be decoded"
+            errors.append(Location(file=name, message=message))
             continue
         except FaultFileError as exc:
             errors.extend(exc.errors)

@@ -278,9 +278,24 @@ def test_several_files_concatenate_and_names_stay_unique(tmp_path: Path) -> None
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
-    """An unreadable file is named in the error."""
-    with pytest.raises(FaultFileError, match="cannot read"):
-        load_fault_files([tmp_path / "nope.yaml"])
+    """An unreadable file is named in the error, with why in a few words (no errno, no repr)."""
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(FaultFileError) as raised:
+        load_fault_files([missing])
+    assert [str(error) for error in raised.value.errors] == [
+        f"{missing}: cannot read it: no such file or directory"
+    ]
+
+
+def test_a_file_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
+    """The byte that is not UTF-8 is named, not the codec's message."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"version: 1\nrules: []\n\xff\n")
+    with pytest.raises(FaultFileError) as raised:
+        load_fault_files([bad])
+    assert [str(error) for error in raised.value.errors] == [
+        f"{bad}: not UTF-8 text: byte 22 cannot be decoded"
+    ]
 
 
 def test_rules_round_trip_through_plain_data() -> None:
