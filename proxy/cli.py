@@ -787,14 +787,20 @@ def validate(
     files: Annotated[
         list[Path], typer.Argument(metavar="FILE", help="Fault files to check.", dir_okay=False)
     ],
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict", help="A note fails the check too (exit 1): for CI, where it is a mistake."
+        ),
+    ] = False,
 ) -> int:
     """Check fault files: exit 0, or 2 with every error located (file, line, rule, field).
 
     What is valid but worth a word (an action that fires only for Clients on Streamable HTTP, an
-    old field name, a method that looks misspelt) is a note on stderr; the verdict goes to
-    stdout.
+    old field name, a method that looks misspelt) is a located note on stderr; the verdict goes
+    to stdout. With --strict a note fails the check: exit 1.
     """
-    return validate_main(files)
+    return validate_main(files, strict=strict)
 
 
 @_command()

@@ -57,6 +57,7 @@ __all__ = [
     "When",
     "dump_rules",
     "fault_file_schema",
+    "located_notes",
     "parse_fault_file",
     "rule_notes",
     "too_large",
@@ -233,6 +234,24 @@ def rule_notes(rules: Iterable[Rule]) -> list[Note]:
         for field, message in action.notes(rule.do):
             notes.append(Note(rule.name, field, message))
     return notes
+
+
+def located_notes(text: str, name: str) -> list[Location]:
+    """The notes of the rules of the valid fault file ``name`` (its ``text``), each located at
+    the field it is about (file, line, rule, field)."""
+    rules = parse_fault_file(text, name).rules
+    index = {rule.name: number for number, rule in enumerate(rules)}
+    tree = _yaml_lines(text)
+    return [
+        Location(
+            file=name,
+            line=_line_of(tree, ("rules", index[note.rule], *note.field.split("."))),
+            rule=note.rule,
+            field=note.field,
+            message=note.message,
+        )
+        for note in rule_notes(rules)
+    ]
 
 
 def _misspelt_method(method: str) -> str | None:

@@ -35,8 +35,8 @@ from proxy.core.faultfile import (
     Location,
     Rule,
     fault_file_schema,
+    located_notes,
     parse_fault_file,
-    rule_notes,
     too_large,
 )
 from proxy.core.observations import RulesReloaded
@@ -207,21 +207,30 @@ def print_fault_file_errors(exc: FaultFileError) -> None:
         sys.stderr.write(f"error: {error}\n")
 
 
-def validate_main(paths: Sequence[Path]) -> int:
+def validate_main(paths: Sequence[Path], *, strict: bool = False) -> int:
     """``acp-proxy validate``: check the fault files; 0, or 2 with every error located.
 
-    What is valid but worth a word (a rule's notes) goes to stderr as ``note: ...`` lines, the
-    verdict (``ok: ...``) to stdout.
+    What is valid but worth a word (a rule's notes) goes to stderr as located ``note: ...``
+    lines, the verdict (``ok: ...``) to stdout; ``strict``: a note fails the check (exit 1).
     """
     try:
         loaded = load_fault_files(paths)
     except FaultFileError as exc:
         print_fault_file_errors(exc)
         return 2
-    for note in rule_notes(loaded.rules):
+    notes = [
+        note
+        for path, content in zip(paths, loaded.contents, strict=True)
+        if content is not None
+        for note in located_notes(content.decode("utf-8"), str(path))
+    ]
+    for note in notes:
         sys.stderr.write(f"note: {note}\n")
     seed_text = "no seed" if loaded.seed is None else f"seed {loaded.seed}"
     rules = _counted(len(loaded.rules), "rule")
+    if strict and notes:
+        sys.stdout.write(f"FAIL: {_counted(len(notes), 'note')} (--strict)\n")
+        return 1
     sys.stdout.write(f"ok: {rules} in {_counted(len(paths), 'file')}, {seed_text}\n")
     return 0
 

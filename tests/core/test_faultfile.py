@@ -355,8 +355,9 @@ def test_validate_command(tmp_path: Path) -> None:
 
 
 def test_validate_notes_rules_that_need_http_and_old_names(tmp_path: Path) -> None:
-    """validate accepts, with a note each, the HTTP-only actions (it does not know where Clients
-    will connect) and sever's old `when`."""
+    """validate accepts, with a note each located at its field, the HTTP-only actions (it does
+    not know where Clients will connect), sever's old `when` and a method that looks misspelt;
+    with --strict a note fails the check (exit 1)."""
     path = tmp_path / "notes.yaml"
     path.write_text(
         "version: 1\nrules:\n"
@@ -364,16 +365,29 @@ def test_validate_notes_rules_that_need_http_and_old_names(tmp_path: Path) -> No
         "  - {name: cut-stream, do: {action: close_stream}}\n"
         "  - {name: cut, do: {action: sever, side: client, when: after}}\n"
         "  - {name: quiet, do: {action: sever, side: client, moment: after}}\n"
+        "  - name: typo\n"
+        "    when:\n"
+        "      method: session/promt\n"
+        "    do: {action: drop}\n"
     )
     done = cli("validate", str(path))
-    assert (done.returncode, done.stdout) == (0, "ok: 4 rules in 1 file, no seed\n")
+    assert (done.returncode, done.stdout) == (0, "ok: 5 rules in 1 file, no seed\n")
     http = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
-    assert done.stderr.splitlines() == [
-        f"note: rule 'fail-post': do.action: http_status {http}",
-        f"note: rule 'cut-stream': do.action: close_stream {http}",
-        "note: rule 'cut': do.when: 'when' is the old name of 'moment' (before or after "
-        "forwarding); rename it",
+    notes = [
+        f"note: {path}:3: rule 'fail-post': do.action: http_status {http}",
+        f"note: {path}:4: rule 'cut-stream': do.action: close_stream {http}",
+        f"note: {path}:5: rule 'cut': do.when: 'when' is the old name of 'moment' (before or "
+        "after forwarding); rename it",
+        f"note: {path}:9: rule 'typo': when.method: 'session/promt' is no method of ACP (did you "
+        "mean 'session/prompt'?): it never matches that one",
     ]
+    assert done.stderr.splitlines() == notes
+    strict = cli("validate", "--strict", str(path))
+    assert (strict.returncode, strict.stdout) == (1, "FAIL: 4 notes (--strict)\n")
+    assert strict.stderr.splitlines() == notes
+    clean = tmp_path / "clean.yaml"
+    clean.write_text("version: 1\nrules:\n  - {name: quiet, do: {action: drop}}\n")
+    assert cli("validate", "--strict", str(clean)).returncode == 0
 
 
 def test_run_refuses_a_bad_file_before_starting(tmp_path: Path) -> None:
