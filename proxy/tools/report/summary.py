@@ -454,9 +454,9 @@ def _not_resent(attempts: list[Attempt], start: float | None) -> list[Finding]:
                 "session": attempt.session,
                 "key": attempt.key,
                 "detail": (
-                    f"the answer to prompt {wire_text(attempt.id)} was lost, by {how}; the "
-                    "Client never sent it again: the user's input was dropped, unless the Client "
-                    "told the user"
+                    f"the answer to the prompt of id {wire_text(attempt.id)} was lost, by "
+                    f"{how}; the Client never sent it again: the user's input was dropped, "
+                    "unless the Client told the user"
                 ),
                 "time": at,
                 "nodes": [attempt.node],

@@ -818,7 +818,9 @@ def test_a_lost_prompt_never_sent_again_is_a_finding(tmp_path: Path) -> None:
         "report",
         False,
     )
-    assert found["detail"].startswith("the answer to prompt 1 was lost, by drop (rule lose); the")
+    assert found["detail"].startswith(
+        "the answer to the prompt of id 1 was lost, by drop (rule lose); the"
+    )
     assert (summary["verdict"], summary["notes"]) == ("failing", [])
     text, status = report_main([keyed_trace], as_json=False)
     assert status == 1
