@@ -147,10 +147,12 @@ class Tally:
                 counts["other", type(observation).__name__] += 1
 
     def summary(self) -> dict[str, int]:
-        """Totals per name, for a closing log line."""
+        """Totals per name, for a closing log line; reloads per result (``reloads_success``,
+        ``reloads_error``): a refused reload is no reload."""
         totals: Counter[str] = Counter()
         for key, count in self.counts.items():
-            totals[key[0]] += count
+            name = key[0]
+            totals[f"{name}_{key[1]}" if name == "reloads" else name] += count
         return dict(sorted(totals.items()))
 
 

@@ -225,7 +225,9 @@ async def test_a_scripted_run_is_counted_exactly(controlled: Controlled, tmp_pat
     assert finished["invalid"] == total("acp_proxy_invalid_messages_total") == 4
     assert finished["orphan_responses"] == total("acp_proxy_orphan_responses_total") == 1
     assert finished["restarts"] == total("acp_proxy_restarts_total") == 2
-    assert finished["reloads"] == total("acp_proxy_config_reloads_total") == 2
+    reloads = of(series, "acp_proxy_config_reloads_total")  # a refused reload is no reload
+    assert finished["reloads_success"] == reloads[labels(result="success")] == 1
+    assert finished["reloads_error"] == reloads[labels(result="error")] == 1
     assert finished["connections"] == total("acp_proxy_connections_total") == 4
     assert "findings" not in finished  # a count at 0 is no field; the metric scrapes 0
     assert total("acp_proxy_findings_total") == 0
