@@ -81,9 +81,11 @@ class Restart:
 
 @value
 class FailPost:
-    """Answer the POST that carried the message being handled with ``status`` (HTTP only)."""
+    """Answer the POST that carried the message being handled with ``status`` (HTTP only), with
+    an ``Acp-Fault`` header holding ``attribution`` (JSON) unless it is None."""
 
     status: int
+    attribution: str | None = None
 
 
 @value

@@ -334,9 +334,9 @@ class Relay:
         spaced_by: list[str] = []
         copies = 0
         after: list[Command] = []
-        fault = Fault(message, subject, engine.rng)
         request_id = self._request_id(direction, message)
         for rule in decision.fired:
+            fault = Fault(message, subject, engine.rng, rule.name)
             params = rule.do
             out.append(
                 FaultInjected(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol, runtime_checkable
 
+from proxy.core.commands import FailPost
 from proxy.core.framing import Oversized
 from proxy.core.jsonrpc import Batch, Invalid, Message
 
@@ -96,11 +97,12 @@ class Endpoint(Protocol):
         """
         ...
 
-    def processed(self, status: int | None) -> None:
+    def processed(self, failure: FailPost | None) -> None:
         """The relay has dealt with the last message :meth:`receive` returned.
 
-        ``status`` is an HTTP status a fault asked for (``http_status``), else ``None``. Only an
-        HTTP listener acts on it: it answers the POST that carried the message.
+        ``failure`` is the answer a fault asked for (``http_status``: a status, and the
+        ``Acp-Fault`` header's value), else ``None``. Only an HTTP listener acts on it: it
+        answers the POST that carried the message so.
         """
         ...
 

@@ -198,7 +198,7 @@ class Link:
         self._generation = 0
         self._agent_up = asyncio.Event()
         self._agent_up.set()
-        self._post_status: int | None = None
+        self._post_failure: FailPost | None = None
         self._released: set[Endpoint] = set()
         """Endpoints whose ``wait_closed`` runs (each is waited for once)."""
         self._stopping = asyncio.Event()
@@ -407,10 +407,10 @@ class Link:
             event = MessageReceived(side, received, at, parsed)
         else:
             event = OversizedReceived(side, received.size, received.limit, at)
-        self._post_status = None
+        self._post_failure = None
         written = self._feed(event)
         if received is not None:
-            endpoint.processed(self._post_status)
+            endpoint.processed(self._post_failure)
         return written
 
     async def _failure(self, agent: Endpoint) -> str | None:
@@ -531,8 +531,8 @@ class Link:
                         self._on_restart(downtime)
                     else:
                         self._replace_agent("proxy", downtime, stop=True)
-                case FailPost(status=status):
-                    self._post_status = status
+                case FailPost():
+                    self._post_failure = command
                 case DropStream(to=to, data=data):
                     endpoint = self.endpoints[to]
                     if isinstance(endpoint, StreamOwner):

@@ -145,7 +145,11 @@ class TestError:
         assert json.loads(data) == {
             "jsonrpc": "2.0",
             "id": "p1",
-            "error": {"code": -32002, "message": "gone", "data": {"x": 1}},
+            "error": {
+                "code": -32002,
+                "message": "gone",
+                "data": {"x": 1, "acpFault": {"rule": "r0", "action": "error"}},
+            },
         }
         assert relay.pending(Direction.TO_AGENT) == 0
 

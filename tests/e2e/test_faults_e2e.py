@@ -269,7 +269,8 @@ async def test_a_delayed_request_is_logged_traced_and_reported_when_it_left(
 async def test_error_answers_under_the_clients_id_and_nothing_reaches_the_agent(
     start: Start, capture: Path, tmp_path: Path
 ) -> None:
-    """error: the Client gets code, message and data under its exact id; the Agent sees nothing."""
+    """error: the Client gets code, message and data under its exact id, the data saying which
+    rule injected it (``acpFault``); the Agent sees nothing."""
     data = {"retryAfterMs": 5, "reasons": ["test", None]}
     faults = fault_file(
         tmp_path,
@@ -284,7 +285,8 @@ async def test_error_answers_under_the_clients_id_and_nothing_reaches_the_agent(
     )
     proxy = await start(raw_agent(capture), "--faults", str(faults))
     await proxy.send(request("7", "_x/refused", {"a": 1}), request(7, "_x/refused"))
-    error = {"code": -32042, "message": "refused by the test", "data": data}
+    said = {**data, "acpFault": {"rule": "refuse", "action": "error"}}
+    error = {"code": -32042, "message": "refused by the test", "data": said}
     string_answer = await proxy.recv_json()
     assert string_answer == {"jsonrpc": "2.0", "id": "7", "error": error}
     int_answer = await proxy.recv_json()
@@ -319,7 +321,10 @@ async def test_sdk_client_gets_the_injected_error_and_the_sdk_agent_no_prompt(
         with pytest.raises(RequestError) as raised:
             await sdk_prompt(conn, session, "echo never")
         assert (raised.value.code, str(raised.value)) == (-32099, "try later")
-        assert raised.value.data == {"retry": True}
+        assert raised.value.data == {
+            "retry": True,
+            "acpFault": {"rule": "refuse-prompts", "action": "error"},
+        }
         state = await sdk_state(conn)
     assert state["prompts"] == []
     assert [method for _, method in state["requests"]] == [

@@ -16,6 +16,7 @@ from acp import PROTOCOL_VERSION
 from acp.http.client import AcpHttpStatusError
 from aiohttp import web
 from harness import SDK_AGENT, TIMEOUT, fault_file, log_events
+from listener_client import request, serving
 from peers.sdk_remote_client import (
     SimpleClient,
     connect_http,
@@ -60,6 +61,34 @@ async def test_http_status_fails_the_post_with_or_without_the_agent_acting(
             assert await sdk_prompt(conn, session, "echo next") == "end_turn"
         [fault] = log_events(proxy.stderr, "fault injected")
         assert (fault["rule"], fault["action"]) == ("post-fails", "http_status")
+
+
+@pytest.mark.parametrize("attribute", [True, False])
+async def test_an_injected_status_says_which_rule_made_it(tmp_path: Path, attribute: bool) -> None:
+    """http_status: the failed POST carries ``Acp-Fault`` (the rule and its action, as JSON),
+    so that a test can tell it from a real failure; ``attribute: false`` leaves it out, to
+    imitate one exactly."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "post-fails",
+            "when": {"method": "_x/fail"},
+            "do": {"action": "http_status", "status": 503, "attribute": attribute},
+        },
+    )
+    async with serving(tmp_path, "--faults", str(faults)) as s:
+        connection = await s.http.initialize()
+        reply = await s.http.post(request(1, "_x/fail"), connection=connection)
+        assert reply.status == 503
+        said = reply.headers.get("Acp-Fault")
+        if attribute:
+            assert said is not None
+            assert json.loads(said) == {"rule": "post-fails", "action": "http_status"}
+        else:
+            assert said is None
+        passed = await s.http.post(request(2, "_x/pass"), connection=connection)
+        assert passed.status == 202
+        assert "Acp-Fault" not in passed.headers
 
 
 async def read_events(response: aiohttp.ClientResponse, queue: asyncio.Queue[Any]) -> None:

@@ -17,6 +17,7 @@ def fault(
     direction: Direction = Direction.TO_AGENT,
     downstream: str = "stdio",
     seed: int = 1,
+    rule: str = "r",
 ) -> Fault:
     """The fault on the message ``raw``, as rules see it, with a random stream seeded ``seed``."""
     message = parse(raw)
@@ -30,4 +31,4 @@ def fault(
         params=message.params,
         downstream=downstream,
     )
-    return Fault(message, subject, random.Random(seed))
+    return Fault(message, subject, random.Random(seed), rule)

@@ -89,11 +89,27 @@ class Subject:
 @value
 class Fault:
     """What an action acts on: one message, as rules see it, and the experiment's random stream
-    (every random decision is drawn from it, so the same seed gives the same faults)."""
+    (every random decision is drawn from it, so the same seed gives the same faults); ``rule``
+    is the name of the rule that fired (what an attributed error or status names)."""
 
     message: Message
     subject: Subject
     rng: random.Random
+    rule: str = ""
+
+
+ATTRIBUTE_DESCRIPTION = (
+    "say that the proxy injected it (`{rule, action}`); false imitates a real failure exactly"
+)
+"""The ``attribute`` field's description, for each action whose answer can say where it came
+from."""
+
+
+def attribution(fault: Fault, action: str) -> dict[str, str]:
+    """What an attributed answer carries (an error's ``data.acpFault``, an HTTP status's
+    ``Acp-Fault`` header): the rule that fired and its action, so that a test can tell an
+    injected failure from a real one."""
+    return {"rule": fault.rule, "action": action}
 
 
 @value

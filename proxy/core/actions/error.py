@@ -1,5 +1,7 @@
 """``error``: a request is answered at once by the proxy with a JSON-RPC error (``code``,
-``message``, ``data``) under the sender's id, and never forwarded."""
+``message``, ``data``) under the sender's id, and never forwarded. Unless ``attribute`` is false,
+``data`` carries ``acpFault: {rule, action}`` (added to an object, or the whole ``data`` when
+there is none; a ``data`` of another type is sent as it is)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,17 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from proxy.core.actions.base import Action, ActionModel, Effect, Fault, Reply, Stop, Subject
+from proxy.core.actions.base import (
+    ATTRIBUTE_DESCRIPTION,
+    Action,
+    ActionModel,
+    Effect,
+    Fault,
+    Reply,
+    Stop,
+    Subject,
+    attribution,
+)
 from proxy.core.jsonrpc import Kind, error_response
 
 __all__ = ["ACTION", "ErrorReply"]
@@ -21,7 +33,13 @@ class ErrorReply(ActionModel):
     message: str = Field(
         "Error injected by acp-fault-proxy", description="the JSON-RPC error message"
     )
-    data: Any = Field(None, description="the error's `data`: any JSON (left out when null)")
+    data: Any = Field(
+        None,
+        description="the error's `data`: any JSON (left out when null and not attributed)",
+    )
+    attribute: bool = Field(
+        True, description=f"`data.acpFault`: {ATTRIBUTE_DESCRIPTION} (an object `data` only)"
+    )
 
     @model_validator(mode="after")
     def _writable(self) -> ErrorReply:
@@ -43,8 +61,12 @@ def apply(params: ErrorReply, fault: Fault) -> list[Effect]:
     """The sender gets the error under its own id; the request goes no further."""
     id_token = fault.message.id_token
     assert id_token is not None  # a request (see applies)
+    data = params.data
+    if params.attribute and (data is None or isinstance(data, dict)):
+        data = dict(data or {})
+        data.setdefault("acpFault", attribution(fault, params.action))  # the rule's own wins
     return [
-        Reply(error_response(id_token, params.code, params.message, params.data)),
+        Reply(error_response(id_token, params.code, params.message, data)),
         Stop("answered_by_proxy"),
     ]
 
@@ -53,6 +75,7 @@ ACTION = Action(
     ErrorReply,
     apply,
     "a request is answered at once with a JSON-RPC error (`code`, `message`, `data`) under the "
-    "sender's id, and not forwarded",
+    "sender's id, and not forwarded; `data.acpFault` names the rule and the action, unless "
+    "`attribute: false`",
     applies=applies,
 )

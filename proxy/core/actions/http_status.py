@@ -1,14 +1,26 @@
 """``http_status``: the POST that carried the message is answered ``status`` instead of 200/202
 (HTTP listener only); with ``forward`` the message is relayed all the same: "the POST failed but
-the Agent acted"."""
+the Agent acted". Unless ``attribute`` is false, the answer has an ``Acp-Fault`` header:
+``{"rule": ..., "action": "http_status"}``, as JSON."""
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from pydantic import Field
 
-from proxy.core.actions.base import Action, ActionModel, Effect, Fault, Now, Stop, Subject
+from proxy.core.actions.base import (
+    ATTRIBUTE_DESCRIPTION,
+    Action,
+    ActionModel,
+    Effect,
+    Fault,
+    Now,
+    Stop,
+    Subject,
+    attribution,
+)
 from proxy.core.commands import FailPost
 from proxy.core.events import Direction
 
@@ -23,6 +35,7 @@ class HttpStatus(ActionModel):
     forward: bool = Field(
         False, description="relay the message all the same (the POST failed but the Agent acted)"
     )
+    attribute: bool = Field(True, description=f"an `Acp-Fault` header: {ATTRIBUTE_DESCRIPTION}")
 
 
 def applies(_params: HttpStatus, subject: Subject) -> bool:
@@ -30,16 +43,20 @@ def applies(_params: HttpStatus, subject: Subject) -> bool:
     return subject.downstream == "http" and subject.direction is Direction.TO_AGENT
 
 
-def apply(params: HttpStatus, _fault: Fault) -> list[Effect]:
+def apply(params: HttpStatus, fault: Fault) -> list[Effect]:
     """The POST's status; the message goes on only with ``forward``."""
-    fail: list[Effect] = [Now(FailPost(params.status))]
+    said = None
+    if params.attribute:  # ASCII, one line: a header value whatever the rule's name holds
+        said = json.dumps(attribution(fault, params.action), separators=(",", ":"))
+    fail: list[Effect] = [Now(FailPost(params.status, said))]
     return fail if params.forward else [*fail, Stop("refused")]
 
 
 ACTION = Action(
     HttpStatus,
     apply,
-    "HTTP listener: the POST is answered `status` instead of 200/202; `forward: true` still "
+    "HTTP listener: the POST is answered `status` instead of 200/202, with an `Acp-Fault` header "
+    "naming the rule and the action (JSON) unless `attribute: false`; `forward: true` still "
     "relays the message (the POST failed but the Agent acted)",
     applies=applies,
     needs_http=True,

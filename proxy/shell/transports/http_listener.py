@@ -59,6 +59,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from proxy.core import acp
+from proxy.core.commands import FailPost
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import (
     Batch,
@@ -254,7 +255,7 @@ class _Post:
     """A POSTed message waiting for the relay to take it (parsed: the relay takes the parse)."""
 
     message: Message
-    settled: asyncio.Future[int | None]
+    settled: asyncio.Future[FailPost | None]
     reservation: Reservation | None
     """Its bytes in flight, handed over to the link when it takes the message."""
 
@@ -281,7 +282,7 @@ class HttpConnection:
         # Unbounded, but each POST waits until the relay took its message: at most one message
         # per POST in flight, so the Client's own concurrency bounds it.
         self._inbox: asyncio.Queue[_Post | None] = asyncio.Queue()
-        self._unsettled: deque[asyncio.Future[int | None]] = deque()
+        self._unsettled: deque[asyncio.Future[FailPost | None]] = deque()
         self._drained = asyncio.Event()
         self._streams: dict[str | None, Mailbox] = {None: Mailbox(self._drained)}
         self._sessions: set[str] = set()
@@ -301,14 +302,16 @@ class HttpConnection:
             out.add(hdrs.SET_COOKIE, value)
         return out
 
-    async def submit(self, message: Message, reservation: Reservation | None = None) -> int | None:
-        """Hand a POSTed message (its bytes in flight in ``reservation``) to the relay; its
-        fault status once taken (None: accepted)."""
+    async def submit(
+        self, message: Message, reservation: Reservation | None = None
+    ) -> FailPost | None:
+        """Hand a POSTed message (its bytes in flight in ``reservation``) to the relay; the
+        answer a fault asked for, once taken (None: accepted)."""
         if message.kind is Kind.REQUEST and message.id_key is not None:
             session = message.session
             self._request_sessions[message.id_key] = session
         self._note_session(message.session)
-        settled: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        settled: asyncio.Future[FailPost | None] = asyncio.get_running_loop().create_future()
         await self._inbox.put(_Post(message, settled, reservation))
         return await settled
 
@@ -397,12 +400,12 @@ class HttpConnection:
         """Each message is written on its own: the link drains after every one."""
         return False
 
-    def processed(self, status: int | None) -> None:
+    def processed(self, failure: FailPost | None) -> None:
         """Answer the POST of the message the relay just took (202, or the fault's status)."""
         if self._unsettled:
             settled = self._unsettled.popleft()
             if not settled.done():
-                settled.set_result(status)
+                settled.set_result(failure)
 
     def send(self, data: bytes) -> None:
         """Route a message to the stream that carries it (or to the initialize POST)."""
@@ -523,6 +526,17 @@ class ListenerConfig:
 
 
 SHUTTING_DOWN = "the proxy is shutting down"
+
+
+ACP_FAULT = "Acp-Fault"
+"""The header of a POST answer an ``http_status`` rule made: which rule, which action (JSON)."""
+
+
+def _failed(failure: FailPost, headers: CIMultiDict[str]) -> web.Response:
+    """The answer an ``http_status`` rule asked for, attributed unless the rule said not to."""
+    if failure.attribution is not None:
+        headers.add(ACP_FAULT, failure.attribution)
+    return web.Response(status=failure.status, headers=headers)
 
 
 def _error(
@@ -740,8 +754,10 @@ class Listener:
             if not connection.admits(parsed.session, parsed.method):
                 request_id = parsed.id_token if parsed.kind is Kind.REQUEST else None
                 return self._too_many_sessions(connection, request_id)
-            status = await connection.submit(parsed, reservation)
-            return web.Response(status=status or 202, headers=connection.response_headers())
+            failure = await connection.submit(parsed, reservation)
+            if failure is None:
+                return web.Response(status=202, headers=connection.response_headers())
+            return _failed(failure, connection.response_headers())
 
     def _too_many_sessions(
         self, connection: HttpConnection, request_id: bytes | None
@@ -779,11 +795,11 @@ class Listener:
             return _error(502, refused.message, ErrorCode.INTERNAL_ERROR, message.id_token)
         self.connections[connection.connection_id] = connection
         self._watch_idle(connection)
-        status = await connection.submit(message, reservation)
-        if status is not None:
+        failure = await connection.submit(message, reservation)
+        if failure is not None:
             self._forget(connection)
             connection.terminate()
-            return web.Response(status=status)
+            return _failed(failure, CIMultiDict())
         timeout = self.config.initialize_timeout
         try:
             body = await asyncio.wait_for(asyncio.shield(answer), timeout)

@@ -45,6 +45,7 @@ from typing import Any
 import aiohttp
 from aiohttp import hdrs
 
+from proxy.core.commands import FailPost
 from proxy.core.jsonrpc import ErrorCode, IdKey, Kind, Message, error_response
 from proxy.core.sse import SseDecoder
 from proxy.shell.defaults import (
@@ -179,7 +180,7 @@ class HttpUpstream:
         """Bytes waiting to be POSTed."""
         return self._queued
 
-    def processed(self, status: int | None) -> None:
+    def processed(self, failure: FailPost | None) -> None:
         """Nothing to settle."""
 
     def close(self) -> None:

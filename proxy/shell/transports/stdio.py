@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from proxy.core.commands import FailPost
 from proxy.core.framing import LineFramer
 from proxy.shell import parent_death
 from proxy.shell.defaults import AGENT_GRACE, WRITE_SLICE
@@ -317,7 +318,7 @@ class LineStream:
             self._writer.transport.abort()
         self._read_transport.close()
 
-    def processed(self, status: int | None) -> None:
+    def processed(self, failure: FailPost | None) -> None:
         """Nothing to settle: a line has no answer of its own."""
 
     async def wait_closed(self) -> None:

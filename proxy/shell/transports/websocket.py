@@ -49,6 +49,7 @@ from aiohttp.http_websocket import WebSocketWriter
 from aiohttp.web_request import BaseRequest
 from websockets.asyncio.client import ClientConnection
 
+from proxy.core.commands import FailPost
 from proxy.shell.defaults import CONNECT_TIMEOUT, WEBSOCKET_HIGH_WATER
 from proxy.shell.endpoint import Received, joined
 from proxy.shell.log import get_logger
@@ -160,7 +161,7 @@ class _WsEndpoint:
         """Each message is written on its own: the link drains after every one."""
         return False
 
-    def processed(self, status: int | None) -> None:
+    def processed(self, failure: FailPost | None) -> None:
         """Nothing to settle: a WebSocket frame has no answer of its own."""
 
     async def wait_closed(self) -> None:

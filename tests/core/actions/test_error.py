@@ -13,17 +13,44 @@ from proxy.core.faultfile import FaultFileError, validate_rules
 
 
 def test_the_sender_gets_the_error_under_its_own_id() -> None:
-    """The answer carries the sender's exact id token and the rule's code, message and data."""
+    """The answer carries the sender's exact id token and the rule's code, message and data,
+    with the rule and action that injected it in ``data.acpFault``."""
     raw = b'{"jsonrpc":"2.0","id":"a-1","method":"session/prompt","params":{}}'
     params = ErrorReply(action="error", code=-32000, message="busy", data={"retry": True})
-    reply, stop = ACTION.apply(params, fault(raw))
+    reply, stop = ACTION.apply(params, fault(raw, rule="busy-prompts"))
     assert stop == Stop("answered_by_proxy")
     assert isinstance(reply, Reply)
     assert json.loads(reply.data) == {
         "jsonrpc": "2.0",
         "id": "a-1",
-        "error": {"code": -32000, "message": "busy", "data": {"retry": True}},
+        "error": {
+            "code": -32000,
+            "message": "busy",
+            "data": {"retry": True, "acpFault": {"rule": "busy-prompts", "action": "error"}},
+        },
     }
+
+
+@pytest.mark.parametrize(
+    ("data", "attribute", "sent"),
+    [
+        (None, True, {"acpFault": {"rule": "r", "action": "error"}}),
+        (None, False, None),  # imitates a real failure exactly: no data at all
+        ({"retry": True}, False, {"retry": True}),
+        ({"acpFault": "mine"}, True, {"acpFault": "mine"}),  # the rule's own wins
+        ("a text", True, "a text"),  # no object to add to: sent as it is
+        ([1, 2], True, [1, 2]),
+    ],
+)
+def test_attribution_is_added_to_an_object_data_unless_the_rule_says_not_to(
+    data: object, attribute: bool, sent: object
+) -> None:
+    """Envoy's users ask to tell an injected error from a real one: ``data.acpFault`` says it,
+    unless ``attribute: false``; a ``data`` that is not an object is never changed."""
+    params = ErrorReply(action="error", data=data, attribute=attribute)
+    reply, _ = ACTION.apply(params, fault())
+    assert isinstance(reply, Reply)
+    assert json.loads(reply.data)["error"].get("data") == sent
 
 
 def test_only_requests_can_be_answered() -> None:
