@@ -25,7 +25,7 @@ from typing import Any
 from proxy.core.actions import actions
 from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
-from proxy.core.faultfile import Note, Rule, Schedule, When, rule_notes
+from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
 from proxy.core.jsonrpc import Kind
 from proxy.core.values import value
 
@@ -46,10 +46,13 @@ NOTHING = Decision((), counted=False)
 @dataclass(slots=True)
 class RuleState:
     """A rule's counters: messages its ``when`` matched (whether or not an earlier rule acted on
-    them), and times it fired (acted)."""
+    them), and times it fired (acted); the state of its bursts (``schedule.bursts``), and what
+    its action keeps from one firing to the next (``memory``: a correlated delay's last draw)."""
 
     matched: int = 0
     fired: int = 0
+    bad: bool = False
+    memory: dict[str, Any] = field(default_factory=dict)
 
 
 def params_matcher(pattern: Any) -> Callable[[Any], bool]:
@@ -219,9 +222,7 @@ class FaultEngine:
             counted = True
             state = self.states[rule.name]
             state.matched += 1
-            if not open_to_more or not self._due(
-                compiled, rule.schedule, state.matched, state.fired, elapsed_ms
-            ):
+            if not open_to_more or not self._due(compiled, rule.schedule, state, elapsed_ms):
                 continue
             state.fired += 1
             fired.append(rule)
@@ -229,8 +230,9 @@ class FaultEngine:
         return Decision(tuple(fired), counted) if counted else NOTHING
 
     def _due(
-        self, compiled: _Compiled, schedule: Schedule, n: int, fired: int, elapsed_ms: float
+        self, compiled: _Compiled, schedule: Schedule, state: RuleState, elapsed_ms: float
     ) -> bool:
+        n, fired = state.matched, state.fired
         if schedule.start_ms is not None and elapsed_ms < schedule.start_ms:
             return False
         if schedule.stop_ms is not None and elapsed_ms >= schedule.stop_ms:
@@ -243,7 +245,19 @@ class FaultEngine:
             return False
         if schedule.times is not None and fired >= schedule.times:
             return False
+        if schedule.bursts is not None and not self._in_burst(schedule.bursts, state):
+            return False
         return schedule.probability >= 1.0 or self.rng.random() < schedule.probability
+
+    def _in_burst(self, bursts: Bursts, state: RuleState) -> bool:
+        """One step of the Gilbert-Elliott model, as netem takes it: the state moves on, and the
+        match fires with the chance of the state it was in."""
+        rng = self.rng
+        if state.bad:
+            state.bad = rng.random() >= bursts.r
+            return rng.random() < bursts.one_minus_h
+        state.bad = rng.random() < bursts.p
+        return rng.random() < bursts.one_minus_k
 
     # -- persistence (--state) -----------------------------------------------------------------
 

@@ -48,6 +48,7 @@ __all__ = [
     "MAX_ALIASED_VALUES",
     "MAX_FILE_BYTES",
     "MAX_RULES",
+    "Bursts",
     "FaultFile",
     "FaultFileError",
     "Location",
@@ -125,6 +126,24 @@ class When(_Model):
     _params = field_validator("params")(_dumpable)
 
 
+class Bursts(_Model):
+    """Matches that fire in bursts, as packets are lost on a real link: the Gilbert-Elliott model
+    of ``tc netem loss gemodel`` (its names and meanings). A rule is in a good or a bad state;
+    at each match it moves on (good to bad with ``p``, bad to good with ``r``) and the match
+    fires with the chance of the state it was in: ``1-h`` in the bad one, ``1-k`` in the good
+    one. With the defaults (``1-h`` 1, ``1-k`` 0), bursts last ``1/r`` matches on average, the
+    gaps between them ``1/p``, and ``p/(p+r)`` of the matches fire."""
+
+    p: float = Field(ge=0.0, le=1.0, description="chance of going from the good state to the bad")
+    r: float = Field(ge=0.0, le=1.0, description="chance of going from the bad state to the good")
+    one_minus_h: float = Field(
+        1.0, alias="1-h", ge=0.0, le=1.0, description="chance that a match fires in the bad state"
+    )
+    one_minus_k: float = Field(
+        0.0, alias="1-k", ge=0.0, le=1.0, description="chance that a match fires in the good state"
+    )
+
+
 class Schedule(_Model):
     """Which of a rule's matches fire (all optional; by default every match fires)."""
 
@@ -133,6 +152,11 @@ class Schedule(_Model):
     times: PositiveInt | None = Field(None, description="fire at most N times")
     every: PositiveInt | None = Field(None, description="fire on every Nth match (after `after`)")
     probability: float = Field(1.0, ge=0.0, le=1.0, description="chance that a due match fires")
+    bursts: Bursts | None = Field(
+        None,
+        description="fire in bursts (Gilbert-Elliott, netem's `gemodel`) rather than each match "
+        "on its own; with `probability`, both must draw a fire",
+    )
     start_ms: NonNegativeFloat | None = Field(None, description="active from this time on")
     stop_ms: NonNegativeFloat | None = Field(None, description="active until this time")
 

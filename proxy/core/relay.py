@@ -336,7 +336,7 @@ class Relay:
         after: list[Command] = []
         request_id = self._request_id(direction, message)
         for rule in decision.fired:
-            fault = Fault(message, subject, engine.rng, rule.name)
+            fault = Fault(message, subject, engine.rng, rule.name, engine.states[rule.name].memory)
             params = rule.do
             out.append(
                 FaultInjected(

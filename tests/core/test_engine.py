@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
+import statistics
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from proxy.core.actions.base import Subject
 from proxy.core.engine import FaultEngine, matches_params
 from proxy.core.events import Direction
-from proxy.core.faultfile import Note, Rule
+from proxy.core.faultfile import Note, Rule, dump_rules
 from proxy.core.jsonrpc import Kind
 
 PROMPT = Subject(
@@ -188,6 +190,44 @@ class TestSchedule:
         )
         assert rng.getstate() == state
         assert pattern(FaultEngine([rule(schedule={"probability": 0})]), PROMPT, 5) == [False] * 5
+
+    def test_bursts_follow_the_gilbert_elliott_model(self) -> None:
+        """netem's gemodel with a fixed seed, over 20,000 matches: with ``1-h`` 1 and ``1-k`` 0
+        a rule fires in runs of ``1/r`` matches on average, ``1/p`` apart, ``p/(p+r)`` of the
+        time; the same seed gives the same bursts."""
+        rules = [rule(schedule={"bursts": {"p": 0.02, "r": 0.25}})]
+        fired = pattern(FaultEngine(rules, random.Random(7)), PROMPT, 20_000)
+        assert fired == pattern(FaultEngine(rules, random.Random(7)), PROMPT, 20_000)
+        bursts, gaps = runs(fired, True), runs(fired, False)
+        assert sum(fired) / len(fired) == pytest.approx(0.02 / 0.27, rel=0.1)
+        assert statistics.fmean(bursts) == pytest.approx(1 / 0.25, rel=0.1)
+        assert statistics.fmean(gaps) == pytest.approx(1 / 0.02, rel=0.1)
+        independent = pattern(FaultEngine([rule(schedule={"probability": 0.074})]), PROMPT, 20_000)
+        assert statistics.fmean(runs(independent, True)) < 1.2  # loss that is not bursty
+
+    def test_bursts_draw_in_each_state_with_its_own_chance(self) -> None:
+        """``1-k`` fires in the good state too, ``1-h`` below 1 spares some of the bad one's: with
+        ``p`` 0 the rule stays good and fires at ``1-k``; with ``r`` 0, once bad, at ``1-h``."""
+        good = rule(schedule={"bursts": {"p": 0, "r": 1, "1-k": 0.3}})
+        assert sum(pattern(FaultEngine([good], random.Random(3)), PROMPT, 5000)) == pytest.approx(
+            1500, rel=0.1
+        )
+        bad = rule(schedule={"bursts": {"p": 1, "r": 0, "1-h": 0.6}})
+        fired = pattern(FaultEngine([bad], random.Random(3)), PROMPT, 5000)
+        assert not fired[0]  # the first match is in the good state (1-k is 0)
+        assert sum(fired[1:]) == pytest.approx(0.6 * 4999, rel=0.1)
+
+    def test_bursts_round_trip_through_a_fault_file(self) -> None:
+        """netem's names are the fields' (``1-h``, ``1-k``) and dump back as such."""
+        parsed = rule(schedule={"bursts": {"p": 0.1, "r": 0.5, "1-h": 0.9, "1-k": 0.01}})
+        dumped = dump_rules([parsed])[0]
+        assert dumped["schedule"]["bursts"] == {"p": 0.1, "r": 0.5, "1-h": 0.9, "1-k": 0.01}
+        assert Rule.model_validate(dumped) == parsed
+
+
+def runs(fired: list[bool], value: bool) -> list[int]:
+    """The lengths of the runs of ``value`` in ``fired``."""
+    return [len(list(group)) for key, group in itertools.groupby(fired) if key is value]
 
 
 class TestOrder:

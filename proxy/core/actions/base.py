@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import field
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -96,6 +97,8 @@ class Fault:
     subject: Subject
     rng: random.Random
     rule: str = ""
+    memory: dict[str, Any] = field(default_factory=dict)
+    """What the rule's action keeps from one firing to the next (the engine's, per rule)."""
 
 
 ATTRIBUTE_DESCRIPTION = (
