@@ -23,7 +23,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand
 
 from proxy import __version__
-from proxy.core.errors import OptionError
+from proxy.core.errors import ConfigError, OptionError
 from proxy.core.relay import DEFAULT_MAX_PENDING
 from proxy.shell.admin import ADMIN_TOKEN_ENV
 from proxy.shell.app import RunOptions, run_main
@@ -47,6 +47,7 @@ from proxy.shell.limits import (
     Limits,
 )
 from proxy.shell.log import configure_logging, get_logger
+from proxy.shell.plugins import load_plugin_actions
 
 if TYPE_CHECKING:
     from typer import _click as click  # the click typer carries (0.29)
@@ -148,6 +149,11 @@ def _root(
     ] = False,
 ) -> None:
     """A fault-injecting JSON-RPC relay for the Agent Client Protocol."""
+    try:
+        load_plugin_actions()
+    except ConfigError as exc:
+        typer.echo(f"acp-proxy: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @_command(

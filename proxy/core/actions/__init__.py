@@ -11,10 +11,10 @@ The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.acti
 Adding an action is one module here: its :class:`~proxy.core.actions.base.ActionModel` (the
 fields of ``do``), its ``apply``, and an :class:`~proxy.core.actions.base.Action` named
 ``ACTION``, listed in :data:`BUILTIN`; its test in ``tests/core/actions/``; its entry in the docs
-(generated from the model). Another package, imported in the same process, adds its own with
+(generated from the model). Another package adds its own with
 :meth:`actions.register <ActionRegistry.register>`: the fault file's models, ``acp-proxy schema``,
-``validate`` and the control API then know it. Nothing is discovered: no entry point is read, so
-an action registered by a package the running command never imports does not exist there.
+``validate`` and the control API then know it. The core discovers nothing; the shell registers
+the actions other packages declare as entry points (:mod:`proxy.shell.plugins`).
 """
 
 from __future__ import annotations
