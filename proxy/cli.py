@@ -311,6 +311,14 @@ def run(
             help="Answer invalid messages (-32700/-32600) instead of forwarding them untouched.",
         ),
     ] = False,
+    allow_client_faults: Annotated[
+        bool,
+        typer.Option(
+            "--allow-client-faults",
+            help="Let a Client's request ask for its own fault in params._meta.acpFault (an "
+            "action and its fields, as a rule's do); the hint is taken out before it goes on.",
+        ),
+    ] = False,
     agent_grace: Annotated[
         float,
         typer.Option(
@@ -421,6 +429,7 @@ def run(
         trace=trace,
         max_message_bytes=max_message_bytes,
         strict=strict,
+        allow_client_faults=allow_client_faults,
         agent_grace=agent_grace,
         connect_timeout=connect_timeout,
         initialize_timeout=initialize_timeout,

@@ -151,9 +151,13 @@ class FaultEngine:
         *,
         listener: str = "stdio",
         on_note: Callable[[Note], None] | None = None,
+        client_faults: bool = False,
     ) -> None:
         self.rng = rng or random.Random(0)
         self.listener = listener
+        self.client_faults = client_faults
+        """Whether a Client's request may ask for its own fault (``_meta.acpFault``:
+        ``--allow-client-faults``)."""
         self._on_note = on_note
         self.states: dict[str, RuleState] = {}
         self._rules: tuple[_Compiled, ...] = ()

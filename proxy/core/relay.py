@@ -78,6 +78,7 @@ from proxy.core.actions.base import (
     Stop,
     Subject,
 )
+from proxy.core.client_faults import CLIENT_FAULT, client_fault
 from proxy.core.commands import (
     Close,
     Command,
@@ -97,6 +98,7 @@ from proxy.core.events import (
     Side,
     TimerFired,
 )
+from proxy.core.faultfile import Rule
 from proxy.core.idmap import DuplicateGroup, IdMap, Pending
 from proxy.core.invalid import InvalidInput
 from proxy.core.jsonrpc import (
@@ -320,11 +322,20 @@ class Relay:
         engine = self._engine
         if engine is None:
             return self._translate(direction, message, at, out), []
+        asked: Rule | None = None
+        if engine.client_faults and direction is Direction.TO_AGENT:
+            hinted = client_fault(message)
+            if isinstance(hinted, str):
+                self._refuse_hint(direction, message, hinted, out)
+                return [], []
+            if hinted is not None:
+                asked, message = hinted
         subject = self._subject(direction, message)
         decision = engine.decide(subject, (at - self._origin) * 1000)
         if decision.counted:
             out.append(RulesCounted())
-        if not decision.fired:
+        fired = decision.fired if asked is None else (asked, *decision.fired)
+        if not fired:
             return self._translate(direction, message, at, out), []
         stopped_by: tuple[str, Stopping] | None = None
         stream_dropped = False
@@ -335,8 +346,10 @@ class Relay:
         copies = 0
         after: list[Command] = []
         request_id = self._request_id(direction, message)
-        for rule in decision.fired:
-            fault = Fault(message, subject, engine.rng, rule.name, engine.states[rule.name].memory)
+        for rule in fired:
+            state = engine.states.get(rule.name)
+            memory = {} if state is None else state.memory  # a Client's fault keeps nothing
+            fault = Fault(message, subject, engine.rng, rule.name, memory)
             params = rule.do
             out.append(
                 FaultInjected(
@@ -462,6 +475,17 @@ class Relay:
             data = {"limit": "max_pending", "max_pending": limit}
             error = error_response(message.id_token, ErrorCode.INTERNAL_ERROR, text, data)
             out.append(Send(direction.source, error))
+
+    def _refuse_hint(
+        self, direction: Direction, message: Message, why: str, out: list[Command]
+    ) -> None:
+        """A request asked for a fault it cannot have: it is answered -32602, saying why, and
+        goes no further (forwarded, its hint would reach the Agent as if it were the Client's)."""
+        assert message.id_token is not None
+        text = f"_meta.acpFault: {why}"
+        out.append(Send(direction.source, error_response(message.id_token, -32602, text)))
+        subject = self._subject(direction, message)
+        out.append(self._stopped(direction, message, subject, CLIENT_FAULT, "answered_by_proxy"))
 
     def _stopped(
         self, direction: Direction, message: Message, subject: Subject, rule: str, how: Stopping

@@ -37,6 +37,7 @@ __all__ = [
     "member_spans",
     "members",
     "splice",
+    "without_member",
 ]
 
 Span = tuple[int, int]
@@ -324,6 +325,39 @@ def find_member(raw: bytes, path: Sequence[str], start: int = 0) -> Span | None:
             return None
         span = spans[-1]
     return span
+
+
+def without_member(raw: bytes, path: Sequence[str], key: str) -> bytes | None:
+    """``raw`` without the members ``key`` of the object at ``path`` (``("params", "_meta")``),
+    every other byte as it was but the separators between that object's members, which become
+    single commas; ``None`` when there is no such object or no such member."""
+    span = find_member(raw, path) if path else (0, len(raw))
+    if span is None or raw[span[0] : span[0] + 1] != b"{":
+        return None
+    start = span[0]
+    kept: list[bytes] = []
+    found = False
+    for name, key_start, value_end in _entries(raw, start, _Steps()):
+        if name == key:
+            found = True
+        else:
+            kept.append(raw[key_start:value_end])
+    if not found:
+        return None
+    return splice(raw, [(span, b"{" + b",".join(kept) + b"}")])
+
+
+def _entries(raw: bytes, pos: int, steps: _Steps) -> Iterator[tuple[str, int, int]]:
+    """``(key, where its key starts, where its value ends)`` for each member of the object at
+    ``pos``."""
+    index = _skip_ws(raw, pos + 1)
+    if raw[index : index + 1] == b"}":
+        return
+    for key, (_, value_end) in _members(raw, pos, steps):
+        yield key, index, value_end
+        index = _skip_ws(raw, value_end)
+        if raw[index : index + 1] == b",":
+            index = _skip_ws(raw, index + 1)
 
 
 def array_elements(raw: bytes, start: int = 0) -> list[Span]:

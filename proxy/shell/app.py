@@ -95,6 +95,9 @@ class RunOptions:
     agent_argv: tuple[str, ...]
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     strict: bool = False
+    allow_client_faults: bool = False
+    """A Client's request may ask for its own fault (``_meta.acpFault``:
+    :mod:`proxy.core.client_faults`)."""
     agent_grace: float = AGENT_GRACE
     """Seconds the Agent gets to exit after stdin closes (or a signal) before SIGTERM/SIGKILL."""
     faults: tuple[Path, ...] = ()
@@ -223,6 +226,7 @@ def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
         random.Random(seed),
         listener=listener,
         on_note=functools.partial(_log_note, listener),
+        client_faults=options.allow_client_faults,
     )
 
 

@@ -929,3 +929,37 @@ async def test_run_refuses_a_bad_fault_file_before_starting_the_agent(
     assert f"{bad}:6: rule 'slow': do.ms:" in proxy.stderr
     assert f"{bad}:9: rule 'typo': when.kind:" in proxy.stderr
     assert not marker.exists()
+
+
+# == faults the Client asks for ====================================================================
+
+
+async def test_a_client_asks_for_its_own_faults_with_allow_client_faults(
+    start: Start, capture: Path
+) -> None:
+    """--allow-client-faults: a request's ``_meta.acpFault`` gets that fault (an error answered
+    at once; a delay, after which the Agent reads the request without the hint); a bad hint is
+    answered -32602; no fault file at all."""
+    proxy = await start(raw_agent(capture), "--allow-client-faults")
+    meta_error = {"_meta": {"acpFault": {"action": "error", "code": -32001, "attribute": False}}}
+    await proxy.send(request("e", "_x/refused", meta_error))
+    assert await proxy.recv_json() == {
+        "jsonrpc": "2.0",
+        "id": "e",
+        "error": {"code": -32001, "message": "Error injected by acp-fault-proxy"},
+    }
+    await proxy.send(request("b", "_x/bad", {"_meta": {"acpFault": {"action": "dorp"}}}))
+    bad = await proxy.recv_json()
+    assert (bad["id"], bad["error"]["code"]) == ("b", -32602)
+    meta_delay = {"k": 1, "_meta": {"acpFault": {"action": "delay", "ms": 20}, "trace": "t"}}
+    await proxy.send(request("d", "_x/late", meta_delay))
+    assert (await proxy.recv_json())["id"] == "d"
+    assert await barrier(proxy, "z") == []
+    assert captured(capture) == [
+        request(0, "_x/late", {"k": 1, "_meta": {"trace": "t"}}),
+        request(1, "_test/barrier"),
+    ]
+    assert [f["rule"] for f in log_events(proxy.stderr, "fault injected")] == [
+        "_meta.acpFault",
+        "_meta.acpFault",
+    ]

@@ -1,0 +1,46 @@
+"""Faults a Client asks for on one of its own requests (``--allow-client-faults``): a test that
+drives a real Client can say "lose the answer to this prompt" in the request itself, as Envoy's
+callers choose aborts and delays with a header.
+
+A request whose ``params._meta.acpFault`` is an action and its fields, as a rule's ``do`` writes
+them (``{"action": "error", "code": -32001}``), gets that fault as if a rule named
+:data:`CLIENT_FAULT` with ``times: 1`` had matched it, before the fault file's rules. The hint is
+taken out of the bytes before the request goes on: the one change to a message's bytes besides
+its id (the ``_meta`` object that held it keeps its other members, separated by single commas).
+A hint that names no action, or fields the action does not have, is answered ``-32602`` with
+what is wrong, and the request goes no further.
+"""
+
+from __future__ import annotations
+
+from proxy.core.faultfile import FaultFileError, Rule, validated
+from proxy.core.jsonrpc import Kind, Message, parse
+from proxy.core.splice import without_member
+
+__all__ = ["CLIENT_FAULT", "client_fault"]
+
+CLIENT_FAULT = "_meta.acpFault"
+"""The name a Client's fault goes by in logs, metrics, the trace and the report."""
+
+
+def client_fault(message: Message) -> tuple[Rule, Message] | str | None:
+    """The fault ``message`` asks for, as a rule, and the message without the hint; what is
+    wrong with the hint; or ``None`` when it asks for none."""
+    params = message.params
+    if message.kind is not Kind.REQUEST or not isinstance(params, dict):
+        return None
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or "acpFault" not in meta:
+        return None
+    hint = meta["acpFault"]
+    if not isinstance(hint, dict):
+        return 'an action and its fields, as an object ({"action": "drop"})'
+    try:
+        rule = validated(Rule, {"name": CLIENT_FAULT, "do": hint}, CLIENT_FAULT)
+    except FaultFileError as exc:
+        return "; ".join(f"{error.field}: {error.message}" for error in exc.errors)
+    raw = without_member(message.raw, ("params", "_meta"), "acpFault")
+    stripped = None if raw is None else parse(raw)
+    if not isinstance(stripped, Message):  # duplicate members, ... : the bytes disagree
+        return "the hint could not be taken out of the request's bytes"
+    return rule, stripped
