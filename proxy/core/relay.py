@@ -172,6 +172,8 @@ class Relay:
         "_max_pending",
         "_origin",
         "_refused_pending",
+        "_reordered",
+        "_reorders",
         "_timers",
         "_tokens",
         "initialize_answer",
@@ -220,6 +222,11 @@ class Relay:
         self._closing: set[Side] = set()
         """Peers the proxy has closed its connection to (nothing more will be sent to them)."""
         self._timers: dict[int, _Timed] = {}
+        self._reorders: dict[Direction, list[list[int]]] = {}
+        """Per direction, the held messages a ``reorder`` waits to see overtaken: ``[timer
+        token, messages still to pass it]``."""
+        self._reordered: list[list[int]] = []
+        """Those the message being handled made (counted from the next message on)."""
         self._tokens = itertools.count()
         self._initialize_timeout = initialize_timeout
         self._deadlines: dict[int, bytes] = {}
@@ -242,7 +249,14 @@ class Relay:
         """Feed one event; return what must happen, in order."""
         match event:
             case MessageReceived(side=side, data=data, at=at, parsed=parsed):
-                return self._received(side.outbound, data, at, parsed)
+                direction = side.outbound
+                out = self._received(direction, data, at, parsed)
+                if self._reorders and direction in self._reorders:
+                    self._overtaken(direction, out, at)
+                if self._reordered:  # held by this message: only later ones can pass them
+                    self._reorders.setdefault(direction, []).extend(self._reordered)
+                    self._reordered.clear()
+                return out
             case OversizedReceived(side=side, size=size, limit=limit):
                 return self._invalid.oversized(side.outbound, size, limit)
             case PeerClosed(side=side):
@@ -341,6 +355,7 @@ class Relay:
         stream_dropped = False
         rewrite: Rewrite | None = None
         delay = gap = 0.0
+        overtakers = 0
         delayed_by: list[str] = []
         spaced_by: list[str] = []
         copies = 0
@@ -369,9 +384,11 @@ class Relay:
                         stopped_by = stopped_by or (rule.name, how)
                     case Reply(data=data):
                         out.append(Send(direction.source, data))
-                    case Hold(seconds=seconds):
+                    case Hold(seconds=seconds, passed=passed):
                         delay += seconds
                         delayed_by.append(rule.name)
+                        if passed is not None:
+                            overtakers = passed
                     case Copies(count=count, gap=spacing):
                         copies += count
                         gap = spacing
@@ -420,6 +437,8 @@ class Relay:
             out.extend(c for c in seen if c is not relayed)  # its relay waits for the timer
             sends: list[Command] = [Send(destination, data) for data in forwards]
             timer = self._hold(delay, sends + after, relayed, at)
+            if overtakers:
+                self._reordered.append([timer.token, overtakers])
             if relayed is not None and forwards:
                 out.append(
                     Held(hold=timer.token, rules=tuple(delayed_by), delay=delay, relayed=relayed)
@@ -617,6 +636,29 @@ class Relay:
         self._timers[token] = _Timed(commands, relayed, at)
         size = sum(len(command.data) for command in commands if isinstance(command, Send))
         return StartTimer(delay, token, size)
+
+    def _overtaken(self, direction: Direction, out: list[Command], at: float) -> None:
+        """Each message just sent in ``direction`` has overtaken the ones a ``reorder`` holds
+        there: those overtaken often enough leave now, right behind it."""
+        destination = direction.destination
+        passed = sum(1 for c in out if type(c) is Send and c.to is destination)
+        if not passed:
+            return
+        waiting = self._reorders[direction]
+        kept = []
+        for entry in waiting:
+            token, left = entry
+            if token not in self._timers:
+                continue  # released by its timer (max_ms) already
+            if left > passed:
+                entry[1] = left - passed
+                kept.append(entry)
+            else:
+                out.extend(self._release(token, at))
+        if kept:
+            self._reorders[direction] = kept
+        else:
+            del self._reorders[direction]
 
     def _release(self, token: int, at: float) -> list[Command]:
         """Timer ``token`` fired at ``at``: carry out what it held. A held message leaves now

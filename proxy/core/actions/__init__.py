@@ -3,6 +3,7 @@
 Where a fault is applied: a rule that fires hands its ``do`` to its action here, whose ``apply``
 returns effects (:mod:`proxy.core.actions.base`) that the relay folds into the link's commands.
 The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.actions.delay`,
+:mod:`~proxy.core.actions.reorder`,
 :mod:`~proxy.core.actions.error`, :mod:`~proxy.core.actions.duplicate`,
 :mod:`~proxy.core.actions.corrupt`, :mod:`~proxy.core.actions.sever`,
 :mod:`~proxy.core.actions.kill_agent`, :mod:`~proxy.core.actions.restart_proxy`,
@@ -32,6 +33,7 @@ from proxy.core.actions import (
     error,
     http_status,
     kill_agent,
+    reorder,
     restart_proxy,
     sever,
 )
@@ -42,6 +44,7 @@ __all__ = ["BUILTIN", "ActionName", "ActionRegistry", "actions"]
 BUILTIN: tuple[Action[Any], ...] = (
     drop.ACTION,
     delay.ACTION,
+    reorder.ACTION,
     error.ACTION,
     duplicate.ACTION,
     sever.ACTION,
@@ -62,6 +65,7 @@ class ActionName(enum.StrEnum):
 
     DROP = "drop"
     DELAY = "delay"
+    REORDER = "reorder"
     ERROR = "error"
     DUPLICATE = "duplicate"
     SEVER = "sever"

@@ -131,9 +131,11 @@ class Reply:
 
 @value
 class Hold:
-    """Forward the message ``seconds`` later; other messages keep flowing meanwhile."""
+    """Forward the message ``seconds`` later; other messages keep flowing meanwhile. With
+    ``passed``, sooner: once that many later messages in its direction have overtaken it."""
 
     seconds: float
+    passed: int | None = None
 
 
 @value
