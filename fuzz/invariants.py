@@ -474,6 +474,13 @@ FUZZ_RULES: list[Rule] = validate_rules(
             "do": {"action": "error", "code": -32000, "data": {"why": "fuzz"}},
         },
         {
+            "name": "reorder",
+            "when": {"method": "session/update", "direction": "to_client"},
+            "schedule": {"bursts": {"p": 0.3, "r": 0.5}},
+            "do": {"action": "reorder", "after": 2, "max_ms": 5},
+            "continue": True,
+        },
+        {
             "name": "corrupt",
             "when": {"method": "s*", "direction": "to_client"},
             "schedule": {"probability": 0.3},
