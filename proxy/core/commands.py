@@ -19,6 +19,7 @@ __all__ = [
     "FailPost",
     "Restart",
     "Send",
+    "SendCut",
     "Sever",
     "SignalAgent",
     "StartTimer",
@@ -31,6 +32,16 @@ class Send:
 
     to: Side
     data: bytes
+
+
+@value
+class SendCut:
+    """Write the first ``cut`` bytes of the message ``data`` to ``to``, as its transport carries
+    a message cut short (on stdio, no line end), then sever ``to``: the rest never comes."""
+
+    to: Side
+    data: bytes
+    cut: int
 
 
 @value
@@ -97,5 +108,14 @@ class DropStream:
 
 
 Command = (
-    Send | Close | Sever | StartTimer | SignalAgent | Restart | FailPost | DropStream | Observation
+    Send
+    | SendCut
+    | Close
+    | Sever
+    | StartTimer
+    | SignalAgent
+    | Restart
+    | FailPost
+    | DropStream
+    | Observation
 )

@@ -69,6 +69,7 @@ from proxy.core.actions.base import (
     After,
     Copies,
     Cut,
+    CutShort,
     Fault,
     Hold,
     KillStream,
@@ -84,6 +85,7 @@ from proxy.core.commands import (
     Command,
     DropStream,
     Send,
+    SendCut,
     Sever,
     SignalAgent,
     StartTimer,
@@ -356,6 +358,7 @@ class Relay:
         rewrite: Rewrite | None = None
         delay = gap = 0.0
         overtakers = 0
+        cut_at: int | None = None
         delayed_by: list[str] = []
         spaced_by: list[str] = []
         copies = 0
@@ -403,6 +406,8 @@ class Relay:
                             out.extend(severs)
                         else:
                             after.extend(severs)
+                    case CutShort(size=size):
+                        cut_at = size
                     case KillStream():
                         stream_dropped = True
                     case Now(command=command):
@@ -422,6 +427,12 @@ class Relay:
             out.extend(seen)
             out.extend(DropStream(direction.destination, data) for data in forwards)
             return [], after
+        if cut_at is not None:  # at once, whatever else fired: nothing follows a cut
+            out.extend(seen)
+            destination = direction.destination
+            out.extend(SendCut(destination, data, cut_at) for data in forwards)
+            self._closing.add(destination)
+            return [], []
         extra = []
         if copies:
             extra = self._copies(direction, message, relayed, forwards, count=copies, at=at)

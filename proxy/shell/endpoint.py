@@ -73,6 +73,11 @@ class Endpoint(Protocol):
         """Queue one message for the peer; order is kept. Dropped once closing."""
         ...
 
+    def send_cut(self, data: bytes, cut: int) -> None:
+        """Queue the first ``cut`` bytes of the message ``data`` as the transport carries a
+        message cut short (``truncate``; the link severs the connection next)."""
+        ...
+
     async def drain(self) -> None:
         """Wait until the queue toward the peer is below its high-water mark."""
         ...

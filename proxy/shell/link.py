@@ -62,6 +62,7 @@ from proxy.core.commands import (
     FailPost,
     Restart,
     Send,
+    SendCut,
     Sever,
     SignalAgent,
     StartTimer,
@@ -506,6 +507,13 @@ class Link:
                 self._observer.observe(command, self.id)
                 continue
             match command:
+                case SendCut(to=to, data=data, cut=cut):
+                    endpoint = self.endpoints[to]
+                    endpoint.send_cut(data, cut)
+                    written.add(to)
+                    endpoint.sever(flush=True)
+                    self._release(endpoint)
+                    self._stop_holding(to)
                 case Close(side=side):
                     endpoint = self.endpoints[side]
                     failure = self._agent_failure if side is Side.CLIENT else None

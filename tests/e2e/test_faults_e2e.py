@@ -991,3 +991,26 @@ async def test_reorder_sends_a_chunk_behind_the_ones_that_followed_it(
     assert await barrier(proxy, "b") == []
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [r["event"] for r in records if r.get("hold") is not None][:2] == ["held", "message"]
+
+
+# == truncate ======================================================================================
+
+
+async def test_truncate_leaves_the_client_a_line_without_its_end(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """truncate 30 on a notification toward a stdio Client: it reads those 30 bytes and no line
+    end, then the end of its stdout (the cut connection), as when a writer dies mid-line."""
+    faults = fault_file(
+        tmp_path,
+        rule("cut", {"action": "truncate", "bytes": 30}, None, method="_x/cut"),
+        name="faults.json",
+    )
+    proxy = await start(raw_agent(capture), "--faults", str(faults))
+    before, cut = notification("_x/before", {"n": 1}), notification("_x/cut", {"n": 2})
+    await proxy.send(say(before, cut))
+    assert await proxy.recv() == before
+    assert proxy.process.stdout is not None
+    rest = await asyncio.wait_for(proxy.process.stdout.read(), TIMEOUT)
+    assert rest == cut[:30]
+    assert len(faults_of(proxy.stderr, "cut")) == 1

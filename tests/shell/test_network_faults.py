@@ -16,7 +16,7 @@ from acp import PROTOCOL_VERSION
 from acp.http.client import AcpHttpStatusError
 from aiohttp import web
 from harness import SDK_AGENT, TIMEOUT, fault_file, log_events
-from listener_client import request, serving
+from listener_client import WS_LISTEN, compact, notification, request, say, serving, ws_initialize
 from peers.sdk_remote_client import (
     SimpleClient,
     connect_http,
@@ -89,6 +89,28 @@ async def test_an_injected_status_says_which_rule_made_it(tmp_path: Path, attrib
         passed = await s.http.post(request(2, "_x/pass"), connection=connection)
         assert passed.status == 202
         assert "Acp-Fault" not in passed.headers
+
+
+async def test_truncate_over_a_websocket_sends_the_cut_message_then_closes(
+    tmp_path: Path,
+) -> None:
+    """truncate toward a WebSocket Client: one text frame holding the first bytes of the
+    message, then the close; what the Agent says after that never comes."""
+    faults = fault_file(
+        tmp_path,
+        {"name": "cut", "when": {"method": "_x/cut"}, "do": {"action": "truncate", "bytes": 25}},
+    )
+    cut = compact(notification("_x/cut", {"n": 2}))
+    async with (
+        serving(tmp_path, "--faults", str(faults), listen=WS_LISTEN) as s,
+        websockets.connect(s.url) as ws,
+    ):
+        await ws_initialize(ws)
+        await ws.send(compact(say(cut, compact(notification("_x/after")))).decode())
+        frame = await asyncio.wait_for(ws.recv(), TIMEOUT)
+        assert frame == cut[:25].decode()
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
 
 
 async def read_events(response: aiohttp.ClientResponse, queue: asyncio.Queue[Any]) -> None:

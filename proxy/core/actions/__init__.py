@@ -7,7 +7,8 @@ The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.acti
 :mod:`~proxy.core.actions.error`, :mod:`~proxy.core.actions.duplicate`,
 :mod:`~proxy.core.actions.corrupt`, :mod:`~proxy.core.actions.sever`,
 :mod:`~proxy.core.actions.kill_agent`, :mod:`~proxy.core.actions.restart_proxy`,
-:mod:`~proxy.core.actions.http_status` and :mod:`~proxy.core.actions.close_stream`.
+:mod:`~proxy.core.actions.http_status`, :mod:`~proxy.core.actions.close_stream` and
+:mod:`~proxy.core.actions.truncate`.
 
 Adding an action is one module here: its :class:`~proxy.core.actions.base.ActionModel` (the
 fields of ``do``), its ``apply``, and an :class:`~proxy.core.actions.base.Action` named
@@ -36,6 +37,7 @@ from proxy.core.actions import (
     reorder,
     restart_proxy,
     sever,
+    truncate,
 )
 from proxy.core.actions.base import Action, ActionModel
 
@@ -53,6 +55,7 @@ BUILTIN: tuple[Action[Any], ...] = (
     http_status.ACTION,
     close_stream.ACTION,
     corrupt.ACTION,
+    truncate.ACTION,
 )
 """The actions every proxy has, in the order the docs list them."""
 
@@ -74,6 +77,7 @@ class ActionName(enum.StrEnum):
     HTTP_STATUS = "http_status"
     CLOSE_STREAM = "close_stream"
     CORRUPT = "corrupt"
+    TRUNCATE = "truncate"
 
 
 class ActionRegistry:

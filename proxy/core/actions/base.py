@@ -167,6 +167,13 @@ class Cut:
 
 
 @value
+class CutShort:
+    """Forward only the first ``size`` bytes of the message, then sever the peer it goes to."""
+
+    size: int
+
+
+@value
 class KillStream:
     """The SSE stream that would carry the message is closed instead, and the message lost."""
 
@@ -186,7 +193,7 @@ class After:
     delay: float = 0.0
 
 
-Effect = Stop | Reply | Hold | Copies | Rewrite | Cut | KillStream | Now | After
+Effect = Stop | Reply | Hold | Copies | Rewrite | Cut | CutShort | KillStream | Now | After
 """What an action asks of the relay (a closed set: the relay handles each exhaustively)."""
 
 M = TypeVar("M", bound=ActionModel)

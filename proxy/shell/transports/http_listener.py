@@ -415,6 +415,14 @@ class HttpConnection:
         if mailbox is not None:
             mailbox.put(encode_event(data))
 
+    def send_cut(self, data: bytes, cut: int) -> None:
+        """An event holding the message cut short, on the stream the whole one would take."""
+        if self.closed:
+            return
+        mailbox = self._route(data)
+        if mailbox is not None:
+            mailbox.put(encode_event(data[:cut]))
+
     def drop_stream(self, data: bytes) -> None:
         """``close_stream``: kill the receiver of the stream that would carry ``data``."""
         mailbox = self._route(data)

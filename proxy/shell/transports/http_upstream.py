@@ -168,6 +168,10 @@ class HttpUpstream:
             if self._queued > HTTP_OUTBOX_HIGH_WATER:
                 self._room.clear()
 
+    def send_cut(self, data: bytes, cut: int) -> None:
+        """A POST whose body is the message cut short."""
+        self.send(data[:cut])
+
     async def drain(self) -> None:
         """Wait while too much waits to be POSTed (an Agent slow to accept slows the Client)."""
         await self._room.wait()

@@ -237,6 +237,16 @@ class LineStream:
         gathered.append(b"\n")
         self._gathered_size += len(data) + 1
 
+    def send_cut(self, data: bytes, cut: int) -> None:
+        """The start of a line, without its end (a writer that died mid-line)."""
+        if self._closing or self._write_transport.is_closing():
+            return
+        part = data[:cut].replace(b"\n", b" ")
+        if not self._gathered:
+            self._loop.call_soon(self._write_soon)
+        self._gathered.append(part)
+        self._gathered_size += len(part)
+
     def _write_soon(self) -> None:
         """At the end of the loop's turn that gathered a message: write what :meth:`drain` (which
         the link calls after a burst) did not take, or is not writing slice by slice."""

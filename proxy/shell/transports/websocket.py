@@ -131,6 +131,10 @@ class _WsEndpoint:
         if not self._outbox.closing:
             self._outbox.put(data)
 
+    def send_cut(self, data: bytes, cut: int) -> None:
+        """A text frame holding the message cut short."""
+        self.send(data[:cut])
+
     async def drain(self) -> None:
         """Wait while too much is queued toward the peer."""
         await self._outbox.room()
