@@ -149,6 +149,13 @@ def _root(
     ] = False,
 ) -> None:
     """A fault-injecting JSON-RPC relay for the Agent Client Protocol."""
+
+
+def _plugins() -> None:
+    """Register the actions other packages declare (:mod:`proxy.shell.plugins`), for the commands
+    that read rules (``run``, ``validate``, ``schema``): one that cannot be used ends the
+    command with one line naming it (exit 2), and leaves the others (``report``, ``--help``)
+    untouched."""
     try:
         load_plugin_actions()
     except ConfigError as exc:
@@ -414,6 +421,7 @@ def run(
     """
     configure_logging(log_format.value, log_level.value)
     _warn_of_proxy_options(agent_cmd or (), ctx)
+    _plugins()
     options = RunOptions.from_command_line(
         agent_argv=agent_cmd or (),
         listen=listen,
@@ -815,12 +823,14 @@ def validate(
     old field name, a method that looks misspelt) is a located note on stderr; the verdict goes
     to stdout. With --strict a note fails the check: exit 1.
     """
+    _plugins()
     return validate_main(files, strict=strict)
 
 
 @_command()
 def schema() -> int:
     """Print the JSON Schema of fault files (for editors)."""
+    _plugins()
     return schema_main()
 
 

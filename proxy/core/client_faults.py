@@ -13,6 +13,7 @@ what is wrong, and the request goes no further.
 
 from __future__ import annotations
 
+from proxy.core.actions import actions
 from proxy.core.faultfile import FaultFileError, Rule, validated
 from proxy.core.jsonrpc import Kind, Message, parse
 from proxy.core.splice import without_member
@@ -35,6 +36,8 @@ def client_fault(message: Message) -> tuple[Rule, Message] | str | None:
     hint = meta["acpFault"]
     if not isinstance(hint, dict):
         return 'an action and its fields, as an object ({"action": "drop"})'
+    if "action" not in hint:
+        return 'no action: give "action" (' + ", ".join(actions.names()) + ") and its fields"
     try:
         rule = validated(Rule, {"name": CLIENT_FAULT, "do": hint}, CLIENT_FAULT)
     except FaultFileError as exc:

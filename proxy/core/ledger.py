@@ -73,6 +73,7 @@ LOSING_ACTIONS = frozenset(
         ActionName.HTTP_STATUS,
         ActionName.CLOSE_STREAM,
         ActionName.CORRUPT,
+        ActionName.TRUNCATE,
     }
 )
 """Fault actions after which a prompt's outcome is unknown to the Client."""

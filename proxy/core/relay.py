@@ -347,6 +347,13 @@ class Relay:
             if hinted is not None:
                 asked, message = hinted
         subject = self._subject(direction, message)
+        if asked is not None and not actions[asked.do.action].applies(asked.do, subject):
+            action = actions[asked.do.action]
+            why = f"{action.name} cannot act on this request"
+            if action.needs_http:
+                why += " (it acts only on Clients that connect over Streamable HTTP)"
+            self._refuse_hint(direction, message, why, out)
+            return [], []
         decision = engine.decide(subject, (at - self._origin) * 1000)
         if decision.counted:
             out.append(RulesCounted())

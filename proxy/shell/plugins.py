@@ -7,11 +7,11 @@
 
 adds the action ``ACTION`` (an :class:`~proxy.core.actions.base.Action`: its model, its
 ``apply``, its summary) to the registry (:data:`proxy.core.actions.actions`), and fault files,
-the control API, ``validate`` and ``schema`` know it, as they know the built-in ones. Every
-``acp-proxy`` command loads them as it starts; a program that embeds the proxy calls
-:func:`load_plugin_actions` itself. A plugin that cannot be loaded, that is no ``Action`` or
-whose action's name is taken is one located error, naming its package: the command does not
-start (exit 2).
+the control API, ``validate`` and ``schema`` know it, as they know the built-in ones. The
+commands that read rules (``run``, ``validate``, ``schema``) load them as they start; a program
+that embeds the proxy calls :func:`load_plugin_actions` itself. A plugin that cannot be loaded,
+that is no ``Action`` or whose action's name is taken is one located error, naming its package:
+those commands do not start (exit 2); the others (``report``, ``--help``) are not concerned.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def load_plugin_actions(registry: ActionRegistry = actions) -> list[str]:
             raise ConfigError(f"{where}: cannot be loaded: {type(exc).__name__}: {exc}") from None
         if not isinstance(action, Action):
             kind = type(action).__name__
-            raise ConfigError(f"{where}: is a {kind}, not an Action (proxy.core.actions.base)")
+            wanted = "an Action (proxy.core.actions.base)"
+            raise ConfigError(f"{where}: is of type {kind}, not {wanted}")
         try:
             registry.register(action)
         except (ValueError, TypeError) as exc:

@@ -72,6 +72,7 @@ def test_the_hint_becomes_a_rule_and_leaves_the_bytes() -> None:
         ({"action": "dorp"}, "do: unknown action 'dorp' (did you mean 'drop'?)"),
         ({"action": "delay"}, "do.ms: Field required"),
         ({"action": "drop", "often": True}, "do.often: unknown field"),
+        ({"ms": 5}, 'no action: give "action" (drop, delay, '),
     ],
 )
 def test_a_bad_hint_says_what_is_wrong(hint: object, why: str) -> None:
@@ -138,3 +139,16 @@ def test_the_agent_s_requests_cannot_ask() -> None:
     [sent] = [c for c in feed(relay(), raw, AGENT) if isinstance(c, Send)]
     assert sent.to is CLIENT
     assert b"acpFault" in sent.data
+
+
+def test_a_hint_its_action_cannot_act_on_is_refused() -> None:
+    """``http_status`` from a Client on stdio could never act (a file's rule is only noted):
+    the request is answered -32602 saying why, not left without an answer."""
+    out = feed(relay(), hinted({"action": "http_status", "status": 503}))
+    [reply] = [c for c in out if isinstance(c, Send)]
+    assert reply.to is CLIENT
+    assert json.loads(reply.data)["error"] == {
+        "code": -32602,
+        "message": "_meta.acpFault: http_status cannot act on this request (it acts only on "
+        "Clients that connect over Streamable HTTP)",
+    }

@@ -95,7 +95,7 @@ def test_without_the_plugin_the_action_is_unknown(tmp_path: Path) -> None:
     ("entry", "problem"),
     [
         ("teapot = acp_proxy_kettle:ACTION", "cannot be loaded: ModuleNotFoundError"),
-        ("teapot = acp_proxy_teapot:Teapot", "is a ModelMetaclass, not an Action"),
+        ("teapot = acp_proxy_teapot:Teapot", "is of type ModelMetaclass, not an Action"),
         ("drop = acp_proxy_teapot:DROP", "an action named 'drop' exists already"),
     ],
 )

@@ -59,6 +59,8 @@ LINK_FAULTS = frozenset(
 """Actions that end the connection or replace the Agent. An answer dropped with one of them is
 reported lost only once a new Agent is connected on the link: if the link ends instead, its end
 tells the Client, and resending before that would race the proxy going down."""
+UNREADABLE_FAULTS = frozenset({ActionName.CORRUPT, ActionName.TRUNCATE})
+"""Actions after which a relayed answer is bytes no Client can read."""
 
 
 class TraceState:
@@ -135,7 +137,7 @@ class TraceState:
         self._outstanding.pop(forwarded, None)
         actions = self._faults.pop(forwarded, set())
         disposition = record.disposition
-        if disposition is Disposition.RELAYED and ActionName.CORRUPT in actions:
+        if disposition is Disposition.RELAYED and actions & UNREADABLE_FAULTS:
             self.lost.add(client_id)  # sent as bytes no Client can take for an answer
         elif disposition is Disposition.RELAYED:
             self.answered.add(client_id)

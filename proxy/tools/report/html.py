@@ -304,8 +304,8 @@ def _messages(summary: Summary) -> str:
         + relayed
         + "<h2>Messages not relayed</h2>"
         + not_relayed
-        + '<h2>Messages held by rules</h2><p class="note">delays and spaced duplicate copies: '
-        "each is in the messages relayed (or not relayed) when it left</p>"
+        + '<h2>Messages held by rules</h2><p class="note">delays, reorders and spaced '
+        "duplicate copies: each is in the messages relayed (or not relayed) when it left</p>"
         + held
         + "<h2>Connections</h2>"
         + connections

@@ -69,7 +69,9 @@ LEDGER_RECORDS = (KeyedRecord, KeyedMessageRecord, FindingRecord)
 """Records the ledger writes, in the middle of the message that caused them."""
 STOPPING_ACTIONS = frozenset({ActionName.DROP, ActionName.ERROR})
 """Faults after which a request is never forwarded (so a relayed request after one is another)."""
-ANSWER_LOSING_ACTIONS = frozenset({ActionName.CLOSE_STREAM, ActionName.CORRUPT})
+ANSWER_LOSING_ACTIONS = frozenset(
+    {ActionName.CLOSE_STREAM, ActionName.CORRUPT, ActionName.TRUNCATE}
+)
 """Faults after which an answer recorded as relayed still never reached the Client intact."""
 _ANSWERS = (Kind.RESPONSE, Kind.ERROR)
 _Named = HeldRecord | MessageRecord | FaultRecord

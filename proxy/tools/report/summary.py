@@ -124,8 +124,9 @@ class _Holds:
         self.delays: defaultdict[_Row, list[float]] = defaultdict(list)
         self.never_sent: Counter[tuple[str, str, str, str, str]] = Counter()
         """Held messages without a delivery, as rows of the messages not relayed."""
-        self._open: dict[HoldKey, _Row] = {}
-        """Holds awaiting their delivery, and the row each is counted in."""
+        self._open: dict[HoldKey, tuple[_Row, float, float]] = {}
+        """Holds awaiting their delivery: the row each is counted in, when it began, and its
+        planned length (ms)."""
 
     def step(self, entry: Entry) -> None:
         node, record = entry.node, entry.record
@@ -143,16 +144,22 @@ class _Holds:
                     rules_text(record.rules),
                 )
                 self.count[row] += 1
-                self.delays[row].append(record.delay_ms)
-                self._open[hold_key(entry, record)] = row
+                self._open[hold_key(entry, record)] = (row, entry.time, record.delay_ms)
             case MessageRecord(hold=int()):
                 held = self._open.pop(hold_key(entry, record), None)
-                if held is not None and record.disposition is Disposition.RELAYED:
-                    self.sent[held] += 1
+                if held is None:
+                    return
+                row, began, planned = held
+                # A reorder's delay_ms is its cap: overtaken, it left sooner, and that counts.
+                self.delays[row].append(min(planned, (entry.time - began) * 1000))
+                if record.disposition is Disposition.RELAYED:
+                    self.sent[row] += 1
 
     def _close(self, match: Callable[[HoldKey], bool], why: str) -> None:
         for key in [key for key in self._open if match(key)]:
-            direction, kind, method, _ = self._open.pop(key)
+            row, _, planned = self._open.pop(key)
+            self.delays[row].append(planned)
+            direction, kind, method, _ = row
             self.never_sent[_NEVER_SENT, direction, kind, method, why] += 1
 
     def finish(self) -> None:

@@ -118,7 +118,8 @@ class _Text:
     def messages(self) -> None:
         self.section("Messages relayed", *relayed_table(self.summary))
         self.section("Messages not relayed", *not_relayed_table(self.summary))
-        self.section("Messages held by rules (delay, spaced copies)", *held_table(self.summary))
+        held = held_table(self.summary)
+        self.section("Messages held by rules (delay, reorder, spaced copies)", *held)
 
     def connections(self) -> None:
         self.section("Connections", *connections_table(self.summary))

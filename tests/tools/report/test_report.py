@@ -991,6 +991,23 @@ def fault_on(at: float, rule: str, action: str, base: dict[str, Any]) -> dict[st
     }
 
 
+def test_a_reordered_message_counts_the_time_it_was_really_held(tmp_path: Path) -> None:
+    """A reorder's ``delay_ms`` is its cap (``max_ms``): overtaken after 2 ms, the message was
+    held 2 ms, and the held table says so (a delay's hold is its planned length)."""
+    late = note(1.002, 1, "_x/chunk")
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        header(0.5),
+        fault_on(1.0, "shuffle", "reorder", late),
+        {**held(1.0, 1, 3, ["shuffle"], late), "delay_ms": 700.0},
+        note(1.001, 1, "_x/chunk"),
+        {**late, "hold": 3},
+    )
+    [row] = summarize(load_traces([trace]))["messages"]["held"]
+    assert row["delay_ms"] == pytest.approx({"min": 2.0, "median": 2.0, "max": 2.0})
+    assert (row["count"], row["sent"]) == (1, 1)
+
+
 def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed(
     tmp_path: Path,
 ) -> None:
@@ -1068,7 +1085,7 @@ def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed
         "  messages     2 relayed (100 bytes), 5 not relayed, 4 held by rules "
         "(1 sent when released)"
     ) in text
-    held_section = text.split("Messages held by rules (delay, spaced copies)\n")[1]
+    held_section = text.split("Messages held by rules (delay, reorder, spaced copies)\n")[1]
     assert held_section.splitlines()[2].split() == [
         "to_client",
         "notification",
