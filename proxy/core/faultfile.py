@@ -252,6 +252,13 @@ def rule_notes(rules: Iterable[Rule]) -> list[Note]:
         misspelt = _misspelt_method(rule.when.method)
         if misspelt is not None:
             notes.append(Note(rule.name, "when.method", misspelt))
+        bursts = rule.schedule.bursts
+        if (
+            bursts is not None
+            and bursts.one_minus_k == 0
+            and (bursts.p == 0 or bursts.one_minus_h == 0)
+        ):
+            notes.append(Note(rule.name, "schedule.bursts", "it never fires (p, 1-h and 1-k)"))
         action = actions[rule.do.action]
         if action.needs_http:
             notes.append(Note(rule.name, "do.action", f"{action.name} {HTTP_ONLY}", True))

@@ -48,6 +48,9 @@ def load_plugin_actions(registry: ActionRegistry = actions) -> list[str]:
             wanted = "an Action (proxy.core.actions.base)"
             raise ConfigError(f"{where}: is of type {kind}, not {wanted}")
         try:
+            name = action.name
+            if name != entry.name:
+                raise ValueError(f"its action is named {name!r}: so must its entry point be")
             registry.register(action)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{where}: {exc}") from None

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -226,6 +227,40 @@ def test_a_json_file_must_be_json() -> None:
     assert [rule.name for rule in parse_fault_file(text, "f.yaml").rules] == ["a"]
     good = '{"version": 1, "rules": [{"name": "a", "do": {"action": "drop"}}]}'
     assert [rule.name for rule in parse_fault_file(good, "f.json").rules] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "note"),
+    [
+        (
+            {"schedule": {"bursts": {"p": 0, "r": 0.5}}, "do": {"action": "drop"}},
+            "schedule.bursts: it never fires (p, 1-h and 1-k)",
+        ),
+        (
+            {"do": {"action": "delay", "ms": 5, "distribution": "normal"}},
+            "do.distribution: without jitter_ms every delay is ms: no law to draw",
+        ),
+        (
+            {"do": {"action": "delay", "ms": 5, "jitter_ms": 1, "correlation": 0.25}},
+            "do.correlation: a percent: did you mean 25 (not a fraction)?",
+        ),
+        (
+            {"do": {"action": "error", "data": "text"}},
+            "do.data: not an object: the error is sent without data.acpFault (attribute: false "
+            "says so)",
+        ),
+    ],
+)
+def test_settings_that_do_nothing_or_likely_not_what_was_meant_are_noted(
+    rule: dict[str, Any], note: str
+) -> None:
+    """Valid, so not refused (the control API and files keep them), but said: bursts that never
+    fire, a law or a correlation without a deviation, a correlation written as a fraction, an
+    error data that cannot be attributed."""
+    found = [str(n) for n in rule_notes(validate_rules([{"name": "a", **rule}]))]
+    assert f"rule 'a': {note}" in found
+    quiet = [{"name": "q", "do": {"action": "delay", "ms": 5, "jitter_ms": 1, "correlation": 25}}]
+    assert rule_notes(validate_rules(quiet)) == []
 
 
 def test_a_method_close_to_an_acp_method_is_noted() -> None:

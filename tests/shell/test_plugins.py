@@ -97,6 +97,7 @@ def test_without_the_plugin_the_action_is_unknown(tmp_path: Path) -> None:
         ("teapot = acp_proxy_kettle:ACTION", "cannot be loaded: ModuleNotFoundError"),
         ("teapot = acp_proxy_teapot:Teapot", "is of type ModelMetaclass, not an Action"),
         ("drop = acp_proxy_teapot:DROP", "an action named 'drop' exists already"),
+        ("kettle = acp_proxy_teapot:ACTION", "its action is named 'teapot'"),
     ],
 )
 def test_a_bad_plugin_is_one_line_naming_its_package(

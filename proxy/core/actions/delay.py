@@ -86,10 +86,24 @@ def _standard(distribution: str, fault: Fault) -> float:
     return (0.25 * pareto + 0.75 * rng.gauss(0.0, 1.0)) / _MIX
 
 
+def notes(params: Delay) -> list[tuple[str, str]]:
+    """Settings that do nothing, or likely not what was meant."""
+    found = []
+    if params.distribution != "uniform" and not params.jitter_ms:
+        found.append(("do.distribution", "without jitter_ms every delay is ms: no law to draw"))
+    if params.correlation and not params.jitter_ms:
+        found.append(("do.correlation", "without jitter_ms there is nothing to correlate"))
+    elif 0 < params.correlation < 1:
+        percent = f"{params.correlation * 100:g}"
+        found.append(("do.correlation", f"a percent: did you mean {percent} (not a fraction)?"))
+    return found
+
+
 ACTION = Action(
     Delay,
     apply,
     "the message is held `ms` (+ a uniform draw up to `jitter_ms`, or a `normal`, `pareto` or "
     "`paretonormal` one of deviation `jitter_ms`, each tied to the last by `correlation`), then "
     "forwarded; others keep flowing past it",
+    notes=notes,
 )

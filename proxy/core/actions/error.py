@@ -71,6 +71,14 @@ def apply(params: ErrorReply, fault: Fault) -> list[Effect]:
     ]
 
 
+def notes(params: ErrorReply) -> list[tuple[str, str]]:
+    """A ``data`` that cannot carry the attribution."""
+    if params.attribute and params.data is not None and not isinstance(params.data, dict):
+        why = "not an object: the error is sent without data.acpFault (attribute: false says so)"
+        return [("do.data", why)]
+    return []
+
+
 ACTION = Action(
     ErrorReply,
     apply,
@@ -78,4 +86,5 @@ ACTION = Action(
     "sender's id, and not forwarded; `data.acpFault` names the rule and the action, unless "
     "`attribute: false`",
     applies=applies,
+    notes=notes,
 )
