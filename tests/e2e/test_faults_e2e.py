@@ -1014,3 +1014,59 @@ async def test_truncate_leaves_the_client_a_line_without_its_end(
     rest = await asyncio.wait_for(proxy.process.stdout.read(), TIMEOUT)
     assert rest == cut[:30]
     assert len(faults_of(proxy.stderr, "cut")) == 1
+
+
+async def test_sdk_peers_take_a_reordered_chunk_and_a_burst_of_delays(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SDK both sides, through reorder and bursty delays: the first prompt's chunk is held until
+    its answer has passed it (the Client reads the answer first), later chunks are delayed in
+    bursts by a pareto law (the next prompt's chunk may overtake one); the SDK Client gets every
+    chunk whole, and logs no warning."""
+    faults = fault_file(
+        tmp_path,
+        rule(
+            "chunk-after-answer",
+            {"action": "reorder", "after": 1, "max_ms": 5000},
+            {"nth": [1]},
+            direction="to_client",
+            method="session/update",
+        ),
+        rule(
+            "bursty-delays",
+            {"action": "delay", "ms": 5, "jitter_ms": 2, "distribution": "pareto"},
+            {"bursts": {"p": 0.5, "r": 0.5}},
+            direction="to_client",
+            method="session/update",
+        ),
+        seed=3,
+    )
+    client = SdkClient()
+    async with sdk_client_session(client, "--faults", str(faults)) as (conn, _, stderr):
+        session = await open_session(conn)
+        words = ["one", "two", "three", "four", "five", "six"]
+        for word in words:
+            assert await sdk_prompt(conn, session, f"echo {word}") == "end_turn"
+        await client.until(lambda: len(client.texts()) == len(words))
+    assert sorted(client.texts()) == sorted(words)  # delayed chunks may be overtaken
+    assert len(faults_of(stderr.stderr, "chunk-after-answer")) == 1
+    assert faults_of(stderr.stderr, "bursty-delays")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= 30] == []
+
+
+async def test_the_sdk_client_sees_its_connection_end_on_a_truncated_chunk(
+    tmp_path: Path,
+) -> None:
+    """truncate on the chunk toward the SDK Client: it reads a line without its end, then the
+    end of its connection; the pending prompt fails, and nothing hangs."""
+    faults = fault_file(
+        tmp_path,
+        rule("cut-chunk", {"action": "truncate", "bytes": 40}, None, method="session/update"),
+    )
+    client = SdkClient()
+    async with sdk_client_session(client, "--faults", str(faults)) as (conn, _, stderr):
+        session = await open_session(conn)
+        with pytest.raises(ConnectionError, match="Connection closed"):
+            await asyncio.wait_for(sdk_prompt(conn, session, "echo cut"), TIMEOUT)
+    assert client.texts() == []
+    assert len(faults_of(stderr.stderr, "cut-chunk")) == 1
