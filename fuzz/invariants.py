@@ -474,6 +474,17 @@ FUZZ_RULES: list[Rule] = validate_rules(
             "do": {"action": "error", "code": -32000, "data": {"why": "fuzz"}},
         },
         {
+            "name": "slow-plans",
+            "when": {
+                "method": "elicitation/*",
+                "direction": "to_client",
+                "session": "S*",
+                "params": {"update": {"sessionUpdate": "plan"}},
+            },
+            "do": {"action": "delay", "ms": 1},
+            "continue": True,
+        },
+        {
             "name": "reorder",
             "when": {"method": "session/update", "direction": "to_client"},
             "schedule": {"bursts": {"p": 0.3, "r": 0.5}},

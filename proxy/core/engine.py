@@ -26,7 +26,7 @@ from proxy.core.actions import actions
 from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
 from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
-from proxy.core.jsonrpc import Kind
+from proxy.core.jsonrpc import Kind, Message
 from proxy.core.values import value
 
 __all__ = ["Decision", "FaultEngine", "RuleState", "matches_params"]
@@ -97,6 +97,8 @@ class _Compiled:
     session: re.Pattern[str] | None
     nth: frozenset[int] = field(default_factory=frozenset)
     params: Callable[[Any], bool] | None = None
+    keyed: bool | None = None
+    """``when.idempotency_key``: ``True`` present, ``False`` absent, ``None`` any."""
 
 
 def _glob(pattern: str) -> re.Pattern[str] | None:
@@ -126,14 +128,23 @@ def _shape_matches(compiled: _Compiled, subject: Subject) -> bool:
 
 def _details_match(compiled: _Compiled, subject: Subject) -> bool:
     """The rest of ``when``: session, idempotency key and params, checked per message."""
-    when: When = compiled.rule.when
-    if compiled.session is not None and (
-        subject.session is None or not compiled.session.match(subject.session)
-    ):
+    return _details_fit(compiled, subject.session, subject.keyed, subject.params)
+
+
+def _details_fit(compiled: _Compiled, session: str | None, keyed: bool, params: Any) -> bool:
+    """:func:`_details_match` of a message's session, whether it is keyed, and its params."""
+    pattern = compiled.session
+    if pattern is not None and (session is None or pattern.match(session) is None):
         return False
-    if when.idempotency_key != "any" and (when.idempotency_key == "present") != subject.keyed:
+    wanted = compiled.keyed
+    if wanted is not None and wanted is not keyed:
         return False
-    return compiled.params is None or compiled.params(subject.params)
+    matcher = compiled.params
+    return matcher is None or matcher(params)
+
+
+_KEYED: dict[str, bool | None] = {"present": True, "absent": False, "any": None}
+"""``when.idempotency_key`` as :attr:`_Compiled.keyed`."""
 
 
 class FaultEngine:
@@ -188,6 +199,7 @@ class FaultEngine:
                 _glob(rule.when.session),
                 frozenset(rule.schedule.nth or ()),
                 None if rule.when.params is None else params_matcher(rule.when.params),
+                _KEYED[rule.when.idempotency_key],
             )
             for rule in rules
         )
@@ -199,10 +211,30 @@ class FaultEngine:
         """Forget every counter (the rules stay)."""
         self.states = {c.rule.name: RuleState() for c in self._rules}
 
-    def quiet(self, direction: Direction, kind: Kind, downstream: str, method: str | None) -> bool:
-        """Whether no rule can match a message of this shape: known once :meth:`decide` has seen
-        one (until then, or after the rules change, ``False``)."""
-        return self._candidates.get((direction, kind, downstream, method)) == ()
+    def unmatched(
+        self,
+        direction: Direction,
+        kind: Kind,
+        downstream: str,
+        method: str | None,
+        message: Message,
+    ) -> bool:
+        """Whether no rule matches ``message`` (of this shape): none can match its shape, or none
+        of those that can matches its session, key and params. Unknown until :meth:`decide` has
+        seen a message of the shape: ``False``. A message no rule matches moves no counter and
+        draws nothing, so the relay may pass it on without :meth:`decide`."""
+        candidates = self._candidates.get((direction, kind, downstream, method))
+        if candidates is None:
+            return False
+        if not candidates:
+            return True
+        params = message.params
+        keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
+        session = message.session
+        for compiled in candidates:  # noqa: SIM110 (a loop: no generator per message)
+            if _details_fit(compiled, session, keyed, params):
+                return False
+        return True
 
     def decide(self, subject: Subject, elapsed_ms: float) -> Decision:
         """The rules that fire for ``subject``, in order; counts every rule that matched.

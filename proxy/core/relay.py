@@ -319,13 +319,13 @@ class Relay:
     def _plain(self, direction: Direction, message: Message) -> bool:
         """Whether the notification ``message`` is relayed as it is, whatever the rest of the
         relay would do with it: no id in it to translate (not a cancel, nor an envelope that may
-        hold one) and no rule that can match a message of its shape."""
+        hold one) and no rule that matches it."""
         method = message.method
         if method == acp.CANCEL_REQUEST or method in acp.SUCCESSORS:
             return False
         engine = self._engine
-        return engine is None or engine.quiet(
-            direction, Kind.NOTIFICATION, self._downstream, method
+        return engine is None or engine.unmatched(
+            direction, Kind.NOTIFICATION, self._downstream, method, message
         )
 
     def _process(
