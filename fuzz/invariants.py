@@ -474,13 +474,8 @@ FUZZ_RULES: list[Rule] = validate_rules(
             "do": {"action": "error", "code": -32000, "data": {"why": "fuzz"}},
         },
         {
-            "name": "slow-plans",
-            "when": {
-                "method": "elicitation/*",
-                "direction": "to_client",
-                "session": "S*",
-                "params": {"update": {"sessionUpdate": "plan"}},
-            },
+            "name": "slow-s1",
+            "when": {"method": "elicitation/*", "direction": "to_client", "session": "s1"},
             "do": {"action": "delay", "ms": 1},
             "continue": True,
         },

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from proxy.core.actions.base import Subject
+from proxy.core.commands import StartTimer
 from proxy.core.engine import FaultEngine, matches_params
-from proxy.core.events import Direction
+from proxy.core.events import Direction, MessageReceived, Side
 from proxy.core.faultfile import Note, Rule, dump_rules
-from proxy.core.jsonrpc import Kind
+from proxy.core.jsonrpc import Kind, Message, parse
+from proxy.core.relay import Relay
 
 PROMPT = Subject(
     Direction.TO_AGENT,
@@ -385,3 +387,40 @@ class TestNotes:
         engine, heard = self.engine("http")
         engine.replace([old])
         assert [(note.rule, note.field) for note in heard] == [("cut", "do.when")]
+
+
+def test_a_notification_no_rule_matches_takes_the_fast_path_one_that_matches_does_not() -> None:
+    """A rule on a session: an update of another session matches no rule (the fast path takes
+    it, after the first of its shape taught the engine), one of that session is held by the
+    rule and counted; the relay's output is the full path's, message for message."""
+    rules = [
+        rule(
+            "s1-only",
+            when={"method": "session/update", "session": "s1"},
+            do={"action": "delay", "ms": 5},
+        )
+    ]
+
+    def update(session: str) -> bytes:
+        return (
+            b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
+            + session.encode()
+            + b'","update":{}}}'
+        )
+
+    fast, full = FaultEngine(rules), FaultEngine(rules)
+    relays = Relay(engine=fast), Relay(engine=full, fast_path=False)
+    for session in ("s2", "s2", "s1", "s2", "s1"):
+        [quick, slow] = [
+            r.handle(MessageReceived(Side.AGENT, update(session), 0.0)) for r in relays
+        ]
+        assert quick == slow
+        assert any(isinstance(c, StartTimer) for c in quick) is (session == "s1")
+    assert fast.states["s1-only"].matched == full.states["s1-only"].matched == 2
+    s2 = parse(update("s2"))
+    assert isinstance(s2, Message)
+    shape = (Direction.TO_CLIENT, Kind.NOTIFICATION, "stdio", "session/update")
+    assert fast.unmatched(*shape, s2)
+    s1 = parse(update("s1"))
+    assert isinstance(s1, Message)
+    assert not fast.unmatched(*shape, s1)
