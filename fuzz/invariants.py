@@ -41,7 +41,7 @@ import structlog
 from proxy.core import acp
 from proxy.core.actions.base import Subject
 from proxy.core.actions.error import ErrorReply
-from proxy.core.commands import Close, Command, Send, Sever, StartTimer
+from proxy.core.commands import Close, Command, Send, SendCut, Sever, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import (
     Direction,
@@ -525,6 +525,12 @@ FUZZ_RULES: list[Rule] = validate_rules(
             "do": {"action": "http_status", "status": 503},
         },
         {"name": "close-stream", "when": {"method": "x/*"}, "do": {"action": "close_stream"}},
+        {
+            "name": "cut-short",
+            "when": {"method": "x/y", "direction": "to_client"},
+            "schedule": {"probability": 0.2},
+            "do": {"action": "truncate", "bytes": 12},
+        },
     ]
 )
 """A rule of every action; none matches the liveness probe (``_probe/live``)."""
@@ -686,6 +692,8 @@ class RelayLab:
                 self.timers.append(command.token)
             elif isinstance(command, Close | Sever):
                 self.gone.add(command.side)
+            elif isinstance(command, SendCut):  # written cut short, then severed
+                self.gone.add(command.to)
         if isinstance(event, MessageReceived):
             self._check_forwarded(event, commands)
         return commands
