@@ -236,11 +236,12 @@ class FaultEngine:
                 return False
         return True
 
-    def decide(self, subject: Subject, elapsed_ms: float) -> Decision:
+    def decide(self, subject: Subject, elapsed_ms: float, *, acting: bool = True) -> Decision:
         """The rules that fire for ``subject``, in order; counts every rule that matched.
 
         Once a rule acts without ``continue: true``, the rules after it still count the message
-        as a match of theirs but neither act nor draw from the random stream."""
+        as a match of theirs but neither act nor draw from the random stream; ``acting`` false:
+        that is so from the first rule (a fault the Client asked for acted already)."""
         shape = (subject.direction, subject.kind, subject.downstream, subject.method)
         candidates = self._candidates.get(shape)
         if candidates is None:
@@ -250,7 +251,7 @@ class FaultEngine:
             self._candidates[shape] = candidates
         fired: list[Rule] = []
         counted = False
-        open_to_more = True  # no rule has acted yet, or each that acted said continue: true
+        open_to_more = acting  # no rule has acted yet, or each that acted said continue: true
         for compiled in candidates:
             rule = compiled.rule
             if not _details_match(compiled, subject):

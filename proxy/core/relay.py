@@ -303,6 +303,10 @@ class Relay:
         kept: list[bytes] = []
         after_all: list[Command] = []
         for element in parsed.elements:
+            if destination in self._closing:  # an element cut short, or a sever before it
+                size = len(element.raw)
+                out.append(Undeliverable(direction=direction, kind=element.kind, size=size))
+                continue
             if isinstance(element, Invalid):
                 forward = self._invalid.element(direction, element, at, out, self._answered)
                 if forward is not None:
@@ -311,6 +315,11 @@ class Relay:
                 forwards, after = self._process(direction, element, at, out)
                 kept.extend(forwards)
                 after_all.extend(after)
+                if kept and destination in self._closing:  # those before the cut go first
+                    ends = (i for i, c in enumerate(out) if _ends(c, destination))
+                    batch = Send(destination, b"[" + b",".join(kept) + b"]")
+                    out.insert(next(ends, len(out)), batch)
+                    kept = []
         if kept:
             out.append(Send(destination, b"[" + b",".join(kept) + b"]"))
         out.extend(after_all)
@@ -354,7 +363,8 @@ class Relay:
                 why += " (it acts only on Clients that connect over Streamable HTTP)"
             self._refuse_hint(direction, message, why, out)
             return [], []
-        decision = engine.decide(subject, (at - self._origin) * 1000)
+        acting = asked is None or asked.continue_  # a Client's fault acts first, alone
+        decision = engine.decide(subject, (at - self._origin) * 1000, acting=acting)
         if decision.counted:
             out.append(RulesCounted())
         fired = decision.fired if asked is None else (asked, *decision.fired)
@@ -434,7 +444,7 @@ class Relay:
             out.extend(seen)
             out.extend(DropStream(direction.destination, data) for data in forwards)
             return [], after
-        if cut_at is not None:  # at once, whatever else fired: nothing follows a cut
+        if cut_at is not None and forwards:  # at once, whatever else fired: nothing follows
             out.extend(seen)
             destination = direction.destination
             out.extend(SendCut(destination, data, cut_at) for data in forwards)
@@ -660,15 +670,13 @@ class Relay:
         there: those overtaken often enough leave now, right behind it."""
         destination = direction.destination
         passed = sum(1 for c in out if type(c) is Send and c.to is destination)
-        if not passed:
-            return
         waiting = self._reorders[direction]
         kept = []
         for entry in waiting:
             token, left = entry
             if token not in self._timers:
                 continue  # released by its timer (max_ms) already
-            if left > passed:
+            if not passed or left > passed:
                 entry[1] = left - passed
                 kept.append(entry)
             else:
@@ -907,6 +915,13 @@ class Relay:
             self._closing.add(side.other)
             out.append(Close(side.other))
         return out
+
+
+def _ends(command: Command, side: Side) -> bool:
+    """Whether ``command`` ends the connection toward ``side`` (nothing sent after it arrives)."""
+    return (type(command) is SendCut and command.to is side) or (
+        type(command) is Sever and command.side is side
+    )
 
 
 def _relayed_notification(direction: Direction, message: Message) -> Relayed:

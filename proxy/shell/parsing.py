@@ -33,15 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import multiprocessing
 import os
 import signal
+import stat
 import sys
 import threading
 import time
 import types
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
@@ -146,10 +148,20 @@ class Parser:
         60 MB, during which every link, the control API and the timers wait."""
         if self.by_file:
             descriptor = await _memory_file(data)
+            status = os.fstat(descriptor)
+            path = f"/proc/{os.getpid()}/fd/{descriptor}"
             try:
-                compacted = await _call(pool, _parse_file, f"/proc/{os.getpid()}/fd/{descriptor}")
-            finally:
-                await _close_memory_file(descriptor)
+                with _main_hidden():
+                    parsing = pool.submit(_parse_file, path, (status.st_dev, status.st_ino))
+            except BaseException:
+                _close_memory_file(descriptor)
+                raise
+            # The file stays open until the worker is done with it, even when this is cancelled
+            # (a worker that has the call cannot be stopped): closed earlier, its number could be
+            # another file's by the time the worker opens it.
+            loop = asyncio.get_running_loop()
+            parsing.add_done_callback(functools.partial(_close_when_parsed, loop, descriptor))
+            compacted = await asyncio.wrap_future(parsing)
             if compacted is not None:
                 return compacted
             self.by_file = False
@@ -201,33 +213,46 @@ def _write_memory_file(data: bytes) -> int:
     return descriptor
 
 
-async def _close_memory_file(descriptor: int) -> None:
-    """Close a memory file in a thread: freeing 60 MB of its pages takes the kernel about
-    10 ms, which the event loop would otherwise wait for. Cancelled, it closes all the same."""
-    closing = asyncio.get_running_loop().run_in_executor(None, os.close, descriptor)
-    await asyncio.shield(closing)
-
-
-def _close_written(writing: asyncio.Future[int]) -> None:
-    """Close the memory file a cancelled hand-over had a thread write (in a thread: see
-    :func:`_close_memory_file`)."""
-    if writing.cancelled() or writing.exception() is not None:
-        return
-    descriptor = writing.result()
+def _close_memory_file(descriptor: int) -> None:
+    """Close a memory file, in a thread of the loop's: freeing 60 MB of its pages takes the
+    kernel about 10 ms, which the event loop would otherwise wait for (where the loop no longer
+    runs threads, it is ending: here and now)."""
     try:
         asyncio.get_running_loop().run_in_executor(None, os.close, descriptor)
-    except RuntimeError:  # the loop no longer runs threads: it is ending
+    except RuntimeError:
         os.close(descriptor)
 
 
-def _parse_file(path: str) -> Compacted | None:
-    """In a worker: the compacted parse of the message in the proxy's memory file at ``path``
-    (``None``: this worker may not open it)."""
+def _close_written(writing: asyncio.Future[int]) -> None:
+    """Close the memory file a cancelled hand-over had a thread write."""
+    if not writing.cancelled() and writing.exception() is None:
+        _close_memory_file(writing.result())
+
+
+def _close_when_parsed(
+    loop: asyncio.AbstractEventLoop, descriptor: int, _parsing: Future[Compacted | None]
+) -> None:
+    """Once the worker is done with the memory file (or the call was cancelled before one had
+    it), in whichever thread says so: close the file from the loop's thread."""
     try:
-        with open(path, "rb") as file:
-            raw = file.read()
+        loop.call_soon_threadsafe(_close_memory_file, descriptor)
+    except RuntimeError:  # the loop is closed: the proxy is ending
+        os.close(descriptor)
+
+
+def _parse_file(path: str, identity: tuple[int, int]) -> Compacted | None:
+    """In a worker: the compacted parse of the message in the proxy's memory file at ``path``,
+    whose ``(st_dev, st_ino)`` is ``identity`` (``None``: this worker may not open it). What
+    it opened is checked before it is read, and opened so that a pipe would not block."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    with open(descriptor, "rb") as file:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or (status.st_dev, status.st_ino) != identity:
+            return None
+        raw = file.read()
     return parse_compacted(raw)
 
 

@@ -152,3 +152,17 @@ def test_a_hint_its_action_cannot_act_on_is_refused() -> None:
         "message": "_meta.acpFault: http_status cannot act on this request (it acts only on "
         "Clients that connect over Streamable HTTP)",
     }
+
+
+def test_the_client_s_fault_acts_alone_the_file_s_rules_count_it() -> None:
+    """As a rule without ``continue`` before the file's: a file's drop on the same request
+    counts the match but does not act; the Client's delay does (the request is held, not lost)."""
+    target = relay(
+        {"name": "drop-prompts", "when": {"method": "session/prompt"}, "do": {"action": "drop"}}
+    )
+    out = feed(target, hinted({"action": "delay", "ms": 20}))
+    assert [f.rule for f in out if isinstance(f, FaultInjected)] == [CLIENT_FAULT]
+    assert [c for c in out if isinstance(c, StartTimer)]
+    assert not [c for c in out if isinstance(c, Stopped)]
+    assert target._engine is not None
+    assert target._engine.states["drop-prompts"].matched == 1

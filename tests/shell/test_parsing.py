@@ -22,7 +22,7 @@ from harness import TIMEOUT, ProxyProcess, captured, raw_agent
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.core.jsonrpc import Invalid, InvalidReason, Message, parse
-from proxy.shell.parsing import BY_FILE, Parser
+from proxy.shell.parsing import BY_FILE, Parser, _parse_file
 
 
 def prompt(text: str) -> bytes:
@@ -144,6 +144,44 @@ async def test_a_hand_over_cancelled_while_its_file_is_written_closes_the_file()
         assert parser.parsing == 0
     finally:
         parser.close()
+
+
+@pytest.mark.skipif(not BY_FILE, reason="memory files are a Linux facility")
+async def test_a_hand_over_cancelled_while_the_worker_parses_keeps_the_file_until_it_is_done() -> (
+    None
+):
+    """The worker that has the call cannot be stopped, and opens the file by its number: closed
+    at the cancel, that number could be another file's by then. It is closed once the worker is
+    done."""
+    parser = Parser(large=4096, workers=1, always=4096)
+    try:
+        parsing = asyncio.get_running_loop().create_task(parser.parse(empties(10_000_000)))
+        await until(lambda: bool(memory_files()))  # written, and handed to the worker
+        parsing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parsing
+        assert memory_files()  # the worker still parses it
+        await until(lambda: not memory_files())
+    finally:
+        parser.close()
+
+
+def test_a_worker_reads_only_the_memory_file_it_was_given(tmp_path: Path) -> None:
+    """What the worker opens by number is checked before it is read: another file (the number
+    reused) gives nothing, and a pipe does not block it."""
+    right = tmp_path / "message"
+    right.write_bytes(prompt("x"))
+    status = os.stat(right)
+    assert _parse_file(str(right), (status.st_dev, status.st_ino)) is not None
+    other = tmp_path / "other"
+    other.write_bytes(prompt("y"))
+    assert _parse_file(str(other), (status.st_dev, status.st_ino)) is None
+    read_end, write_end = os.pipe()
+    try:
+        assert _parse_file(f"/proc/self/fd/{read_end}", (status.st_dev, status.st_ino)) is None
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 async def metrics(url: str) -> dict[str, float]:

@@ -12,7 +12,7 @@ from proxy.core.actions.base import Hold
 from proxy.core.actions.reorder import ACTION, Reorder
 from proxy.core.commands import Command, Send, StartTimer
 from proxy.core.engine import FaultEngine
-from proxy.core.events import MessageReceived, Side, TimerFired
+from proxy.core.events import Direction, MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
 from proxy.core.observations import Held, Relayed
 from proxy.core.relay import Relay
@@ -89,3 +89,21 @@ def test_only_messages_in_its_direction_pass_it() -> None:
     ask = b'{"jsonrpc":"2.0","id":1,"method":"_x/ask","params":{}}'
     assert numbers(relay.handle(MessageReceived(Side.CLIENT, ask, 0.0))) == []
     assert numbers(relay.handle(MessageReceived(Side.AGENT, update(2), 0.0))) == [2, 1]
+
+
+def test_held_messages_nothing_passes_leave_no_entry_once_their_timer_fired() -> None:
+    """Every chunk held (nothing in that direction passes): each leaves at ``max_ms``, and the
+    relay keeps no entry for those released (it once kept one per message for the link's life)."""
+    rule = Rule.model_validate(
+        {
+            "name": "all",
+            "when": {"method": "session/update"},
+            "do": {"action": "reorder", "max_ms": 10},
+        }
+    )
+    relay = Relay(engine=FaultEngine([rule], random.Random(1)))
+    for number in range(50):
+        out = relay.handle(MessageReceived(Side.AGENT, update(number), float(number)))
+        for timer in [c for c in out if isinstance(c, StartTimer)]:
+            assert numbers(relay.handle(TimerFired(timer.token, number + 0.5))) == [number]
+    assert len(relay._reorders.get(Direction.TO_CLIENT, [])) <= 1

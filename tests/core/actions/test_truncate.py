@@ -41,3 +41,42 @@ def test_the_peer_gets_the_start_then_nothing() -> None:
     later = relay.handle(MessageReceived(Side.AGENT, UPDATE, 0.1))
     assert [c for c in later if isinstance(c, Send)] == []
     assert [c for c in later if isinstance(c, Undeliverable)]
+
+
+def cutting(**when: object) -> Relay:
+    rule = Rule.model_validate(
+        {"name": "cut", "when": when, "do": {"action": "truncate", "bytes": 20}}
+    )
+    return Relay(engine=FaultEngine([rule], random.Random(1)))
+
+
+def test_a_cut_with_nothing_to_send_closes_nothing() -> None:
+    """An answer to no request (an orphan) forwards nothing: there is nothing to cut, and the
+    connection toward the Client stays open for what follows."""
+    relay = cutting(kind="response")
+    orphan = b'{"jsonrpc":"2.0","id":99,"result":{}}'
+    assert [
+        c
+        for c in relay.handle(MessageReceived(Side.AGENT, orphan, 0.0))
+        if isinstance(c, SendCut | Send)
+    ] == []
+    later = relay.handle(MessageReceived(Side.AGENT, UPDATE, 0.1))
+    assert [c.to for c in later if isinstance(c, Send)] == [Side.CLIENT]
+
+
+def test_a_cut_in_a_batch_sends_the_elements_before_it_and_none_after() -> None:
+    """Elements 1 and 2 go first (as a batch), element 3 is cut short, element 4 never goes."""
+    relay = cutting(method="x/cut")
+    batch = (
+        b'[{"jsonrpc":"2.0","method":"x/a"},{"jsonrpc":"2.0","method":"x/b"},'
+        b'{"jsonrpc":"2.0","method":"x/cut","params":{"long":"enough to be cut"}},'
+        b'{"jsonrpc":"2.0","method":"x/d"}]'
+    )
+    out = relay.handle(MessageReceived(Side.AGENT, batch, 0.0))
+    sent = [c for c in out if isinstance(c, Send | SendCut)]
+    assert [type(c) for c in sent] == [Send, SendCut]
+    first = sent[0]
+    assert isinstance(first, Send)
+    assert first.data == b'[{"jsonrpc":"2.0","method":"x/a"},{"jsonrpc":"2.0","method":"x/b"}]'
+    [never] = [c for c in out if isinstance(c, Undeliverable)]
+    assert never.size == len(b'{"jsonrpc":"2.0","method":"x/d"}')
