@@ -14,14 +14,11 @@ what is wrong, and the request goes no further.
 from __future__ import annotations
 
 from proxy.core.actions import actions
-from proxy.core.faultfile import FaultFileError, Rule, validated
+from proxy.core.faultfile import CLIENT_FAULT, FaultFileError, Rule, validated
 from proxy.core.jsonrpc import Kind, Message, parse
 from proxy.core.splice import without_member
 
 __all__ = ["CLIENT_FAULT", "client_fault"]
-
-CLIENT_FAULT = "_meta.acpFault"
-"""The name a Client's fault goes by in logs, metrics, the trace and the report."""
 
 
 def client_fault(message: Message) -> tuple[Rule, Message] | str | None:
@@ -39,9 +36,10 @@ def client_fault(message: Message) -> tuple[Rule, Message] | str | None:
     if "action" not in hint:
         return 'no action: give "action" (' + ", ".join(actions.names()) + ") and its fields"
     try:
-        rule = validated(Rule, {"name": CLIENT_FAULT, "do": hint}, CLIENT_FAULT)
+        checked = validated(Rule, {"name": "client", "do": hint}, CLIENT_FAULT)
     except FaultFileError as exc:
         return "; ".join(f"{error.field}: {error.message}" for error in exc.errors)
+    rule = checked.model_copy(update={"name": CLIENT_FAULT})  # a name no other rule may bear
     raw = without_member(message.raw, ("params", "_meta"), "acpFault")
     stripped = None if raw is None else parse(raw)
     if not isinstance(stripped, Message):  # duplicate members, ... : the bytes disagree

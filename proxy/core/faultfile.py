@@ -45,6 +45,7 @@ from proxy.core.actions.base import ActionModel, StrictModel
 from proxy.core.errors import ConfigError
 
 __all__ = [
+    "CLIENT_FAULT",
     "MAX_ALIASED_VALUES",
     "MAX_FILE_BYTES",
     "MAX_RULES",
@@ -129,7 +130,8 @@ class When(_Model):
 class Bursts(_Model):
     """Matches that fire in bursts, as packets are lost on a real link: the Gilbert-Elliott model
     of ``tc netem loss gemodel`` (its names and meanings). A rule is in a good or a bad state;
-    at each match it moves on (good to bad with ``p``, bad to good with ``r``) and the match
+    at each match that the rest of its schedule lets fire it moves on (good to bad with ``p``,
+    bad to good with ``r``) and the match
     fires with the chance of the state it was in: ``1-h`` in the bad one, ``1-k`` in the good
     one. With the defaults (``1-h`` 1, ``1-k`` 0), bursts last ``1/r`` matches on average, the
     gaps between them ``1/p``, and ``p/(p+r)`` of the matches fire."""
@@ -174,6 +176,11 @@ class Schedule(_Model):
         return self
 
 
+CLIENT_FAULT = "_meta.acpFault"
+"""The name a fault a Client asks for goes by in logs, metrics, the trace and the report
+(:mod:`proxy.core.client_faults`); no rule of a file or the control API may take it."""
+
+
 class Rule(_Model):
     """One fault: which messages, which occurrences, what happens."""
 
@@ -182,6 +189,16 @@ class Rule(_Model):
         max_length=200,
         description="unique in a run; names the rule in logs, metrics, the trace and the API",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_the_client_s(cls, name: str) -> str:
+        """The name faults a Client asks for go by is theirs alone
+        (:mod:`proxy.core.client_faults` gives it to the rule it makes, after validation)."""
+        if name == CLIENT_FAULT:
+            raise ValueError(f"{CLIENT_FAULT!r} names the faults a Client asks for: pick another")
+        return name
+
     when: When = Field(When(), description="which messages the rule matches")
     schedule: Schedule = Field(Schedule(), description="which of its matches fire")
     do: ActionModel
@@ -267,19 +284,23 @@ def rule_notes(rules: Iterable[Rule]) -> list[Note]:
     return notes
 
 
-def located_notes(text: str, name: str) -> list[Location]:
+def located_notes(text: str, name: str) -> list[tuple[Location, bool]]:
     """The notes of the rules of the valid fault file ``name`` (its ``text``), each located at
-    the field it is about (file, line, rule, field)."""
+    the field it is about (file, line, rule, field), and whether it is only that the rule needs
+    Clients on Streamable HTTP (:attr:`Note.needs_http`: moot where they connect so)."""
     rules = parse_fault_file(text, name).rules
     index = {rule.name: number for number, rule in enumerate(rules)}
     tree = _yaml_lines(text)
     return [
-        Location(
-            file=name,
-            line=_line_of(tree, ("rules", index[note.rule], *note.field.split("."))),
-            rule=note.rule,
-            field=note.field,
-            message=note.message,
+        (
+            Location(
+                file=name,
+                line=_line_of(tree, ("rules", index[note.rule], *note.field.split("."))),
+                rule=note.rule,
+                field=note.field,
+                message=note.message,
+            ),
+            note.needs_http,
         )
         for note in rule_notes(rules)
     ]

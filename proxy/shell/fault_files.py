@@ -211,7 +211,8 @@ def validate_main(paths: Sequence[Path], *, strict: bool = False) -> int:
     """``acp-proxy validate``: check the fault files; 0, or 2 with every error located.
 
     What is valid but worth a word (a rule's notes) goes to stderr as located ``note: ...``
-    lines, the verdict (``ok: ...``) to stdout; ``strict``: a note fails the check (exit 1).
+    lines, the verdict (``ok: ...``) to stdout; ``strict``: a note fails the check (exit 1),
+    but that an action needs Clients on Streamable HTTP (the file cannot say where they connect).
     """
     try:
         loaded = load_fault_files(paths)
@@ -224,12 +225,13 @@ def validate_main(paths: Sequence[Path], *, strict: bool = False) -> int:
         if content is not None
         for note in located_notes(content.decode("utf-8"), str(path))
     ]
-    for note in notes:
+    for note, _ in notes:
         sys.stderr.write(f"note: {note}\n")
     seed_text = "no seed" if loaded.seed is None else f"seed {loaded.seed}"
     rules = _counted(len(loaded.rules), "rule")
-    if strict and notes:
-        sys.stdout.write(f"FAIL: {_counted(len(notes), 'note')} (--strict)\n")
+    failing = [note for note, needs_http in notes if not needs_http]  # Clients may use HTTP
+    if strict and failing:
+        sys.stdout.write(f"FAIL: {_counted(len(failing), 'note')} (--strict)\n")
         return 1
     sys.stdout.write(f"ok: {rules} in {_counted(len(paths), 'file')}, {seed_text}\n")
     return 0

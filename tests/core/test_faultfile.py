@@ -312,6 +312,12 @@ def test_several_files_concatenate_and_names_stay_unique(tmp_path: Path) -> None
         load_fault_files([first, second])
 
 
+def test_no_rule_may_take_the_name_of_a_client_s_fault() -> None:
+    """``_meta.acpFault`` names the faults a Client asks for, in logs and the report alone."""
+    with pytest.raises(FaultFileError, match="names the faults a Client asks for"):
+        validate_rules([{"name": "_meta.acpFault", "do": {"action": "drop"}}])
+
+
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
     """An unreadable file is named in the error, with why in a few words (no errno, no repr)."""
     missing = tmp_path / "nope.yaml"
@@ -392,7 +398,7 @@ def test_validate_command(tmp_path: Path) -> None:
 def test_validate_notes_rules_that_need_http_and_old_names(tmp_path: Path) -> None:
     """validate accepts, with a note each located at its field, the HTTP-only actions (it does
     not know where Clients will connect), sever's old `when` and a method that looks misspelt;
-    with --strict a note fails the check (exit 1)."""
+    with --strict a note fails the check (exit 1), but not one that an action needs HTTP."""
     path = tmp_path / "notes.yaml"
     path.write_text(
         "version: 1\nrules:\n"
@@ -418,11 +424,16 @@ def test_validate_notes_rules_that_need_http_and_old_names(tmp_path: Path) -> No
     ]
     assert done.stderr.splitlines() == notes
     strict = cli("validate", "--strict", str(path))
-    assert (strict.returncode, strict.stdout) == (1, "FAIL: 4 notes (--strict)\n")
+    assert (strict.returncode, strict.stdout) == (1, "FAIL: 2 notes (--strict)\n")  # not HTTP
     assert strict.stderr.splitlines() == notes
     clean = tmp_path / "clean.yaml"
     clean.write_text("version: 1\nrules:\n  - {name: quiet, do: {action: drop}}\n")
     assert cli("validate", "--strict", str(clean)).returncode == 0
+    for_http = tmp_path / "http.yaml"  # validate cannot know where Clients connect
+    for_http.write_text(
+        "version: 1\nrules:\n  - {name: p, do: {action: http_status, status: 503}}\n"
+    )
+    assert cli("validate", "--strict", str(for_http)).returncode == 0
 
 
 def test_run_refuses_a_bad_file_before_starting(tmp_path: Path) -> None:

@@ -40,11 +40,13 @@ from proxy.core.observations import Stopping
 from proxy.core.values import value
 
 __all__ = [
+    "ATTRIBUTE_DESCRIPTION",
     "Action",
     "ActionModel",
     "After",
     "Copies",
     "Cut",
+    "CutShort",
     "Effect",
     "Fault",
     "Hold",
@@ -55,6 +57,7 @@ __all__ = [
     "Stop",
     "StrictModel",
     "Subject",
+    "attribution",
 ]
 
 
