@@ -151,8 +151,7 @@ class Parser:
             status = os.fstat(descriptor)
             path = f"/proc/{os.getpid()}/fd/{descriptor}"
             try:
-                with _main_hidden():
-                    parsing = pool.submit(_parse_file, path, (status.st_dev, status.st_ino))
+                parsing = _submit(pool, _parse_file, path, (status.st_dev, status.st_ino))
             except BaseException:
                 _close_memory_file(descriptor)
                 raise
@@ -259,12 +258,18 @@ def _parse_file(path: str, identity: tuple[int, int]) -> Compacted | None:
 def _call(
     pool: ProcessPoolExecutor, function: Callable[..., Result], *arguments: object
 ) -> asyncio.Future[Result]:
-    """``function(*arguments)`` in a worker of ``pool``. Any call may start a worker (the pool
+    """``function(*arguments)`` in a worker of ``pool``, awaitable (:func:`_submit`)."""
+    return asyncio.wrap_future(_submit(pool, function, *arguments))
+
+
+def _submit(
+    pool: ProcessPoolExecutor, function: Callable[..., Result], *arguments: object
+) -> Future[Result]:
+    """``function(*arguments)`` submitted to ``pool``. Any call may start a worker (the pool
     starts one on submitting when none is idle, and the last one becomes idle only after its
     result is delivered), so every call is submitted with the program's ``__main__`` hidden."""
-    loop = asyncio.get_running_loop()
     with _main_hidden():
-        return loop.run_in_executor(pool, function, *arguments)
+        return pool.submit(function, *arguments)
 
 
 @contextlib.contextmanager
