@@ -30,7 +30,7 @@ import os
 import random
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -41,9 +41,10 @@ import structlog
 from proxy.core import acp
 from proxy.core.actions.base import Subject
 from proxy.core.actions.error import ErrorReply
-from proxy.core.commands import Close, Command, Send, SendCut, Sever, StartTimer
+from proxy.core.commands import Close, Command, Send, SendCut, SendRun, Sever, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import (
+    BurstReceived,
     Direction,
     Event,
     MessageReceived,
@@ -70,7 +71,7 @@ from proxy.core.jsonrpc import (
     parse,
 )
 from proxy.core.ledger import Ledger
-from proxy.core.observations import Observation, Relayed
+from proxy.core.observations import Observation, Relayed, RelayedRun
 from proxy.core.relay import Relay
 from proxy.core.splice import splice
 from proxy.core.sse import SseDecoder
@@ -584,7 +585,15 @@ class Fire:
     pick: int
 
 
-Step = Feed | Answer | Cancel | TooLarge | Hangup | Fire
+@dataclass(frozen=True, slots=True)
+class Burst:
+    """``side`` sends ``messages`` together (the lines of one read)."""
+
+    side: Side
+    messages: tuple[bytes, ...]
+
+
+Step = Feed | Burst | Answer | Cancel | TooLarge | Hangup | Fire
 
 
 class _Shared:
@@ -640,7 +649,10 @@ class RelayLab:
         faults: bool = False,
         downstream: str = "stdio",
         fast_path: bool = True,
+        together: bool = True,
     ) -> None:
+        """``together``: a :class:`Burst` is fed as the messages of one read (else each alone,
+        at the same time)."""
         engine = FaultEngine(FUZZ_RULES, random.Random(0)) if faults else None
         self.faults = faults
         self.strict = strict
@@ -648,6 +660,9 @@ class RelayLab:
         self.commands: list[Command] = []
         """Every command the relay returned, in order."""
         self.now = 0.0
+        self.together = together
+        self._still = False
+        """The clock stands still (the messages of one burst arrive at the same time)."""
         shared = _shared_observers()
         self.tally = Tally()
         self.ledger = Ledger(lambda: self.now, emit=self._observe)
@@ -673,10 +688,25 @@ class RelayLab:
         while not events.empty():  # writes it
             events.get_nowait()
 
+    def handle_burst(self, event: BurstReceived) -> int:
+        """Feed messages read together, as :meth:`handle` feeds one; how many were taken."""
+        self._tick()
+        commands, taken = self.relay.handle_burst(event)
+        self._carry_out(event, commands)
+        return taken
+
     def handle(self, event: Event) -> list[Command]:
         """Feed ``event``; carry out the commands as far as a link's bookkeeping goes."""
-        self.now += 0.001
+        self._tick()
         commands = self.relay.handle(event)
+        self._carry_out(event, commands)
+        return commands
+
+    def _tick(self) -> None:
+        if not self._still:
+            self.now += 0.001
+
+    def _carry_out(self, event: Event | BurstReceived, commands: list[Command]) -> None:
         self.commands.extend(commands)
         for command in commands:
             if isinstance(command, Observation):
@@ -688,6 +718,8 @@ class RelayLab:
                     if isinstance(parsed, Message) and parsed.kind is Kind.REQUEST:
                         assert parsed.id_token is not None
                         self.received[command.to].append(parsed.id_token)
+            elif isinstance(command, SendRun):  # notifications as they came: no request
+                assert all(isinstance(parse(unit), Message) for unit in command.data)
             elif isinstance(command, StartTimer):
                 self.timers.append(command.token)
             elif isinstance(command, Close | Sever):
@@ -696,7 +728,6 @@ class RelayLab:
                 self.gone.add(command.to)
         if isinstance(event, MessageReceived):
             self._check_forwarded(event, commands)
-        return commands
 
     def _check_forwarded(self, event: MessageReceived, commands: list[Command]) -> None:
         """The proxy answers only with errors; a relayed message differs only in its id."""
@@ -749,12 +780,22 @@ class RelayLab:
         match step:
             case Feed(side=side, data=data):
                 self.handle(MessageReceived(side, data, self.now))
-                parsed = parse(data)
-                elements = parsed.elements if isinstance(parsed, Batch) else (parsed,)
-                for element in elements:
-                    if isinstance(element, Message) and element.kind is Kind.REQUEST:
-                        assert element.id_token is not None
-                        self.sent[side].append(element.id_token)
+                self._sent(side, data)
+            case Burst(side=side, messages=messages):
+                self._tick()
+                at, self._still = self.now, True
+                try:
+                    left = list(messages)
+                    while left and self.together:  # as a link feeds them: the rest again
+                        taken = self.handle_burst(BurstReceived(side, left, at))
+                        assert taken >= 1
+                        left = left[taken:]
+                    for data in left:
+                        self.handle(MessageReceived(side, data, at))
+                finally:
+                    self._still = False
+                for data in messages:
+                    self._sent(side, data)
             case Answer(side=side, pick=pick, body=body, error=error):
                 ids = self.received[side]
                 token = ids[pick % len(ids)] if ids else b"0"
@@ -779,6 +820,15 @@ class RelayLab:
                 if self.timers:
                     timer = self.timers.pop(pick % len(self.timers))
                     self.handle(TimerFired(timer, self.now))
+
+    def _sent(self, side: Side, data: bytes) -> None:
+        """Note the ids of the requests ``side`` sent in ``data``."""
+        parsed = parse(data)
+        elements = parsed.elements if isinstance(parsed, Batch) else (parsed,)
+        for element in elements:
+            if isinstance(element, Message) and element.kind is Kind.REQUEST:
+                assert element.id_token is not None
+                self.sent[side].append(element.id_token)
 
     def finish(self) -> None:
         """Fire what is held, then prove the link still works both ways."""
@@ -820,13 +870,14 @@ class Script:
     downstream: str = "stdio"
 
 
-def check_relay(script: Script, *, fast_path: bool = True) -> RelayLab:
+def check_relay(script: Script, *, fast_path: bool = True, together: bool = True) -> RelayLab:
     """Run ``script`` through a :class:`RelayLab`, then check that the link still works."""
     lab = RelayLab(
         strict=script.strict,
         faults=script.faults,
         downstream=script.downstream,
         fast_path=fast_path,
+        together=together,
     )
     for step in script.steps:
         lab.step(step)
@@ -845,6 +896,55 @@ def check_fast_path(script: Script) -> None:
     assert carried[0] == carried[1]
     assert fast.tally.counts == full.tally.counts
     assert fast.ledger.snapshot() == full.ledger.snapshot()
+
+
+def in_bursts(script: Script) -> Script:
+    """``script`` with each series of messages one side sends in a row as one :class:`Burst`."""
+    steps: list[Step] = []
+    for step in script.steps:
+        last = steps[-1] if steps else None
+        if isinstance(step, Feed) and isinstance(last, Feed | Burst) and last.side is step.side:
+            before = (last.data,) if isinstance(last, Feed) else last.messages
+            steps[-1] = Burst(step.side, (*before, step.data))
+        else:
+            steps.append(step)
+    return replace(script, steps=tuple(steps))
+
+
+def one_by_one(commands: list[Command]) -> list[Command]:
+    """``commands`` with each run of notifications as the commands of each, one by one: its
+    :class:`Relayed` then its :class:`Send`."""
+    out: list[Command] = []
+    runs: list[Relayed] = []
+    for command in commands:
+        if isinstance(command, RelayedRun):
+            runs = command.each()
+        elif isinstance(command, SendRun):
+            assert [r.message.raw for r in runs if r.message] == list(command.data)
+            for relayed, data in zip(runs, command.data, strict=True):
+                out += [relayed, Send(command.to, data)]
+            runs = []
+        else:
+            out.append(command)
+    return out
+
+
+def check_bursts(script: Script) -> None:
+    """Messages read together change nothing: ``script`` with the messages each side sends in a
+    row fed as bursts, through the fast path, gives what each fed alone through the full path
+    gives: the same commands (runs told one by one), the same messages observed, the same
+    counts and ledger."""
+    bursts = in_bursts(script)
+    together = check_relay(bursts, fast_path=True)
+    alone = check_relay(bursts, fast_path=False, together=False)
+    assert one_by_one(together.commands) == alone.commands
+    carried = [
+        [c.message for c in one_by_one(lab.commands) if isinstance(c, Relayed)]
+        for lab in (together, alone)
+    ]
+    assert carried[0] == carried[1]
+    assert together.tally.counts == alone.tally.counts
+    assert together.ledger.snapshot() == alone.ledger.snapshot()
 
 
 def read_script(data: bytes) -> Script:

@@ -8,6 +8,8 @@ they must happen: :data:`Command` is either. The one interpreter of these is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from proxy.core.events import Side
 from proxy.core.observations import Observation
 from proxy.core.values import value
@@ -20,6 +22,7 @@ __all__ = [
     "Restart",
     "Send",
     "SendCut",
+    "SendRun",
     "Sever",
     "SignalAgent",
     "StartTimer",
@@ -32,6 +35,15 @@ class Send:
 
     to: Side
     data: bytes
+
+
+@value
+class SendRun:
+    """Write the messages ``data`` to ``to``, in order, each framed as :class:`Send` frames one
+    (the notifications of one :class:`~proxy.core.events.BurstReceived` relayed as they came)."""
+
+    to: Side
+    data: Sequence[bytes]
 
 
 @value
@@ -109,6 +121,7 @@ class DropStream:
 
 Command = (
     Send
+    | SendRun
     | SendCut
     | Close
     | Sever

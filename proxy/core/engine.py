@@ -22,11 +22,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from proxy.core.actions import actions
 from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
 from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
-from proxy.core.jsonrpc import Kind, Message
+from proxy.core.jsonrpc import Kind
 from proxy.core.values import value
 
 __all__ = ["Decision", "FaultEngine", "RuleState", "matches_params"]
@@ -99,10 +101,72 @@ class _Compiled:
     params: Callable[[Any], bool] | None = None
     keyed: bool | None = None
     """``when.idempotency_key``: ``True`` present, ``False`` absent, ``None`` any."""
+    needles: tuple[bytes, ...] = ()
+    """Bytes every message the rule's session, key and params match holds, as JSON writes them
+    without escapes (:func:`_needles`); none: no such bytes are known."""
 
 
 def _glob(pattern: str) -> re.Pattern[str] | None:
     return None if pattern == "*" else re.compile(fnmatch.translate(pattern))
+
+
+_WILDCARDS = re.compile(r"[*?]")
+ESCAPES = (b"\\u", b"\\/")
+"""How JSON may write a character of a string other than as itself (``\\u00e9``, ``\\/``);
+where neither occurs, a string of plain characters can only be written one way."""
+
+
+def _plain(text: str) -> bytes | None:
+    """``text`` as JSON writes it inside a string, when that is ``text`` itself."""
+    encoded = orjson.dumps(text)[1:-1]
+    return encoded if encoded == text.encode() else None
+
+
+def _needles(rule: Rule) -> tuple[bytes, ...]:
+    """Bytes that every message matching ``rule``'s session, key and params holds (written
+    without escapes): the literal runs of its session glob (with the string's quote where the
+    glob is anchored), ``"idempotencyKey"`` when a key must be present, and each string, key
+    and literal of its params pattern. A batch of messages that lacks one cannot match."""
+    found: list[bytes] = []
+    when = rule.when
+    if when.session != "*":
+        head, bracket, _ = when.session.partition("[")  # from a [...] class on: nothing known
+        parts = _WILDCARDS.split(head)
+        for index, part in enumerate(parts):
+            plain = _plain(part)
+            if plain is None:
+                continue
+            if index == 0:
+                plain = b'"' + plain
+            if index == len(parts) - 1 and not bracket:
+                plain += b'"'
+            if plain.strip(b'"'):
+                found.append(plain)
+    if _KEYED[when.idempotency_key]:
+        found.append(b'"idempotencyKey"')
+    if when.params is not None:
+        _pattern_needles(when.params, found)
+    return tuple(sorted(dict.fromkeys(found), key=len, reverse=True))  # longest: searched fastest
+
+
+def _pattern_needles(pattern: Any, found: list[bytes]) -> None:
+    """The bytes a value matching ``pattern`` (:func:`params_matcher`) holds: its strings quoted,
+    its keys, ``true``, ``false`` and ``null``; numbers have more than one spelling."""
+    if isinstance(pattern, dict):
+        for key, sub in pattern.items():
+            plain = _plain(key)
+            if plain is not None:
+                found.append(b'"' + plain + b'"')
+            _pattern_needles(sub, found)
+    elif isinstance(pattern, list):
+        for sub in pattern:
+            _pattern_needles(sub, found)
+    elif isinstance(pattern, str):
+        plain = _plain(pattern)
+        if plain is not None:
+            found.append(b'"' + plain + b'"')
+    elif isinstance(pattern, bool) or pattern is None:
+        found.append(orjson.dumps(pattern))
 
 
 _CANDIDATES_KEPT = 4096
@@ -200,6 +264,7 @@ class FaultEngine:
                 frozenset(rule.schedule.nth or ()),
                 None if rule.when.params is None else params_matcher(rule.when.params),
                 _KEYED[rule.when.idempotency_key],
+                _needles(rule),
             )
             for rule in rules
         )
@@ -217,22 +282,47 @@ class FaultEngine:
         kind: Kind,
         downstream: str,
         method: str | None,
-        message: Message,
+        params: Any,
     ) -> bool:
-        """Whether no rule matches ``message`` (of this shape): none can match its shape, or none
-        of those that can matches its session, key and params. Unknown until :meth:`decide` has
-        seen a message of the shape: ``False``. A message no rule matches moves no counter and
-        draws nothing, so the relay may pass it on without :meth:`decide`."""
+        """Whether no rule matches a message of this shape with these ``params``: none can match
+        its shape, or none of those that can matches its session, key and params. Unknown until
+        :meth:`decide` has seen a message of the shape: ``False``. A message no rule matches
+        moves no counter and draws nothing, so the relay may pass it on without :meth:`decide`."""
         candidates = self._candidates.get((direction, kind, downstream, method))
         if candidates is None:
             return False
         if not candidates:
             return True
-        params = message.params
-        keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
-        session = message.session
+        session = None
+        keyed = False
+        if type(params) is dict:
+            keyed = params.get("idempotencyKey") is not None
+            session = params.get("sessionId")
+            if type(session) is not str:
+                session = None
         for compiled in candidates:  # noqa: SIM110 (a loop: no generator per message)
             if _details_fit(compiled, session, keyed, params):
+                return False
+        return True
+
+    def unmatched_in(
+        self, direction: Direction, kind: Kind, downstream: str, method: str, data: bytes
+    ) -> bool | None:
+        """Whether no rule matches any message of this shape in ``data`` (messages read
+        together), judged from their bytes alone: ``True`` when every rule that can match the
+        shape needs bytes (:attr:`_Compiled.needles`) that ``data`` lacks; ``False`` when some
+        rule may match (ask :meth:`unmatched` message by message); ``None`` while the shape is
+        unknown (until :meth:`decide` has seen a message of it)."""
+        candidates = self._candidates.get((direction, kind, downstream, method))
+        if candidates is None:
+            return None
+        if not candidates:
+            return True
+        if b"\\" in data and (ESCAPES[0] in data or ESCAPES[1] in data):  # memchr first
+            return False
+        for compiled in candidates:
+            needles = compiled.needles
+            if not needles or all(needle in data for needle in needles):
                 return False
         return True
 

@@ -7,11 +7,13 @@ shell's monotonic clock), so the core never reads a clock.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 from proxy.core.jsonrpc import Batch, Invalid, Message
 from proxy.core.values import value
 
 __all__ = [
+    "BurstReceived",
     "Direction",
     "Event",
     "MessageReceived",
@@ -71,6 +73,20 @@ class MessageReceived:
     parsed: Message | Batch | Invalid | None = None
     """Its parse, when the shell made it already (a large message, parsed off the event loop:
     :mod:`proxy.core.compact`); the relay parses ``data`` otherwise."""
+
+
+@value
+class BurstReceived:
+    """Messages that arrived from ``side`` together (the lines of one read), in order.
+
+    Fed to :meth:`~proxy.core.relay.Relay.handle_burst`, which does with them what it does with
+    a :class:`MessageReceived` each, in one pass: a run of notifications no rule matches goes on
+    as one send and one observation.
+    """
+
+    side: Side
+    messages: Sequence[bytes]
+    at: float
 
 
 @value

@@ -28,7 +28,7 @@ class Oversized:
 class LineFramer:
     """Split a byte stream into messages at ``\\n``; at most ``limit`` bytes per message."""
 
-    __slots__ = ("_buffer", "_discarding", "_limit", "_scanned")
+    __slots__ = ("_buffer", "_discarding", "_limit", "_scanned", "oversized")
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -37,6 +37,8 @@ class LineFramer:
         self._buffer = bytearray()
         self._scanned = 0  # bytes of _buffer known to hold no newline
         self._discarding = 0  # > 0: size so far of an oversized line being skipped
+        self.oversized = 0
+        """:class:`Oversized` markers returned so far."""
 
     def feed(self, data: bytes) -> list[bytes | Oversized]:
         """Add ``data``; return the messages it completes, in order."""
@@ -47,6 +49,7 @@ class LineFramer:
                 self._discarding += len(data)
                 return out
             out.append(Oversized(self._discarding + newline, self._limit))
+            self.oversized += 1
             self._discarding = 0
             data = data[newline + 1 :]
         buffer = self._buffer
@@ -75,6 +78,7 @@ class LineFramer:
         out: list[bytes | Oversized] = []
         if self._discarding:
             out.append(Oversized(self._discarding, self._limit))
+            self.oversized += 1
             self._discarding = 0
         elif self._buffer:
             self._emit(bytes(self._buffer), out)
@@ -85,5 +89,6 @@ class LineFramer:
     def _emit(self, line: bytes, out: list[bytes | Oversized]) -> None:
         if len(line) > self._limit:
             out.append(Oversized(len(line), self._limit))
+            self.oversized += 1
         elif line and not line.isspace():
             out.append(line)

@@ -40,8 +40,10 @@ __all__ = [
     "InvalidReason",
     "Kind",
     "Message",
+    "classify",
     "error_response",
     "id_key",
+    "notification",
     "parse",
     "token_at",
 ]
@@ -143,6 +145,11 @@ class Message:
     def params(self) -> Any:
         """``params``, or ``None`` when absent."""
         return self.body.get("params")
+
+
+def notification(raw: bytes, body: dict[str, Any], method: str) -> Message:
+    """The notification ``raw``, its JSON ``body`` (an object with ``method`` and no ``id``)."""
+    return Message(raw, Kind.NOTIFICATION, body, method, session=_session(body))
 
 
 def _session(value: dict[str, Any]) -> str | None:
@@ -249,7 +256,7 @@ def _classify(raw: bytes, value: Any) -> Message | Invalid:
         if not isinstance(method, str):
             return Invalid(raw, InvalidReason.INVALID_SHAPE, "method is not a string")
         if not has_id:
-            return Message(raw, Kind.NOTIFICATION, value, method, session=_session(value))
+            return notification(raw, value, method)
         kind = Kind.REQUEST
     elif has_id and (("result" in value) != ("error" in value)):
         method = None
@@ -341,6 +348,12 @@ def parse(raw: bytes) -> Message | Batch | Invalid:
     value, invalid = _load(raw)
     if invalid is not None:
         return _readable_id(invalid)
+    return classify(raw, value)
+
+
+def classify(raw: bytes, value: Any) -> Message | Batch | Invalid:
+    """Classify ``raw`` from ``value``, its JSON parsed already (``orjson.loads(raw)``, as
+    :func:`parse` would have found it). Never raises."""
     try:
         if isinstance(value, list):
             if not value:

@@ -55,6 +55,7 @@ from proxy.core.observations import (
     KeyedMessage,
     Observation,
     Relayed,
+    RelayedRun,
     Restarted,
     Via,
 )
@@ -178,6 +179,11 @@ class Ledger:
                 and observation.method == acp.PROMPT
             ):  # an answer no parser reads, passed on
                 self._unreadable_answer(observation, link)
+            return
+        if isinstance(observation, RelayedRun):  # notifications: they matter once keys are known
+            if self._keys:
+                for relayed in observation.each():
+                    self.observe(relayed, link)
             return
         match observation:
             case DuplicateSwallowed(method=method, data=data) if method == acp.PROMPT:

@@ -58,6 +58,7 @@ from proxy.core.observations import (
     Orphaned,
     PeerGone,
     Relayed,
+    RelayedRun,
     ReloadResult,
     Restarted,
     RestartWhat,
@@ -96,6 +97,7 @@ __all__ = [
     "encode",
     "event_of",
     "record_of",
+    "records_of",
 ]
 
 TRACE_VERSION = 1
@@ -385,6 +387,17 @@ def _id(token: bytes | None) -> JsonValue:
 
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
+
+
+def records_of(observation: Observation, link: int | None, time: float) -> list[Record]:
+    """The records of one observation: a :class:`~proxy.core.observations.RelayedRun` gives a
+    record per message (as each relayed alone would), any other at most one
+    (:func:`record_of`)."""
+    if isinstance(observation, RelayedRun):
+        told = [record_of(relayed, link, time) for relayed in observation.each()]
+    else:
+        told = [record_of(observation, link, time)]
+    return [record for record in told if record is not None]
 
 
 def record_of(observation: Observation, link: int | None, time: float) -> Record | None:

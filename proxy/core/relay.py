@@ -54,14 +54,24 @@ is :class:`~proxy.core.observations.Held` when it arrives, and its
 observations follow the order of the wire. An answer's duration runs
 from its request's arrival to its own delivery. Its id was mapped when it arrived: a held request's
 answer, a cancel of it, find it.
+
+The fast path changes none of this, only its cost. A notification no rule matches and nothing
+rewrites (no cancel, no successor envelope) skips the steps that cannot change it. Messages read
+together (:class:`~proxy.core.events.BurstReceived`: the lines of one read) are parsed in one
+call, and each run of such notifications goes on as one :class:`~proxy.core.commands.SendRun`
+and one :class:`~proxy.core.observations.RelayedRun`; whether a rule can match a run is first
+judged from the burst's bytes (:meth:`~proxy.core.engine.FaultEngine.unmatched_in`). Every other
+message of a burst is handled as if it came alone.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import assert_never
+from typing import Any, assert_never
+
+import orjson
 
 from proxy.core import acp
 from proxy.core.actions import actions
@@ -86,12 +96,14 @@ from proxy.core.commands import (
     DropStream,
     Send,
     SendCut,
+    SendRun,
     Sever,
     SignalAgent,
     StartTimer,
 )
 from proxy.core.engine import FaultEngine
 from proxy.core.events import (
+    BurstReceived,
     Direction,
     Event,
     MessageReceived,
@@ -109,6 +121,7 @@ from proxy.core.jsonrpc import (
     Invalid,
     Kind,
     Message,
+    classify,
     error_response,
     id_key,
     parse,
@@ -125,12 +138,14 @@ from proxy.core.observations import (
     Orphaned,
     PeerGone,
     Relayed,
+    RelayedRun,
     RulesCounted,
     Stopped,
     Stopping,
     TooManyPending,
     Undeliverable,
     Unroutable,
+    relayed_notification,
 )
 from proxy.core.splice import Span, splice
 
@@ -251,14 +266,7 @@ class Relay:
         """Feed one event; return what must happen, in order."""
         match event:
             case MessageReceived(side=side, data=data, at=at, parsed=parsed):
-                direction = side.outbound
-                out = self._received(direction, data, at, parsed)
-                if self._reorders and direction in self._reorders:
-                    self._overtaken(direction, out, at)
-                if self._reordered:  # held by this message: only later ones can pass them
-                    self._reorders.setdefault(direction, []).extend(self._reordered)
-                    self._reordered.clear()
-                return out
+                return self._message(side.outbound, data, at, parsed)
             case OversizedReceived(side=side, size=size, limit=limit):
                 return self._invalid.oversized(side.outbound, size, limit)
             case PeerClosed(side=side):
@@ -267,6 +275,127 @@ class Relay:
                 return self._release(token, at)
 
     # -- messages -------------------------------------------------------------------------------
+
+    def _message(
+        self,
+        direction: Direction,
+        data: bytes,
+        at: float,
+        parsed: Message | Batch | Invalid | None = None,
+    ) -> list[Command]:
+        """One message travelling ``direction``, and the held messages it overtakes."""
+        out = self._received(direction, data, at, parsed)
+        if self._reorders and direction in self._reorders:
+            self._overtaken(direction, out, at)
+        if self._reordered:  # held by this message: only later ones can pass them
+            self._reorders.setdefault(direction, []).extend(self._reordered)
+            self._reordered.clear()
+        return out
+
+    def handle_burst(self, event: BurstReceived) -> tuple[list[Command], int]:
+        """Feed messages read together: the run of notifications at their head that go on as
+        they came (:meth:`_passes`), as one :class:`SendRun` and one :class:`RelayedRun` per
+        method, then the message after it, alone (:meth:`handle` would do the same with it).
+        Return the commands and how many messages were taken (at least one): the shell carries
+        the commands out before it feeds the rest, since one may change where the next goes
+        (a restart, a sever). The bytes, their order and what is observed are those of a
+        :class:`MessageReceived` each."""
+        direction, messages, at = event.side.outbound, event.messages, event.at
+        if not self._fast_path:
+            return self._message(direction, messages[0], at), 1
+        out: list[Command] = []
+        verdicts: dict[str, bool] = {}
+        joined: list[bytes] = []
+
+        def burst() -> bytes:
+            if not joined:
+                joined.append(b"\n".join(messages))
+            return joined[0]
+
+        loads = orjson.loads
+        start = 0
+        run: str | None = None  # the method of the run being gathered, from ``start`` on
+        every = False  # every notification of the run's method passes, whatever its body
+        bodies: list[dict[str, Any]] = []
+        for index, data in enumerate(messages):
+            try:
+                body = loads(data)
+            except orjson.JSONDecodeError:
+                parsed = None  # invalid, or JSON only the standard library reads: parsed alone
+            else:
+                if (
+                    type(body) is dict
+                    and "id" not in body
+                    and type(method := body.get("method")) is str
+                    and (
+                        (method == run and every)
+                        or self._passes(direction, method, body, verdicts, burst)
+                    )
+                ):
+                    if method != run:
+                        if run is not None:
+                            self._run(direction, run, messages[start:index], bodies, out)
+                            bodies = []
+                        start, run = index, method
+                        every = self._engine is None or verdicts.get(method, False)
+                    bodies.append(body)
+                    continue
+                parsed = classify(data, body)
+            if run is not None:
+                self._run(direction, run, messages[start:index], bodies, out)
+            out.extend(self._message(direction, data, at, parsed))
+            return out, index + 1
+        if run is not None:
+            self._run(direction, run, messages[start:], bodies, out)
+        return out, len(messages)
+
+    def _passes(
+        self,
+        direction: Direction,
+        method: str,
+        body: dict[str, Any],
+        verdicts: dict[str, bool],
+        burst: Callable[[], bytes],
+    ) -> bool:
+        """Whether the notification ``body`` of a burst goes on as it came, unobserved by any
+        rule (:meth:`_plain`); ``verdicts`` keeps, per method, whether the burst's bytes show
+        that no rule can match it (:meth:`FaultEngine.unmatched_in`)."""
+        if (
+            direction.destination in self._closing
+            or direction in self._reorders
+            or method == acp.CANCEL_REQUEST
+            or method in acp.SUCCESSORS
+        ):
+            return False
+        engine = self._engine
+        if engine is None:
+            return True
+        verdict = verdicts.get(method)
+        if verdict is None:
+            found = engine.unmatched_in(
+                direction, Kind.NOTIFICATION, self._downstream, method, burst()
+            )
+            if found is None:  # a shape the rules have not seen: decided in full
+                return False
+            verdict = verdicts[method] = found
+        return verdict or engine.unmatched(
+            direction, Kind.NOTIFICATION, self._downstream, method, body.get("params")
+        )
+
+    def _run(
+        self,
+        direction: Direction,
+        method: str,
+        messages: Sequence[bytes],
+        bodies: Sequence[dict[str, Any]],
+        out: list[Command],
+    ) -> None:
+        """A run of notifications of ``method`` that go on as they came: observed, then sent."""
+        size = sum(map(len, messages))
+        out.append(
+            RelayedRun(direction=direction, method=method, size=size, raws=messages, bodies=bodies)
+        )
+        out.append(SendRun(direction.destination, messages))
 
     def _received(
         self,
@@ -291,7 +420,7 @@ class Relay:
                 and parsed.kind is Kind.NOTIFICATION
                 and self._plain(direction, parsed)
             ):
-                out.append(_relayed_notification(direction, parsed))
+                out.append(relayed_notification(direction, parsed))
                 out.append(Send(destination, data))
                 return out
             forwards, after = self._process(direction, parsed, at, out)
@@ -334,7 +463,7 @@ class Relay:
             return False
         engine = self._engine
         return engine is None or engine.unmatched(
-            direction, Kind.NOTIFICATION, self._downstream, method, message
+            direction, Kind.NOTIFICATION, self._downstream, method, message.params
         )
 
     def _process(
@@ -824,7 +953,7 @@ class Relay:
             forwards = self._cancel(direction, message, out)
             if not forwards:
                 return forwards
-        out.append(_relayed_notification(direction, message))
+        out.append(relayed_notification(direction, message))
         return forwards
 
     def _cancel(self, direction: Direction, message: Message, out: list[Command]) -> list[bytes]:
@@ -921,18 +1050,6 @@ def _ends(command: Command, side: Side) -> bool:
     """Whether ``command`` ends the connection toward ``side`` (nothing sent after it arrives)."""
     return (type(command) is SendCut and command.to is side) or (
         type(command) is Sever and command.side is side
-    )
-
-
-def _relayed_notification(direction: Direction, message: Message) -> Relayed:
-    """The observation of a notification forwarded as it came."""
-    return Relayed(
-        direction=direction,
-        kind=Kind.NOTIFICATION,
-        method=message.method,
-        session=message.session,
-        size=len(message.raw),
-        message=message,
     )
 
 

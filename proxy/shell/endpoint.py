@@ -8,6 +8,7 @@ in order; :meth:`Endpoint.drain` is where backpressure reaches the reader of the
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from proxy.core.commands import FailPost
@@ -16,6 +17,7 @@ from proxy.core.jsonrpc import Batch, Invalid, Message
 
 __all__ = [
     "Admitting",
+    "Bursting",
     "ClosesWithReason",
     "Endpoint",
     "ExitReporter",
@@ -73,6 +75,10 @@ class Endpoint(Protocol):
         """Queue one message for the peer; order is kept. Dropped once closing."""
         ...
 
+    def send_run(self, messages: Sequence[bytes]) -> None:
+        """Queue ``messages``, in order, as :meth:`send` queues each."""
+        ...
+
     def send_cut(self, data: bytes, cut: int) -> None:
         """Queue the first ``cut`` bytes of the message ``data`` as the transport carries a
         message cut short (``truncate``; the link severs the connection next)."""
@@ -113,6 +119,21 @@ class Endpoint(Protocol):
 
     async def wait_closed(self) -> None:
         """Wait until the connection has ended and its resources are released."""
+        ...
+
+
+@runtime_checkable
+class Bursting(Protocol):
+    """An endpoint that hands over the messages of one read together (a stdio pipe's lines)."""
+
+    def receive_burst(self, below: int) -> list[bytes]:
+        """The messages :meth:`Endpoint.receive` holds ready, all at once, when every one is
+        a message's bytes under ``below`` bytes; else none (they are received one by one)."""
+        ...
+
+    def give_back(self, messages: list[bytes]) -> None:
+        """``messages``, the last of those :meth:`receive_burst` handed over, are received
+        again, first."""
         ...
 
 

@@ -52,6 +52,7 @@ import functools
 import heapq
 import itertools
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, assert_never
 
@@ -63,11 +64,13 @@ from proxy.core.commands import (
     Restart,
     Send,
     SendCut,
+    SendRun,
     Sever,
     SignalAgent,
     StartTimer,
 )
 from proxy.core.events import (
+    BurstReceived,
     Direction,
     Event,
     MessageReceived,
@@ -83,6 +86,7 @@ from proxy.core.relay import Relay
 from proxy.shell.defaults import AGENT_EXIT_WAIT, HELD_HIGH_WATER, STALL_SECONDS
 from proxy.shell.endpoint import (
     Admitting,
+    Bursting,
     ClosesWithReason,
     Endpoint,
     ExitReporter,
@@ -324,6 +328,9 @@ class Link:
         other = side.other
         unflushed: set[Side] = set()
         admitted = isinstance(endpoint, Admitting)  # counted before it was read
+        bursting = endpoint if isinstance(endpoint, Bursting) else None
+        large = self._parser.large
+        small = sys.maxsize if large is None else large  # a message under it is parsed here
         charged = 0  # bytes of the burst being relayed: in flight until its destinations drained
         try:
             while True:
@@ -331,12 +338,19 @@ class Link:
                     await self._inflight.room(lambda: self._must_read(side, endpoint))
                 received = await endpoint.receive()
                 parsed = None
+                burst: list[bytes] | None = None
                 if type(received) is not bytes and isinstance(received, _PARSED):  # by its endpoint
                     parsed, received = received, received.raw
                 if isinstance(received, bytes):
-                    charged += len(received)
-                    self._inflight.add(len(received))
-                    if parsed is None and self._parser.is_large(received):
+                    size = len(received)
+                    if bursting is not None and size < small and endpoint.receive_ready():
+                        burst = bursting.receive_burst(small)  # the rest of this read, at once
+                        if burst:
+                            burst.insert(0, received)
+                            size = sum(map(len, burst))
+                    charged += size
+                    self._inflight.add(size)
+                    if burst is None and parsed is None and self._parser.is_large(received):
                         parsed = await self._parser.offload(received)
                 if side is Side.AGENT and generation != self._generation:
                     return  # an Agent that was replaced: nothing it says counts any more
@@ -348,10 +362,22 @@ class Link:
                 if side is Side.CLIENT and not self._agent_up.is_set():
                     await self._agent_up.wait()
                 ended = received is None
-                unflushed |= self._relay_one(side, endpoint, received, parsed)
+                if burst:
+                    written, taken = self._relay_burst(side, endpoint, burst)
+                    unflushed |= written
+                    if taken < len(burst):  # read again, after what the relay did with these
+                        assert bursting is not None
+                        rest = burst[taken:]
+                        left = sum(map(len, rest))
+                        bursting.give_back(rest)
+                        del rest
+                        charged -= left
+                        self._inflight.remove(left)
+                else:
+                    unflushed |= self._relay_one(side, endpoint, received, parsed)
                 # Relayed: what goes on is in the destinations' queues. While this task waits
                 # (for a drain, for the next message) nothing here keeps the message alive.
-                del received, parsed
+                del received, parsed, burst
                 if ended or not endpoint.receive_ready():
                     # A burst read together is relayed whole, then written and drained at once.
                     # The far side is drained too: a held message reaches it later, without a
@@ -409,10 +435,20 @@ class Link:
         else:
             event = OversizedReceived(side, received.size, received.limit, at)
         self._post_failure = None
-        written = self._feed(event)
+        written, _ = self._feed(event)
         if received is not None:
             endpoint.processed(self._post_failure)
         return written
+
+    def _relay_burst(
+        self, side: Side, endpoint: Endpoint, burst: list[bytes]
+    ) -> tuple[set[Side], int]:
+        """Feed the messages ``side`` sent together to the relay, in one event; the sides
+        written to, and how many messages it took (the rest are received again)."""
+        self._post_failure = None
+        written, taken = self._feed(BurstReceived(side, burst, self._clock()))
+        endpoint.processed(self._post_failure)
+        return written, taken
 
     async def _failure(self, agent: Endpoint) -> str | None:
         """How the Agent whose output ended failed, when its Client can still be told (a
@@ -481,18 +517,26 @@ class Link:
         self._held_room.set()
         self._inflight.wake()
 
-    def _feed(self, event: Event) -> set[Side]:
+    def _feed(self, event: Event | BurstReceived) -> tuple[set[Side], int]:
+        """Feed ``event`` and carry out its commands: the sides written to, and how many of a
+        burst's messages the relay took (the others are fed next)."""
         try:
-            commands = self.relay.handle(event)
+            if isinstance(event, BurstReceived):
+                commands, taken = self.relay.handle_burst(event)
+            else:
+                commands, taken = self.relay.handle(event), 1
         except Exception:
+            if isinstance(event, BurstReceived):  # which message? each goes alone from here
+                first = MessageReceived(event.side, event.messages[0], event.at)
+                return self._feed(first)
             # A bug in the core must not take the link down; the message is lost, loudly.
             log.exception(
                 "internal error while relaying; message dropped",
                 link=self.id,
                 event_type=type(event).__name__,
             )
-            return set()
-        return self._execute(commands)
+            return set(), 1
+        return self._execute(commands), taken
 
     def _execute(self, commands: list[Command]) -> set[Side]:
         """Carry out ``commands`` in order; return the sides that were written to."""
@@ -507,6 +551,9 @@ class Link:
                 self._observer.observe(command, self.id)
                 continue
             match command:
+                case SendRun(to=to, data=data):
+                    self.endpoints[to].send_run(data)
+                    written.add(to)
                 case SendCut(to=to, data=data, cut=cut):
                     endpoint = self.endpoints[to]
                     endpoint.send_cut(data, cut)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from proxy.core import acp
+from proxy.core.jsonrpc import Kind
 from proxy.core.observations import (
     CancelDropped,
     Connected,
@@ -32,6 +33,7 @@ from proxy.core.observations import (
     Orphaned,
     PeerGone,
     Relayed,
+    RelayedRun,
     Restarted,
     RulesCounted,
     RulesReloaded,
@@ -92,6 +94,12 @@ class Tally:
             direction = observation.direction
             label = acp.method_label(observation.method)
             counts["messages", direction, observation.kind, label] += 1
+            self.relayed_bytes[direction] += observation.size
+            return
+        if isinstance(observation, RelayedRun):  # many messages, counted at once
+            direction = observation.direction
+            label = acp.method_label(observation.method)
+            counts["messages", direction, Kind.NOTIFICATION, label] += len(observation.raws)
             self.relayed_bytes[direction] += observation.size
             return
         match observation:
@@ -171,6 +179,11 @@ class LogObserver:
             log = self._per_link.get(link)
             if log is None:
                 log = self._per_link[link] = self._log.bind(link=link)
+        if isinstance(observation, RelayedRun):  # a line each, only at debug level
+            if log.is_enabled_for(logging.DEBUG):
+                for relayed in observation.each():
+                    self.observe(relayed, link)
+            return
         if isinstance(observation, Relayed):  # one per message: skip building the line
             if log.is_enabled_for(logging.DEBUG):
                 extra = {} if observation.hold is None else {"hold": observation.hold}

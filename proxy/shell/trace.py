@@ -27,7 +27,7 @@ from pathlib import Path
 
 from proxy.core.errors import StartupError, os_cause
 from proxy.core.observations import Observation
-from proxy.core.records import TRACE_VERSION, TraceHeader, encode, record_of
+from proxy.core.records import TRACE_VERSION, TraceHeader, encode, records_of
 from proxy.core.sse import encode_event
 from proxy.shell.limits import DEFAULT_MAX_EVENT_SUBSCRIBERS, EVENT_BACKLOG, LimitReached
 from proxy.shell.log import get_logger
@@ -97,8 +97,7 @@ class TraceWriter:
         """Append the observation's record (one write, unbuffered)."""
         if self._fd is None:
             return
-        record = record_of(observation, link, self._clock())
-        if record is not None:
+        for record in records_of(observation, link, self._clock()):
             self._write(encode(record))
 
     def _write(self, line: bytes) -> None:
@@ -177,16 +176,16 @@ class EventFeed:
         """Hand the observation's record to every subscriber (never blocks)."""
         if not self._subscribers:
             return
-        record = record_of(observation, link, self._clock())
-        if record is None:
-            return
-        event = encode_event(encode(record))
         behind = []
-        for subscription in self._subscribers:
-            try:
-                subscription.events.put_nowait(event)
-            except asyncio.QueueFull:
-                behind.append(subscription)
+        for record in records_of(observation, link, self._clock()):
+            event = encode_event(encode(record))
+            for subscription in self._subscribers:
+                if subscription in behind:
+                    continue
+                try:
+                    subscription.events.put_nowait(event)
+                except asyncio.QueueFull:
+                    behind.append(subscription)
         for subscription in behind:
             self._drop(subscription)
 

@@ -420,7 +420,75 @@ def test_a_notification_no_rule_matches_takes_the_fast_path_one_that_matches_doe
     s2 = parse(update("s2"))
     assert isinstance(s2, Message)
     shape = (Direction.TO_CLIENT, Kind.NOTIFICATION, "stdio", "session/update")
-    assert fast.unmatched(*shape, s2)
+    assert fast.unmatched(*shape, s2.params)
     s1 = parse(update("s1"))
     assert isinstance(s1, Message)
-    assert not fast.unmatched(*shape, s1)
+    assert not fast.unmatched(*shape, s1.params)
+
+
+def _update_bytes(session: str, kind: str = "agent_message_chunk") -> bytes:
+    return (
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
+        + session.encode()
+        + b'","update":{"sessionUpdate":"'
+        + kind.encode()
+        + b'"}}}'
+    )
+
+
+BURST_SHAPE = (Direction.TO_CLIENT, Kind.NOTIFICATION, "stdio", "session/update")
+
+
+def _seen(rules: list[Rule]) -> FaultEngine:
+    """An engine that has decided one ``session/update`` (its shape's rules are known)."""
+    engine = FaultEngine(rules)
+    assert engine.unmatched_in(*BURST_SHAPE, _update_bytes("s1")) is None  # not seen yet
+    engine.decide(UPDATE, 0.0)
+    return engine
+
+
+def test_messages_read_together_are_passed_by_their_bytes_when_each_rule_lacks_one() -> None:
+    """A burst's bytes decide for every message of a shape at once: no rule can match when each
+    that could needs bytes the burst lacks (its params' strings and keys, ``"idempotencyKey"``);
+    an escape a string may hide behind, or a rule with nothing to look for, leaves the decision
+    to each message."""
+    engine = _seen(
+        [
+            rule("tools", when={"params": {"update": {"sessionUpdate": "tool_call"}}}),
+            rule("keyed", when={"method": "session/update", "idempotency_key": "present"}),
+        ]
+    )
+    burst = _update_bytes("s1") + b"\n" + _update_bytes("s2")
+    assert engine.unmatched_in(*BURST_SHAPE, burst) is True
+    assert engine.unmatched_in(*BURST_SHAPE, burst + _update_bytes("s3", "tool_call")) is False
+    assert engine.unmatched_in(*BURST_SHAPE, burst + b'"idempotencyKey"') is False
+    hidden = _update_bytes("s3", "tool_c\\u0061ll")  # "tool_call", one letter escaped
+    assert engine.unmatched_in(*BURST_SHAPE, burst + hidden) is False
+    assert engine.unmatched_in(*BURST_SHAPE, burst + b'"a\\nb"') is True  # hides no letter
+    blind = _seen([rule("one", when={"params": {"n": 1}}), rule("none", when={"params": {}})])
+    assert blind.unmatched_in(*BURST_SHAPE, burst) is False  # 1 has more than one spelling
+
+
+@pytest.mark.parametrize(
+    ("glob", "matching", "lacking"),
+    [
+        ("s1", "s1", "s10"),
+        ("other-*", "other-7", "another-7"),
+        ("*-42", "run-42", "run-420"),
+        ("z*y?q", "z--y-q", "z--y-"),
+        ("run[0-9]x", "run7x", "ru"),
+        ("*", "s1", None),  # nothing to look for
+        ('say "hi"*', 'say "hi" 1', None),  # runs JSON escapes: not looked for
+    ],
+)
+def test_a_session_glob_needs_its_literal_runs(
+    glob: str, matching: str, lacking: str | None
+) -> None:
+    """A session rule passes a burst whose bytes lack one of its glob's literal runs (anchored
+    by the string's quote where the glob is; nothing after a ``[...]`` class), and never one
+    that holds a session it matches."""
+    engine = _seen([rule("r", when={"session": glob})])
+    raw = _update_bytes(matching.replace('"', '\\"'))
+    assert engine.unmatched_in(*BURST_SHAPE, raw) is False
+    if lacking is not None:
+        assert engine.unmatched_in(*BURST_SHAPE, _update_bytes(lacking)) is True

@@ -107,3 +107,17 @@ def test_a_region_of_many_mb_is_cut_line_by_line() -> None:
     data = b"{}\n" + big + b"\n\n" + b"[1]\n" + b"tail"
     assert feed_all(LineFramer(len(big)), [data]) == [b"{}", big, b"[1]", b"tail"]
     assert feed_all(LineFramer(100), [data]) == [b"{}", Oversized(len(big), 100), b"[1]", b"tail"]
+
+
+def test_the_markers_returned_are_counted() -> None:
+    """The framer counts the markers of messages too large it has returned (a reader knows
+    whether a read brought one without looking at each message)."""
+    framer = LineFramer(4)
+    framer.feed(b"ab\nabcdef\nc")
+    assert framer.oversized == 1
+    framer.feed(b"xxxxx")
+    framer.feed(b"yy\n")
+    assert framer.oversized == 2
+    framer.feed(b"zzzzzz")
+    framer.eof()
+    assert framer.oversized == 3

@@ -10,10 +10,17 @@ import pytest
 
 from proxy.core.commands import Command, Send, StartTimer
 from proxy.core.engine import FaultEngine
-from proxy.core.events import Event, MessageReceived, Side, TimerFired
+from proxy.core.events import BurstReceived, Event, MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
 from proxy.core.ledger import Ledger
-from proxy.core.observations import Finding, KeyedAttempt, KeyedMessage, Observation, Restarted
+from proxy.core.observations import (
+    Finding,
+    KeyedAttempt,
+    KeyedMessage,
+    Observation,
+    RelayedRun,
+    Restarted,
+)
 from proxy.core.relay import Relay
 
 CLIENT, AGENT = Side.CLIENT, Side.AGENT
@@ -477,3 +484,41 @@ def test_an_answer_no_parser_reads_settles_its_prompt() -> None:
     [entry] = lab.ledger.summary()
     assert [a["outcome"] for a in entry["attempts"]] == ["unreadable", None]
     assert entry["retry_delays_ms"] == []
+
+
+def test_updates_read_together_are_judged_one_by_one_once_keys_are_known() -> None:
+    """Notifications the relay forwards as a run (read together) are judged as each alone: a
+    duplicate insert and an echoed key are found inside a run; before any key, nothing is."""
+
+    def update(message_id: str, text: str = "A") -> bytes:
+        return json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    "sessionId": "S",
+                    "update": {
+                        "sessionUpdate": "user_message",
+                        "messageId": message_id,
+                        "content": [{"type": "text", "text": text}],
+                    },
+                },
+            }
+        ).encode()
+
+    lab = Lab()
+
+    def together(*updates: bytes) -> list[Command]:
+        commands, taken = lab.relay.handle_burst(BurstReceived(AGENT, updates, lab.clock.now))
+        assert taken == len(updates)
+        for command in commands:
+            if isinstance(command, Observation):
+                lab.ledger.observe(command, 1)
+        return commands
+
+    together(update("M0"), update("M0", "K1"))
+    assert lab.checks() == []
+    lab.prompt(7)
+    commands = together(update("M1"), update("M2"), update("M3", "echo of K1"))
+    assert [type(c) for c in commands if isinstance(c, Observation)] == [RelayedRun]
+    assert sorted(lab.checks()) == ["duplicate_insert", "key_echoed"]

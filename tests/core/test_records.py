@@ -40,6 +40,7 @@ from proxy.core.observations import (
     Orphaned,
     PeerGone,
     Relayed,
+    RelayedRun,
     Restarted,
     RulesCounted,
     RulesReloaded,
@@ -351,8 +352,8 @@ def _core_observations() -> set[type[Observation]]:
     while pending:
         for kind in pending.pop().__subclasses__():
             # dataclass(slots=True) makes a new class: the one the module holds is the real one
-            if getattr(observations, kind.__name__, None) is kind:
-                found.add(kind)
+            if getattr(observations, kind.__name__, None) is kind and kind is not RelayedRun:
+                found.add(kind)  # a run is told as its Relayed each (records_of)
             pending.append(kind)
     return found
 

@@ -340,6 +340,15 @@ def test_the_fast_path_changes_nothing(script: invariants.Script) -> None:
     invariants.check_fast_path(script)
 
 
+@SLOW
+@given(fast_path_scripts)
+def test_messages_read_together_are_relayed_as_each_alone(script: invariants.Script) -> None:
+    """The messages each side sends in a row, fed as one burst (the lines of one read) through
+    the fast path: the same bytes to the same sides in the same order, the same observations,
+    counts and ledger as each message fed alone through the full path."""
+    invariants.check_bursts(script)
+
+
 RELAY_SEEDS = invariants.corpus("relay")
 
 

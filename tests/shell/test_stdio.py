@@ -301,18 +301,7 @@ async def test_a_large_message_is_written_into_the_pipe_a_slice_at_a_time() -> N
     """A message of many MB goes into the pipe's buffer a slice at a time, each once the reader
     took the one before (copied in whole, it held every other link for tens of ms); it arrives
     whole and in order all the same."""
-    loop = asyncio.get_running_loop()
-    read_end, write_end = os.pipe()
-    unused_read, unused_write = os.pipe()
-    reader = asyncio.StreamReader()
-    read_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(unused_read, "rb", 0)
-    )
-    write_transport, protocol = await loop.connect_write_pipe(
-        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(write_end, "wb", 0)
-    )
-    writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
-    stream = LineStream(reader, writer, read_transport, limit=1 << 30, half_close=False)
+    stream, unused_write, read_end, write_transport = await _line_stream(limit=1 << 30)
     message = b'{"jsonrpc":"2.0","method":"_x/big","params":"' + b"y" * (16 * WRITE_SLICE) + b'"}'
 
     def read_all() -> bytes:
@@ -360,3 +349,58 @@ async def test_an_option_of_the_proxy_after_the_agent_command_is_warned_of(
     await nested.close_stdin()
     assert await nested.wait() == 0
     assert "an argument of the Agent" not in nested.stderr
+
+
+async def _line_stream(limit: int) -> tuple[LineStream, int, int, asyncio.WriteTransport]:
+    """A :class:`LineStream` over two real pipes: the fd to write what it reads, the fd to read
+    what it writes, and its writing transport."""
+    loop = asyncio.get_running_loop()
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    reader = asyncio.StreamReader()
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(in_read, "rb", 0)
+    )
+    write_transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(out_write, "wb", 0)
+    )
+    writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+    stream = LineStream(reader, writer, read_transport, limit=limit, half_close=False)
+    return stream, in_write, out_read, write_transport
+
+
+async def test_the_lines_of_one_read_are_received_together_and_sent_in_one_write() -> None:
+    """The lines one read brought are handed over at once (after the first), unless one was too
+    large (its marker must be answered alone) or one is long enough to be parsed elsewhere; those
+    the relay did not take are received again;
+    a run of lines is queued in one copy, each line still a line of its own, and one that holds
+    a raw newline (from another transport) is spaced as a single send is."""
+    stream, feed, sink, _ = await _line_stream(limit=100)
+    try:
+        os.write(feed, b"one\ntwo\nthree\n")
+        assert await stream.receive() == b"one"
+        assert stream.receive_burst(below=100) == [b"two", b"three"]
+        assert not stream.receive_ready()
+        stream.give_back([b"three"])  # the relay took one: the other is received again
+        assert stream.receive_ready()
+        assert await stream.receive() == b"three"
+        assert not stream.receive_ready()
+
+        os.write(feed, b"a\n" + b"x" * 200 + b"\nb\nc\n")
+        assert await stream.receive() == b"a"
+        assert stream.receive_burst(below=100) == []  # a marker of one too large among them
+        assert [await stream.receive() for _ in range(3)][1:] == [b"b", b"c"]
+
+        os.write(feed, b"d\n" + b"y" * 50 + b"\ne\n")
+        assert await stream.receive() == b"d"
+        assert stream.receive_burst(below=50) == []  # one as long as ``below``
+        assert stream.receive_burst(below=51) == [b"y" * 50, b"e"]
+
+        stream.send_run([b"p", b"q"])
+        stream.send_run([b"r", b'{"s":\n1}'])
+        await stream.drain()
+        assert os.read(sink, 100) == b'p\nq\nr\n{"s": 1}\n'
+    finally:
+        stream.close()
+        os.close(feed)
+        os.close(sink)

@@ -24,10 +24,12 @@ from proxy.core.observations import (
     KeyedMessage,
     Observation,
     Relayed,
+    RelayedRun,
     Stopped,
     Undeliverable,
 )
 from proxy.core.records import as_json, record_of
+from proxy.shell.observers import Tally
 from proxy.shell.trace import TraceWriter
 
 SESSION = "sess-trace"
@@ -408,3 +410,35 @@ def test_keyed_attempts_and_messages_are_recorded(tmp_path: Path) -> None:
             "via": "insert",
         },
     ]
+
+
+def test_notifications_relayed_together_are_a_record_each(tmp_path: Path) -> None:
+    """A run of notifications the relay forwarded at once is traced as each alone would be; the
+    tally counts them the same way too."""
+    raws = [
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"S%d"}}' % n
+        for n in range(3)
+    ]
+    run = RelayedRun(
+        direction=Direction.TO_CLIENT,
+        method="session/update",
+        size=sum(map(len, raws)),
+        raws=raws,
+        bodies=[orjson.loads(raw) for raw in raws],
+    )
+    paths = tmp_path / "together.jsonl", tmp_path / "alone.jsonl"
+    together, alone = (TraceWriter(path, clock=lambda: 5.0) for path in paths)
+    together.observe(run, 2)
+    for relayed in run.each():
+        alone.observe(relayed, 2)
+    together.close()
+    alone.close()
+    lines = paths[0].read_bytes().splitlines()
+    assert lines == paths[1].read_bytes().splitlines()
+    assert [orjson.loads(line)["session"] for line in lines[1:]] == ["S0", "S1", "S2"]
+    tallies = Tally(), Tally()
+    tallies[0].observe(run)
+    for relayed in run.each():
+        tallies[1].observe(relayed)
+    assert tallies[0].counts == tallies[1].counts
+    assert tallies[0].relayed_bytes == tallies[1].relayed_bytes

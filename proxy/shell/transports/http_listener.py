@@ -51,7 +51,7 @@ import asyncio
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -414,6 +414,11 @@ class HttpConnection:
         mailbox = self._route(data)
         if mailbox is not None:
             mailbox.put(encode_event(data))
+
+    def send_run(self, messages: Sequence[bytes]) -> None:
+        """Route each message as :meth:`send` does."""
+        for data in messages:
+            self.send(data)
 
     def send_cut(self, data: bytes, cut: int) -> None:
         """An event holding the message cut short, on the stream the whole one would take."""

@@ -168,6 +168,11 @@ class HttpUpstream:
             if self._queued > HTTP_OUTBOX_HIGH_WATER:
                 self._room.clear()
 
+    def send_run(self, messages: Sequence[bytes]) -> None:
+        """Queue a POST each (in order)."""
+        for data in messages:
+            self.send(data)
+
     def send_cut(self, data: bytes, cut: int) -> None:
         """A POST whose body is the message cut short."""
         self.send(data[:cut])

@@ -28,10 +28,10 @@ import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from proxy.core.commands import FailPost
-from proxy.core.framing import LineFramer
+from proxy.core.framing import LineFramer, Oversized
 from proxy.shell import parent_death
 from proxy.shell.defaults import AGENT_GRACE, WRITE_SLICE
 from proxy.shell.endpoint import Received
@@ -180,7 +180,11 @@ class LineStream:
         self._read_transport = read_transport
         self._half_close = half_close
         self._framer = LineFramer(limit)
-        self._ready: deque[Received] = deque()
+        self._ready: list[bytes | Oversized] = []
+        """The messages of the last read; :meth:`receive` returns them from ``_next`` on."""
+        self._next = 0
+        self._whole = True
+        """Whether every one of them is a message's bytes (no marker of one too large)."""
         self._loop = asyncio.get_running_loop()
         self._gathered: deque[bytes | memoryview] = deque()
         """Messages sent since the last write: one ``write`` (one system call) takes them all,
@@ -196,7 +200,7 @@ class LineStream:
 
     async def receive(self) -> Received | None:
         """The next line (or oversize marker), or ``None`` at EOF or once severed."""
-        while not self._ready:
+        while self._next >= len(self._ready):
             if self._eof or self._severed:
                 return None
             try:
@@ -206,16 +210,43 @@ class LineStream:
                 chunk = b""
             if self._severed:
                 return None
+            framer = self._framer
+            markers = framer.oversized
             if chunk:
-                self._ready.extend(self._framer.feed(chunk))
+                self._ready = framer.feed(chunk)
             else:
                 self._eof = True
-                self._ready.extend(self._framer.eof())
-        return self._ready.popleft()
+                self._ready = framer.eof()
+            self._next = 0
+            self._whole = framer.oversized == markers
+        ready, taken = self._ready, self._next
+        if taken + 1 == len(ready):  # the last: the list keeps no message alive once all are taken
+            self._ready, self._next = [], 0
+        else:
+            self._next = taken + 1
+        return ready[taken]
 
     def receive_ready(self) -> bool:
         """Whether lines of the last chunk read are still to be returned."""
-        return bool(self._ready)
+        return self._next < len(self._ready)
+
+    def receive_burst(self, below: int) -> list[bytes]:
+        """The lines of the last chunk read still to be returned, all at once, when none is a
+        marker of one too large nor ``below`` bytes or more long; else none."""
+        ready, start = self._ready, self._next
+        if start >= len(ready) or not self._whole:
+            return []
+        rest = cast("list[bytes]", ready[start:])
+        if max(map(len, rest)) >= below:
+            return []
+        self._ready, self._next = [], 0
+        return rest
+
+    def give_back(self, messages: list[bytes]) -> None:
+        """``messages``, the last :meth:`receive_burst` returned, are returned again first
+        (unless the stream was severed meanwhile: they are gone with the rest)."""
+        if not self._severed:
+            self._ready, self._next, self._whole = [*messages, *self._ready], 0, True
 
     def send(self, data: bytes) -> None:
         """Queue ``data`` and its newline; silently dropped once the stream is closing.
@@ -230,22 +261,33 @@ class LineStream:
             return
         if b"\n" in data:
             data = data.replace(b"\n", b" ")
-        gathered = self._gathered
-        if not gathered:
-            self._loop.call_soon(self._write_soon)
-        gathered.append(data)
-        gathered.append(b"\n")
-        self._gathered_size += len(data) + 1
+        self._gather(data, ended=True)
+
+    def send_run(self, messages: Sequence[bytes]) -> None:
+        """Queue ``messages``, a line each, as :meth:`send` would (joined in one copy)."""
+        if self._closing or self._write_transport.is_closing() or not messages:
+            return
+        data = b"\n".join(messages)
+        if data.count(b"\n") != len(messages) - 1:  # one holds a raw newline of its own
+            data = b"\n".join(message.replace(b"\n", b" ") for message in messages)
+        self._gather(data, ended=True)
 
     def send_cut(self, data: bytes, cut: int) -> None:
         """The start of a line, without its end (a writer that died mid-line)."""
         if self._closing or self._write_transport.is_closing():
             return
-        part = data[:cut].replace(b"\n", b" ")
-        if not self._gathered:
+        self._gather(data[:cut].replace(b"\n", b" "), ended=False)
+
+    def _gather(self, data: bytes, *, ended: bool) -> None:
+        """Queue ``data`` (and a line end, if ``ended``) for the next write; the first queued
+        since the last write asks for one at the end of this turn of the event loop."""
+        gathered = self._gathered
+        if not gathered:
             self._loop.call_soon(self._write_soon)
-        self._gathered.append(part)
-        self._gathered_size += len(part)
+        gathered.append(data)
+        if ended:
+            gathered.append(b"\n")
+        self._gathered_size += len(data) + ended
 
     def _write_soon(self) -> None:
         """At the end of the loop's turn that gathered a message: write what :meth:`drain` (which
@@ -318,7 +360,7 @@ class LineStream:
             return
         self._severed = True
         self._closing = True
-        self._ready.clear()
+        self._ready, self._next = [], 0
         if flush or self._writer.transport.is_closing():
             self._write_gathered()
             self._writer.close()

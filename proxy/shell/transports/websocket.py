@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import websockets
@@ -130,6 +130,11 @@ class _WsEndpoint:
         """Queue one text frame."""
         if not self._outbox.closing:
             self._outbox.put(data)
+
+    def send_run(self, messages: Sequence[bytes]) -> None:
+        """Queue a text frame each."""
+        for data in messages:
+            self.send(data)
 
     def send_cut(self, data: bytes, cut: int) -> None:
         """A text frame holding the message cut short."""
