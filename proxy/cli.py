@@ -311,6 +311,16 @@ def run(
             "proxy; past it reading waits and a POST that does not fit is answered 503.",
         ),
     ] = DEFAULT_MAX_INFLIGHT_BYTES,
+    max_active_faults: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            min=0,
+            help="Faults in progress at once across the proxy (messages held, copies spaced, "
+            "commands delayed); past it a rule that would start one does not act, counted in "
+            "acp_proxy_faults_overflow_total. Default: no cap.",
+        ),
+    ] = None,
     strict: Annotated[
         bool,
         typer.Option(
@@ -451,6 +461,7 @@ def run(
             max_event_subscribers=max_event_subscribers,
             max_pending=max_pending,
             max_inflight_bytes=max_inflight_bytes,
+            max_active_faults=max_active_faults,
         ),
         faults=faults or (),
         seed=seed,

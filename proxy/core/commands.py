@@ -68,11 +68,14 @@ class StartTimer:
     """Feed :class:`~proxy.core.events.TimerFired` with ``token`` after ``delay`` seconds.
 
     ``size``: the bytes of the messages held until then (the shell bounds what timers hold).
+    ``fault``: the timer is a fault in progress (a message held, a copy spaced, a command
+    delayed: the shell counts it in :class:`~proxy.core.engine.ActiveFaults`), not a deadline.
     """
 
     delay: float
     token: int
     size: int = 0
+    fault: bool = True
 
 
 @value

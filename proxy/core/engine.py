@@ -31,7 +31,7 @@ from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
 from proxy.core.jsonrpc import Kind
 from proxy.core.values import value
 
-__all__ = ["Decision", "FaultEngine", "RuleState", "matches_params"]
+__all__ = ["ActiveFaults", "Decision", "FaultEngine", "RuleState", "matches_params"]
 
 
 @value
@@ -43,6 +43,25 @@ class Decision:
 
 
 NOTHING = Decision((), counted=False)
+
+
+class ActiveFaults:
+    """The faults in progress across every link of a proxy (each a timer running: a message
+    held, a copy spaced, a command delayed), and the cap on them (``--max-active-faults``,
+    Envoy's ``max_active_faults``; ``None``: none). The shell counts the timers as they start
+    and end; the relay asks :meth:`room` before a rule's fault would start more."""
+
+    __slots__ = ("count", "limit")
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.count = 0
+
+    def room(self) -> int:
+        """How many more may start now."""
+        if self.limit is None:
+            return 1 << 62
+        return max(self.limit - self.count, 0)
 
 
 @dataclass(slots=True)
@@ -227,12 +246,15 @@ class FaultEngine:
         listener: str = "stdio",
         on_note: Callable[[Note], None] | None = None,
         client_faults: bool = False,
+        max_active_faults: int | None = None,
     ) -> None:
         self.rng = rng or random.Random(0)
         self.listener = listener
         self.client_faults = client_faults
         """Whether a Client's request may ask for its own fault (``_meta.acpFault``:
         ``--allow-client-faults``)."""
+        self.active = ActiveFaults(max_active_faults)
+        """The faults in progress across the links, and their cap."""
         self._on_note = on_note
         self.states: dict[str, RuleState] = {}
         self._rules: tuple[_Compiled, ...] = ()
@@ -325,6 +347,13 @@ class FaultEngine:
             if not needles or all(needle in data for needle in needles):
                 return False
         return True
+
+    def overflowed(self, rule: Rule) -> None:
+        """``rule`` fired but its fault was refused (:class:`ActiveFaults` had no room): it does
+        not count as fired (a ``times`` budget is not spent on a fault that never was)."""
+        state = self.states.get(rule.name)
+        if state is not None and state.fired:
+            state.fired -= 1
 
     def decide(self, subject: Subject, elapsed_ms: float, *, acting: bool = True) -> Decision:
         """The rules that fire for ``subject``, in order; counts every rule that matched.

@@ -34,6 +34,7 @@ __all__ = [
     "Disconnected",
     "DuplicateSwallowed",
     "FaultInjected",
+    "FaultOverflowed",
     "Finding",
     "Handling",
     "Held",
@@ -302,6 +303,17 @@ class PeerGone(Observation):
 
     side: Side
     abandoned: int
+
+
+@value(kw_only=True)
+class FaultOverflowed(Observation):
+    """A rule fired on a message, but its fault would have started more faults in progress
+    than ``--max-active-faults`` allows: the rule did not act (Envoy's ``faults_overflow``)."""
+
+    rule: str
+    action: ActionName | str
+    direction: Direction
+    method: str | None
 
 
 @value(kw_only=True)

@@ -44,6 +44,7 @@ from proxy.core.observations import (
     Disconnected,
     DuplicateSwallowed,
     FaultInjected,
+    FaultOverflowed,
     Finding,
     Handling,
     Held,
@@ -367,7 +368,7 @@ MESSAGE_FIELDS: Mapping[str, tuple[str, ...]] = {
 ``undeliverable`` message is named (``method`` to ``hold``) only when it was held; a
 disposition this version does not know has them all."""
 
-UNTRACED: tuple[type[Observation], ...] = (IdReused, PeerGone, RulesCounted)
+UNTRACED: tuple[type[Observation], ...] = (FaultOverflowed, IdReused, PeerGone, RulesCounted)
 """The observations of the core that have no record (logged and counted only)."""
 
 

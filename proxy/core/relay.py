@@ -80,6 +80,7 @@ from proxy.core.actions.base import (
     Copies,
     Cut,
     CutShort,
+    Effect,
     Fault,
     Hold,
     KillStream,
@@ -101,7 +102,7 @@ from proxy.core.commands import (
     SignalAgent,
     StartTimer,
 )
-from proxy.core.engine import FaultEngine
+from proxy.core.engine import ActiveFaults, FaultEngine
 from proxy.core.events import (
     BurstReceived,
     Direction,
@@ -131,6 +132,7 @@ from proxy.core.observations import (
     CancelDropped,
     DuplicateSwallowed,
     FaultInjected,
+    FaultOverflowed,
     Held,
     IdReused,
     InitializeCached,
@@ -193,6 +195,7 @@ class Relay:
         "_reorders",
         "_timers",
         "_tokens",
+        "active_faults",
         "initialize_answer",
     )
 
@@ -230,6 +233,9 @@ class Relay:
         self.initialize_answer: bytes | None = cached_initialize
         """The Agent's answer to ``initialize`` (handed to the next Client in conductor mode)."""
         self._engine = engine
+        self.active_faults = engine.active if engine is not None else ActiveFaults()
+        """The faults in progress, counted by the shell as their timers start and end (the
+        engine's: shared by every link)."""
         self._fast_path = fast_path
         self._origin = origin
         counters = ids or {}
@@ -510,11 +516,26 @@ class Relay:
         copies = 0
         after: list[Command] = []
         request_id = self._request_id(direction, message)
+        room = engine.active.room()  # faults in progress this message may still start
         for rule in fired:
             state = engine.states.get(rule.name)
             memory = {} if state is None else state.memory  # a Client's fault keeps nothing
             fault = Fault(message, subject, engine.rng, rule.name, memory)
             params = rule.do
+            effects = actions[params.action].apply(params, fault)
+            lasting = _lasting(effects)
+            if lasting > room:
+                engine.overflowed(rule)
+                out.append(
+                    FaultOverflowed(
+                        rule=rule.name,
+                        action=params.action,
+                        direction=direction,
+                        method=subject.method,
+                    )
+                )
+                continue
+            room -= lasting
             out.append(
                 FaultInjected(
                     rule=rule.name,
@@ -527,7 +548,7 @@ class Relay:
                     request_id=request_id,
                 )
             )
-            for effect in actions[params.action].apply(params, fault):
+            for effect in effects:
                 match effect:
                     case Stop(how=how):
                         stopped_by = stopped_by or (rule.name, how)
@@ -915,7 +936,7 @@ class Relay:
         ):
             deadline = next(self._tokens)
             self._deadlines[deadline] = pending.forwarded_id
-            out.append(StartTimer(self._initialize_timeout, deadline))
+            out.append(StartTimer(self._initialize_timeout, deadline, fault=False))
         edits: list[tuple[Span, bytes]] = [
             (span, pending.forwarded_id) for span in message.id_spans
         ]
@@ -1044,6 +1065,23 @@ class Relay:
             self._closing.add(side.other)
             out.append(Close(side.other))
         return out
+
+
+def _lasting(effects: Sequence[Effect]) -> int:
+    """How many faults in progress ``effects`` start (a message held, copies spaced, a command
+    delayed: each a timer), as :class:`~proxy.core.engine.ActiveFaults` counts them."""
+    count = 0
+    for effect in effects:
+        match effect:
+            case Hold(seconds=seconds) if seconds > 0:
+                count += 1
+            case Copies(count=copies, gap=gap) if gap > 0:
+                count += copies
+            case After(delay=delay) if delay > 0:
+                count += 1
+            case _:
+                pass
+    return count
 
 
 def _ends(command: Command, side: Side) -> bool:

@@ -227,6 +227,7 @@ def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
         listener=listener,
         on_note=functools.partial(_log_note, listener),
         client_faults=options.allow_client_faults,
+        max_active_faults=options.limits.max_active_faults,
     )
 
 
@@ -307,7 +308,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     links = _Links()
     inflight = InflightBytes(options.limits.max_inflight_bytes)
     parser = Parser()
-    metrics = Metrics(pending=links.pending, inflight=inflight, parser=parser)
+    metrics = Metrics(
+        pending=links.pending, inflight=inflight, parser=parser, active_faults=engine.active
+    )
     tally = metrics.tally  # counted once: the closing log line and the metrics read it
     feed = EventFeed(max_subscribers=options.limits.max_event_subscribers, observer=metrics)
 

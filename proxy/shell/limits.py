@@ -112,6 +112,7 @@ class Limits:
     max_event_subscribers: int = DEFAULT_MAX_EVENT_SUBSCRIBERS
     max_pending: int = DEFAULT_MAX_PENDING
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    max_active_faults: int | None = None
 
     def __post_init__(self) -> None:
         at_least("--max-links", self.max_links, 1)
@@ -121,6 +122,8 @@ class Limits:
         at_least("--max-event-subscribers", self.max_event_subscribers, 1)
         at_least("--max-pending", self.max_pending, 1)
         at_least("--max-inflight-bytes", self.max_inflight_bytes, 1)
+        if self.max_active_faults is not None:
+            at_least("--max-active-faults", self.max_active_faults, 0)
 
 
 DEFAULT_LIMITS = Limits()

@@ -177,8 +177,8 @@ class Link:
         """Tasks of the link not done yet (those of its task group)."""
         self._deferred: list[Work] = []
         """Work given to a new link: started when :meth:`run` starts."""
-        self._timers: list[tuple[float, int, int, int, int]] = []
-        """Pending timers as a heap of (deadline, sequence, token, generation, size): equal
+        self._timers: list[tuple[float, int, int, int, int, bool]] = []
+        """Pending timers as a heap of (deadline, sequence, token, generation, size, fault): equal
         deadlines fire in the order they were set, so equal delays keep a direction's order."""
         self._timer_sequence = itertools.count()
         self._timer_handle: asyncio.TimerHandle | None = None
@@ -235,13 +235,9 @@ class Link:
                 raise
             self._runner.uncancel()
         finally:
-            for handle in (self._timer_handle, self._watchdog):
-                if handle is not None:
-                    handle.cancel()
-            self._timers.clear()
-            self._inflight.remove(self._held)
-            self._held = 0
-            self._held_room.set()
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            self._forget_timers()
             self._runner = None  # the task may go on (a stdio run): an abort now cancels nothing
 
     def shutdown(self, *, after: float = 0.0) -> None:
@@ -577,8 +573,8 @@ class Link:
                     endpoint.sever(flush=flush, close_code=close_code)
                     self._release(endpoint)
                     self._stop_holding(side)
-                case StartTimer(delay=delay, token=token, size=size):
-                    self._start_timer(delay, token, size)
+                case StartTimer(delay=delay, token=token, size=size, fault=fault):
+                    self._start_timer(delay, token, size, fault=fault)
                 case SignalAgent(signal=signum, respawn=respawn):
                     self._signal_agent(signum, respawn)
                 case Restart(downtime=downtime):
@@ -626,6 +622,7 @@ class Link:
         self._running -= 1
         if self._running == 0 and self.state is LinkState.RUNNING:
             self.state = LinkState.ENDED
+            self._forget_timers()  # nothing is relayed any more: what they hold is lost
             if self._on_ended is not None:
                 self._on_ended(self)
 
@@ -641,11 +638,25 @@ class Link:
         finally:
             self._released.discard(endpoint)
 
-    def _start_timer(self, delay: float, token: int, size: int) -> None:
+    def _forget_timers(self) -> None:
+        """Drop the pending timers (the link has ended): the bytes they hold are in flight no
+        more, the faults they are no longer in progress."""
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+            self._timer_handle = None
+        self.relay.active_faults.count -= sum(entry[5] for entry in self._timers)
+        self._timers.clear()
+        self._inflight.remove(self._held)
+        self._held = 0
+        self._held_room.set()
+
+    def _start_timer(self, delay: float, token: int, size: int, *, fault: bool) -> None:
         deadline = self._loop.time() + delay
-        entry = (deadline, next(self._timer_sequence), token, self._generation, size)
+        entry = (deadline, next(self._timer_sequence), token, self._generation, size, fault)
         self._held += size
         self._inflight.add(size)
+        if fault:
+            self.relay.active_faults.count += 1
         heapq.heappush(self._timers, entry)
         if self._timers[0] is entry:
             self._arm()
@@ -661,9 +672,11 @@ class Link:
         self._timer_handle = None
         now = self._loop.time()
         while self._timers and self._timers[0][0] <= now:
-            _, _, token, generation, size = heapq.heappop(self._timers)
+            _, _, token, generation, size, fault = heapq.heappop(self._timers)
             self._held -= size
             self._inflight.remove(size)
+            if fault:
+                self.relay.active_faults.count -= 1
             if generation == self._generation:
                 self._feed(TimerFired(token, self._clock()))
         if self._held <= HELD_HIGH_WATER:

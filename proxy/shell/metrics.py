@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from proxy.core.acp import method_label
+from proxy.core.engine import ActiveFaults
 from proxy.core.events import Direction
 from proxy.core.ledger import CHECKS
 from proxy.core.observations import Connected, Disconnected, Observation, Relayed
@@ -83,6 +84,12 @@ _COUNTERS: tuple[_Counted, ...] = (
         help="Faults injected, by rule and action.",
         labels=("rule", "action"),
         sources={"faults": _same},
+    ),
+    _Counted(
+        name="acp_proxy_faults_overflow",
+        help="Faults refused because --max-active-faults were in progress, by rule and action.",
+        labels=("rule", "action"),
+        sources={"faults_overflow": _same},
     ),
     _Counted(
         name="acp_proxy_connections",
@@ -172,10 +179,12 @@ class Metrics:
         pending: Callable[[Direction], int] | None = None,
         inflight: InflightBytes | None = None,
         parser: Parser | None = None,
+        active_faults: ActiveFaults | None = None,
     ) -> None:
         """``pending`` counts requests awaiting an answer per direction (read at scrape time);
-        ``inflight`` is the proxy's count of bytes in flight (read at scrape time too), and
-        ``parser`` parses large messages in workers (its counts read likewise)."""
+        ``inflight`` is the proxy's count of bytes in flight (read at scrape time too),
+        ``parser`` parses large messages in workers (its counts read likewise), and
+        ``active_faults`` counts the faults in progress (read likewise)."""
         disable_created_metrics()  # type: ignore[no-untyped-call] # *_created series: noise
         self.tally = Tally()
         self.registry = CollectorRegistry(auto_describe=True)
@@ -216,6 +225,13 @@ class Metrics:
             ["file"],
             registry=registry,
         )
+        if active_faults is not None:
+            Gauge(
+                "acp_proxy_active_faults",
+                "Faults in progress now, across the links: messages held, copies spaced, "
+                "commands delayed (capped by --max-active-faults).",
+                registry=registry,
+            ).set_function(lambda: active_faults.count)
         self._durations: dict[str | None, Any] = {}
         for file in ("trace", "state"):
             self.write_failures.labels(file)

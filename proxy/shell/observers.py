@@ -21,6 +21,7 @@ from proxy.core.observations import (
     Disconnected,
     DuplicateSwallowed,
     FaultInjected,
+    FaultOverflowed,
     Finding,
     Held,
     IdReused,
@@ -128,6 +129,8 @@ class Tally:
                 counts["abandoned_requests", side] += abandoned
             case FaultInjected(rule=rule, action=action):
                 counts["faults", rule, action] += 1
+            case FaultOverflowed(rule=rule, action=action):
+                counts["faults_overflow", rule, action] += 1
             case DuplicateSwallowed(direction=direction):
                 counts["duplicate_answers_swallowed", direction] += 1
             case Restarted(what=what, abandoned=abandoned):
@@ -307,6 +310,14 @@ class LogObserver:
                     method=observation.method,
                     session=observation.session,
                     **_fault_ids(observation),
+                )
+            case FaultOverflowed():
+                log.debug(
+                    "fault refused: as many faults in progress as --max-active-faults allows",
+                    rule=observation.rule,
+                    action=observation.action,
+                    direction=observation.direction,
+                    method=observation.method,
                 )
             case DuplicateSwallowed():
                 log.info(

@@ -26,6 +26,7 @@ from proxy.core.observations import (
     Disconnected,
     DuplicateSwallowed,
     FaultInjected,
+    FaultOverflowed,
     Finding,
     Handling,
     Held,
@@ -341,6 +342,7 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
         '"direction":"to_agent","size":4096,"in_flight":1048576}',
     ),
     (IdReused(A, b"1", "m"), None, ""),
+    (FaultOverflowed(rule="slow", action="delay", direction=A, method="m"), None, ""),
     (PeerGone(Side.AGENT, 2), None, ""),
     (RulesCounted(), None, ""),
 ]

@@ -25,6 +25,7 @@ from proxy.core.jsonrpc import Kind
 from proxy.core.observations import (
     DuplicateSwallowed,
     FaultInjected,
+    FaultOverflowed,
     Held,
     Observation,
     Relayed,
@@ -594,3 +595,56 @@ class TestBatches:
         assert sends(relay.handle(TimerFired(timer.token, 1.0))) == [
             (AGENT, b'{"id":0,"method":"b"}')
         ]
+
+
+def test_a_fault_that_would_exceed_max_active_faults_does_not_act() -> None:
+    """With as many faults in progress as ``max_active_faults`` allows (the shell counts each
+    fault timer from its start to its end), a rule whose fault would start one more does not
+    act: the message goes on at once, the refusal is observed, and the rule's ``times`` budget
+    is not spent on it; a fault that starts nothing (a drop) still acts. Deadlines are no
+    faults."""
+    rules = [
+        Rule.model_validate(
+            {
+                "name": "slow",
+                "when": {"method": "_x/slow"},
+                "schedule": {"times": 2},
+                "do": {"action": "delay", "ms": 50},
+            }
+        ),
+        Rule.model_validate(
+            {"name": "lose", "when": {"method": "_x/lose"}, "do": {"action": "drop"}}
+        ),
+    ]
+    engine = FaultEngine(rules, random.Random(1), max_active_faults=1)
+    relay = Relay(engine=engine, initialize_timeout=5.0)
+
+    def handle(raw: bytes) -> list[Command]:
+        commands = feed(relay, CLIENT, raw)
+        relay.active_faults.count += sum(t.fault for t in of(commands, StartTimer))  # the shell
+        return commands
+
+    slow = b'{"jsonrpc":"2.0","method":"_x/slow","params":{"n":%d}}'
+    [deadline] = of(
+        handle(b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}'), StartTimer
+    )
+    assert not deadline.fault
+    assert relay.active_faults.count == 0
+    first = handle(slow % 1)
+    [timer] = of(first, StartTimer)
+    assert of(first, Held)
+    assert not sends(first)
+    assert relay.active_faults.count == 1
+    second = handle(slow % 2)
+    assert sends(second) == [(AGENT, slow % 2)]
+    [refused] = of(second, FaultOverflowed)
+    assert (refused.rule, refused.action, refused.method) == ("slow", "delay", "_x/slow")
+    assert not of(second, FaultInjected)
+    assert engine.states["slow"].fired == 1
+    assert of(handle(b'{"jsonrpc":"2.0","method":"_x/lose"}'), Stopped)  # starts nothing
+    relay.handle(TimerFired(timer.token, 0.05))
+    relay.active_faults.count -= 1  # the shell: the timer ended
+    third = handle(slow % 3)
+    assert of(third, Held)
+    assert not sends(third)
+    assert engine.states["slow"].fired == 2

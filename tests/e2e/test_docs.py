@@ -31,6 +31,7 @@ from harness import ROOT, TIMEOUT, ProxyProcess
 from md_blocks import Block, blocks, shell_blocks
 
 from proxy.core.actions import actions
+from proxy.core.engine import ActiveFaults
 from proxy.shell.inflight import DEFAULT_MAX_INFLIGHT_BYTES, InflightBytes
 from proxy.shell.metrics import Metrics
 from proxy.shell.parsing import Parser
@@ -230,9 +231,13 @@ def test_every_command_has_its_help_in_the_cli_reference() -> None:
 
 def test_every_metric_is_documented() -> None:
     """Each metric the proxy exposes is a row of metrics.md, and each row is a metric: the
-    metrics of a run, whose bytes in flight are always counted and bounded, and whose large
-    messages are parsed by workers."""
-    metrics = Metrics(inflight=InflightBytes(DEFAULT_MAX_INFLIGHT_BYTES), parser=Parser())
+    metrics of a run, whose bytes in flight are always counted and bounded, whose large
+    messages are parsed by workers, and whose faults in progress are counted."""
+    metrics = Metrics(
+        inflight=InflightBytes(DEFAULT_MAX_INFLIGHT_BYTES),
+        parser=Parser(),
+        active_faults=ActiveFaults(),
+    )
     exposed = {
         line.split()[2]
         for line in metrics.exposition().decode().splitlines()

@@ -259,3 +259,36 @@ async def test_network_connections_are_counted_and_active_ones_go_down(
         labels(side="client", transport="ws"): 0,
         labels(side="agent", transport="stdio"): 0,
     }
+
+
+async def test_faults_past_max_active_faults_do_not_act_and_are_counted(
+    controlled: Controlled, tmp_path: Path
+) -> None:
+    """With ``--max-active-faults 1`` and one request held by a long delay, the next the rule
+    matches goes on at once and is counted as an overflow; the faults in progress are a gauge,
+    back to 0 once the link that held one has ended."""
+    faults = tmp_path / "faults.yaml"
+    slow = {
+        "name": "slow",
+        "when": {"direction": "to_agent", "method": "_x/slow"},
+        "do": {"action": "delay", "ms": 600_000},
+    }
+    faults.write_text(yaml.safe_dump({"version": 1, "rules": [slow]}))
+    proxy, control = await controlled(
+        raw_agent(tmp_path / "agent.jsonl"),
+        *("--faults", str(faults), "--max-active-faults", "1", "--listen", "ws://127.0.0.1:0/acp"),
+    )
+    url = (await proxy.logged("listening"))["url"]
+    async with asyncio.timeout(TIMEOUT), ws_connect(url) as connection:
+        await connection.send(request(1, "_x/slow").decode())
+        await connection.send(request(2, "_x/slow").decode())
+        assert json.loads(await connection.recv())["id"] == 2  # the first is held
+        _, series = parse((await off(scrape, control.base_url))[1])
+        assert of(series, "acp_proxy_active_faults") == {labels(): 1}
+        overflow = of(series, "acp_proxy_faults_overflow_total")
+        assert overflow == {labels(rule="slow", action="delay"): 1}
+        injected = of(series, "acp_proxy_faults_injected_total")
+        assert injected == {labels(rule="slow", action="delay"): 1}
+    await proxy.logged("peer disconnected", 2)  # the Client, then the Agent it leaves
+    _, series = parse((await off(scrape, control.base_url))[1])
+    assert of(series, "acp_proxy_active_faults") == {labels(): 0}
