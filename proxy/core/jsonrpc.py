@@ -140,6 +140,9 @@ class Message:
     content_digest: str | None = None
     """The digest of its prompt or update content, when a worker parsed it
     (:mod:`proxy.core.compact`): its body holds only part of them."""
+    fault_header: str | None = None
+    """The ``Acp-Fault`` header of the HTTP request that carried it, as sent: the fault its
+    Client asks for (:mod:`proxy.core.client_faults`)."""
 
     @property
     def params(self) -> Any:

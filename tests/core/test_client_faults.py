@@ -4,6 +4,7 @@ a bad hint answered -32602; without the option, nothing happens to the request."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -166,3 +167,39 @@ def test_the_client_s_fault_acts_alone_the_file_s_rules_count_it() -> None:
     assert not [c for c in out if isinstance(c, Stopped)]
     assert target._engine is not None
     assert target._engine.states["drop-prompts"].matched == 1
+
+
+def test_the_acp_fault_header_asks_as_the_hint_does_and_leaves_every_byte() -> None:
+    """Over Streamable HTTP the request's ``Acp-Fault`` header holds the hint (the listener
+    hands it over with the message): the same fault, the bytes untouched; a header that is not
+    JSON, a bad hint in it, or a request that asks both ways is answered -32602; a notification
+    cannot ask."""
+    plain = b'{"jsonrpc":"2.0","id":"p1","method":"session/prompt","params":{"sessionId":"S"}}'
+
+    def with_header(raw: bytes, header: str) -> Message:
+        return dataclasses.replace(message(raw), fault_header=header)
+
+    found = client_fault(with_header(plain, '{"action": "error", "code": -32001}'))
+    assert not isinstance(found, str)
+    assert found is not None
+    rule, kept = found
+    assert (rule.name, rule.do.action, kept.raw) == (CLIENT_FAULT, "error", plain)
+    assert client_fault(with_header(plain, "drop")) == "the Acp-Fault header is not JSON"
+    assert str(client_fault(with_header(plain, '{"ms": 5}'))).startswith("no action")
+    both = client_fault(with_header(hinted({"action": "drop"}), '{"action": "drop"}'))
+    assert both == "asked twice: in the Acp-Fault header and in params._meta.acpFault"
+    update = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"S"}}'
+    assert client_fault(with_header(update, '{"action": "drop"}')) is None
+
+    target = relay()
+    out = target.handle(
+        MessageReceived(
+            CLIENT, plain, 0.0, with_header(plain, '{"action": "error", "code": -32001}')
+        )
+    )
+    [answer] = [c for c in out if isinstance(c, Send)]
+    assert answer.to is CLIENT
+    assert json.loads(answer.data)["error"]["code"] == -32001
+    refused = target.handle(MessageReceived(CLIENT, plain, 0.0, with_header(plain, "{")))
+    [error] = [c for c in refused if isinstance(c, Send)]
+    assert (error.to, json.loads(error.data)["error"]["code"]) == (CLIENT, -32602)

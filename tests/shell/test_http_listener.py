@@ -143,6 +143,54 @@ async def test_an_answer_no_parser_reads_reaches_the_stream_of_its_request(
             assert await stream.next() == lenient.replace(b'"id":1', b'"id":"q"')
 
 
+async def test_a_post_asks_for_its_fault_in_the_acp_fault_header(tmp_path: Path) -> None:
+    """With ``--allow-client-faults``, a POSTed request's ``Acp-Fault`` header asks for a fault
+    as ``_meta.acpFault`` does: an error is answered on the stream, an ``http_status`` answers
+    the POST itself, a delayed request reaches the Agent with its bytes untouched, a hint that is
+    not JSON is answered -32602. Without the option the header changes nothing."""
+
+    def asking(**hint: Any) -> dict[str, str]:
+        return {"Acp-Fault": json.dumps(hint)}
+
+    async with serving(tmp_path, "--allow-client-faults") as setup:
+        http = setup.http
+        connection = await http.initialize()
+        async with http.stream(connection) as stream:
+            error = asking(action="error", code=-32001)
+            reply = await http.post(request("e", "_x/e"), connection=connection, extra=error)
+            assert reply.status == 202
+            answer = await stream.next_json()
+            assert (answer["id"], answer["error"]["code"]) == ("e", -32001)
+            assert answer["error"]["data"]["acpFault"]["action"] == "error"
+            status = asking(action="http_status", status=503)
+            reply = await http.post(request("s", "_x/s"), connection=connection, extra=status)
+            assert reply.status == 503
+            assert json.loads(reply.headers["Acp-Fault"])["action"] == "http_status"
+            late = asking(action="delay", ms=10)
+            delayed = request("d", "_x/d", {"k": 1})
+            reply = await http.post(delayed, connection=connection, extra=late)
+            assert reply.status == 202
+            assert (await stream.next_json())["id"] == "d"
+            bad = {"Acp-Fault": "{"}
+            assert (
+                await http.post(request("b", "_x/b"), connection=connection, extra=bad)
+            ).status == 202
+            refused = await stream.next_json()
+            assert (refused["id"], refused["error"]["code"]) == ("b", -32602)
+            assert "not JSON" in refused["error"]["message"]
+        assert [json.loads(line) for line in captured(setup.capture)][1:] == [
+            {**delayed, "id": 1}  # after initialize: the delayed request alone, as it was sent
+        ]
+    (tmp_path / "off").mkdir()
+    async with serving(tmp_path / "off") as setup:
+        http = setup.http
+        connection = await http.initialize()
+        async with http.stream(connection) as stream:
+            error = asking(action="error", code=-32001)
+            await http.post(request("e", "_x/e"), connection=connection, extra=error)
+            assert (await stream.next_json())["result"]["method"] == "_x/e"  # the Agent's echo
+
+
 async def test_post_without_or_with_unknown_connection_id(tmp_path: Path) -> None:
     """A non-initialize POST without Acp-Connection-Id is 400; with an unknown one, 404."""
     async with serving(tmp_path) as s:

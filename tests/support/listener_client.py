@@ -166,10 +166,11 @@ class Http:
         connection: str | None = None,
         session: str | None = None,
         content_type: str | None = JSON,
+        extra: dict[str, str] | None = None,
     ) -> Reply:
-        """POST ``body`` (a dict is serialised) with the given ACP headers."""
+        """POST ``body`` (a dict is serialised) with the given ACP headers (and ``extra``)."""
         data = body if isinstance(body, bytes) else compact(body)
-        headers = self._headers(connection, session)
+        headers = {**self._headers(connection, session), **(extra or {})}
         skip = []
         if content_type is None:
             skip.append("Content-Type")

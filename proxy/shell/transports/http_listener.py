@@ -52,13 +52,14 @@ import contextlib
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from proxy.core import acp
+from proxy.core.client_faults import ACP_FAULT
 from proxy.core.commands import FailPost
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import (
@@ -541,10 +542,6 @@ class ListenerConfig:
 SHUTTING_DOWN = "the proxy is shutting down"
 
 
-ACP_FAULT = "Acp-Fault"
-"""The header of a POST answer an ``http_status`` rule made: which rule, which action (JSON)."""
-
-
 def _failed(failure: FailPost, headers: CIMultiDict[str]) -> web.Response:
     """The answer an ``http_status`` rule asked for, attributed unless the rule said not to."""
     if failure.attribution is not None:
@@ -767,6 +764,9 @@ class Listener:
             if not connection.admits(parsed.session, parsed.method):
                 request_id = parsed.id_token if parsed.kind is Kind.REQUEST else None
                 return self._too_many_sessions(connection, request_id)
+            asked = request.headers.get(ACP_FAULT)  # a fault the Client asks for (not forwarded)
+            if asked is not None and parsed.kind is Kind.REQUEST:
+                parsed = replace(parsed, fault_header=asked)
             failure = await connection.submit(parsed, reservation)
             if failure is None:
                 return web.Response(status=202, headers=connection.response_headers())
