@@ -532,6 +532,18 @@ FUZZ_RULES: list[Rule] = validate_rules(
             "schedule": {"probability": 0.2},
             "do": {"action": "truncate", "bytes": 12},
         },
+        {
+            "name": "stall-updates",
+            "when": {"method": "session/update", "direction": "to_client"},
+            "schedule": {"probability": 0.2},
+            "do": {"action": "stall", "ms": 5},
+        },
+        {
+            "name": "hang-up",
+            "when": {"method": "session/new"},
+            "schedule": {"probability": 0.3},
+            "do": {"action": "timeout", "ms": 5, "side": "agent"},
+        },
     ]
 )
 """A rule of every action; none matches the liveness probe (``_probe/live``)."""

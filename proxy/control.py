@@ -276,6 +276,12 @@ class ControlClient:
             body["link"] = link
         return cast(list[int], self.request("POST", "/api/actions/kill_agent", body)["links"])
 
+    def release(self, link: int | None = None) -> list[int]:
+        """End the ``stall`` faults of every link (or of ``link``) now: what they held goes on.
+        Returns the links acted on."""
+        body: dict[str, Any] = {} if link is None else {"link": link}
+        return cast(list[int], self.request("POST", "/api/actions/release", body)["links"])
+
     def restart_proxy(self, downtime_ms: float = 0) -> None:
         """Restart the data plane: every connection closed, down ``downtime_ms``, then back."""
         self.request("POST", "/api/actions/restart_proxy", {"downtime_ms": downtime_ms})

@@ -75,6 +75,7 @@ LOSING_ACTIONS = frozenset(
         ActionName.CLOSE_STREAM,
         ActionName.CORRUPT,
         ActionName.TRUNCATE,
+        ActionName.TIMEOUT,
     }
 )
 """Fault actions after which a prompt's outcome is unknown to the Client."""

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, assert_never
 
 import orjson
@@ -82,6 +82,7 @@ from proxy.core.actions.base import (
     CutShort,
     Effect,
     Fault,
+    Freeze,
     Hold,
     KillStream,
     Now,
@@ -163,6 +164,18 @@ ten thousand is far above any of them. Each pending request costs the proxy a fe
 (half a million took 284 MiB), so the bound keeps one link's map near 6 MiB."""
 
 
+@dataclass(slots=True)
+class _Stall:
+    """A direction where nothing goes on until ``end`` (core time): the holds it made, in order."""
+
+    rule: str
+    end: float
+    sever: tuple[Side, ...] = ()
+    """The sides cut when it ends (a ``timeout``); none: what it held goes on."""
+    close_code: int = 1001
+    holds: list[int] = field(default_factory=list)
+
+
 @dataclass(frozen=True, slots=True)
 class _Timed:
     """What a timer holds: commands to carry out, and the relay observation of the message among
@@ -193,6 +206,8 @@ class Relay:
         "_refused_pending",
         "_reordered",
         "_reorders",
+        "_stall_ends",
+        "_stalls",
         "_timers",
         "_tokens",
         "active_faults",
@@ -250,6 +265,10 @@ class Relay:
         token, messages still to pass it]``."""
         self._reordered: list[list[int]] = []
         """Those the message being handled made (counted from the next message on)."""
+        self._stalls: dict[Direction, _Stall] = {}
+        """Per direction, the stall (``stall``, ``timeout``) that holds everything there now."""
+        self._stall_ends: dict[int, Direction] = {}
+        """Timer token -> the direction whose stall ends when it fires."""
         self._tokens = itertools.count()
         self._initialize_timeout = initialize_timeout
         self._deadlines: dict[int, bytes] = {}
@@ -369,6 +388,7 @@ class Relay:
         if (
             direction.destination in self._closing
             or direction in self._reorders
+            or direction in self._stalls
             or method == acp.CANCEL_REQUEST
             or method in acp.SUCCESSORS
         ):
@@ -424,6 +444,7 @@ class Relay:
             if (
                 self._fast_path
                 and parsed.kind is Kind.NOTIFICATION
+                and direction not in self._stalls
                 and self._plain(direction, parsed)
             ):
                 out.append(relayed_notification(direction, parsed))
@@ -503,7 +524,7 @@ class Relay:
         if decision.counted:
             out.append(RulesCounted())
         fired = decision.fired if asked is None else (asked, *decision.fired)
-        if not fired:
+        if not fired and direction not in self._stalls:
             return self._translate(direction, message, at, out), []
         stopped_by: tuple[str, Stopping] | None = None
         stream_dropped = False
@@ -511,6 +532,7 @@ class Relay:
         delay = gap = 0.0
         overtakers = 0
         cut_at: int | None = None
+        freeze: tuple[str, Freeze] | None = None
         delayed_by: list[str] = []
         spaced_by: list[str] = []
         copies = 0
@@ -575,6 +597,8 @@ class Relay:
                             after.extend(severs)
                     case CutShort(size=size):
                         cut_at = size
+                    case Freeze():
+                        freeze = freeze or (rule.name, effect)
                     case KillStream():
                         stream_dropped = True
                     case Now(command=command):
@@ -610,11 +634,20 @@ class Relay:
                 self._unanswerable(direction, message, len(forwards) + len(extra))
         destination = direction.destination
         now = forwards
+        if freeze is not None and direction not in self._stalls:
+            out.append(self._stall(direction, *freeze, at))  # its end fires before its holds
+        stall = self._stalls.get(direction)
+        if stall is not None:  # held until the stall ends (its end releases it, in order)
+            delay = max(delay, stall.end - at, 1e-6)
+            if stall.rule not in delayed_by:
+                delayed_by.append(stall.rule)
         if delay > 0:
             now = []
             out.extend(c for c in seen if c is not relayed)  # its relay waits for the timer
             sends: list[Command] = [Send(destination, data) for data in forwards]
             timer = self._hold(delay, sends + after, relayed, at)
+            if stall is not None:
+                stall.holds.append(timer.token)
             if overtakers:
                 self._reordered.append([timer.token, overtakers])
             if relayed is not None and forwards:
@@ -815,6 +848,41 @@ class Relay:
         size = sum(len(command.data) for command in commands if isinstance(command, Send))
         return StartTimer(delay, token, size)
 
+    def _stall(self, direction: Direction, rule: str, freeze: Freeze, at: float) -> StartTimer:
+        """Start the stall of ``direction`` a rule's :class:`Freeze` asks for; its end timer."""
+        token = next(self._tokens)
+        sides = () if freeze.sever is None else _SIDES[freeze.sever]
+        self._stalls[direction] = _Stall(rule, at + freeze.seconds, sides, freeze.close_code)
+        self._stall_ends[token] = direction
+        return StartTimer(freeze.seconds, token)
+
+    def _end_stall(self, direction: Direction, at: float) -> list[Command]:
+        """The stall of ``direction`` ends: what it held goes on, in order; or, for a timeout,
+        the connection is cut first and what it held is lost (undeliverable)."""
+        stall = self._stalls.pop(direction, None)
+        if stall is None:
+            return []
+        out: list[Command] = [Sever(side, False, stall.close_code) for side in stall.sever]
+        self._closing.update(stall.sever)
+        for token in stall.holds:
+            out.extend(self._release(token, at))
+        return out
+
+    def release_stalls(self, at: float) -> tuple[list[Command], set[int]]:
+        """End every ``stall`` now (the control API's release): what each held goes on. A
+        ``timeout`` runs its course. Returns the commands and the timers that have nothing
+        left to do (the stalls' ends and their holds: the shell may forget them)."""
+        out: list[Command] = []
+        done: set[int] = set()
+        for direction, stall in list(self._stalls.items()):
+            if not stall.sever:
+                done.update(stall.holds)
+                done.update(t for t, d in self._stall_ends.items() if d is direction)
+                out.extend(self._end_stall(direction, at))
+        for token in done:
+            self._stall_ends.pop(token, None)
+        return out, done
+
     def _overtaken(self, direction: Direction, out: list[Command], at: float) -> None:
         """Each message just sent in ``direction`` has overtaken the ones a ``reorder`` holds
         there: those overtaken often enough leave now, right behind it."""
@@ -843,6 +911,8 @@ class Relay:
         stopped, and the run must end the same way whether it exits or the timer fires first."""
         if token in self._deadlines:
             return self._initialize_overdue(self._deadlines.pop(token))
+        if token in self._stall_ends:
+            return self._end_stall(self._stall_ends.pop(token), at)
         timed = self._timers.pop(token, None)
         if timed is None:
             return []
@@ -1079,6 +1149,8 @@ def _lasting(effects: Sequence[Effect]) -> int:
                 count += copies
             case After(delay=delay) if delay > 0:
                 count += 1
+            case Freeze():
+                count += 2  # the stall, and the message it holds first
             case _:
                 pass
     return count

@@ -200,6 +200,14 @@ class RestartProxyBody(_Body):
     downtime_ms: Downtime = 0.0
 
 
+class ReleaseBody(_OnLinks):
+    """``POST /api/actions/release``: end the ``stall`` faults of the links now."""
+
+
+ACTIONS = ("sever", "kill_agent", "restart_proxy", "release")
+"""The actions ``POST /api/actions/{action}`` carries out."""
+
+
 B = TypeVar("B", bound=_Body)
 
 
@@ -407,8 +415,8 @@ class AdminServer:
 
     async def _action(self, request: web.Request) -> web.Response:
         action = request.match_info["action"]
-        if action not in ("sever", "kill_agent", "restart_proxy"):
-            raise ApiError(404, f"unknown action {action!r}: sever, kill_agent or restart_proxy")
+        if action not in ACTIONS:
+            raise ApiError(404, f"unknown action {action!r}: {', '.join(ACTIONS)}")
         body = await _body(request, empty=" ({} for the defaults)")
         if not isinstance(body, dict):
             raise ApiError(400, "the body is a JSON object")
@@ -417,7 +425,11 @@ class AdminServer:
             self._runtime.restart(downtime / 1000)
             log.warning("restart requested over the control API", downtime_ms=downtime)
             return web.json_response({"action": action, "downtime_ms": downtime})
-        if action == "sever":
+        if action == "release":
+            links = self._selected(_action_body(ReleaseBody, body).link)
+            for link in links:
+                link.release_stalls()
+        elif action == "sever":
             sever = _action_body(SeverBody, body)
             links = self._selected(sever.link)
             sides = [Side.CLIENT, Side.AGENT] if sever.side == "both" else [Side(sever.side)]

@@ -289,6 +289,25 @@ class Link:
         self._execute(commands)
         return True
 
+    def release_stalls(self) -> bool:
+        """End this link's stalls now (the control API): what they held goes on, and their
+        timers are forgotten. False when the link has ended (nothing is done)."""
+        if self._refused("action"):
+            return False
+        commands, done = self.relay.release_stalls(self._clock())
+        if done:
+            kept = [entry for entry in self._timers if entry[2] not in done]
+            for entry in self._timers:
+                if entry[2] in done:
+                    self._held -= entry[4]
+                    self._inflight.remove(entry[4])
+                    self.relay.active_faults.count -= entry[5]
+            heapq.heapify(kept)
+            self._timers = kept
+            self._arm()
+        self._execute(commands)
+        return True
+
     def attach_client(self, client: Endpoint) -> bool:
         """Conductor mode: a new Client takes over this link's Agent; False (nothing done) when
         the link has ended or is stopping, and the Client needs a link of its own.

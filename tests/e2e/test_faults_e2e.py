@@ -29,6 +29,7 @@ from acp import RequestError
 from acp.schema import TextContentBlock
 from harness import (
     TIMEOUT,
+    Controlled,
     ProxyProcess,
     Start,
     captured,
@@ -1070,3 +1071,79 @@ async def test_the_sdk_client_sees_its_connection_end_on_a_truncated_chunk(
             await asyncio.wait_for(sdk_prompt(conn, session, "echo cut"), TIMEOUT)
     assert client.texts() == []
     assert len(faults_of(stderr.stderr, "cut-chunk")) == 1
+
+
+# == stall and timeout =============================================================================
+
+
+async def test_a_stall_holds_a_direction_until_the_control_api_releases_it(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """stall on the Agent's ``_x/stop``: it and the Agent's messages after it are held (the
+    Client reads nothing more), the Client's requests still reach the Agent; once released over
+    the control API the Client reads them all, in order, the next passes at once, and no fault
+    is left in progress."""
+    faults = fault_file(
+        tmp_path,
+        rule("quiet", {"action": "stall", "ms": 600_000}, None, method="_x/stop"),
+        name="faults.json",
+    )
+    proxy, control = await controlled(raw_agent(capture), "--faults", str(faults))
+    before, stop = notification("_x/before"), notification("_x/stop")
+    after = [notification("_x/after", {"n": n}) for n in (1, 2)]
+    await proxy.send(say(before, stop, *after))
+    assert await proxy.recv() == before
+    await proxy.send(request("q", "_x/question"))  # the other direction flows
+    await until_logged(proxy, "fault injected")
+    active = await asyncio.to_thread(control.metric, "acp_proxy_active_faults")
+    assert active >= 2  # the stall itself, and the message that started it, held
+    assert await asyncio.to_thread(control.release) != []
+    assert [await proxy.recv() for _ in range(3)] == [stop, *after]
+    answer = await proxy.recv_json()  # behind the stall: the Agent answered it meanwhile
+    assert (answer["id"], answer["result"]["method"]) == ("q", "_x/question")
+    assert [json.loads(line)["method"] for line in captured(capture)][-1] == "_x/question"
+    assert await barrier(proxy, "b") == []
+    # Released: its timers are forgotten, not left to run out their 600 s.
+    assert await asyncio.to_thread(control.metric, "acp_proxy_active_faults") == 0
+
+
+async def test_the_sdk_client_sees_its_connection_end_after_a_timeout(tmp_path: Path) -> None:
+    """timeout on the prompt toward the Agent: the Agent never sees it; 50 ms later both
+    connections are cut, the SDK Client's pending prompt fails, nothing hangs."""
+    faults = fault_file(
+        tmp_path,
+        rule("hang-up", {"action": "timeout", "ms": 50}, None, method="session/prompt"),
+    )
+    client = SdkClient()
+    async with sdk_client_session(client, "--faults", str(faults)) as (conn, _, stderr):
+        session = await open_session(conn)
+        with pytest.raises(ConnectionError, match="Connection closed"):
+            await asyncio.wait_for(sdk_prompt(conn, session, "echo never"), TIMEOUT)
+    assert client.texts() == []
+    assert len(faults_of(stderr.stderr, "hang-up")) == 1
+
+
+async def test_sdk_peers_wait_through_a_stalled_stream(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """stall of 100 ms on the first chunk toward the SDK Client: the chunk and the prompt's
+    answer behind it arrive late, whole and in order; the next prompts go through as usual."""
+    faults = fault_file(
+        tmp_path,
+        rule(
+            "slow-path",
+            {"action": "stall", "ms": 100},
+            {"nth": [1]},
+            direction="to_client",
+            method="session/update",
+        ),
+    )
+    client = SdkClient()
+    async with sdk_client_session(client, "--faults", str(faults)) as (conn, _, stderr):
+        session = await open_session(conn)
+        for word in ("one", "two"):
+            assert await sdk_prompt(conn, session, f"echo {word}") == "end_turn"
+        await client.until(lambda: len(client.texts()) == 2)
+    assert client.texts() == ["one", "two"]
+    assert len(faults_of(stderr.stderr, "slow-path")) == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= 30] == []

@@ -7,8 +7,9 @@ The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.acti
 :mod:`~proxy.core.actions.error`, :mod:`~proxy.core.actions.duplicate`,
 :mod:`~proxy.core.actions.corrupt`, :mod:`~proxy.core.actions.sever`,
 :mod:`~proxy.core.actions.kill_agent`, :mod:`~proxy.core.actions.restart_proxy`,
-:mod:`~proxy.core.actions.http_status`, :mod:`~proxy.core.actions.close_stream` and
-:mod:`~proxy.core.actions.truncate`.
+:mod:`~proxy.core.actions.http_status`, :mod:`~proxy.core.actions.close_stream`,
+:mod:`~proxy.core.actions.truncate`, :mod:`~proxy.core.actions.stall` and
+:mod:`~proxy.core.actions.timeout`.
 
 Adding an action is one module here: its :class:`~proxy.core.actions.base.ActionModel` (the
 fields of ``do``), its ``apply``, and an :class:`~proxy.core.actions.base.Action` named
@@ -37,6 +38,8 @@ from proxy.core.actions import (
     reorder,
     restart_proxy,
     sever,
+    stall,
+    timeout,
     truncate,
 )
 from proxy.core.actions.base import Action, ActionModel
@@ -56,6 +59,8 @@ BUILTIN: tuple[Action[Any], ...] = (
     close_stream.ACTION,
     corrupt.ACTION,
     truncate.ACTION,
+    stall.ACTION,
+    timeout.ACTION,
 )
 """The actions every proxy has, in the order the docs list them."""
 
@@ -78,6 +83,8 @@ class ActionName(enum.StrEnum):
     CLOSE_STREAM = "close_stream"
     CORRUPT = "corrupt"
     TRUNCATE = "truncate"
+    STALL = "stall"
+    TIMEOUT = "timeout"
 
 
 class ActionRegistry:

@@ -14,6 +14,8 @@ The effects, the one vocabulary shared by every action:
   ``refused``);
 * :class:`Reply`: the proxy answers the sender itself (bytes under the sender's id);
 * :class:`Hold`: the message is forwarded that much later (holds of several rules add up);
+* :class:`Freeze`: nothing goes on in its direction for a while, the message first (then what
+  was held goes on, or the connection is cut);
 * :class:`Copies`: extra copies follow it, ``gap`` seconds apart (a request's copies get ids of
   their own, and only the first answer is relayed);
 * :class:`Rewrite`: what is forwarded is rewritten (its copies too);
@@ -49,6 +51,7 @@ __all__ = [
     "CutShort",
     "Effect",
     "Fault",
+    "Freeze",
     "Hold",
     "KillStream",
     "Now",
@@ -142,6 +145,17 @@ class Hold:
 
 
 @value
+class Freeze:
+    """Nothing more goes on in the message's direction for ``seconds``, the message first (the
+    connection stays open; the other direction flows). Then what was held goes on, in order; or,
+    with ``sever``, the connection to those sides is cut and what was held is lost."""
+
+    seconds: float
+    sever: Literal["client", "agent", "both"] | None = None
+    close_code: int = 1001
+
+
+@value
 class Copies:
     """Send ``count`` extra copies, ``gap`` seconds apart (after the message's own hold)."""
 
@@ -196,7 +210,7 @@ class After:
     delay: float = 0.0
 
 
-Effect = Stop | Reply | Hold | Copies | Rewrite | Cut | CutShort | KillStream | Now | After
+Effect = Stop | Reply | Hold | Freeze | Copies | Rewrite | Cut | CutShort | KillStream | Now | After
 """What an action asks of the relay (a closed set: the relay handles each exhaustively)."""
 
 M = TypeVar("M", bound=ActionModel)

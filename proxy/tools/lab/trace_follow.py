@@ -54,7 +54,13 @@ POLL = 0.01
 CHUNK = 1 << 20
 """Bytes read from the trace at most per look."""
 LINK_FAULTS = frozenset(
-    {ActionName.KILL_AGENT, ActionName.RESTART_PROXY, ActionName.SEVER, ActionName.CLOSE_STREAM}
+    {
+        ActionName.KILL_AGENT,
+        ActionName.RESTART_PROXY,
+        ActionName.SEVER,
+        ActionName.CLOSE_STREAM,
+        ActionName.TIMEOUT,
+    }
 )
 """Actions that end the connection or replace the Agent. An answer dropped with one of them is
 reported lost only once a new Agent is connected on the link: if the link ends instead, its end
