@@ -544,6 +544,11 @@ FUZZ_RULES: list[Rule] = validate_rules(
             "schedule": {"probability": 0.3},
             "do": {"action": "timeout", "ms": 5, "side": "agent"},
         },
+        {
+            "name": "linger",
+            "when": {"method": "initialize"},
+            "do": {"action": "slow_close", "ms": 5},
+        },
     ]
 )
 """A rule of every action; none matches the liveness probe (``_probe/live``)."""

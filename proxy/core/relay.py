@@ -88,6 +88,7 @@ from proxy.core.actions.base import (
     Now,
     Reply,
     Rewrite,
+    SlowClose,
     Stop,
     Subject,
 )
@@ -206,6 +207,7 @@ class Relay:
         "_refused_pending",
         "_reordered",
         "_reorders",
+        "_slow_closes",
         "_stall_ends",
         "_stalls",
         "_timers",
@@ -267,6 +269,8 @@ class Relay:
         """Those the message being handled made (counted from the next message on)."""
         self._stalls: dict[Direction, _Stall] = {}
         """Per direction, the stall (``stall``, ``timeout``) that holds everything there now."""
+        self._slow_closes: dict[Side, float] = {}
+        """Per peer, how late the close toward it comes (``slow_close``)."""
         self._stall_ends: dict[int, Direction] = {}
         """Timer token -> the direction whose stall ends when it fires."""
         self._tokens = itertools.count()
@@ -599,6 +603,8 @@ class Relay:
                         cut_at = size
                     case Freeze():
                         freeze = freeze or (rule.name, effect)
+                    case SlowClose(seconds=seconds):
+                        self._slow_closes[direction.destination] = seconds
                     case KillStream():
                         stream_dropped = True
                     case Now(command=command):
@@ -925,7 +931,9 @@ class Relay:
         out: list[Command] = []
         sent = lost = False
         for command in timed.commands:
-            if isinstance(command, Sever):
+            if isinstance(command, Sever | Close):
+                if isinstance(command, Close) and command.side in self._closing:
+                    continue  # closed meanwhile (a slow close overtaken by a sever)
                 self._closing.add(command.side)
             if isinstance(command, SignalAgent) and Side.AGENT in self._closing:
                 continue
@@ -1132,8 +1140,12 @@ class Relay:
         if side is Side.CLIENT and self._keep_upstream:
             self._closing.add(Side.CLIENT)  # the Agent stays for the next Client
         elif side.other not in self._closing:
-            self._closing.add(side.other)
-            out.append(Close(side.other))
+            late = self._slow_closes.get(side.other)
+            if late is None:
+                self._closing.add(side.other)
+                out.append(Close(side.other))
+            else:  # held: what goes there meanwhile still goes (see _release)
+                out.append(self._hold(late, [Close(side.other)]))
         return out
 
 

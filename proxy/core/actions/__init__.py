@@ -8,8 +8,8 @@ The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.acti
 :mod:`~proxy.core.actions.corrupt`, :mod:`~proxy.core.actions.sever`,
 :mod:`~proxy.core.actions.kill_agent`, :mod:`~proxy.core.actions.restart_proxy`,
 :mod:`~proxy.core.actions.http_status`, :mod:`~proxy.core.actions.close_stream`,
-:mod:`~proxy.core.actions.truncate`, :mod:`~proxy.core.actions.stall` and
-:mod:`~proxy.core.actions.timeout`.
+:mod:`~proxy.core.actions.truncate`, :mod:`~proxy.core.actions.stall`,
+:mod:`~proxy.core.actions.timeout` and :mod:`~proxy.core.actions.slow_close`.
 
 Adding an action is one module here: its :class:`~proxy.core.actions.base.ActionModel` (the
 fields of ``do``), its ``apply``, and an :class:`~proxy.core.actions.base.Action` named
@@ -38,6 +38,7 @@ from proxy.core.actions import (
     reorder,
     restart_proxy,
     sever,
+    slow_close,
     stall,
     timeout,
     truncate,
@@ -61,6 +62,7 @@ BUILTIN: tuple[Action[Any], ...] = (
     truncate.ACTION,
     stall.ACTION,
     timeout.ACTION,
+    slow_close.ACTION,
 )
 """The actions every proxy has, in the order the docs list them."""
 
@@ -85,6 +87,7 @@ class ActionName(enum.StrEnum):
     TRUNCATE = "truncate"
     STALL = "stall"
     TIMEOUT = "timeout"
+    SLOW_CLOSE = "slow_close"
 
 
 class ActionRegistry:

@@ -16,6 +16,7 @@ The effects, the one vocabulary shared by every action:
 * :class:`Hold`: the message is forwarded that much later (holds of several rules add up);
 * :class:`Freeze`: nothing goes on in its direction for a while, the message first (then what
   was held goes on, or the connection is cut);
+* :class:`SlowClose`: the close of the connection toward its peer comes late, when it comes;
 * :class:`Copies`: extra copies follow it, ``gap`` seconds apart (a request's copies get ids of
   their own, and only the first answer is relayed);
 * :class:`Rewrite`: what is forwarded is rewritten (its copies too);
@@ -57,6 +58,7 @@ __all__ = [
     "Now",
     "Reply",
     "Rewrite",
+    "SlowClose",
     "Stop",
     "StrictModel",
     "Subject",
@@ -156,6 +158,14 @@ class Freeze:
 
 
 @value
+class SlowClose:
+    """From now on, the close of the connection toward the message's peer (the end of the other
+    peer's stream, passed on) reaches that peer ``seconds`` late."""
+
+    seconds: float
+
+
+@value
 class Copies:
     """Send ``count`` extra copies, ``gap`` seconds apart (after the message's own hold)."""
 
@@ -210,7 +220,20 @@ class After:
     delay: float = 0.0
 
 
-Effect = Stop | Reply | Hold | Freeze | Copies | Rewrite | Cut | CutShort | KillStream | Now | After
+Effect = (
+    Stop
+    | Reply
+    | Hold
+    | Freeze
+    | SlowClose
+    | Copies
+    | Rewrite
+    | Cut
+    | CutShort
+    | KillStream
+    | Now
+    | After
+)
 """What an action asks of the relay (a closed set: the relay handles each exhaustively)."""
 
 M = TypeVar("M", bound=ActionModel)
