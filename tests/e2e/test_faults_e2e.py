@@ -1127,7 +1127,7 @@ async def test_sdk_peers_wait_through_a_stalled_stream(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """stall of 100 ms on the first chunk toward the SDK Client: the chunk and the prompt's
-    answer behind it arrive late, whole and in order; the next prompts go through as usual."""
+    answer behind it arrive late and whole; the next prompt goes through as usual."""
     faults = fault_file(
         tmp_path,
         rule(
@@ -1144,6 +1144,8 @@ async def test_sdk_peers_wait_through_a_stalled_stream(
         for word in ("one", "two"):
             assert await sdk_prompt(conn, session, f"echo {word}") == "end_turn"
         await client.until(lambda: len(client.texts()) == 2)
-    assert client.texts() == ["one", "two"]
+    # Whole, both: the order the Client's handlers ran in is the SDK's (it may run a late
+    # chunk's handler after the next prompt's); the relay's order is the core's test.
+    assert sorted(client.texts()) == ["one", "two"]
     assert len(faults_of(stderr.stderr, "slow-path")) == 1
     assert [r.getMessage() for r in caplog.records if r.levelno >= 30] == []
