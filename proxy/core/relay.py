@@ -175,6 +175,8 @@ class _Stall:
     """The sides cut when it ends (a ``timeout``); none: what it held goes on."""
     close_code: int = 1001
     holds: list[int] = field(default_factory=list)
+    held: set[int] = field(default_factory=set)
+    """The same tokens, to look one up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -654,6 +656,7 @@ class Relay:
             timer = self._hold(delay, sends + after, relayed, at)
             if stall is not None:
                 stall.holds.append(timer.token)
+                stall.held.add(timer.token)
             if overtakers:
                 self._reordered.append([timer.token, overtakers])
             if relayed is not None and forwards:
@@ -868,6 +871,7 @@ class Relay:
         stall = self._stalls.pop(direction, None)
         if stall is None:
             return []
+        stall.held.clear()  # from here on, each of its holds may go
         out: list[Command] = [Sever(side, False, stall.close_code) for side in stall.sever]
         self._closing.update(stall.sever)
         for token in stall.holds:
@@ -919,6 +923,8 @@ class Relay:
             return self._initialize_overdue(self._deadlines.pop(token))
         if token in self._stall_ends:
             return self._end_stall(self._stall_ends.pop(token), at)
+        if self._stalls and any(token in stall.held for stall in self._stalls.values()):
+            return []  # its stall lets it go, with the others, in order (its timer may come first)
         timed = self._timers.pop(token, None)
         if timed is None:
             return []

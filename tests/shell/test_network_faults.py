@@ -113,6 +113,41 @@ async def test_truncate_over_a_websocket_sends_the_cut_message_then_closes(
             await asyncio.wait_for(ws.recv(), TIMEOUT)
 
 
+async def test_stall_and_timeout_over_a_websocket(tmp_path: Path) -> None:
+    """Toward a WebSocket Client: a stall holds the message and what follows, then all arrive in
+    order; a timeout then holds what follows, and the Client's socket is closed with the rule's
+    code, nothing after the stall's last frame arriving."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "quiet",
+            "when": {"direction": "to_client", "method": "_x/stop"},
+            "do": {"action": "stall", "ms": 50},
+        },
+        {
+            "name": "hang-up",
+            "when": {"direction": "to_client", "method": "_x/hang"},
+            "do": {"action": "timeout", "ms": 50, "side": "client", "close_code": 4008},
+        },
+    )
+    said = [compact(notification(method)) for method in ("_x/before", "_x/stop", "_x/after")]
+    lost = [compact(notification(method)) for method in ("_x/hang", "_x/never")]
+    async with (
+        serving(tmp_path, "--faults", str(faults), listen=WS_LISTEN) as s,
+        websockets.connect(s.url) as ws,
+    ):
+        await ws_initialize(ws)
+        await ws.send(compact(say(*said)).decode())
+        assert [await asyncio.wait_for(ws.recv(), TIMEOUT) for _ in said] == [
+            line.decode() for line in said
+        ]
+        await ws.send(compact(say(*lost)).decode())
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == 4008
+
+
 async def read_events(response: aiohttp.ClientResponse, queue: asyncio.Queue[Any]) -> None:
     """Put each SSE event's JSON on ``queue``; ``None`` at the end of the stream."""
     buffer = b""
