@@ -28,7 +28,7 @@ from proxy.core.actions import actions
 from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
 from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
-from proxy.core.jsonrpc import Kind
+from proxy.core.jsonrpc import Kind, session_of
 from proxy.core.values import value
 
 __all__ = ["ActiveFaults", "Decision", "FaultEngine", "RuleState", "matches_params"]
@@ -304,9 +304,9 @@ class FaultEngine:
         kind: Kind,
         downstream: str,
         method: str | None,
-        params: Any,
+        body: dict[str, Any],
     ) -> bool:
-        """Whether no rule matches a message of this shape with these ``params``: none can match
+        """Whether no rule matches a message of this shape whose JSON is ``body``: none can match
         its shape, or none of those that can matches its session, key and params. Unknown until
         :meth:`decide` has seen a message of the shape: ``False``. A message no rule matches
         moves no counter and draws nothing, so the relay may pass it on without :meth:`decide`."""
@@ -315,13 +315,9 @@ class FaultEngine:
             return False
         if not candidates:
             return True
-        session = None
-        keyed = False
-        if type(params) is dict:
-            keyed = params.get("idempotencyKey") is not None
-            session = params.get("sessionId")
-            if type(session) is not str:
-                session = None
+        params = body.get("params")
+        keyed = type(params) is dict and params.get("idempotencyKey") is not None
+        session = session_of(body)
         for compiled in candidates:  # noqa: SIM110 (a loop: no generator per message)
             if _details_fit(compiled, session, keyed, params):
                 return False

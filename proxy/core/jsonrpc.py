@@ -45,6 +45,7 @@ __all__ = [
     "id_key",
     "notification",
     "parse",
+    "session_of",
     "token_at",
 ]
 
@@ -152,10 +153,11 @@ class Message:
 
 def notification(raw: bytes, body: dict[str, Any], method: str) -> Message:
     """The notification ``raw``, its JSON ``body`` (an object with ``method`` and no ``id``)."""
-    return Message(raw, Kind.NOTIFICATION, body, method, session=_session(body))
+    return Message(raw, Kind.NOTIFICATION, body, method, session=session_of(body))
 
 
-def _session(value: dict[str, Any]) -> str | None:
+def session_of(value: dict[str, Any]) -> str | None:
+    """``params.sessionId`` of a message's JSON ``value``, when it is a string."""
     params = value.get("params")
     if isinstance(params, dict):
         session = params.get("sessionId")
@@ -279,7 +281,7 @@ def _classify(raw: bytes, value: Any) -> Message | Invalid:
     if key is None:
         detail = f"id {token[:40].decode('utf-8', 'replace')} is not a string or an integer"
         return Invalid(raw, InvalidReason.INVALID_ID, detail, response=method is None)
-    return Message(raw, kind, value, method, token, key, spans, _session(value))
+    return Message(raw, kind, value, method, token, key, spans, session_of(value))
 
 
 def _readable_id(invalid: Invalid) -> Invalid:

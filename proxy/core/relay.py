@@ -167,16 +167,16 @@ ten thousand is far above any of them. Each pending request costs the proxy a fe
 
 @dataclass(slots=True)
 class _Stall:
-    """A direction where nothing goes on until ``end`` (core time): the holds it made, in order."""
+    """A direction where nothing goes on until ``end`` (core time), ended by timer ``token``."""
 
     rule: str
     end: float
+    token: int
     sever: tuple[Side, ...] = ()
     """The sides cut when it ends (a ``timeout``); none: what it held goes on."""
     close_code: int = 1001
-    holds: list[int] = field(default_factory=list)
-    held: set[int] = field(default_factory=set)
-    """The same tokens, to look one up."""
+    holds: dict[int, None] = field(default_factory=dict)
+    """The timers of the messages it holds, in the order they came (a dict: looked up too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +411,7 @@ class Relay:
                 return False
             verdict = verdicts[method] = found
         return verdict or engine.unmatched(
-            direction, Kind.NOTIFICATION, self._downstream, method, body.get("params")
+            direction, Kind.NOTIFICATION, self._downstream, method, body
         )
 
     def _run(
@@ -496,7 +496,7 @@ class Relay:
             return False
         engine = self._engine
         return engine is None or engine.unmatched(
-            direction, Kind.NOTIFICATION, self._downstream, method, message.params
+            direction, Kind.NOTIFICATION, self._downstream, method, message.body
         )
 
     def _process(
@@ -655,8 +655,7 @@ class Relay:
             sends: list[Command] = [Send(destination, data) for data in forwards]
             timer = self._hold(delay, sends + after, relayed, at)
             if stall is not None:
-                stall.holds.append(timer.token)
-                stall.held.add(timer.token)
+                stall.holds[timer.token] = None
             if overtakers:
                 self._reordered.append([timer.token, overtakers])
             if relayed is not None and forwards:
@@ -861,17 +860,16 @@ class Relay:
         """Start the stall of ``direction`` a rule's :class:`Freeze` asks for; its end timer."""
         token = next(self._tokens)
         sides = () if freeze.sever is None else _SIDES[freeze.sever]
-        self._stalls[direction] = _Stall(rule, at + freeze.seconds, sides, freeze.close_code)
+        self._stalls[direction] = _Stall(rule, at + freeze.seconds, token, sides, freeze.close_code)
         self._stall_ends[token] = direction
         return StartTimer(freeze.seconds, token)
 
     def _end_stall(self, direction: Direction, at: float) -> list[Command]:
         """The stall of ``direction`` ends: what it held goes on, in order; or, for a timeout,
         the connection is cut first and what it held is lost (undeliverable)."""
-        stall = self._stalls.pop(direction, None)
+        stall = self._stalls.pop(direction, None)  # gone: _release lets its holds go now
         if stall is None:
             return []
-        stall.held.clear()  # from here on, each of its holds may go
         out: list[Command] = [Sever(side, False, stall.close_code) for side in stall.sever]
         self._closing.update(stall.sever)
         for token in stall.holds:
@@ -886,11 +884,9 @@ class Relay:
         done: set[int] = set()
         for direction, stall in list(self._stalls.items()):
             if not stall.sever:
-                done.update(stall.holds)
-                done.update(t for t, d in self._stall_ends.items() if d is direction)
+                del self._stall_ends[stall.token]
+                done.update((stall.token, *stall.holds))
                 out.extend(self._end_stall(direction, at))
-        for token in done:
-            self._stall_ends.pop(token, None)
         return out, done
 
     def _overtaken(self, direction: Direction, out: list[Command], at: float) -> None:
@@ -923,7 +919,7 @@ class Relay:
             return self._initialize_overdue(self._deadlines.pop(token))
         if token in self._stall_ends:
             return self._end_stall(self._stall_ends.pop(token), at)
-        if self._stalls and any(token in stall.held for stall in self._stalls.values()):
+        if self._stalls and any(token in stall.holds for stall in self._stalls.values()):
             return []  # its stall lets it go, with the others, in order (its timer may come first)
         timed = self._timers.pop(token, None)
         if timed is None:

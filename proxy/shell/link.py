@@ -102,6 +102,8 @@ __all__ = ["Link", "LinkState"]
 
 log = get_logger("proxy.link")
 _PARSED = (Message, Batch, Invalid)
+_TimerEntry = tuple[float, int, int, int, int, bool]
+"""A pending timer: (deadline, sequence, token, generation, size, fault)."""
 """What an endpoint that parses (WebSocket, HTTP) hands over instead of bytes."""
 
 _link_ids = itertools.count(1)
@@ -177,7 +179,7 @@ class Link:
         """Tasks of the link not done yet (those of its task group)."""
         self._deferred: list[Work] = []
         """Work given to a new link: started when :meth:`run` starts."""
-        self._timers: list[tuple[float, int, int, int, int, bool]] = []
+        self._timers: list[_TimerEntry] = []
         """Pending timers as a heap of (deadline, sequence, token, generation, size, fault): equal
         deadlines fire in the order they were set, so equal delays keep a direction's order."""
         self._timer_sequence = itertools.count()
@@ -296,14 +298,15 @@ class Link:
             return False
         commands, done = self.relay.release_stalls(self._clock())
         if done:
-            kept = [entry for entry in self._timers if entry[2] not in done]
+            kept = []
             for entry in self._timers:
                 if entry[2] in done:
-                    self._held -= entry[4]
-                    self._inflight.remove(entry[4])
-                    self.relay.active_faults.count -= entry[5]
+                    self._timer_gone(entry)
+                else:
+                    kept.append(entry)
             heapq.heapify(kept)
             self._timers = kept
+            self._held_fell()
             self._arm()
         self._execute(commands)
         return True
@@ -663,11 +666,26 @@ class Link:
         if self._timer_handle is not None:
             self._timer_handle.cancel()
             self._timer_handle = None
-        self.relay.active_faults.count -= sum(entry[5] for entry in self._timers)
+        for entry in self._timers:
+            self._timer_gone(entry)
         self._timers.clear()
-        self._inflight.remove(self._held)
-        self._held = 0
-        self._held_room.set()
+        self._held_fell()
+
+    def _timer_gone(self, entry: _TimerEntry) -> None:
+        """A pending timer fired or was forgotten: the bytes it held are in flight no more, and
+        its fault, if it is one, no longer in progress."""
+        size, fault = entry[4], entry[5]
+        self._held -= size
+        self._inflight.remove(size)
+        if fault:
+            self.relay.active_faults.count -= 1
+
+    def _held_fell(self) -> None:
+        """What timers hold went down: a reader waiting for room may go on."""
+        if self._held <= HELD_HIGH_WATER:
+            self._held_room.set()
+            if not self._held:
+                self._held_logged = False
 
     def _start_timer(self, delay: float, token: int, size: int, *, fault: bool) -> None:
         deadline = self._loop.time() + delay
@@ -691,17 +709,12 @@ class Link:
         self._timer_handle = None
         now = self._loop.time()
         while self._timers and self._timers[0][0] <= now:
-            _, _, token, generation, size, fault = heapq.heappop(self._timers)
-            self._held -= size
-            self._inflight.remove(size)
-            if fault:
-                self.relay.active_faults.count -= 1
+            entry = heapq.heappop(self._timers)
+            self._timer_gone(entry)
+            _, _, token, generation, _, _ = entry
             if generation == self._generation:
                 self._feed(TimerFired(token, self._clock()))
-        if self._held <= HELD_HIGH_WATER:
-            self._held_room.set()
-            if not self._held:
-                self._held_logged = False
+        self._held_fell()
         self._arm()
 
     def _signal_agent(self, signum: int, respawn: bool) -> None:

@@ -420,10 +420,10 @@ def test_a_notification_no_rule_matches_takes_the_fast_path_one_that_matches_doe
     s2 = parse(update("s2"))
     assert isinstance(s2, Message)
     shape = (Direction.TO_CLIENT, Kind.NOTIFICATION, "stdio", "session/update")
-    assert fast.unmatched(*shape, s2.params)
+    assert fast.unmatched(*shape, s2.body)
     s1 = parse(update("s1"))
     assert isinstance(s1, Message)
-    assert not fast.unmatched(*shape, s1.params)
+    assert not fast.unmatched(*shape, s1.body)
 
 
 def _update_bytes(session: str, kind: str = "agent_message_chunk") -> bytes:
