@@ -77,6 +77,7 @@ from proxy.core import acp
 from proxy.core.actions import actions
 from proxy.core.actions.base import (
     After,
+    CloseLate,
     Copies,
     Cut,
     CutShort,
@@ -88,7 +89,6 @@ from proxy.core.actions.base import (
     Now,
     Reply,
     Rewrite,
-    SlowClose,
     Stop,
     Subject,
 )
@@ -605,7 +605,7 @@ class Relay:
                         cut_at = size
                     case Freeze():
                         freeze = freeze or (rule.name, effect)
-                    case SlowClose(seconds=seconds):
+                    case CloseLate(seconds=seconds):
                         self._slow_closes[direction.destination] = seconds
                     case KillStream():
                         stream_dropped = True
@@ -873,7 +873,7 @@ class Relay:
         out: list[Command] = [Sever(side, False, stall.close_code) for side in stall.sever]
         self._closing.update(stall.sever)
         for token in stall.holds:
-            out.extend(self._release(token, at))
+            out.extend(self._release(token, at, lose=bool(stall.sever)))
         return out
 
     def release_stalls(self, at: float) -> tuple[list[Command], set[int]]:
@@ -910,9 +910,10 @@ class Relay:
         else:
             del self._reorders[direction]
 
-    def _release(self, token: int, at: float) -> list[Command]:
+    def _release(self, token: int, at: float, *, lose: bool = False) -> list[Command]:
         """Timer ``token`` fired at ``at``: carry out what it held. A held message leaves now
-        (relayed, its answer's duration counting the wait), or is undeliverable. A held signal
+        (relayed, its answer's duration counting the wait), or is undeliverable (its peer is
+        closing, or ``lose``: a timeout's end, whichever side it cut). A held signal
         to an Agent the proxy is already closing (the Client left) is void: the Agent is being
         stopped, and the run must end the same way whether it exits or the timer fires first."""
         if token in self._deadlines:
@@ -941,7 +942,7 @@ class Relay:
                 continue
             if not isinstance(command, Send):
                 out.append(command)
-            elif command.to in self._closing:
+            elif lose or command.to in self._closing:
                 if not lost:
                     lost = True
                     out.append(_undeliverable(command, relayed, token))

@@ -16,7 +16,7 @@ The effects, the one vocabulary shared by every action:
 * :class:`Hold`: the message is forwarded that much later (holds of several rules add up);
 * :class:`Freeze`: nothing goes on in its direction for a while, the message first (then what
   was held goes on, or the connection is cut);
-* :class:`SlowClose`: the close of the connection toward its peer comes late, when it comes;
+* :class:`CloseLate`: the close of the connection toward its peer comes late, when it comes;
 * :class:`Copies`: extra copies follow it, ``gap`` seconds apart (a request's copies get ids of
   their own, and only the first answer is relayed);
 * :class:`Rewrite`: what is forwarded is rewritten (its copies too);
@@ -47,6 +47,7 @@ __all__ = [
     "Action",
     "ActionModel",
     "After",
+    "CloseLate",
     "Copies",
     "Cut",
     "CutShort",
@@ -58,7 +59,6 @@ __all__ = [
     "Now",
     "Reply",
     "Rewrite",
-    "SlowClose",
     "Stop",
     "StrictModel",
     "Subject",
@@ -158,7 +158,7 @@ class Freeze:
 
 
 @value
-class SlowClose:
+class CloseLate:
     """From now on, the close of the connection toward the message's peer (the end of the other
     peer's stream, passed on) reaches that peer ``seconds`` late."""
 
@@ -225,7 +225,7 @@ Effect = (
     | Reply
     | Hold
     | Freeze
-    | SlowClose
+    | CloseLate
     | Copies
     | Rewrite
     | Cut

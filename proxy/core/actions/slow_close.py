@@ -9,25 +9,25 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat
 
-from proxy.core.actions.base import Action, ActionModel, Effect, Fault, SlowClose
+from proxy.core.actions.base import Action, ActionModel, CloseLate, Effect, Fault
 
-__all__ = ["ACTION", "SlowCloseModel"]
+__all__ = ["ACTION", "SlowClose"]
 
 
-class SlowCloseModel(ActionModel):
+class SlowClose(ActionModel):
     """Pass the end of the other peer's stream on to the message's peer ``ms`` late."""
 
     action: Literal["slow_close"]
     ms: PositiveFloat = Field(description="milliseconds the close reaches the peer late")
 
 
-def apply(params: SlowCloseModel, _fault: Fault) -> list[Effect]:
+def apply(params: SlowClose, _fault: Fault) -> list[Effect]:
     """The close toward the message's peer, from now on, ``ms`` late."""
-    return [SlowClose(params.ms / 1000)]
+    return [CloseLate(params.ms / 1000)]
 
 
 ACTION = Action(
-    SlowCloseModel,
+    SlowClose,
     apply,
     "the message goes on; from then on the close of the connection toward its peer reaches that "
     "peer `ms` late",

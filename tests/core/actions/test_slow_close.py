@@ -7,8 +7,8 @@ import random
 
 from action_lab import fault
 
-from proxy.core.actions.base import SlowClose
-from proxy.core.actions.slow_close import ACTION, SlowCloseModel
+from proxy.core.actions.base import CloseLate
+from proxy.core.actions.slow_close import ACTION, SlowClose
 from proxy.core.commands import Close, Send, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import MessageReceived, PeerClosed, Side, TimerFired
@@ -41,8 +41,8 @@ def relay() -> Relay:
 
 
 def test_the_action_is_a_slow_close() -> None:
-    params = SlowCloseModel(action="slow_close", ms=250)
-    assert ACTION.apply(params, fault()) == [SlowClose(0.25)]
+    params = SlowClose(action="slow_close", ms=250)
+    assert ACTION.apply(params, fault()) == [CloseLate(0.25)]
 
 
 def test_the_end_of_the_agent_reaches_the_client_late_and_what_was_held_still_goes() -> None:

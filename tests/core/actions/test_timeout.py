@@ -58,3 +58,25 @@ def test_what_was_held_is_lost_when_the_connection_is_cut() -> None:
         ("session/prompt", True),
         ("_x/later", True),
     ]
+
+
+def test_what_was_held_is_lost_even_when_the_side_cut_is_the_other() -> None:
+    """``side: agent`` on the Agent's answer toward the Client: the answer is held, and when the
+    Agent's connection is cut it is lost too (undeliverable), though the Client's stays open."""
+    rule = Rule.model_validate(
+        {
+            "name": "hang-up",
+            "when": {"direction": "to_client", "kind": "response", "method": "session/prompt"},
+            "do": {"action": "timeout", "ms": 200, "side": "agent"},
+        }
+    )
+    relay = Relay(engine=FaultEngine([rule], random.Random(1)))
+    relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    answer = b'{"jsonrpc":"2.0","id":0,"result":{"stopReason":"end_turn"}}'
+    started = relay.handle(MessageReceived(Side.AGENT, answer, 0.1))
+    assert not [c for c in started if isinstance(c, Send)]
+    end = next(c for c in started if isinstance(c, StartTimer))
+    ended = relay.handle(TimerFired(end.token, 0.3))
+    assert [c for c in ended if isinstance(c, Sever)] == [Sever(Side.AGENT, False, 1001)]
+    assert not [c for c in ended if isinstance(c, Send)]
+    assert [u.method for u in ended if isinstance(u, Undeliverable)] == ["session/prompt"]
