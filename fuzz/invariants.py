@@ -488,6 +488,12 @@ FUZZ_RULES: list[Rule] = validate_rules(
             "continue": True,
         },
         {
+            "name": "throttle",
+            "when": {"method": "session/*", "direction": "to_agent"},
+            "do": {"action": "bandwidth", "bytes_per_second": 20000, "burst_bytes": 300},
+            "continue": True,
+        },
+        {
             "name": "corrupt",
             "when": {"method": "s*", "direction": "to_client"},
             "schedule": {"probability": 0.3},

@@ -87,10 +87,12 @@ from proxy.core.actions.base import (
     Hold,
     KillStream,
     Now,
+    Pace,
     Reply,
     Rewrite,
     Stop,
     Subject,
+    TokenBucket,
 )
 from proxy.core.client_faults import CLIENT_FAULT, client_fault
 from proxy.core.commands import (
@@ -193,6 +195,7 @@ class Relay:
     """The state of one link: pending requests both ways, held messages, which peers are gone."""
 
     __slots__ = (
+        "_buckets",
         "_cached_initialize",
         "_closing",
         "_deadlines",
@@ -272,6 +275,8 @@ class Relay:
         self._stalls: dict[Direction, _Stall] = {}
         """Per direction, the stall (``stall``, ``timeout``) that holds everything there now."""
         self._slow_closes: dict[Side, float] = {}
+        self._buckets: dict[tuple[str, Direction], TokenBucket] = {}
+        """The ``bandwidth`` rules' token buckets, by rule and direction."""
         """Per peer, how late the close toward it comes (``slow_close``)."""
         self._stall_ends: dict[int, Direction] = {}
         """Timer token -> the direction whose stall ends when it fires."""
@@ -551,7 +556,11 @@ class Relay:
             fault = Fault(message, subject, engine.rng, rule.name, memory)
             params = rule.do
             effects = actions[params.action].apply(params, fault)
-            lasting = _lasting(effects)
+            lasting = _lasting(effects) + sum(
+                self._bucket(rule.name, direction, effect, at).wait(len(message.raw), at) > 0
+                for effect in effects
+                if type(effect) is Pace
+            )
             if lasting > room:
                 engine.overflowed(rule)
                 out.append(
@@ -587,6 +596,11 @@ class Relay:
                         delayed_by.append(rule.name)
                         if passed is not None:
                             overtakers = passed
+                    case Pace():
+                        bucket = self._bucket(rule.name, direction, effect, at)
+                        if wait := bucket.take(len(message.raw), at):
+                            delay += wait
+                            delayed_by.append(rule.name)
                     case Copies(count=count, gap=spacing):
                         copies += count
                         gap = spacing
@@ -681,6 +695,15 @@ class Relay:
                     out.append(seen_copy)
                 now.append(copy)
         return now, after
+
+    def _bucket(self, rule: str, direction: Direction, pace: Pace, at: float) -> TokenBucket:
+        """The token bucket of ``rule`` in ``direction`` on this link (a new rate or size, from
+        a rule changed since, starts a new one)."""
+        bucket = self._buckets.get((rule, direction))
+        if bucket is None or (bucket.rate, bucket.size) != (pace.bytes_per_second, pace.burst):
+            bucket = TokenBucket.full(pace.bytes_per_second, pace.burst, at)
+            self._buckets[rule, direction] = bucket
+        return bucket
 
     def _room(self, direction: Direction) -> int:
         """How many more requests ``direction`` may have pending (``max_pending``)."""

@@ -145,7 +145,6 @@ class Link:
         on_restart: Callable[[float], None] | None = None,
         on_client_gone: Callable[[Link], None] | None = None,
         on_ended: Callable[[Link], None] | None = None,
-        clock: Callable[[], float] | None = None,
         inflight: InflightBytes | None = None,
         parser: Parser | None = None,
     ) -> None:
@@ -172,7 +171,10 @@ class Link:
         self._on_client_gone = on_client_gone
         self._on_ended = on_ended
         self._loop = asyncio.get_running_loop()
-        self._clock = clock or self._loop.time
+        self._clock = self._loop.time
+        """The time of the events fed to the relay; a timer's deadline is counted from the
+        time of the event that started it, as the relay counts it (so two holds end in the
+        order the relay meant, however late the shell gets to them)."""
         self.state = LinkState.NEW
         self._tasks: asyncio.TaskGroup | None = None
         self._running = 0
@@ -296,7 +298,8 @@ class Link:
         timers are forgotten. False when the link has ended (nothing is done)."""
         if self._refused("action"):
             return False
-        commands, done = self.relay.release_stalls(self._clock())
+        at = self._clock()
+        commands, done = self.relay.release_stalls(at)
         if done:
             kept = []
             for entry in self._timers:
@@ -308,7 +311,7 @@ class Link:
             self._timers = kept
             self._held_fell()
             self._arm()
-        self._execute(commands)
+        self._execute(commands, at)
         return True
 
     def attach_client(self, client: Endpoint) -> bool:
@@ -554,10 +557,11 @@ class Link:
                 event_type=type(event).__name__,
             )
             return set(), 1
-        return self._execute(commands), taken
+        return self._execute(commands, event.at), taken
 
-    def _execute(self, commands: list[Command]) -> set[Side]:
-        """Carry out ``commands`` in order; return the sides that were written to."""
+    def _execute(self, commands: list[Command], at: float | None = None) -> set[Side]:
+        """Carry out ``commands`` in order; return the sides that were written to. ``at``: the
+        time of the event they answer (timers count from it), else now."""
         written: set[Side] = set()
         for command in commands:
             # The two commands of every relayed message first, before the match tries each case.
@@ -596,7 +600,8 @@ class Link:
                     self._release(endpoint)
                     self._stop_holding(side)
                 case StartTimer(delay=delay, token=token, size=size, fault=fault):
-                    self._start_timer(delay, token, size, fault=fault)
+                    start = self._clock() if at is None else at
+                    self._start_timer(start + delay, token, size, fault=fault)
                 case SignalAgent(signal=signum, respawn=respawn):
                     self._signal_agent(signum, respawn)
                 case Restart(downtime=downtime):
@@ -687,8 +692,7 @@ class Link:
             if not self._held:
                 self._held_logged = False
 
-    def _start_timer(self, delay: float, token: int, size: int, *, fault: bool) -> None:
-        deadline = self._loop.time() + delay
+    def _start_timer(self, deadline: float, token: int, size: int, *, fault: bool) -> None:
         entry = (deadline, next(self._timer_sequence), token, self._generation, size, fault)
         self._held += size
         self._inflight.add(size)

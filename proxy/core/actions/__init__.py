@@ -3,7 +3,7 @@
 Where a fault is applied: a rule that fires hands its ``do`` to its action here, whose ``apply``
 returns effects (:mod:`proxy.core.actions.base`) that the relay folds into the link's commands.
 The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.actions.delay`,
-:mod:`~proxy.core.actions.reorder`,
+:mod:`~proxy.core.actions.reorder`, :mod:`~proxy.core.actions.bandwidth`,
 :mod:`~proxy.core.actions.error`, :mod:`~proxy.core.actions.duplicate`,
 :mod:`~proxy.core.actions.corrupt`, :mod:`~proxy.core.actions.sever`,
 :mod:`~proxy.core.actions.kill_agent`, :mod:`~proxy.core.actions.restart_proxy`,
@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from proxy.core.actions import (
+    bandwidth,
     close_stream,
     corrupt,
     delay,
@@ -51,6 +52,7 @@ BUILTIN: tuple[Action[Any], ...] = (
     drop.ACTION,
     delay.ACTION,
     reorder.ACTION,
+    bandwidth.ACTION,
     error.ACTION,
     duplicate.ACTION,
     sever.ACTION,
@@ -76,6 +78,7 @@ class ActionName(enum.StrEnum):
     DROP = "drop"
     DELAY = "delay"
     REORDER = "reorder"
+    BANDWIDTH = "bandwidth"
     ERROR = "error"
     DUPLICATE = "duplicate"
     SEVER = "sever"

@@ -14,6 +14,8 @@ The effects, the one vocabulary shared by every action:
   ``refused``);
 * :class:`Reply`: the proxy answers the sender itself (bytes under the sender's id);
 * :class:`Hold`: the message is forwarded that much later (holds of several rules add up);
+* :class:`Pace`: the message waits its turn in a token bucket of its link and direction (a
+  throttled link: the relay keeps one :class:`TokenBucket` per rule and direction);
 * :class:`Freeze`: nothing goes on in its direction for a while, the message first (then what
   was held goes on, or the connection is cut);
 * :class:`CloseLate`: the close of the connection toward its peer comes late, when it comes;
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -57,11 +59,13 @@ __all__ = [
     "Hold",
     "KillStream",
     "Now",
+    "Pace",
     "Reply",
     "Rewrite",
     "Stop",
     "StrictModel",
     "Subject",
+    "TokenBucket",
     "attribution",
 ]
 
@@ -147,6 +151,50 @@ class Hold:
 
 
 @value
+class Pace:
+    """Forward the message once the link (in its direction) has carried the bytes before it at
+    ``bytes_per_second``: a :class:`TokenBucket` of ``burst`` bytes, one per rule and direction
+    of each link. Holds of other rules add up with its wait."""
+
+    bytes_per_second: float
+    burst: int
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """The bytes a link may still send at once in one direction for one ``bandwidth`` rule.
+
+    It fills at ``rate`` bytes per second up to ``size`` (full at first). A message takes its
+    bytes out, which may leave it in debt: the message waits until the debt is paid. A message
+    larger than the bucket therefore waits as long as it takes the link to carry it, and each
+    one's wait ends at least its own size's worth after the one before it (in order).
+    """
+
+    rate: float
+    size: int
+    tokens: float
+    at: float
+
+    @classmethod
+    def full(cls, rate: float, size: int, at: float) -> TokenBucket:
+        """A bucket that has been idle: ``size`` bytes may go at once."""
+        return cls(rate, size, float(size), at)
+
+    def wait(self, size: int, at: float) -> float:
+        """Seconds a message of ``size`` bytes arriving ``at`` would wait (nothing taken)."""
+        return max(size - self._level(at), 0.0) / self.rate
+
+    def take(self, size: int, at: float) -> float:
+        """Take ``size`` bytes at ``at``; the seconds the message waits."""
+        self.tokens = self._level(at) - size
+        self.at = max(at, self.at)
+        return max(-self.tokens, 0.0) / self.rate
+
+    def _level(self, at: float) -> float:
+        return min(self.tokens + max(at - self.at, 0.0) * self.rate, float(self.size))
+
+
+@value
 class Freeze:
     """Nothing more goes on in the message's direction for ``seconds``, the message first (the
     connection stays open; the other direction flows). Then what was held goes on, in order; or,
@@ -224,6 +272,7 @@ Effect = (
     Stop
     | Reply
     | Hold
+    | Pace
     | Freeze
     | CloseLate
     | Copies
