@@ -35,7 +35,6 @@ ELSEWHERE: dict[str, str] = {
     # the shell
     "shell/admin.py": "shell/test_control.py",
     "shell/app.py": "shell/test_startup.py",
-    "shell/endpoint.py": "shell/test_stalled_peers.py",
     "shell/fault_files.py": "shell/test_control.py",
     "shell/hostport.py": "e2e/test_cli.py",
     "shell/link.py": "shell/test_link_states.py",

@@ -35,6 +35,9 @@ OWNERS = {
         "the connection's tasks: cancelled by sever and wait_closed"
     ),
     "proxy/shell/transports/stdio.py::AgentProcess.__init__": "the reaper: awaited by wait_closed",
+    "proxy/shell/transports/stdio.py::LineStream.send_sliced": (
+        "the slicer: ends by itself, cancelled by sever, awaited through close and wait_closed"
+    ),
     "proxy/shell/transports/websocket.py::_WsEndpoint.__init__": (
         "the writer: awaited by wait_closed"
     ),
@@ -59,6 +62,9 @@ OWNERS = {
     ),
     "tests/support/harness.py::ProxyProcess.__init__": (
         "the stderr collector: awaited or cancelled as the process is stopped"
+    ),
+    "tests/support/peers/sdk_remote_client.py::exercise": (
+        "the prompt it cancels: cancelled and awaited in place"
     ),
     "tests/support/listener_client.py::SseStream.__init__": (
         "the stream's reader: cancelled and awaited by SseStream.close"

@@ -31,10 +31,14 @@ __all__ = [
 
 @value
 class Send:
-    """Write one framed message to ``to``."""
+    """Write one framed message to ``to``; with ``pieces``, in pieces of those sizes (what is
+    left after them: one more), ``gap`` seconds apart, the next message to ``to`` behind the
+    last piece (``slice``)."""
 
     to: Side
     data: bytes
+    pieces: tuple[int, ...] = ()
+    gap: float = 0.0
 
 
 @value

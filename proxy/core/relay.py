@@ -90,6 +90,7 @@ from proxy.core.actions.base import (
     Pace,
     Reply,
     Rewrite,
+    Split,
     Stop,
     Subject,
     TokenBucket,
@@ -479,7 +480,7 @@ class Relay:
                 if forward is not None:
                     kept.append(forward)
             else:
-                forwards, after = self._process(direction, element, at, out)
+                forwards, after = self._process(direction, element, at, out, whole=True)
                 kept.extend(forwards)
                 after_all.extend(after)
                 if kept and destination in self._closing:  # those before the cut go first
@@ -505,9 +506,16 @@ class Relay:
         )
 
     def _process(
-        self, direction: Direction, message: Message, at: float, out: list[Command]
+        self,
+        direction: Direction,
+        message: Message,
+        at: float,
+        out: list[Command],
+        *,
+        whole: bool = False,
     ) -> tuple[list[bytes], list[Command]]:
-        """Apply the rules that fire, then relay: (bytes to forward now, commands to follow)."""
+        """Apply the rules that fire, then relay: (bytes to forward now, commands to follow).
+        ``whole``: the message is an element of a batch, written with it (never in pieces)."""
         if message.kind is Kind.REQUEST and self._room(direction) <= 0:
             self._refuse_pending(direction, message, out)
             return [], []
@@ -543,6 +551,7 @@ class Relay:
         delay = gap = 0.0
         overtakers = 0
         cut_at: int | None = None
+        split: Split | None = None
         freeze: tuple[str, Freeze] | None = None
         delayed_by: list[str] = []
         spaced_by: list[str] = []
@@ -617,6 +626,8 @@ class Relay:
                             after.extend(severs)
                     case CutShort(size=size):
                         cut_at = size
+                    case Split():
+                        split = split or effect
                     case Freeze():
                         freeze = freeze or (rule.name, effect)
                     case CloseLate(seconds=seconds):
@@ -655,7 +666,8 @@ class Relay:
             if rewrite.unreadable and message.kind is Kind.REQUEST and forwards:
                 self._unanswerable(direction, message, len(forwards) + len(extra))
         destination = direction.destination
-        now = forwards
+        now, own = forwards, len(forwards)
+        pieces = () if split is None or whole else (split.sizes, split.gap)
         if freeze is not None and direction not in self._stalls:
             out.append(self._stall(direction, *freeze, at))  # its end fires before its holds
         stall = self._stalls.get(direction)
@@ -666,7 +678,7 @@ class Relay:
         if delay > 0:
             now = []
             out.extend(c for c in seen if c is not relayed)  # its relay waits for the timer
-            sends: list[Command] = [Send(destination, data) for data in forwards]
+            sends: list[Command] = [Send(destination, data, *pieces) for data in forwards]
             timer = self._hold(delay, sends + after, relayed, at)
             if stall is not None:
                 stall.holds[timer.token] = None
@@ -694,6 +706,10 @@ class Relay:
                 if seen_copy is not None:
                     out.append(seen_copy)
                 now.append(copy)
+        if pieces and delay <= 0 and now:  # in pieces: its copies (whole) and the rest after it
+            sends = [Send(destination, data, *pieces) for data in now[:own]]
+            sends += [Send(destination, data) for data in now[own:]]
+            return [], [*sends, *after]
         return now, after
 
     def _bucket(self, rule: str, direction: Direction, pace: Pace, at: float) -> TokenBucket:

@@ -8,7 +8,7 @@ in order; :meth:`Endpoint.drain` is where backpressure reaches the reader of the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from proxy.core.commands import FailPost
@@ -23,9 +23,11 @@ __all__ = [
     "ExitReporter",
     "Received",
     "Signalable",
+    "Sliced",
     "StreamOwner",
     "bytes_of",
     "joined",
+    "pieces",
 ]
 
 JOIN_ELSEWHERE_FROM = 1024 * 1024
@@ -44,6 +46,58 @@ async def joined(chunks: list[bytes], size: int) -> bytes:
     if size < JOIN_ELSEWHERE_FROM:
         return b"".join(chunks)
     return await asyncio.to_thread(b"".join, chunks)
+
+
+def pieces(data: bytes, sizes: Sequence[int], *, text: bool = False) -> list[bytes]:
+    """``data`` cut in pieces of ``sizes`` bytes in turn, what is left after them as one more
+    (``slice``). ``text``: no piece ends inside a UTF-8 character (a cut that would moves back to
+    the character's start, or past its end when that would leave the piece empty)."""
+    out: list[bytes] = []
+    start, end = 0, len(data)
+    for size in sizes:
+        if start >= end:
+            break
+        cut = min(start + size, end)
+        if text and cut < end:
+            back = cut
+            while back > start and data[back] & 0xC0 == 0x80:  # a continuation byte
+                back -= 1
+            if back == start:
+                while cut < end and data[cut] & 0xC0 == 0x80:
+                    cut += 1
+            else:
+                cut = back
+        out.append(data[start:cut])
+        start = cut
+    if start < end:
+        out.append(data[start:])
+    return out
+
+
+class Sliced:
+    """A message a transport writes in pieces (``slice``): the bytes it writes for it (a line,
+    an SSE event, a frame's payload, a body), their :func:`pieces`' sizes and the gap between."""
+
+    __slots__ = ("data", "gap", "sizes")
+
+    def __init__(self, data: bytes, sizes: tuple[int, ...], gap: float) -> None:
+        self.data = data
+        self.sizes = sizes
+        self.gap = gap
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def parts(self, *, text: bool = False) -> list[bytes]:
+        """The pieces to write (``text``: none ends inside a UTF-8 character)."""
+        return pieces(self.data, self.sizes, text=text)
+
+    async def chunks(self, *, text: bool = False) -> AsyncIterator[bytes]:
+        """The pieces, each ``gap`` seconds after the one before."""
+        for index, part in enumerate(self.parts(text=text)):
+            if index and self.gap > 0:
+                await asyncio.sleep(self.gap)
+            yield part
 
 
 def bytes_of(received: Received | None) -> bytes | None:
@@ -82,6 +136,12 @@ class Endpoint(Protocol):
     def send_cut(self, data: bytes, cut: int) -> None:
         """Queue the first ``cut`` bytes of the message ``data`` as the transport carries a
         message cut short (``truncate``; the link severs the connection next)."""
+        ...
+
+    def send_sliced(self, data: bytes, sizes: tuple[int, ...], gap: float) -> None:
+        """Queue the message ``data`` to be written in pieces (:func:`pieces` of the bytes the
+        transport writes for it), ``gap`` seconds apart (``slice``); what is sent after it is
+        written after its last piece. The peer reads the message whole."""
         ...
 
     async def drain(self) -> None:

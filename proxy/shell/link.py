@@ -566,7 +566,11 @@ class Link:
         for command in commands:
             # The two commands of every relayed message first, before the match tries each case.
             if isinstance(command, Send):
-                self.endpoints[command.to].send(command.data)
+                if command.pieces:
+                    endpoint = self.endpoints[command.to]
+                    endpoint.send_sliced(command.data, command.pieces, command.gap)
+                else:
+                    self.endpoints[command.to].send(command.data)
                 written.add(command.to)
                 continue
             if isinstance(command, Observation):

@@ -1017,6 +1017,33 @@ async def test_truncate_leaves_the_client_a_line_without_its_end(
     assert len(faults_of(proxy.stderr, "cut")) == 1
 
 
+async def test_slice_leaves_the_client_a_partial_line_then_the_rest(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """slice toward a stdio Client, two pieces a second apart: the Client reads the first piece,
+    a line without its end, and then the rest of it; the message behind it follows it."""
+    cut = notification("_x/sliced", {"pad": "x" * 40})
+    faults = fault_file(
+        tmp_path,
+        rule(
+            "halves",
+            {"action": "slice", "average_size": len(cut) // 2 + 1, "gap_us": 1_000_000},
+            None,
+            method="_x/sliced",
+        ),
+        name="faults.json",
+    )
+    proxy = await start(raw_agent(capture), "--faults", str(faults))
+    after = notification("_x/after")
+    await proxy.send(say(cut, after))
+    assert proxy.process.stdout is not None
+    first = await asyncio.wait_for(proxy.process.stdout.read(1000), TIMEOUT)
+    assert first == cut[: len(cut) // 2 + 1]  # the second piece is a second away
+    assert await proxy.recv() == cut[len(first) :]
+    assert await proxy.recv() == after
+    assert len(faults_of(proxy.stderr, "halves")) == 1
+
+
 async def test_sdk_peers_take_a_reordered_chunk_and_a_burst_of_delays(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

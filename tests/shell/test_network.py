@@ -7,18 +7,15 @@ process to the SDK Agent (spawned over stdio, or served over HTTP and WebSocket 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 
 import aiohttp
 import pytest
 import websockets
-from acp import PROTOCOL_VERSION
-from acp.client.connection import ClientSideConnection
-from acp.schema import TextContentBlock
 from harness import SDK_AGENT, TIMEOUT
 from peers.sdk_remote_client import (
     SimpleClient,
+    exercise,
     listening_proxy,
     run_sdk_http_agent,
     sdk_client,
@@ -27,47 +24,6 @@ from peers.sdk_remote_client import (
 from peers.stalling import ScriptedHttpAgent
 
 from proxy.shell.transports.cookies import MAX_PENDING, CookieRoute, SetCookies
-
-
-async def exercise(conn: ClientSideConnection, client: SimpleClient) -> None:
-    """initialize, session/new, prompts, an agent-to-client request, and a cancelled prompt."""
-    async with asyncio.timeout(TIMEOUT):
-        init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
-        assert init.protocol_version == PROTOCOL_VERSION
-        session = (await conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
-        other = (await conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
-        assert session != other
-
-        answer = await conn.prompt(
-            session_id=session, prompt=[TextContentBlock(type="text", text="echo hello")]
-        )
-        assert answer.stop_reason == "end_turn"
-        # Over HTTP the update travels on another stream than the answer: wait for it.
-        await client.until(lambda: (session, "hello") in client.chunks)
-
-        answer = await conn.prompt(
-            session_id=other, prompt=[TextContentBlock(type="text", text="permission")]
-        )
-        assert answer.stop_reason == "end_turn"
-        # the agent saw our answer
-        await client.until(lambda: (other, "permission: selected allow") in client.chunks)
-
-        waiting = asyncio.get_running_loop().create_task(
-            conn.prompt(session_id=session, prompt=[TextContentBlock(type="text", text="wait")])
-        )
-        await client.until(lambda: (session, "waiting") in client.chunks)
-        waiting.cancel()  # the SDK sends $/cancel_request under its own id
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiting
-        await client.until(lambda: any(text.startswith("cancelled") for _, text in client.chunks))
-        [report] = [text for _, text in client.chunks if text.startswith("cancelled")]
-        details = json.loads(report.removeprefix("cancelled "))
-        assert details["id"] in details["cancel_request_ids"]  # the cancel named the agent's id
-
-        answer = await conn.prompt(
-            session_id=session, prompt=[TextContentBlock(type="text", text="echo after")]
-        )
-        assert answer.stop_reason == "end_turn"
 
 
 @pytest.mark.parametrize("downstream", ["http", "ws"])

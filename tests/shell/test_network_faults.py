@@ -16,16 +16,30 @@ from acp import PROTOCOL_VERSION
 from acp.http.client import AcpHttpStatusError
 from aiohttp import web
 from harness import SDK_AGENT, TIMEOUT, fault_file, log_events
-from listener_client import WS_LISTEN, compact, notification, request, say, serving, ws_initialize
+from listener_client import (
+    WS_LISTEN,
+    Http,
+    compact,
+    notification,
+    request,
+    say,
+    serving,
+    ws_initialize,
+)
 from peers.sdk_remote_client import (
     SimpleClient,
     connect_http,
     connect_ws,
+    exercise,
     listening_proxy,
     open_session,
+    run_sdk_http_agent,
+    sdk_client,
     sdk_prompt,
     sdk_state,
+    stdio_client,
 )
+from peers.stalling import ScriptedHttpAgent
 
 JSON = {"Content-Type": "application/json"}
 
@@ -146,6 +160,166 @@ async def test_stall_and_timeout_over_a_websocket(tmp_path: Path) -> None:
             await asyncio.wait_for(ws.recv(), TIMEOUT)
         assert closed.value.rcvd is not None
         assert closed.value.rcvd.code == 4008
+
+
+def in_pieces(name: str, method: str, average_size: int, **when: str) -> dict[str, Any]:
+    """A rule that slices the messages of ``method`` in pieces of ``average_size`` bytes."""
+    return {
+        "name": name,
+        "when": {"method": method, **when},
+        "do": {"action": "slice", "average_size": average_size},
+    }
+
+
+def unicode_notification(method: str, text: str) -> bytes:
+    return json.dumps(
+        notification(method, {"text": text}), separators=(",", ":"), ensure_ascii=False
+    ).encode()
+
+
+async def test_slice_toward_a_websocket_client_is_one_message_in_continuation_frames(
+    tmp_path: Path,
+) -> None:
+    """slice toward a WebSocket Client: a text frame, then continuation frames, none cut inside
+    a UTF-8 character, reassembled into the message; pieces over 125 and over 65,535 bytes get
+    the longer length fields; what follows comes after it, whole."""
+    faults = fault_file(
+        tmp_path, in_pieces("small", "_x/small", 10), in_pieces("big", "_x/big", 66_000)
+    )
+    small = unicode_notification("_x/small", "déjà vu €😀 " * 4)
+    big = unicode_notification("_x/big", "é" * 50_000)
+    after = compact(notification("_x/after"))
+    async with (
+        serving(tmp_path, "--faults", str(faults), listen=WS_LISTEN) as s,
+        websockets.connect(s.url, max_size=None) as ws,
+    ):
+        await ws_initialize(ws)
+        await ws.send(compact(say(small, big, after)).decode())
+        async with asyncio.timeout(TIMEOUT):
+            for message, frames in ((small, range(10, 20)), (big, [2])):
+                fragments = [fragment async for fragment in ws.recv_streaming()]
+                assert len(fragments) in frames
+                assert "".join(fragments) == message.decode()
+            assert await ws.recv() == after.decode()
+
+
+async def test_slice_writes_sse_events_and_the_initialize_answer_in_http_chunks(
+    tmp_path: Path,
+) -> None:
+    """slice toward a Streamable HTTP Client: the answer to initialize comes in chunks (chunked
+    transfer coding), an SSE event in HTTP chunks of its own, each whole once reassembled."""
+    faults = fault_file(
+        tmp_path,
+        in_pieces("init", "initialize", 16, kind="response"),
+        in_pieces("event", "_x/sliced", 7),
+    )
+    sliced = unicode_notification("_x/sliced", "€uro " * 8)
+    after = compact(notification("_x/after"))
+    async with serving(tmp_path, "--faults", str(faults)) as s:
+        reply = await s.http.post(request("init", "initialize", {"protocolVersion": 1}))
+        assert reply.status == 200
+        assert reply.headers["Transfer-Encoding"] == "chunked"
+        assert reply.json()["id"] == "init"
+        connection = reply.headers["Acp-Connection-Id"]
+        headers = {"Acp-Connection-Id": connection, "Accept": "text/event-stream"}
+        async with s.http.session.get(s.url, headers=headers) as response:
+            assert response.status == 200
+            posted = await s.http.post(say(sliced, after), connection=connection)
+            assert posted.status == 202
+            chunks: list[bytes] = []
+            async with asyncio.timeout(TIMEOUT):
+                while not b"".join(chunks).endswith(b"\n\n") or len(chunks) < 2:
+                    data, _ = await response.content.readchunk()
+                    if not data.startswith(b":"):  # not a keep-alive
+                        chunks.append(data)
+                assert len(chunks) > 5
+                assert b"".join(chunks) == b"data: " + sliced + b"\n\n"
+                event, _ = await response.content.readchunk()
+                assert event == b"data: " + after + b"\n\n"
+
+
+async def test_slice_toward_an_http_agent_posts_the_body_in_chunks(tmp_path: Path) -> None:
+    """slice toward a Streamable HTTP Agent: the POST's body goes in chunks (chunked transfer
+    coding), which the Agent reads whole."""
+    faults = fault_file(tmp_path, in_pieces("body", "_x/sliced", 5))
+    async with (
+        ScriptedHttpAgent() as agent,
+        listening_proxy(
+            "http://127.0.0.1:0/acp", "--faults", str(faults), "--upstream", agent.url
+        ) as (_, url),
+        aiohttp.ClientSession() as session,
+    ):
+        http = Http(session, url)
+        connection = await http.initialize()
+        reply = await http.post(request(1, "_x/sliced", {"pad": "x" * 40}), connection=connection)
+        assert reply.status == 202
+        await http.post(request(2, "_x/whole"), connection=connection)
+        async with asyncio.timeout(TIMEOUT):
+            while len(agent.methods) < 3:
+                await agent.posted.wait()
+                agent.posted.clear()
+    assert agent.methods == ["initialize", "_x/sliced", "_x/whole"]
+    assert agent.post_chunks[0] == agent.post_chunks[2] == 1
+    assert agent.post_chunks[1] > 10
+
+
+SHAPING = (
+    {
+        "name": "pieces-to-agent",
+        "when": {"direction": "to_agent"},
+        "do": {"action": "slice", "average_size": 24, "size_variation": 16, "gap_us": 200},
+        "continue": True,
+    },
+    {
+        "name": "pieces-to-client",
+        "when": {"direction": "to_client"},
+        "do": {"action": "slice", "average_size": 9, "size_variation": 8, "gap_us": 100},
+        "continue": True,
+    },
+    {
+        "name": "slow-updates",
+        "when": {"direction": "to_client", "method": "session/update"},
+        "do": {"action": "bandwidth", "bytes_per_second": 50_000, "burst_bytes": 200},
+    },
+)
+"""Every message in pieces, both ways, and the updates toward the Client throttled."""
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http", "ws"])
+@pytest.mark.parametrize("downstream", ["stdio", "http", "ws"])
+async def test_sdk_peers_read_every_message_whole_through_slices_and_a_throttle(
+    tmp_path: Path, downstream: str, upstream: str
+) -> None:
+    """slice and bandwidth on every transport, the SDK on both sides: each message is written
+    in pieces (partial lines, body and SSE chunks, continuation frames) toward the Agent and
+    toward the Client, the updates throttled; the peers' framing takes them whole (initialize,
+    sessions, prompts, a permission request, a cancel: :func:`exercise`)."""
+    faults = fault_file(tmp_path, *SHAPING, seed=2)
+    trace = tmp_path / "trace.jsonl"
+    options = ["--faults", str(faults), "--trace", str(trace)]
+    client = SimpleClient()
+    async with contextlib.AsyncExitStack() as stack:
+        agent = None
+        if upstream != "stdio":
+            served = await stack.enter_async_context(run_sdk_http_agent())
+            agent = served.url if upstream == "http" else served.ws_url
+        if downstream == "stdio":
+            conn = await stack.enter_async_context(stdio_client(agent, client, *options))
+        else:
+            target = ["--upstream", agent] if agent is not None else []
+            _, url = await stack.enter_async_context(
+                listening_proxy(
+                    f"{downstream}://127.0.0.1:0/acp",
+                    *options,
+                    *target,
+                    agent=None if agent is not None else SDK_AGENT,
+                )
+            )
+            conn = await stack.enter_async_context(sdk_client(downstream, url, client))
+        await exercise(conn, client)
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    rules = {record["rule"] for record in records if record["event"] == "fault"}
+    assert rules == {"pieces-to-agent", "pieces-to-client", "slow-updates"}
 
 
 async def read_events(response: aiohttp.ClientResponse, queue: asyncio.Queue[Any]) -> None:

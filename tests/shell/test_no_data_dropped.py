@@ -9,7 +9,9 @@ methods, a schedule never due, a mark never sent). Unmarked messages, and every 
 arrive exactly once and in their sender's order, both ways; marked ones as their rule says:
 dropped ones never, delayed ones once and in their own order (a delay holds only its message,
 docs/fault-files.md, "Ordering"), duplicated notifications and requests twice (a duplicated request answered
-once; of the two answers to a duplicated Agent request, one reaches the Agent).
+once; of the two answers to a duplicated Agent request, one reaches the Agent). The same holds,
+with the rules left as they are, while a shaping action (``bandwidth``, ``slice``) acts on every
+unmarked message.
 
 The ends are found without waiting on time: the Agent's ``_seq/drained`` and the Client's
 ``_seq/report`` are delayed like the delayed messages, and equal delays keep their order, so each
@@ -317,3 +319,33 @@ async def test_no_data_dropped_while_watch_reloads_the_fault_file(
         async with client_wire(transport, proxy, url) as wire:
             await converse(wire, 7, change)
         assert_only_targets_fired(proxy)
+
+
+SHAPING = {
+    "bandwidth": {"action": "bandwidth", "bytes_per_second": 1_000_000, "burst_bytes": 1000},
+    "slice": {"action": "slice", "average_size": 40, "size_variation": 30, "gap_us": 50},
+}
+"""Each shaping action, on the unmarked messages: fast enough that what it holds back is never
+held as long as a delayed message (:data:`DELAY_MS`), which the ends of the streams are."""
+
+
+@pytest.mark.parametrize("action", sorted(SHAPING))
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_no_data_dropped_while_other_messages_are_shaped(
+    transport: str, action: str, tmp_path: Path
+) -> None:
+    """The unmarked messages both ways throttled, or written in pieces (partial lines, body
+    chunks, continuation frames): every one still arrives once and in order, beside the marked
+    ones the target rules drop, delay and duplicate."""
+    shaping = {"name": "shaping", "when": {"params": {"mark": None}}, "do": SHAPING[action]}
+    faults = fault_file(tmp_path, shaping, *target_rules(), *noise_rules("file"))
+
+    async def unchanged(_round: int) -> None:
+        pass
+
+    async with running_proxy(transport, "--faults", str(faults)) as (proxy, url):
+        async with client_wire(transport, proxy, url) as wire:
+            await converse(wire, 6, unchanged)
+        fired = Counter(event["rule"] for event in log_events(proxy.stderr, "fault injected"))
+    assert fired["shaping"] > 100
+    assert all(rule == "shaping" or is_target(rule) for rule in fired), fired

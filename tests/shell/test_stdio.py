@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
 from harness import TIMEOUT, Start, captured, log_events, raw_agent, say
 from stdio_scenario import barrier
 
@@ -367,6 +368,61 @@ async def _line_stream(limit: int) -> tuple[LineStream, int, int, asyncio.WriteT
     writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
     stream = LineStream(reader, writer, read_transport, limit=limit, half_close=False)
     return stream, in_write, out_read, write_transport
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        data += os.read(fd, size - len(data))
+    return bytes(data)
+
+
+async def test_a_sliced_line_is_written_in_pieces_and_what_follows_waits_for_it() -> None:
+    """``slice``: the line's first piece is written, the next waits its gap (nothing more is in
+    the pipe meanwhile, not even the line sent after it); a sever that flushes writes the rest at
+    once, in order."""
+    stream, feed, sink, _ = await _line_stream(limit=100)
+    message = b'{"jsonrpc":"2.0","method":"_x/sliced"}'
+    try:
+        stream.send(b"before")
+        stream.send_sliced(message, (4,), 3600.0)
+        stream.send(b"after")
+        first = await asyncio.to_thread(_read_exactly, sink, len(b"before\n") + 4)
+        assert first == b"before\n" + message[:4]
+        os.set_blocking(sink, False)
+        with pytest.raises(BlockingIOError):  # the second piece waits an hour
+            os.read(sink, 100)
+        assert stream.buffered() == len(message) - 4 + 1 + len(b"after\n")
+        stream.sever(flush=True)
+        os.set_blocking(sink, True)
+        rest = await asyncio.to_thread(_read_exactly, sink, len(message) - 4 + 1 + 6)
+        assert rest == message[4:] + b"\nafter\n"
+    finally:
+        stream.close()
+        os.close(feed)
+        os.close(sink)
+
+
+async def test_closing_behind_a_sliced_line_waits_for_its_last_piece() -> None:
+    stream, feed, sink, _ = await _line_stream(limit=100)
+    message = b'{"jsonrpc":"2.0","method":"_x/sliced","params":{"pad":"xxxxxxxxxx"}}'
+    try:
+        stream.send_sliced(message, (3, 5, 7), 0.001)
+        stream.send(b"last")
+        stream.close()  # deferred until the pieces are written: nothing is lost
+        await stream.wait_closed()
+        received = await asyncio.to_thread(_read_all, sink)
+        assert received == message + b"\nlast\n"
+    finally:
+        os.close(feed)
+        os.close(sink)
+
+
+def _read_all(fd: int) -> bytes:
+    data = bytearray()
+    while chunk := os.read(fd, 1 << 16):
+        data += chunk
+    return bytes(data)
 
 
 async def test_the_lines_of_one_read_are_received_together_and_sent_in_one_write() -> None:

@@ -8,7 +8,8 @@ The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.acti
 :mod:`~proxy.core.actions.corrupt`, :mod:`~proxy.core.actions.sever`,
 :mod:`~proxy.core.actions.kill_agent`, :mod:`~proxy.core.actions.restart_proxy`,
 :mod:`~proxy.core.actions.http_status`, :mod:`~proxy.core.actions.close_stream`,
-:mod:`~proxy.core.actions.truncate`, :mod:`~proxy.core.actions.stall`,
+:mod:`~proxy.core.actions.truncate`, :mod:`~proxy.core.actions.slice`,
+:mod:`~proxy.core.actions.stall`,
 :mod:`~proxy.core.actions.timeout` and :mod:`~proxy.core.actions.slow_close`.
 
 Adding an action is one module here: its :class:`~proxy.core.actions.base.ActionModel` (the
@@ -39,6 +40,7 @@ from proxy.core.actions import (
     reorder,
     restart_proxy,
     sever,
+    slice,
     slow_close,
     stall,
     timeout,
@@ -62,6 +64,7 @@ BUILTIN: tuple[Action[Any], ...] = (
     close_stream.ACTION,
     corrupt.ACTION,
     truncate.ACTION,
+    slice.ACTION,
     stall.ACTION,
     timeout.ACTION,
     slow_close.ACTION,
@@ -88,6 +91,7 @@ class ActionName(enum.StrEnum):
     CLOSE_STREAM = "close_stream"
     CORRUPT = "corrupt"
     TRUNCATE = "truncate"
+    SLICE = "slice"
     STALL = "stall"
     TIMEOUT = "timeout"
     SLOW_CLOSE = "slow_close"

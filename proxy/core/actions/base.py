@@ -22,6 +22,7 @@ The effects, the one vocabulary shared by every action:
 * :class:`Copies`: extra copies follow it, ``gap`` seconds apart (a request's copies get ids of
   their own, and only the first answer is relayed);
 * :class:`Rewrite`: what is forwarded is rewritten (its copies too);
+* :class:`Split`: the message is written in pieces, with gaps between them;
 * :class:`Cut`: a connection is cut, before or after forwarding;
 * :class:`KillStream`: the message is translated but not written: the SSE stream that would
   carry it dies with it;
@@ -62,6 +63,7 @@ __all__ = [
     "Pace",
     "Reply",
     "Rewrite",
+    "Split",
     "Stop",
     "StrictModel",
     "Subject",
@@ -231,6 +233,15 @@ class Rewrite:
 
 
 @value
+class Split:
+    """Write the message in pieces of ``sizes`` bytes (what is left after them: one more piece),
+    ``gap`` seconds apart; what goes to the same peer after it waits for its last piece."""
+
+    sizes: tuple[int, ...]
+    gap: float
+
+
+@value
 class Cut:
     """Cut the connection to ``sides`` (both ways), ``before`` forwarding the message (then the
     message is lost and the queue discarded) or after it (what was queued is written first).
@@ -277,6 +288,7 @@ Effect = (
     | CloseLate
     | Copies
     | Rewrite
+    | Split
     | Cut
     | CutShort
     | KillStream

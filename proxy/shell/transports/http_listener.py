@@ -80,7 +80,7 @@ from proxy.shell.defaults import (
     KEEPALIVE_SECONDS,
     STREAM_HIGH_WATER,
 )
-from proxy.shell.endpoint import Endpoint, Received, joined
+from proxy.shell.endpoint import Endpoint, Received, Sliced, joined
 from proxy.shell.hostport import authority
 from proxy.shell.inflight import INFLIGHT_RETRY_AFTER_SECONDS, InflightBytes, Reservation
 from proxy.shell.limits import (
@@ -154,7 +154,7 @@ class Mailbox:
     """One SSE stream: buffered messages and at most one receiver (a GET) at a time."""
 
     def __init__(self, drained: asyncio.Event) -> None:
-        self._queue: deque[bytes] = deque()
+        self._queue: deque[bytes | Sliced] = deque()
         self.size = 0
         self._drained = drained
         """Set whenever this mailbox shrinks (wakes a waiting :meth:`HttpConnection.drain`)."""
@@ -164,7 +164,7 @@ class Mailbox:
         """When the write to the receiver now under way began (None: no write waits)."""
         self._ended = False
 
-    def put(self, event: bytes) -> None:
+    def put(self, event: bytes | Sliced) -> None:
         self._queue.append(event)
         self.size += len(event)
         self._wake.set()
@@ -216,7 +216,12 @@ class Mailbox:
                         return response
                     self.size -= len(event)
                     self._drained.set()
-                    await self._write(response, event)  # lost if the receiver is gone
+                    if type(event) is bytes:
+                        await self._write(response, event)  # lost if the receiver is gone
+                    else:  # in pieces: a chunk each
+                        assert isinstance(event, Sliced)
+                        async for chunk in event.chunks():
+                            await self._write(response, chunk)
                     del event  # written: not kept alive while the stream waits for the next
                 if self._ended:
                     await response.write_eof()
@@ -288,7 +293,7 @@ class HttpConnection:
         self._streams: dict[str | None, Mailbox] = {None: Mailbox(self._drained)}
         self._sessions: set[str] = set()
         self._request_sessions: dict[IdKey, str | None] = {}
-        self._initialize: tuple[IdKey, asyncio.Future[bytes]] | None = None
+        self._initialize: tuple[IdKey, asyncio.Future[bytes | Sliced]] | None = None
         self.closed = False
         self._closed_event = asyncio.Event()
         self.cookies = SetCookies()
@@ -316,9 +321,9 @@ class HttpConnection:
         await self._inbox.put(_Post(message, settled, reservation))
         return await settled
 
-    def expect_initialize(self, key: IdKey) -> asyncio.Future[bytes]:
+    def expect_initialize(self, key: IdKey) -> asyncio.Future[bytes | Sliced]:
         """A future for the answer to the ``initialize`` that opens this connection."""
-        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[bytes | Sliced] = asyncio.get_running_loop().create_future()
         self._initialize = (key, answer)
         return answer
 
@@ -429,6 +434,14 @@ class HttpConnection:
         if mailbox is not None:
             mailbox.put(encode_event(data[:cut]))
 
+    def send_sliced(self, data: bytes, sizes: tuple[int, ...], gap: float) -> None:
+        """The event (or the initialize POST's body) written in chunks of those sizes."""
+        if self.closed:
+            return
+        mailbox = self._route(data, sizes, gap)
+        if mailbox is not None:
+            mailbox.put(Sliced(encode_event(data), sizes, gap))
+
     def drop_stream(self, data: bytes) -> None:
         """``close_stream``: kill the receiver of the stream that would carry ``data``."""
         mailbox = self._route(data)
@@ -475,7 +488,9 @@ class HttpConnection:
         self._sessions.add(session)
         return True
 
-    def _route(self, data: bytes) -> Mailbox | None:
+    def _route(self, data: bytes, sizes: tuple[int, ...] = (), gap: float = 0.0) -> Mailbox | None:
+        """The stream that carries ``data``; None when it answers the initialize POST (which
+        gets it, in pieces of ``sizes`` when there are any)."""
         parsed = parse(data)
         session: str | None = None
         answers = _answered_id(parsed)
@@ -484,7 +499,7 @@ class HttpConnection:
                 _, answer = self._initialize
                 self._initialize = None
                 if not answer.done():
-                    answer.set_result(data)
+                    answer.set_result(Sliced(data, sizes, gap) if sizes else data)
                 return None
             session = self._request_sessions.pop(answers, None)
             result = parsed.body.get("result") if isinstance(parsed, Message) else None
@@ -838,12 +853,19 @@ class Listener:
                 ErrorCode.INTERNAL_ERROR,
                 message.id_token,
             )
-        return web.Response(
-            status=200,
-            body=body,
-            content_type="application/json",
-            headers=connection.response_headers({CONNECTION_ID: connection.connection_id}),
-        )
+        headers = connection.response_headers({CONNECTION_ID: connection.connection_id})
+        if isinstance(body, bytes):
+            return web.Response(
+                status=200, body=body, content_type="application/json", headers=headers
+            )
+        response = web.StreamResponse(status=200, headers=headers)  # chunked: a chunk a piece
+        response.content_type = "application/json"
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            async for chunk in body.chunks():
+                await response.write(chunk)
+            await response.write_eof()
+        return response
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
         accept = request.headers.get("Accept", "")

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,7 @@ from proxy.shell.defaults import (
     HTTP_OUTBOX_HIGH_WATER,
     HTTP_TIMEOUT,
 )
-from proxy.shell.endpoint import Received, bytes_of
+from proxy.shell.endpoint import Received, Sliced, bytes_of
 from proxy.shell.limits import DEFAULT_MAX_SESSIONS, LimitReached
 from proxy.shell.log import get_logger, shorten
 from proxy.shell.observers import Observer
@@ -115,7 +115,7 @@ class HttpUpstream:
         self._inbox_size = 0
         self._inbox_room = asyncio.Event()
         self._inbox_room.set()
-        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._outbox: asyncio.Queue[bytes | Sliced | None] = asyncio.Queue()
         self._queued = 0
         self._room = asyncio.Event()
         self._room.set()
@@ -176,6 +176,14 @@ class HttpUpstream:
     def send_cut(self, data: bytes, cut: int) -> None:
         """A POST whose body is the message cut short."""
         self.send(data[:cut])
+
+    def send_sliced(self, data: bytes, sizes: tuple[int, ...], gap: float) -> None:
+        """A POST whose body is written in chunks of those sizes (chunked transfer coding)."""
+        if not self._closing:
+            self._outbox.put_nowait(Sliced(data, sizes, gap))
+            self._queued += len(data)
+            if self._queued > HTTP_OUTBOX_HIGH_WATER:
+                self._room.clear()
 
     async def drain(self) -> None:
         """Wait while too much waits to be POSTed (an Agent slow to accept slows the Client)."""
@@ -262,7 +270,8 @@ class HttpUpstream:
         finally:
             self._end()
 
-    async def _post(self, data: bytes) -> None:
+    async def _post(self, outgoing: bytes | Sliced) -> None:
+        data = outgoing if isinstance(outgoing, bytes) else outgoing.data
         parsed = await self._parser.parse(data)
         message = parsed if isinstance(parsed, Message) else None
         session = self._session_of(message)
@@ -270,7 +279,7 @@ class HttpUpstream:
             await settled.wait()  # bounded: the GET's own timeout until its headers
         headers = self._post_headers(session)
         try:
-            status, body = await self._exchange(data, headers)
+            status, body = await self._exchange(outgoing, headers)
             if status == 404 and session is not None:
                 log.info(
                     "the agent refused Acp-Session-Id (404); POSTing the message again without it",
@@ -278,7 +287,7 @@ class HttpUpstream:
                     body=shorten(body),
                 )
                 del headers[SESSION_ID]
-                status, body = await self._exchange(data, headers)
+                status, body = await self._exchange(outgoing, headers)
         except TimeoutError as exc:  # aiohttp's timeouts are TimeoutError too
             if isinstance(exc, aiohttp.ConnectionTimeoutError):
                 detail = f"could not connect within {self._connect_seconds:g} s"
@@ -306,13 +315,19 @@ class HttpUpstream:
         if status in GONE or self.connection_id is None:
             self._end()
 
-    async def _exchange(self, data: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
-        """POST ``data``: the status and body of the answer. The answer to ``initialize`` gives
-        the connection its id and opens its stream."""
+    async def _exchange(
+        self, outgoing: bytes | Sliced, headers: Mapping[str, str]
+    ) -> tuple[int, bytes]:
+        """POST ``outgoing``: the status and body of the answer. The answer to ``initialize``
+        gives the connection its id and opens its stream."""
         # From a buffer, the body is written in chunks, each waiting for the socket to take
         # the last (as raw bytes, a large body would sit whole in the transport's buffer).
+        # In pieces (``slice``), each is a chunk of its own, ``gap`` after the one before.
+        payload: io.BytesIO | AsyncIterator[bytes] = (
+            io.BytesIO(outgoing) if isinstance(outgoing, bytes) else outgoing.chunks()
+        )
         async with self._http.post(
-            self.url, data=io.BytesIO(data), headers=headers, timeout=self._timeout
+            self.url, data=payload, headers=headers, timeout=self._timeout
         ) as response:
             self._answered(response)
             body = await response.read()

@@ -34,7 +34,7 @@ from proxy.core.commands import FailPost
 from proxy.core.framing import LineFramer, Oversized
 from proxy.shell import parent_death
 from proxy.shell.defaults import AGENT_GRACE, WRITE_SLICE
-from proxy.shell.endpoint import Received
+from proxy.shell.endpoint import Received, pieces
 from proxy.shell.log import get_logger
 
 __all__ = [
@@ -192,6 +192,15 @@ class LineStream:
         self._gathered_size = 0
         self._draining = 0
         """Drains writing slice by slice now (the two pumps of a link may both drain a side)."""
+        self._slicer: asyncio.Task[None] | None = None
+        """Writes a message in pieces (``slice``), and what was sent behind it, in order."""
+        self._behind: deque[tuple[bytes, float]] = deque()
+        """What the slicer has still to write: bytes, and the pause before them."""
+        self._behind_size = 0
+        self._sliced = asyncio.Event()
+        """Set while no slicer runs."""
+        self._sliced.set()
+        self._close_when_sliced = False
         self._eof = False
         self._closing = False
         self._severed = False
@@ -278,9 +287,52 @@ class LineStream:
             return
         self._gather(data[:cut].replace(b"\n", b" "), ended=False)
 
+    def send_sliced(self, data: bytes, sizes: tuple[int, ...], gap: float) -> None:
+        """The line in pieces, ``gap`` seconds apart, each its own write; later lines follow
+        its last piece."""
+        if self._closing or self._write_transport.is_closing():
+            return
+        line = data.replace(b"\n", b" ") + b"\n"
+        if self._slicer is None:
+            self._write_gathered()  # what was sent before it goes first
+            self._sliced.clear()
+            self._slicer = self._loop.create_task(self._write_pieces())
+        for index, piece in enumerate(pieces(line, sizes)):
+            self._behind.append((piece, gap if index else 0.0))
+        self._behind_size += len(line)
+
+    async def _write_pieces(self) -> None:
+        """Write what is behind a sliced message, in order, pausing where it says."""
+        writer = self._writer
+        try:
+            while self._behind:
+                pause = self._behind[0][1]
+                if pause > 0:
+                    await asyncio.sleep(pause)  # the piece still counts as buffered meanwhile
+                data, _ = self._behind.popleft()
+                self._behind_size -= len(data)
+                if writer.transport.is_closing():
+                    break
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass  # the peer went away: its reader hears of it
+        finally:
+            self._slicer = None
+            self._behind.clear()
+            self._behind_size = 0
+            self._sliced.set()
+            if self._close_when_sliced:
+                self._close_now()
+
     def _gather(self, data: bytes, *, ended: bool) -> None:
         """Queue ``data`` (and a line end, if ``ended``) for the next write; the first queued
-        since the last write asks for one at the end of this turn of the event loop."""
+        since the last write asks for one at the end of this turn of the event loop (behind a
+        message being written in pieces, it waits for its last piece)."""
+        if self._slicer is not None:
+            self._behind.append((data + b"\n" if ended else data, 0.0))
+            self._behind_size += len(data) + ended
+            return
         gathered = self._gathered
         if not gathered:
             self._loop.call_soon(self._write_soon)
@@ -339,16 +391,26 @@ class LineStream:
             if self._writer.transport.is_closing():
                 return
             await self._writer.drain()
+        while self._behind_size > WRITE_SLICE:  # a message in pieces holds much behind it
+            await self._sliced.wait()
 
     def buffered(self) -> int:
         """Bytes gathered or written and not yet taken by the pipe (its own 64 KiB not counted)."""
-        return self._gathered_size + self._writer.transport.get_write_buffer_size()
+        queued = self._gathered_size + self._behind_size
+        return queued + self._writer.transport.get_write_buffer_size()
 
     def close(self) -> None:
-        """Flush what is queued and close the writing end (and reading, unless half-closing)."""
+        """Flush what is queued and close the writing end (and reading, unless half-closing);
+        behind a message being written in pieces, once its last piece (and what follows) is."""
         if self._closing:
             return
         self._closing = True
+        if self._slicer is not None:
+            self._close_when_sliced = True
+            return
+        self._close_now()
+
+    def _close_now(self) -> None:
         self._write_gathered()
         self._writer.close()
         if not self._half_close:
@@ -361,6 +423,13 @@ class LineStream:
         self._severed = True
         self._closing = True
         self._ready, self._next = [], 0
+        if self._slicer is not None:  # the pieces left go at once (flush) or never
+            self._close_when_sliced = False
+            self._slicer.cancel()
+            if flush and not self._writer.transport.is_closing():
+                self._writer.write(b"".join(data for data, _ in self._behind))
+            self._behind.clear()
+            self._behind_size = 0
         if flush or self._writer.transport.is_closing():
             self._write_gathered()
             self._writer.close()

@@ -30,7 +30,10 @@ calls it to resume a reader it held back) and ``websocket_mask``; the queue's ``
 size)`` (which pauses the transport past its high-water mark), ``set_exception`` and
 ``_stalled_reader`` (set while aiohttp's reader holds bytes back; what comes after waits here, so
 that messages keep their order); and ``ws.receive()`` returning any message it does not handle
-itself as it is, so that a text message's data may be an :class:`Assembled`.
+itself as it is, so that a text message's data may be an :class:`Assembled`. A message written
+in pieces (``slice``) is written as frames the proxy builds itself, on the writer's transport
+(aiohttp's ``send_frame`` always sets FIN), waiting on its protocol's ``_drain_helper`` while the
+transport is paused.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from websockets.asyncio.client import ClientConnection
 
 from proxy.core.commands import FailPost
 from proxy.shell.defaults import CONNECT_TIMEOUT, WEBSOCKET_HIGH_WATER
-from proxy.shell.endpoint import Received, joined
+from proxy.shell.endpoint import Received, Sliced, joined
 from proxy.shell.log import get_logger
 from proxy.shell.transports.cookies import CookieSink
 
@@ -71,21 +74,21 @@ class _Outbox:
     """Messages queued toward one peer, written in order by one task, bounded by bytes."""
 
     def __init__(self) -> None:
-        self._queue: deque[bytes] = deque()
+        self._queue: deque[bytes | Sliced] = deque()
         self._size = 0
         self._ready = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
         self.closing = False
 
-    def put(self, data: bytes) -> None:
+    def put(self, data: bytes | Sliced) -> None:
         self._queue.append(data)
         self._size += len(data)
         self._ready.set()
         if self._size > WEBSOCKET_HIGH_WATER:
             self._room.clear()
 
-    async def get(self) -> bytes | None:
+    async def get(self) -> bytes | Sliced | None:
         """The next message to write, or ``None`` once closing and empty."""
         while not self._queue:
             if self.closing:
@@ -140,6 +143,12 @@ class _WsEndpoint:
         """A text frame holding the message cut short."""
         self.send(data[:cut])
 
+    def send_sliced(self, data: bytes, sizes: tuple[int, ...], gap: float) -> None:
+        """One text message in frames of those sizes (never inside a UTF-8 character), ``gap``
+        seconds apart."""
+        if not self._outbox.closing:
+            self._outbox.put(Sliced(data, sizes, gap))
+
     async def drain(self) -> None:
         """Wait while too much is queued toward the peer."""
         await self._outbox.room()
@@ -184,7 +193,11 @@ class _WsEndpoint:
     async def _write(self) -> None:
         try:
             while (data := await self._outbox.get()) is not None:
-                await self._send_frame(data)
+                if type(data) is bytes:
+                    await self._send_frame(data)
+                else:
+                    assert isinstance(data, Sliced)
+                    await self._send_fragments(data)
                 del data  # sent: not kept alive while the next one is awaited
         except (ConnectionError, RuntimeError, websockets.ConnectionClosed) as exc:
             log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
@@ -193,6 +206,11 @@ class _WsEndpoint:
                 await self._close_socket(self._close_code, self._close_reason)
 
     async def _send_frame(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _send_fragments(self, sliced: Sliced) -> None:
+        """One text message: a frame per piece (the first text, the others continuations, the
+        last with FIN), ``gap`` seconds apart."""
         raise NotImplementedError
 
     async def _close_socket(self, code: int, reason: str) -> None:
@@ -208,6 +226,7 @@ fragmented message, is unmasked and kept here a read at a time."""
 _HEADER_SIZE = tuple(6 if n < 126 else 8 if n == 126 else 14 for n in range(128))
 """Bytes of a masked frame's header by its 7-bit length: the length, then the masking key."""
 _TEXT, _BINARY = int(WSMsgType.TEXT), int(WSMsgType.BINARY)
+_CONTINUATION = int(WSMsgType.CONTINUATION)
 _TO_AIOHTTP, _KEEP, _DROP = 0, 1, 2
 """Where the current frame's payload goes: to aiohttp's reader, unmasked into the message being
 assembled, or nowhere (a binary message: the endpoint drops it, only its size is counted)."""
@@ -226,6 +245,16 @@ class Assembled:
     def __init__(self, chunks: list[bytes], size: int) -> None:
         self.chunks = chunks
         self.size = size
+
+
+def _frame_header(opcode: int, size: int, *, fin: bool) -> bytes:
+    """The header of an unmasked frame (the server's) of ``size`` bytes (RFC 6455 5.2)."""
+    first = (0x80 if fin else 0) | opcode
+    if size < 126:
+        return bytes((first, size))
+    if size < 1 << 16:
+        return bytes((first, 126)) + size.to_bytes(2, "big")
+    return bytes((first, 127)) + size.to_bytes(8, "big")
 
 
 class _AiohttpFailed(Exception):
@@ -471,6 +500,9 @@ class MaskedOnlyWebSocketResponse(web.WebSocketResponse):
             compress=bool(self._compress),
             decode_text=self._decode_text,
         )
+        self.frame_writer = writer
+        """aiohttp's writer of this socket's frames (a message in pieces is written on its
+        transport)."""
         self._parser = reader  # the queue refers to a stalled reader weakly
         handler._payload_parser = reader
         if early and reader.feed_data(early)[0]:
@@ -538,6 +570,22 @@ class WsServerEndpoint(_WsEndpoint):
             await self._open.wait()
         await self.ws.send_frame(data, WSMsgType.TEXT)
 
+    async def _send_fragments(self, sliced: Sliced) -> None:
+        if not self._open.is_set():
+            await self._open.wait()
+        writer = cast(MaskedOnlyWebSocketResponse, self.ws).frame_writer
+        transport = writer.transport
+        last = len(sliced.parts(text=True)) - 1
+        index = 0
+        async for part in sliced.chunks(text=True):
+            if transport.is_closing() or self.ws.closed:
+                raise ConnectionResetError("the socket closed while a message was written")
+            opcode = _TEXT if index == 0 else _CONTINUATION
+            transport.write(_frame_header(opcode, len(part), fin=index == last) + part)
+            index += 1
+            if writer.protocol._paused:
+                await writer.protocol._drain_helper()
+
     async def _close_socket(self, code: int, reason: str) -> None:
         await self._open.wait()
         if self.ws.prepared:
@@ -588,6 +636,9 @@ class WsClientEndpoint(_WsEndpoint):
 
     async def _send_frame(self, data: bytes) -> None:
         await self.connection.send(data, text=True)
+
+    async def _send_fragments(self, sliced: Sliced) -> None:
+        await self.connection.send(sliced.chunks(text=True), text=True)  # then an empty FIN
 
     async def _close_socket(self, code: int, reason: str) -> None:
         await self.connection.close(code=code, reason=reason)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -46,7 +47,7 @@ from acp.schema import (
 )
 from acp.ws import create_websocket_stream
 from acp.ws.client import MemoryAcpCookieStore
-from harness import TIMEOUT, ProxyProcess
+from harness import SDK_AGENT, TIMEOUT, ProxyProcess
 
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -239,18 +240,19 @@ async def sdk_client(
 
 @contextlib.asynccontextmanager
 async def stdio_client(
-    upstream: str, client: SimpleClient, *options: str
+    upstream: str | None, client: SimpleClient, *options: str
 ) -> AsyncIterator[ClientSideConnection]:
-    """The SDK Client launching ``acp-proxy run --upstream URL OPTIONS`` as its agent."""
+    """The SDK Client launching ``acp-proxy run OPTIONS --upstream URL`` as its agent (without
+    ``upstream``: ``acp-proxy run OPTIONS -- SDK_AGENT``)."""
+    target = ["--upstream", upstream] if upstream is not None else ["--", *SDK_AGENT]
     async with spawn_agent_process(
         cast(Client, client),
         sys.executable,
         "-m",
         "proxy",
         "run",
-        "--upstream",
-        upstream,
         *options,
+        *target,
         transport_kwargs={"limit": DEFAULT_MAX_MESSAGE_BYTES, "stderr": None},
     ) as (conn, _process):
         yield conn
@@ -315,3 +317,44 @@ async def _run_listening_agent(*argv: str) -> AsyncIterator[HttpAgent]:
     if rest:
         msg = f"{name} wrote more than its LISTENING line to stdout: {rest!r}"
         raise AssertionError(msg)
+
+
+async def exercise(conn: ClientSideConnection, client: SimpleClient) -> None:
+    """initialize, session/new, prompts, an agent-to-client request, and a cancelled prompt."""
+    async with asyncio.timeout(TIMEOUT):
+        init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
+        assert init.protocol_version == PROTOCOL_VERSION
+        session = (await conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
+        other = (await conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
+        assert session != other
+
+        answer = await conn.prompt(
+            session_id=session, prompt=[TextContentBlock(type="text", text="echo hello")]
+        )
+        assert answer.stop_reason == "end_turn"
+        # Over HTTP the update travels on another stream than the answer: wait for it.
+        await client.until(lambda: (session, "hello") in client.chunks)
+
+        answer = await conn.prompt(
+            session_id=other, prompt=[TextContentBlock(type="text", text="permission")]
+        )
+        assert answer.stop_reason == "end_turn"
+        # the agent saw our answer
+        await client.until(lambda: (other, "permission: selected allow") in client.chunks)
+
+        waiting = asyncio.get_running_loop().create_task(
+            conn.prompt(session_id=session, prompt=[TextContentBlock(type="text", text="wait")])
+        )
+        await client.until(lambda: (session, "waiting") in client.chunks)
+        waiting.cancel()  # the SDK sends $/cancel_request under its own id
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await client.until(lambda: any(text.startswith("cancelled") for _, text in client.chunks))
+        [report] = [text for _, text in client.chunks if text.startswith("cancelled")]
+        details = json.loads(report.removeprefix("cancelled "))
+        assert details["id"] in details["cancel_request_ids"]  # the cancel named the agent's id
+
+        answer = await conn.prompt(
+            session_id=session, prompt=[TextContentBlock(type="text", text="echo after")]
+        )
+        assert answer.stop_reason == "end_turn"

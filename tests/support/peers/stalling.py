@@ -100,6 +100,10 @@ class ScriptedHttpAgent:
     (key ``GET``) or to a WebSocket upgrade (key ``websocket``)."""
     cookies: list[str | None] = field(default_factory=list)
     """The ``Cookie`` header of every request, in order (``None``: none)."""
+    post_chunks: list[int] = field(default_factory=list)
+    """The HTTP chunks each POST's body came in, in order (1: not chunked)."""
+    posted: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set whenever a POST is received."""
     deletes: int = 0
     url: str = ""
     _streams: dict[str, asyncio.Queue[bytes | None]] = field(default_factory=dict)
@@ -144,9 +148,15 @@ class ScriptedHttpAgent:
         return web.Response(status=202)
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
-        message: dict[str, Any] = await request.json()
+        body, chunks = b"", 0
+        async for data, _ in request.content.iter_chunks():
+            body += data
+            chunks += 1
+        message: dict[str, Any] = json.loads(body)
         method = message.get("method")
         self.methods.append(str(method))
+        self.post_chunks.append(chunks)
+        self.posted.set()
         self.posted_sessions.append(request.headers.get("Acp-Session-Id"))
         if method in self.hang_on:
             await asyncio.Event().wait()
