@@ -1134,6 +1134,31 @@ async def test_a_stall_holds_a_direction_until_the_control_api_releases_it(
     assert await asyncio.to_thread(control.metric, "acp_proxy_active_faults") == 0
 
 
+async def test_slow_close_passes_the_agents_end_on_late_and_what_was_held_first(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """slow_close on a message toward the Client: when the Agent exits, the Client's stdout
+    ends 400 ms later (not at once), and a message held toward it meanwhile reaches it first."""
+    faults = fault_file(
+        tmp_path,
+        rule("linger", {"action": "slow_close", "ms": 400}, None, method="_x/linger"),
+        rule("late", {"action": "delay", "ms": 100}, None, method="_x/late"),
+        name="faults.json",
+    )
+    proxy = await start(raw_agent(capture), "--faults", str(faults))
+    linger, late = notification("_x/linger"), notification("_x/late")
+    await proxy.send(say(linger))
+    assert await proxy.recv() == linger
+    await proxy.send(say(late))
+    await proxy.send(notification("_test/exit", {"code": 0}))
+    exited = time.monotonic()
+    assert await proxy.recv() == late
+    assert proxy.process.stdout is not None
+    assert await asyncio.wait_for(proxy.process.stdout.read(), TIMEOUT) == b""
+    assert time.monotonic() - exited >= 0.4
+    assert len(faults_of(proxy.stderr, "linger")) == 1
+
+
 async def test_the_sdk_client_sees_its_connection_end_after_a_timeout(tmp_path: Path) -> None:
     """timeout on the prompt toward the Agent: the Agent never sees it; 50 ms later both
     connections are cut, the SDK Client's pending prompt fails, nothing hangs."""

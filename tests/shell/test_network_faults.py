@@ -263,6 +263,80 @@ async def test_slice_toward_an_http_agent_posts_the_body_in_chunks(tmp_path: Pat
     assert agent.post_chunks[1] > 10
 
 
+@pytest.mark.parametrize("downstream", ["http", "ws"])
+async def test_sdk_peers_wait_through_stalls_and_reorders_over_the_network(
+    tmp_path: Path, downstream: str
+) -> None:
+    """stall (the Client's stream quiet 100 ms, then what it held, in order), reorder (a chunk
+    behind the answer that followed it) and delay toward an SDK Client over Streamable HTTP
+    or WebSocket, and a stall toward the Agent: the SDK on both sides carries on as usual."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "quiet-client",
+            "when": {"direction": "to_client", "method": "session/update"},
+            "schedule": {"nth": [1]},
+            "do": {"action": "stall", "ms": 100},
+        },
+        {
+            "name": "late-chunk",
+            "when": {"direction": "to_client", "method": "session/update"},
+            "schedule": {"nth": [2]},
+            "do": {"action": "reorder", "after": 1, "max_ms": 2000},
+        },
+        {
+            "name": "quiet-agent",
+            "when": {"direction": "to_agent", "method": "session/prompt"},
+            "schedule": {"nth": [2]},
+            "do": {"action": "stall", "ms": 100},
+        },
+    )
+    trace = tmp_path / "trace.jsonl"
+    client = SimpleClient()
+    async with (
+        listening_proxy(
+            f"{downstream}://127.0.0.1:0/acp",
+            "--faults",
+            str(faults),
+            "--trace",
+            str(trace),
+            agent=SDK_AGENT,
+        ) as (_, url),
+        sdk_client(downstream, url, client) as conn,
+    ):
+        await exercise(conn, client)
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    rules = sorted(record["rule"] for record in records if record["event"] == "fault")
+    assert rules == ["late-chunk", "quiet-agent", "quiet-client"]
+
+
+@pytest.mark.parametrize("downstream", ["http", "ws"])
+async def test_a_timeout_ends_the_sdk_clients_prompt_over_the_network(
+    tmp_path: Path, downstream: str
+) -> None:
+    """timeout on the prompt toward the Agent, cutting the Client's connection: the prompt is
+    held, and 50 ms later the SDK Client's connection is cut and its prompt fails."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "hang-up",
+            "when": {"method": "session/prompt"},
+            "do": {"action": "timeout", "ms": 50, "side": "client"},
+        },
+    )
+    client = SimpleClient()
+    async with listening_proxy(
+        f"{downstream}://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT
+    ) as (proxy, url):
+        async with sdk_client(downstream, url, client) as conn:
+            session = await open_session(conn)
+            with pytest.raises(ConnectionError, match="Connection closed"):
+                await asyncio.wait_for(sdk_prompt(conn, session, "echo never"), TIMEOUT)
+        assert client.chunks == []
+        [fault] = log_events(proxy.stderr, "fault injected")
+        assert fault["rule"] == "hang-up"
+
+
 SHAPING = (
     {
         "name": "pieces-to-agent",
@@ -320,6 +394,32 @@ async def test_sdk_peers_read_every_message_whole_through_slices_and_a_throttle(
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     rules = {record["rule"] for record in records if record["event"] == "fault"}
     assert rules == {"pieces-to-agent", "pieces-to-client", "slow-updates"}
+
+
+async def test_slow_close_closes_a_websocket_client_late(tmp_path: Path) -> None:
+    """slow_close toward a WebSocket Client: when the Agent exits, the close frame reaches the
+    Client 300 ms later, not at once."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "linger",
+            "when": {"method": "_x/linger"},
+            "do": {"action": "slow_close", "ms": 300},
+        },
+    )
+    linger = compact(notification("_x/linger"))
+    async with (
+        serving(tmp_path, "--faults", str(faults), listen=WS_LISTEN) as s,
+        websockets.connect(s.url) as ws,
+    ):
+        await ws_initialize(ws)
+        await ws.send(compact(say(linger)).decode())
+        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == linger.decode()
+        await ws.send(compact(notification("_test/exit", {"code": 0})).decode())
+        exited = asyncio.get_running_loop().time()
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), TIMEOUT)
+        assert asyncio.get_running_loop().time() - exited >= 0.3
 
 
 async def read_events(response: aiohttp.ClientResponse, queue: asyncio.Queue[Any]) -> None:

@@ -119,7 +119,8 @@ class _Text:
         self.section("Messages relayed", *relayed_table(self.summary))
         self.section("Messages not relayed", *not_relayed_table(self.summary))
         held = held_table(self.summary)
-        self.section("Messages held by rules (delay, reorder, spaced copies)", *held)
+        title = "Messages held by rules (delay, reorder, bandwidth, stall, spaced copies)"
+        self.section(title, *held)
 
     def connections(self) -> None:
         self.section("Connections", *connections_table(self.summary))

@@ -1085,7 +1085,9 @@ def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed
         "  messages     2 relayed (100 bytes), 5 not relayed, 4 held by rules "
         "(1 sent when released)"
     ) in text
-    held_section = text.split("Messages held by rules (delay, reorder, spaced copies)\n")[1]
+    held_section = text.split(
+        "Messages held by rules (delay, reorder, bandwidth, stall, spaced copies)\n"
+    )[1]
     assert held_section.splitlines()[2].split() == [
         "to_client",
         "notification",
