@@ -276,11 +276,11 @@ class ControlClient:
             body["link"] = link
         return cast(list[int], self.request("POST", "/api/actions/kill_agent", body)["links"])
 
-    def release(self, link: int | None = None) -> list[int]:
+    def release(self, link: int | None = None) -> int:
         """End the ``stall`` faults of every link (or of ``link``) now: what they held goes on.
-        Returns the links acted on."""
+        Returns how many stalls ended (0: nothing was stalled)."""
         body: dict[str, Any] = {} if link is None else {"link": link}
-        return cast(list[int], self.request("POST", "/api/actions/release", body)["links"])
+        return cast(int, self.request("POST", "/api/actions/release", body)["stalls"])
 
     def restart_proxy(self, downtime_ms: float = 0) -> None:
         """Restart the data plane: every connection closed, down ``downtime_ms``, then back."""
@@ -289,7 +289,8 @@ class ControlClient:
     # -- what the proxy knows --------------------------------------------------------------------
 
     def links(self) -> list[dict[str, Any]]:
-        """The running links: ``id``, ``client`` and ``agent`` (transport, pid), ``pending``."""
+        """The running links: ``id``, ``client`` and ``agent`` (transport, pid), and each way
+        the requests ``pending`` and the messages a fault has ``held``."""
         return cast(list[dict[str, Any]], self.request("GET", "/api/links")["links"])
 
     def ledger(self) -> list[dict[str, Any]]:

@@ -48,7 +48,7 @@ def client_fault(message: Message) -> tuple[Rule, Message] | str | None:
         try:
             hint = orjson.loads(header)
         except orjson.JSONDecodeError:
-            return f"the {ACP_FAULT} header is not JSON"
+            return "not JSON"
         rule = _rule(hint)
         return rule if isinstance(rule, str) else (rule, message)
     if not in_meta:

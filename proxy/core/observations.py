@@ -55,6 +55,7 @@ __all__ = [
     "Restarted",
     "RulesCounted",
     "RulesReloaded",
+    "StallEnded",
     "Stopped",
     "Stopping",
     "TooManyPending",
@@ -314,6 +315,19 @@ class FaultOverflowed(Observation):
     action: ActionName | str
     direction: Direction
     method: str | None
+
+
+@value(kw_only=True)
+class StallEnded(Observation):
+    """The ``stall`` (or ``timeout``) of ``rule`` in ``direction`` ended: its time was up, or
+    the control API ``released`` it; ``held`` messages went on, or, where it ``cut`` sides (a
+    timeout), were lost."""
+
+    rule: str
+    direction: Direction
+    held: int
+    released: bool = False
+    cut: tuple[Side, ...] = ()
 
 
 @value(kw_only=True)

@@ -65,6 +65,7 @@ from proxy.core.observations import (
     RestartWhat,
     RulesCounted,
     RulesReloaded,
+    StallEnded,
     Stopped,
     TooManyPending,
     Undeliverable,
@@ -368,7 +369,13 @@ MESSAGE_FIELDS: Mapping[str, tuple[str, ...]] = {
 ``undeliverable`` message is named (``method`` to ``hold``) only when it was held; a
 disposition this version does not know has them all."""
 
-UNTRACED: tuple[type[Observation], ...] = (FaultOverflowed, IdReused, PeerGone, RulesCounted)
+UNTRACED: tuple[type[Observation], ...] = (
+    FaultOverflowed,
+    IdReused,
+    PeerGone,
+    RulesCounted,
+    StallEnded,
+)
 """The observations of the core that have no record (logged and counted only)."""
 
 

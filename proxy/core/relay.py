@@ -95,7 +95,7 @@ from proxy.core.actions.base import (
     Subject,
     TokenBucket,
 )
-from proxy.core.client_faults import CLIENT_FAULT, client_fault
+from proxy.core.client_faults import ACP_FAULT, CLIENT_FAULT, client_fault
 from proxy.core.commands import (
     Close,
     Command,
@@ -147,6 +147,7 @@ from proxy.core.observations import (
     Relayed,
     RelayedRun,
     RulesCounted,
+    StallEnded,
     Stopped,
     Stopping,
     TooManyPending,
@@ -294,6 +295,17 @@ class Relay:
     def pending(self, direction: Direction) -> int:
         """How many requests travelling ``direction`` await their answer."""
         return len(self._maps[direction])
+
+    def held(self, direction: Direction) -> int:
+        """How many messages travelling ``direction`` a fault holds now (a delay, a stall, a
+        throttle, a reorder: an answer held is no longer pending, and not yet delivered)."""
+        destination = direction.destination
+        return sum(
+            1
+            for timed in self._timers.values()
+            for command in timed.commands
+            if type(command) is Send and command.to is destination
+        )
 
     def has_ended(self, side: Side) -> bool:
         """Whether the stream from ``side`` has ended."""
@@ -531,8 +543,9 @@ class Relay:
             if hinted is not None:
                 asked, message = hinted
         subject = self._subject(direction, message)
-        if asked is not None and not actions[asked.do.action].applies(asked.do, subject):
-            action = actions[asked.do.action]
+        if asked is not None and not (action := actions[asked.do.action]).applies(
+            asked.do, subject
+        ):
             why = f"{action.name} cannot act on this request"
             if action.needs_http:
                 why += " (it acts only on Clients that connect over Streamable HTTP)"
@@ -759,7 +772,8 @@ class Relay:
         """A request asked for a fault it cannot have: it is answered -32602, saying why, and
         goes no further (forwarded, its hint would reach the Agent as if it were the Client's)."""
         assert message.id_token is not None
-        text = f"_meta.acpFault: {why}"
+        where = f"{ACP_FAULT} header" if message.fault_header is not None else "_meta.acpFault"
+        text = f"{where}: {why}"
         out.append(Send(direction.source, error_response(message.id_token, -32602, text)))
         subject = self._subject(direction, message)
         out.append(self._stopped(direction, message, subject, CLIENT_FAULT, "answered_by_proxy"))
@@ -903,13 +917,24 @@ class Relay:
         self._stall_ends[token] = direction
         return StartTimer(freeze.seconds, token)
 
-    def _end_stall(self, direction: Direction, at: float) -> list[Command]:
-        """The stall of ``direction`` ends: what it held goes on, in order; or, for a timeout,
-        the connection is cut first and what it held is lost (undeliverable)."""
+    def _end_stall(
+        self, direction: Direction, at: float, *, released: bool = False
+    ) -> list[Command]:
+        """The stall of ``direction`` ends (``released``: by the control API): what it held goes
+        on, in order; or, for a timeout, the connection is cut first and what it held is lost
+        (undeliverable)."""
         stall = self._stalls.pop(direction, None)  # gone: _release lets its holds go now
         if stall is None:
             return []
-        out: list[Command] = [Sever(side, False, stall.close_code) for side in stall.sever]
+        ended = StallEnded(
+            rule=stall.rule,
+            direction=direction,
+            held=len(stall.holds),
+            released=released,
+            cut=stall.sever,
+        )
+        out: list[Command] = [ended]
+        out.extend(Sever(side, False, stall.close_code) for side in stall.sever)
         self._closing.update(stall.sever)
         for token in stall.holds:
             out.extend(self._release(token, at, lose=bool(stall.sever)))
@@ -925,7 +950,7 @@ class Relay:
             if not stall.sever:
                 del self._stall_ends[stall.token]
                 done.update((stall.token, *stall.holds))
-                out.extend(self._end_stall(direction, at))
+                out.extend(self._end_stall(direction, at, released=True))
         return out, done
 
     def _overtaken(self, direction: Direction, out: list[Command], at: float) -> None:

@@ -427,9 +427,11 @@ class AdminServer:
             return web.json_response({"action": action, "downtime_ms": downtime})
         if action == "release":
             links = self._selected(_action_body(ReleaseBody, body).link)
-            for link in links:
-                link.release_stalls()
-        elif action == "sever":
+            released = sum(link.release_stalls() for link in links)
+            log.info("release over the control API", links=[x.id for x in links], stalls=released)
+            ids = [link.id for link in links]
+            return web.json_response({"action": action, "links": ids, "stalls": released})
+        if action == "sever":
             sever = _action_body(SeverBody, body)
             links = self._selected(sever.link)
             sides = [Side.CLIENT, Side.AGENT] if sever.side == "both" else [Side(sever.side)]
@@ -598,4 +600,5 @@ def _describe(link: Link) -> dict[str, Any]:
         "id": link.id,
         **sides,
         "pending": {direction.value: link.relay.pending(direction) for direction in Direction},
+        "held": {direction.value: link.relay.held(direction) for direction in Direction},
     }

@@ -81,7 +81,14 @@ from proxy.core.events import (
 )
 from proxy.core.framing import Oversized
 from proxy.core.jsonrpc import Batch, Invalid, Message
-from proxy.core.observations import Connected, Disconnected, Observation, Restarted, RestartWhat
+from proxy.core.observations import (
+    Connected,
+    Disconnected,
+    Observation,
+    Restarted,
+    RestartWhat,
+    StallEnded,
+)
 from proxy.core.relay import Relay
 from proxy.shell.defaults import AGENT_EXIT_WAIT, HELD_HIGH_WATER, STALL_SECONDS
 from proxy.shell.endpoint import (
@@ -293,11 +300,12 @@ class Link:
         self._execute(commands)
         return True
 
-    def release_stalls(self) -> bool:
+    def release_stalls(self) -> int:
         """End this link's stalls now (the control API): what they held goes on, and their
-        timers are forgotten. False when the link has ended (nothing is done)."""
+        timers are forgotten. How many stalls ended (0 when the link has ended: nothing is
+        done)."""
         if self._refused("action"):
-            return False
+            return 0
         at = self._clock()
         commands, done = self.relay.release_stalls(at)
         if done:
@@ -312,7 +320,7 @@ class Link:
             self._held_fell()
             self._arm()
         self._execute(commands, at)
-        return True
+        return sum(1 for command in commands if isinstance(command, StallEnded))
 
     def attach_client(self, client: Endpoint) -> bool:
         """Conductor mode: a new Client takes over this link's Agent; False (nothing done) when

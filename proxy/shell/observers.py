@@ -38,6 +38,7 @@ from proxy.core.observations import (
     Restarted,
     RulesCounted,
     RulesReloaded,
+    StallEnded,
     Stopped,
     TooManyPending,
     Undeliverable,
@@ -310,6 +311,22 @@ class LogObserver:
                     method=observation.method,
                     session=observation.session,
                     **_fault_ids(observation),
+                )
+            case StallEnded(cut=()):
+                log.info(
+                    "stall ended; what it held goes on",
+                    rule=observation.rule,
+                    direction=observation.direction,
+                    held=observation.held,
+                    released=observation.released,
+                )
+            case StallEnded():
+                log.info(
+                    "timeout: connection cut; what it held is lost",
+                    rule=observation.rule,
+                    direction=observation.direction,
+                    held=observation.held,
+                    cut=list(observation.cut),
                 )
             case FaultOverflowed():
                 log.debug(

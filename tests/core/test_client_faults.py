@@ -184,7 +184,7 @@ def test_the_acp_fault_header_asks_as_the_hint_does_and_leaves_every_byte() -> N
     assert found is not None
     rule, kept = found
     assert (rule.name, rule.do.action, kept.raw) == (CLIENT_FAULT, "error", plain)
-    assert client_fault(with_header(plain, "drop")) == "the Acp-Fault header is not JSON"
+    assert client_fault(with_header(plain, "drop")) == "not JSON"
     assert str(client_fault(with_header(plain, '{"ms": 5}'))).startswith("no action")
     both = client_fault(with_header(hinted({"action": "drop"}), '{"action": "drop"}'))
     assert both == "asked twice: in the Acp-Fault header and in params._meta.acpFault"
@@ -203,3 +203,12 @@ def test_the_acp_fault_header_asks_as_the_hint_does_and_leaves_every_byte() -> N
     refused = target.handle(MessageReceived(CLIENT, plain, 0.0, with_header(plain, "{")))
     [error] = [c for c in refused if isinstance(c, Send)]
     assert (error.to, json.loads(error.data)["error"]["code"]) == (CLIENT, -32602)
+    said = json.loads(error.data)["error"]["message"]  # where the hint was, named
+    assert said == "Acp-Fault header: not JSON"
+    typo = with_header(plain, '{"action": "delay", "ms": 5, "jiter_ms": 3}')
+    [error] = [
+        c for c in target.handle(MessageReceived(CLIENT, plain, 0.0, typo)) if isinstance(c, Send)
+    ]
+    assert json.loads(error.data)["error"]["message"] == (
+        "Acp-Fault header: do.jiter_ms: unknown field (did you mean 'jitter_ms'?)"
+    )

@@ -45,6 +45,7 @@ from proxy.core.observations import (
     Restarted,
     RulesCounted,
     RulesReloaded,
+    StallEnded,
     Stopped,
     TooManyPending,
     Undeliverable,
@@ -345,6 +346,7 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
     (FaultOverflowed(rule="slow", action="delay", direction=A, method="m"), None, ""),
     (PeerGone(Side.AGENT, 2), None, ""),
     (RulesCounted(), None, ""),
+    (StallEnded(rule="quiet", direction=A, held=2), None, ""),
 ]
 
 

@@ -1124,7 +1124,7 @@ async def test_a_stall_holds_a_direction_until_the_control_api_releases_it(
     await until_logged(proxy, "fault injected")
     active = await asyncio.to_thread(control.metric, "acp_proxy_active_faults")
     assert active >= 2  # the stall itself, and the message that started it, held
-    assert await asyncio.to_thread(control.release) != []
+    assert await asyncio.to_thread(control.release) == 1
     assert [await proxy.recv() for _ in range(3)] == [stop, *after]
     answer = await proxy.recv_json()  # behind the stall: the Agent answered it meanwhile
     assert (answer["id"], answer["result"]["method"]) == ("q", "_x/question")
@@ -1132,6 +1132,9 @@ async def test_a_stall_holds_a_direction_until_the_control_api_releases_it(
     assert await barrier(proxy, "b") == []
     # Released: its timers are forgotten, not left to run out their 600 s.
     assert await asyncio.to_thread(control.metric, "acp_proxy_active_faults") == 0
+    assert await asyncio.to_thread(control.release) == 0  # nothing stalled any more
+    [ended] = log_events(proxy.stderr, "stall ended; what it held goes on")
+    assert (ended["rule"], ended["held"], ended["released"]) == ("quiet", 4, True)  # and q's answer
 
 
 async def test_slow_close_passes_the_agents_end_on_late_and_what_was_held_first(

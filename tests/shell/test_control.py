@@ -49,7 +49,7 @@ from harness import (
     say,
     unboxed,
 )
-from stdio_scenario import barrier
+from stdio_scenario import barrier, until_logged
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
@@ -1021,10 +1021,19 @@ async def test_the_api_answers_while_messages_stream_through(
 
 
 async def test_links_show_transports_pids_and_pending_requests(
-    controlled: Controlled, capture: Path
+    controlled: Controlled, capture: Path, tmp_path: Path
 ) -> None:
-    """/api/links: each side's transport, the Agent's pid, requests pending per direction."""
-    proxy, control = await controlled(raw_agent(capture))
+    """/api/links: each side's transport, the Agent's pid, requests pending per direction, and
+    messages a fault holds (an answer held is no longer pending, and counted there)."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "late-answer",
+            "when": {"method": "_x/slow", "kind": "response"},
+            "do": {"action": "delay", "ms": 600_000},
+        },
+    )
+    proxy, control = await controlled(raw_agent(capture), "--faults", str(faults))
     pid = (await proxy.logged("agent started"))["pid"]
     assert await off(control.health) == {"status": "ok", "links": 1}
     [link] = await off(control.links)
@@ -1033,6 +1042,7 @@ async def test_links_show_transports_pids_and_pending_requests(
         "client": {"transport": "stdio"},
         "agent": {"transport": "stdio", "pid": pid},
         "pending": {"to_agent": 0, "to_client": 0},
+        "held": {"to_agent": 0, "to_client": 0},
     }
     # The Agent asks the Client something: pending toward the Client until the Client answers.
     await proxy.send(say(request("agent-asks", "_x/question")))
@@ -1045,6 +1055,13 @@ async def test_links_show_transports_pids_and_pending_requests(
     [link] = await off(control.links)
     assert link["pending"] == {"to_agent": 0, "to_client": 0}
     assert captured(capture)[-2] == encode({"jsonrpc": "2.0", "id": "agent-asks", "result": {}})
+    await proxy.send(request("slow", "_x/slow"))
+    await until_logged(proxy, "fault injected")
+    [link] = await off(control.links)
+    assert (link["pending"], link["held"]) == (
+        {"to_agent": 0, "to_client": 0},
+        {"to_agent": 0, "to_client": 1},
+    )
 
 
 async def test_ledger_and_findings_are_empty_lists_without_keyed_prompts(

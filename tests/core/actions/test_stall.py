@@ -14,7 +14,7 @@ from proxy.core.commands import Command, Send, SendRun, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import BurstReceived, MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
-from proxy.core.observations import FaultInjected, Held, Relayed, RelayedRun
+from proxy.core.observations import FaultInjected, Held, Relayed, RelayedRun, StallEnded
 from proxy.core.relay import Relay
 
 
@@ -83,6 +83,8 @@ def test_nothing_goes_on_in_the_direction_until_the_stall_ends_then_all_in_order
     assert relay.handle(TimerFired(later.token, 0.1)) == []
     released = relay.handle(TimerFired(end.token, 0.11))
     assert to_client(released) == [STOP, update(2), update(3), update(4)]
+    [ended] = [c for c in released if isinstance(c, StallEnded)]
+    assert (ended.rule, ended.held, ended.released, ended.cut) == ("quiet", 4, False, ())
     assert len([c for c in released if isinstance(c, Relayed)]) == 4
     assert relay.handle(TimerFired(hold.token, 0.11)) == []  # released with the stall already
     assert to_client(relay.handle(MessageReceived(Side.AGENT, update(5), 0.12))) == [update(5)]
@@ -97,6 +99,7 @@ def test_the_control_api_releases_a_stall_early() -> None:
     relay.handle(MessageReceived(Side.AGENT, update(1), 0.01))
     released, done = relay.release_stalls(0.02)
     assert to_client(released) == [STOP, update(1)]
+    assert [(c.held, c.released) for c in released if isinstance(c, StallEnded)] == [(2, True)]
     assert timers <= done
     assert to_client(relay.handle(MessageReceived(Side.AGENT, update(2), 0.03))) == [update(2)]
     assert relay.release_stalls(0.04) == ([], set())

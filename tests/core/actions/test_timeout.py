@@ -15,7 +15,7 @@ from proxy.core.commands import Send, Sever, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
-from proxy.core.observations import Undeliverable
+from proxy.core.observations import StallEnded, Undeliverable
 from proxy.core.relay import Relay
 
 PROMPT = b'{"jsonrpc":"2.0","id":"p","method":"session/prompt","params":{"sessionId":"S"}}'
@@ -53,6 +53,8 @@ def test_what_was_held_is_lost_when_the_connection_is_cut() -> None:
         Sever(Side.AGENT, False, 1001),
     ]
     assert not [c for c in ended if isinstance(c, Send)]
+    [stall] = [c for c in ended if isinstance(c, StallEnded)]
+    assert (stall.rule, stall.held, stall.cut) == ("hang-up", 2, (Side.CLIENT, Side.AGENT))
     lost = [c for c in ended if isinstance(c, Undeliverable)]
     assert [(u.method, u.hold is not None) for u in lost] == [
         ("session/prompt", True),
