@@ -41,7 +41,16 @@ import structlog
 from proxy.core import acp
 from proxy.core.actions.base import Subject
 from proxy.core.actions.error import ErrorReply
-from proxy.core.commands import Close, Command, Send, SendCut, SendRun, Sever, StartTimer
+from proxy.core.commands import (
+    Close,
+    Command,
+    ForgetTimer,
+    Send,
+    SendCut,
+    SendRun,
+    Sever,
+    StartTimer,
+)
 from proxy.core.engine import FaultEngine
 from proxy.core.events import (
     BurstReceived,
@@ -745,6 +754,9 @@ class RelayLab:
                 assert all(isinstance(parse(unit), Message) for unit in command.data)
             elif isinstance(command, StartTimer):
                 self.timers.append(command.token)
+            elif isinstance(command, ForgetTimer):  # as the shell does: it never fires
+                if command.token in self.timers:
+                    self.timers.remove(command.token)
             elif isinstance(command, Close | Sever):
                 self.gone.add(command.side)
             elif isinstance(command, SendCut):  # written cut short, then severed

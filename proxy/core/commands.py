@@ -19,6 +19,7 @@ __all__ = [
     "Command",
     "DropStream",
     "FailPost",
+    "ForgetTimer",
     "Restart",
     "Send",
     "SendCut",
@@ -83,6 +84,15 @@ class StartTimer:
 
 
 @value
+class ForgetTimer:
+    """Timer ``token`` has nothing left to do: what it held went early (a ``reorder``
+    overtaken, a ``stall`` that ended). The shell stops counting what it holds and need not
+    fire it (if it fires, the relay does nothing)."""
+
+    token: int
+
+
+@value
 class Sever:
     """Cut the connection to ``side`` both ways; ``flush``: write what is queued first.
 
@@ -133,6 +143,7 @@ Command = (
     | Close
     | Sever
     | StartTimer
+    | ForgetTimer
     | SignalAgent
     | Restart
     | FailPost

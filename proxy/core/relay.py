@@ -100,6 +100,7 @@ from proxy.core.commands import (
     Close,
     Command,
     DropStream,
+    ForgetTimer,
     Send,
     SendCut,
     SendRun,
@@ -938,20 +939,19 @@ class Relay:
         self._closing.update(stall.sever)
         for token in stall.holds:
             out.extend(self._release(token, at, lose=bool(stall.sever)))
+            out.append(ForgetTimer(token))  # its own timer may still be to come
         return out
 
-    def release_stalls(self, at: float) -> tuple[list[Command], set[int]]:
-        """End every ``stall`` now (the control API's release): what each held goes on. A
-        ``timeout`` runs its course. Returns the commands and the timers that have nothing
-        left to do (the stalls' ends and their holds: the shell may forget them)."""
+    def release_stalls(self, at: float) -> list[Command]:
+        """End every ``stall`` now (the control API's release): what each held goes on, and
+        its end's timer is forgotten. A ``timeout`` runs its course."""
         out: list[Command] = []
-        done: set[int] = set()
         for direction, stall in list(self._stalls.items()):
             if not stall.sever:
                 del self._stall_ends[stall.token]
-                done.update((stall.token, *stall.holds))
+                out.append(ForgetTimer(stall.token))
                 out.extend(self._end_stall(direction, at, released=True))
-        return out, done
+        return out
 
     def _overtaken(self, direction: Direction, out: list[Command], at: float) -> None:
         """Each message just sent in ``direction`` has overtaken the ones a ``reorder`` holds
@@ -969,6 +969,7 @@ class Relay:
                 kept.append(entry)
             else:
                 out.extend(self._release(token, at))
+                out.append(ForgetTimer(token))
         if kept:
             self._reorders[direction] = kept
         else:

@@ -61,6 +61,7 @@ from proxy.core.commands import (
     Command,
     DropStream,
     FailPost,
+    ForgetTimer,
     Restart,
     Send,
     SendCut,
@@ -307,18 +308,7 @@ class Link:
         if self._refused("action"):
             return 0
         at = self._clock()
-        commands, done = self.relay.release_stalls(at)
-        if done:
-            kept = []
-            for entry in self._timers:
-                if entry[2] in done:
-                    self._timer_gone(entry)
-                else:
-                    kept.append(entry)
-            heapq.heapify(kept)
-            self._timers = kept
-            self._held_fell()
-            self._arm()
+        commands = self.relay.release_stalls(at)
         self._execute(commands, at)
         return sum(1 for command in commands if isinstance(command, StallEnded))
 
@@ -571,6 +561,7 @@ class Link:
         """Carry out ``commands`` in order; return the sides that were written to. ``at``: the
         time of the event they answer (timers count from it), else now."""
         written: set[Side] = set()
+        forgotten: set[int] = set()
         for command in commands:
             # The two commands of every relayed message first, before the match tries each case.
             if isinstance(command, Send):
@@ -611,6 +602,8 @@ class Link:
                     endpoint.sever(flush=flush, close_code=close_code)
                     self._release(endpoint)
                     self._stop_holding(side)
+                case ForgetTimer(token=token):
+                    forgotten.add(token)
                 case StartTimer(delay=delay, token=token, size=size, fault=fault):
                     start = self._clock() if at is None else at
                     self._start_timer(start + delay, token, size, fault=fault)
@@ -629,7 +622,24 @@ class Link:
                         endpoint.drop_stream(data)
                 case _:
                     assert_never(command)
+        if forgotten:
+            self._forget(forgotten)
         return written
+
+    def _forget(self, tokens: set[int]) -> None:
+        """Timers ``tokens`` have nothing left to do: they hold nothing and are no fault in
+        progress from now on (not when they would have fired)."""
+        kept = []
+        for entry in self._timers:
+            if entry[2] in tokens:
+                self._timer_gone(entry)
+            else:
+                kept.append(entry)
+        if len(kept) < len(self._timers):
+            heapq.heapify(kept)
+            self._timers = kept
+            self._held_fell()
+            self._arm()
 
     def _refused(self, what: str) -> bool:
         """Whether the link has ended, and so refuses ``what`` (quietly: it is no error)."""

@@ -970,26 +970,30 @@ async def test_a_client_asks_for_its_own_faults_with_allow_client_faults(
 
 
 async def test_reorder_sends_a_chunk_behind_the_ones_that_followed_it(
-    start: Start, capture: Path, tmp_path: Path
+    controlled: Controlled, capture: Path, tmp_path: Path
 ) -> None:
     """reorder after 2: of the Agent's chunks 1 to 4, the Client reads 2, 3, 1, 4, each whole;
-    the trace has the hold and its delivery."""
+    the trace has the hold and its delivery; released early, the hold is no fault in progress
+    any more (not for the rest of its ``max_ms``)."""
     faults = fault_file(
         tmp_path,
         rule(
             "shuffle",
-            {"action": "reorder", "after": 2, "max_ms": 5000},
+            {"action": "reorder", "after": 2, "max_ms": 600_000},
             {"nth": [1]},
             method="_x/chunk",
         ),
         name="faults.json",
     )
     trace = tmp_path / "trace.jsonl"
-    proxy = await start(raw_agent(capture), "--faults", str(faults), "--trace", str(trace))
+    proxy, control = await controlled(
+        raw_agent(capture), "--faults", str(faults), "--trace", str(trace)
+    )
     chunks = [notification("_x/chunk", {"n": n}) for n in (1, 2, 3, 4)]
     await proxy.send(say(*chunks))
     assert [await proxy.recv() for _ in chunks] == [chunks[1], chunks[2], chunks[0], chunks[3]]
     assert await barrier(proxy, "b") == []
+    assert await asyncio.to_thread(control.metric, "acp_proxy_active_faults") == 0
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [r["event"] for r in records if r.get("hold") is not None][:2] == ["held", "message"]
 

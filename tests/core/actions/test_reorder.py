@@ -10,7 +10,7 @@ from action_lab import fault
 
 from proxy.core.actions.base import Hold
 from proxy.core.actions.reorder import ACTION, Reorder
-from proxy.core.commands import Command, Send, StartTimer
+from proxy.core.commands import Command, ForgetTimer, Send, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import Direction, MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
@@ -65,6 +65,8 @@ def test_a_chunk_arrives_after_the_ones_that_followed_it() -> None:
     [late] = [c for c in sent if isinstance(c, Relayed) and c.hold is not None]
     assert late.message is not None
     [timer] = [c for c in first if isinstance(c, StartTimer)]
+    # Released early: the shell is told to forget its timer (what it held is gone).
+    assert [c.token for c in sent if isinstance(c, ForgetTimer)] == [timer.token]
     assert relay.handle(TimerFired(timer.token, 1.0)) == []  # released already
 
 
