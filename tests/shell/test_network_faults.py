@@ -39,7 +39,7 @@ from peers.sdk_remote_client import (
     sdk_state,
     stdio_client,
 )
-from peers.stalling import ScriptedHttpAgent
+from peers.stalling import NOT_JSON, ScriptedHttpAgent
 
 JSON = {"Content-Type": "application/json"}
 
@@ -335,6 +335,34 @@ async def test_a_timeout_ends_the_sdk_clients_prompt_over_the_network(
         assert client.chunks == []
         [fault] = log_events(proxy.stderr, "fault injected")
         assert fault["rule"] == "hang-up"
+
+
+async def test_truncate_toward_an_http_agent_posts_the_cut_body_with_its_session(
+    tmp_path: Path,
+) -> None:
+    """truncate toward a Streamable HTTP Agent: the POST's body is the message cut short, and
+    its headers are the whole message's (its ``Acp-Session-Id``); then the connection is cut."""
+    faults = fault_file(
+        tmp_path,
+        {"name": "cut", "when": {"method": "_x/cut"}, "do": {"action": "truncate", "bytes": 20}},
+    )
+    async with (
+        ScriptedHttpAgent() as agent,
+        listening_proxy(
+            "http://127.0.0.1:0/acp", "--faults", str(faults), "--upstream", agent.url
+        ) as (_, url),
+        aiohttp.ClientSession() as session,
+    ):
+        http = Http(session, url)
+        connection = await http.initialize()
+        cut = request(1, "_x/cut", {"sessionId": "S-1", "pad": "x" * 40})
+        await http.post(cut, connection=connection, session="S-1")
+        async with asyncio.timeout(TIMEOUT):
+            while len(agent.methods) < 2:
+                await agent.posted.wait()
+                agent.posted.clear()
+    assert agent.methods == ["initialize", NOT_JSON]
+    assert agent.posted_sessions == [None, "S-1"]
 
 
 SHAPING = (

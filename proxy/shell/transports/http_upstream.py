@@ -79,6 +79,20 @@ class _SessionStream:
     """Set once the GET has been answered (any status) or has ended."""
 
 
+class _CutShort:
+    """A message to POST cut short (``truncate``): routed as the whole of ``data`` is, its
+    body the first ``cut`` bytes."""
+
+    __slots__ = ("cut", "data")
+
+    def __init__(self, data: bytes, cut: int) -> None:
+        self.data = data
+        self.cut = cut
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
 class HttpUpstream:
     """One Streamable HTTP connection to an Agent."""
 
@@ -115,7 +129,7 @@ class HttpUpstream:
         self._inbox_size = 0
         self._inbox_room = asyncio.Event()
         self._inbox_room.set()
-        self._outbox: asyncio.Queue[bytes | Sliced | None] = asyncio.Queue()
+        self._outbox: asyncio.Queue[bytes | Sliced | _CutShort | None] = asyncio.Queue()
         self._queued = 0
         self._room = asyncio.Event()
         self._room.set()
@@ -174,8 +188,13 @@ class HttpUpstream:
             self.send(data)
 
     def send_cut(self, data: bytes, cut: int) -> None:
-        """A POST whose body is the message cut short."""
-        self.send(data[:cut])
+        """A POST whose body is the message cut short (its headers those of the whole: its
+        session's ``Acp-Session-Id``)."""
+        if not self._closing:
+            self._outbox.put_nowait(_CutShort(data, cut))
+            self._queued += len(data)
+            if self._queued > HTTP_OUTBOX_HIGH_WATER:
+                self._room.clear()
 
     def send_sliced(self, data: bytes, sizes: tuple[int, ...], gap: float) -> None:
         """A POST whose body is written in chunks of those sizes (chunked transfer coding)."""
@@ -270,7 +289,7 @@ class HttpUpstream:
         finally:
             self._end()
 
-    async def _post(self, outgoing: bytes | Sliced) -> None:
+    async def _post(self, outgoing: bytes | Sliced | _CutShort) -> None:
         data = outgoing if isinstance(outgoing, bytes) else outgoing.data
         parsed = await self._parser.parse(data)
         message = parsed if isinstance(parsed, Message) else None
@@ -316,16 +335,20 @@ class HttpUpstream:
             self._end()
 
     async def _exchange(
-        self, outgoing: bytes | Sliced, headers: Mapping[str, str]
+        self, outgoing: bytes | Sliced | _CutShort, headers: Mapping[str, str]
     ) -> tuple[int, bytes]:
         """POST ``outgoing``: the status and body of the answer. The answer to ``initialize``
         gives the connection its id and opens its stream."""
         # From a buffer, the body is written in chunks, each waiting for the socket to take
         # the last (as raw bytes, a large body would sit whole in the transport's buffer).
         # In pieces (``slice``), each is a chunk of its own, ``gap`` after the one before.
-        payload: io.BytesIO | AsyncIterator[bytes] = (
-            io.BytesIO(outgoing) if isinstance(outgoing, bytes) else outgoing.chunks()
-        )
+        payload: io.BytesIO | AsyncIterator[bytes]
+        if isinstance(outgoing, bytes):
+            payload = io.BytesIO(outgoing)
+        elif isinstance(outgoing, Sliced):
+            payload = outgoing.chunks()
+        else:
+            payload = io.BytesIO(outgoing.data[: outgoing.cut])
         async with self._http.post(
             self.url, data=payload, headers=headers, timeout=self._timeout
         ) as response:

@@ -76,6 +76,10 @@ def unaccepting_server() -> Iterator[int]:
         listener.close()
 
 
+NOT_JSON = "<not JSON>"
+"""What :attr:`ScriptedHttpAgent.methods` records for a POST whose body is not JSON."""
+
+
 @dataclass
 class ScriptedHttpAgent:
     """A Streamable HTTP Agent on 127.0.0.1 (see the module); use as ``async with``."""
@@ -152,12 +156,16 @@ class ScriptedHttpAgent:
         async for data, _ in request.content.iter_chunks():
             body += data
             chunks += 1
-        message: dict[str, Any] = json.loads(body)
-        method = message.get("method")
-        self.methods.append(str(method))
+        self.posted_sessions.append(request.headers.get("Acp-Session-Id"))
         self.post_chunks.append(chunks)
         self.posted.set()
-        self.posted_sessions.append(request.headers.get("Acp-Session-Id"))
+        try:
+            message: dict[str, Any] = json.loads(body)
+        except ValueError:
+            self.methods.append(NOT_JSON)
+            return web.Response(status=400)
+        method = message.get("method")
+        self.methods.append(str(method))
         if method in self.hang_on:
             await asyncio.Event().wait()
         if method == "initialize":
