@@ -414,18 +414,25 @@ class FaultEngine:
     # -- persistence (--state) -----------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """Counters and the random stream's state, as JSON-ready data."""
+        """Counters, the state of each rule's bursts and what its action keeps (a correlated
+        delay's last draw), and the random stream's state, as JSON-ready data."""
         version, internal, gauss = self.rng.getstate()
         return {
-            "rules": {name: [s.matched, s.fired] for name, s in self.states.items()},
+            "rules": {
+                name: [s.matched, s.fired, s.bad, s.memory] for name, s in self.states.items()
+            },
             "rng": [version, list(internal), gauss],
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
-        """Take counters (of rules that still exist) and the random stream from a snapshot."""
-        for name, (matched, fired) in snapshot.get("rules", {}).items():
+        """Take the rules' states (of rules that still exist) and the random stream from a
+        snapshot (one of an older version, with counters only, too)."""
+        for name, saved in snapshot.get("rules", {}).items():
             if name in self.states:
-                self.states[name] = RuleState(int(matched), int(fired))
+                matched, fired, *rest = saved
+                bad = bool(rest[0]) if rest else False
+                memory = dict(rest[1]) if len(rest) > 1 and isinstance(rest[1], dict) else {}
+                self.states[name] = RuleState(int(matched), int(fired), bad, memory)
         rng = snapshot.get("rng")
         if rng is not None:
             version, internal, gauss = rng

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import random
 import statistics
 from typing import Any
@@ -336,6 +337,23 @@ class TestReplaceAndState:
         restored.restore(snapshot)
         assert pattern(restored, PROMPT, 20) == expected
         assert restored.states["once"].fired == 1
+
+    def test_a_snapshot_keeps_the_burst_state_and_what_an_action_keeps(self) -> None:
+        """A rule in a burst of losses stays in it across a restart, a correlated delay keeps
+        its last draw; a snapshot of an older version (counters only) still loads."""
+        rules = [rule("bursty", schedule={"bursts": {"p": 0.9, "r": 0.1}})]
+        engine = FaultEngine(rules, random.Random(5))
+        pattern(engine, PROMPT, 10)
+        engine.states["bursty"].memory["draw"] = 0.25
+        snapshot = json.loads(json.dumps(engine.snapshot()))  # as --state writes it
+        expected = pattern(engine, PROMPT, 40)
+        restored = FaultEngine(rules, random.Random(999))
+        restored.restore(snapshot)
+        assert restored.states["bursty"].memory == {"draw": 0.25}
+        assert pattern(restored, PROMPT, 40) == expected
+        old = FaultEngine(rules)
+        old.restore({"rules": {"bursty": [3, 2]}})
+        assert (old.states["bursty"].matched, old.states["bursty"].bad) == (3, False)
 
 
 HTTP_ONLY = (
