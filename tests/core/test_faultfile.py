@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from harness import ROOT, TIMEOUT
+from harness import ROOT
+from tool_runs import acp_proxy
 
 from proxy.core.actions.delay import Delay
 from proxy.core.actions.kill_agent import KillAgent
@@ -366,16 +366,6 @@ def test_schema_describes_every_action() -> None:
     assert '"additionalProperties": false' in text
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-
-
 def test_validate_command(tmp_path: Path) -> None:
     """validate: 0 and a grammatical verdict on stdout for good files; 2 with every located
     error on stderr (and nothing on stdout) for bad ones."""
@@ -383,13 +373,13 @@ def test_validate_command(tmp_path: Path) -> None:
     good.write_text(GOOD)
     one.write_text('{"version": 1, "rules": [{"name": "only", "do": {"action": "drop"}}]}')
     bad.write_text("version: 1\nrules:\n  - name: x\n    do: {action: delay, ms: -1}\n")
-    done = cli("validate", str(good))
+    done = acp_proxy("validate", str(good))
     assert (done.returncode, done.stdout, done.stderr) == (0, "ok: 2 rules in 1 file, seed 7\n", "")
-    done = cli("validate", str(one))
+    done = acp_proxy("validate", str(one))
     assert (done.returncode, done.stdout) == (0, "ok: 1 rule in 1 file, no seed\n")
-    done = cli("validate", str(good), str(one))
+    done = acp_proxy("validate", str(good), str(one))
     assert (done.returncode, done.stdout) == (0, "ok: 3 rules in 2 files, seed 7\n")
-    done = cli("validate", str(good), str(bad))
+    done = acp_proxy("validate", str(good), str(bad))
     assert done.returncode == 2
     assert f"{bad}:4: rule 'x': do.ms: Input should be greater than or equal to 0" in done.stderr
     assert done.stdout == ""
@@ -411,7 +401,7 @@ def test_validate_notes_rules_that_need_http_and_old_names(tmp_path: Path) -> No
         "      method: session/promt\n"
         "    do: {action: drop}\n"
     )
-    done = cli("validate", str(path))
+    done = acp_proxy("validate", str(path))
     assert (done.returncode, done.stdout) == (0, "ok: 5 rules in 1 file, no seed\n")
     http = "fires only when Clients connect over Streamable HTTP (--listen http://...)"
     notes = [
@@ -423,24 +413,24 @@ def test_validate_notes_rules_that_need_http_and_old_names(tmp_path: Path) -> No
         "mean 'session/prompt'?): it never matches that one",
     ]
     assert done.stderr.splitlines() == notes
-    strict = cli("validate", "--strict", str(path))
+    strict = acp_proxy("validate", "--strict", str(path))
     assert (strict.returncode, strict.stdout) == (1, "FAIL: 2 notes (--strict)\n")  # not HTTP
     assert strict.stderr.splitlines() == notes
     clean = tmp_path / "clean.yaml"
     clean.write_text("version: 1\nrules:\n  - {name: quiet, do: {action: drop}}\n")
-    assert cli("validate", "--strict", str(clean)).returncode == 0
+    assert acp_proxy("validate", "--strict", str(clean)).returncode == 0
     for_http = tmp_path / "http.yaml"  # validate cannot know where Clients connect
     for_http.write_text(
         "version: 1\nrules:\n  - {name: p, do: {action: http_status, status: 503}}\n"
     )
-    assert cli("validate", "--strict", str(for_http)).returncode == 0
+    assert acp_proxy("validate", "--strict", str(for_http)).returncode == 0
 
 
 def test_run_refuses_a_bad_file_before_starting(tmp_path: Path) -> None:
     """run exits 2 with the located error and never starts the Agent."""
     bad, marker = tmp_path / "bad.yaml", tmp_path / "agent-ran"
     bad.write_text("version: 1\nrules:\n  - name: x\n    do: {action: sever, side: nowhere}\n")
-    done = cli(
+    done = acp_proxy(
         "run", "--faults", str(bad), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"
     )
     assert done.returncode == 2
@@ -450,7 +440,7 @@ def test_run_refuses_a_bad_file_before_starting(tmp_path: Path) -> None:
 
 def test_schema_command_prints_json() -> None:
     """schema prints a JSON Schema document on stdout."""
-    done = cli("schema")
+    done = acp_proxy("schema")
     assert done.returncode == 0
     schema = json.loads(done.stdout)
     assert schema["title"] == "acp-fault-proxy fault file"

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from harness import PEERS, TIMEOUT, fault_file
+from harness import PEERS, fault_file
+from tool_runs import acp_proxy
 
 TEAPOT = PEERS.parent / "plugins" / "acp_proxy_teapot"
 
@@ -32,20 +32,6 @@ def install(target: Path, entry: str = "teapot = acp_proxy_teapot:ACTION") -> di
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
-def cli(
-    env: dict[str, str], *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=TIMEOUT,
-        check=False,
-    )
-
-
 TEAPOT_RULE = {"name": "brew", "when": {"method": "_x/tea"}, "do": {"action": "teapot"}}
 
 
@@ -53,22 +39,22 @@ def test_a_plugin_action_is_known_to_validate_schema_and_the_relay(tmp_path: Pat
     """Used from a fault file: validated, in the schema, and fired on a real relay (stdio)."""
     env = install(tmp_path / "site")
     faults = fault_file(tmp_path, TEAPOT_RULE)
-    checked = cli(env, "validate", str(faults))
+    checked = acp_proxy("validate", str(faults), env=env)
     assert (checked.returncode, checked.stdout) == (0, "ok: 1 rule in 1 file, no seed\n")
-    schema = json.loads(cli(env, "schema").stdout)
+    schema = json.loads(acp_proxy("schema", env=env).stdout)
     assert "teapot" in json.dumps(schema)
     agent = [sys.executable, str(PEERS / "raw_agent.py"), str(tmp_path / "capture")]
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "_x/tea", "params": {}},
         {"jsonrpc": "2.0", "id": 2, "method": "_x/coffee", "params": {}},
     ]
-    relayed = cli(
-        env,
+    relayed = acp_proxy(
         "run",
         "--faults",
         str(faults),
         "--",
         *agent,
+        env=env,
         stdin="".join(json.dumps(line) + "\n" for line in lines),
     )
     answers = [json.loads(line) for line in relayed.stdout.splitlines()]
@@ -86,7 +72,7 @@ def test_a_plugin_action_is_known_to_validate_schema_and_the_relay(tmp_path: Pat
 def test_without_the_plugin_the_action_is_unknown(tmp_path: Path) -> None:
     """The same file where the package is not installed: a located error, exit 2."""
     faults = fault_file(tmp_path, TEAPOT_RULE)
-    checked = cli(dict(os.environ), "validate", str(faults))
+    checked = acp_proxy("validate", str(faults))
     assert checked.returncode == 2
     assert "unknown action 'teapot'" in checked.stderr
 
@@ -112,7 +98,9 @@ def test_a_bad_plugin_is_one_line_naming_its_package(
             module.read_text()
             + "\nfrom proxy.core.actions import drop as _drop\nDROP = _drop.ACTION\n"
         )
-    done = cli(env, "validate", str(fault_file(tmp_path, {"name": "x", "do": {"action": "drop"}})))
+    done = acp_proxy(
+        "validate", str(fault_file(tmp_path, {"name": "x", "do": {"action": "drop"}})), env=env
+    )
     assert done.returncode == 2
     assert done.stdout == ""
     [line] = done.stderr.splitlines()

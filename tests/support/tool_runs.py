@@ -14,13 +14,29 @@ from typing import Any
 import pytest
 from harness import TIMEOUT
 
-__all__ = ["bench", "check_agent", "latency_figures", "positive", "short_bench"]
+__all__ = ["acp_proxy", "bench", "check_agent", "latency_figures", "positive", "short_bench"]
 
 
 CHECK_AGENT_BOUND = TIMEOUT * 8
 """Seconds a check-agent run may take before it counts as hung: 12 s on an idle 2-core machine,
 15 with a CPU hog on both cores, and past 120 (the earlier bound) once with a test run, a bench
 and a CPU hog sharing the cores."""
+
+
+def acp_proxy(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``acp-proxy ARGS`` (a command that ends by itself: ``validate``, ``schema``...),
+    finished, its output captured; ``env``: the whole environment it runs in."""
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TIMEOUT,
+        check=False,
+    )
 
 
 def check_agent(*args: str) -> subprocess.CompletedProcess[str]:
