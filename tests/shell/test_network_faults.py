@@ -311,6 +311,34 @@ async def test_sdk_peers_wait_through_stalls_and_reorders_over_the_network(
 
 
 @pytest.mark.parametrize("downstream", ["http", "ws"])
+async def test_a_truncated_chunk_ends_the_sdk_clients_prompt_over_the_network(
+    tmp_path: Path, downstream: str
+) -> None:
+    """truncate on the chunk toward an SDK Client over Streamable HTTP or WebSocket: it gets
+    the chunk cut short (an SSE event, a frame), which it cannot read, then its connection is
+    cut and the pending prompt fails; no text reached it."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "cut-chunk",
+            "when": {"method": "session/update"},
+            "do": {"action": "truncate", "bytes": 40},
+        },
+    )
+    client = SimpleClient()
+    async with listening_proxy(
+        f"{downstream}://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT
+    ) as (proxy, url):
+        async with sdk_client(downstream, url, client) as conn:
+            session = await open_session(conn)
+            with pytest.raises(ConnectionError, match="Connection closed"):
+                await asyncio.wait_for(sdk_prompt(conn, session, "echo cut"), TIMEOUT)
+        assert client.chunks == []
+        [fault] = log_events(proxy.stderr, "fault injected")
+        assert fault["rule"] == "cut-chunk"
+
+
+@pytest.mark.parametrize("downstream", ["http", "ws"])
 async def test_a_timeout_ends_the_sdk_clients_prompt_over_the_network(
     tmp_path: Path, downstream: str
 ) -> None:
