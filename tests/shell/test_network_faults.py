@@ -197,7 +197,10 @@ async def test_slice_toward_a_websocket_client_is_one_message_in_continuation_fr
         await ws.send(compact(say(small, big, after)).decode())
         async with asyncio.timeout(TIMEOUT):
             for message, frames in ((small, range(10, 20)), (big, [2])):
-                fragments = [fragment async for fragment in ws.recv_streaming()]
+                fragments = []
+                async for fragment in ws.recv_streaming():
+                    assert isinstance(fragment, str)  # a text message's frames
+                    fragments.append(fragment)
                 assert len(fragments) in frames
                 assert "".join(fragments) == message.decode()
             assert await ws.recv() == after.decode()

@@ -24,7 +24,7 @@ def chunk(number: int, method: str = "session/update", pad: int = 0) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode()
 
 
-def throttled(rate: int, burst: int = 0, **engine: int) -> Relay:
+def throttled(rate: int, burst: int = 0, max_active_faults: int | None = None) -> Relay:
     rule = Rule.model_validate(
         {
             "name": "slow-link",
@@ -32,7 +32,8 @@ def throttled(rate: int, burst: int = 0, **engine: int) -> Relay:
             "do": {"action": "bandwidth", "bytes_per_second": rate, "burst_bytes": burst},
         }
     )
-    return Relay(engine=FaultEngine([rule], random.Random(1), **engine))
+    engine = FaultEngine([rule], random.Random(1), max_active_faults=max_active_faults)
+    return Relay(engine=engine)
 
 
 def timers(commands: list[Command]) -> list[StartTimer]:
