@@ -8,7 +8,7 @@ in order; :meth:`Endpoint.drain` is where backpressure reaches the reader of the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from proxy.core.commands import FailPost
@@ -22,6 +22,7 @@ __all__ = [
     "Endpoint",
     "ExitReporter",
     "Received",
+    "RelaysInPlace",
     "Signalable",
     "Sliced",
     "StreamOwner",
@@ -194,6 +195,30 @@ class Bursting(Protocol):
     def give_back(self, messages: list[bytes]) -> None:
         """``messages``, the last of those :meth:`receive_burst` handed over, are received
         again, first."""
+        ...
+
+
+@runtime_checkable
+class RelaysInPlace(Protocol):
+    """An endpoint that can hand what arrives to the link in the read's own callback (no task
+    woken: the shortest path a message can take through the proxy)."""
+
+    def relay_in_place(
+        self,
+        ready: Callable[[], bool],
+        relay: Callable[[list[bytes]], None],
+        large: Callable[[bytes], bool],
+    ) -> None:
+        """From now on, offer ``relay`` the messages that arrive while ``ready`` says so and
+        none of them is ``large``; the others are received as usual."""
+        ...
+
+    def hand_over(self, messages: list[bytes]) -> None:
+        """Messages given to ``relay`` that the link could not relay: received next, in order."""
+        ...
+
+    def flush(self) -> None:
+        """Write what was sent now, without waiting."""
         ...
 
 

@@ -98,6 +98,7 @@ from proxy.shell.endpoint import (
     ClosesWithReason,
     Endpoint,
     ExitReporter,
+    RelaysInPlace,
     Signalable,
     StreamOwner,
 )
@@ -344,6 +345,12 @@ class Link:
         self._observer.observe(Connected(side, self.endpoints[side].transport), self.id)
 
     async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
+        if isinstance(endpoint, RelaysInPlace):
+            endpoint.relay_in_place(
+                functools.partial(self._may_relay_now, side, endpoint, generation),
+                functools.partial(self._relay_now, side, endpoint, generation),
+                self._parser.is_large,
+            )
         other = side.other
         unflushed: set[Side] = set()
         admitted = isinstance(endpoint, Admitting)  # counted before it was read
@@ -426,6 +433,49 @@ class Link:
                     return
         finally:
             self._inflight.remove(charged)
+
+    def _may_relay_now(self, side: Side, endpoint: Endpoint, generation: int) -> bool:
+        """Whether what ``side`` sends may be relayed as it arrives, in the read's callback (see
+        :class:`~proxy.shell.endpoint.RelaysInPlace`): only when its pump would relay it at once
+        and have nothing to wait for after (no drain, no bound reached, no peer stalled)."""
+        if self.state is not LinkState.RUNNING or self._stopping.is_set() or self._stalled:
+            return False
+        if side is Side.AGENT and generation != self._generation:
+            return False
+        if side is Side.CLIENT and not self._agent_up.is_set():
+            return False
+        if self._waiting[side] is not None or side in self._closing or self.relay.has_ended(side):
+            return False
+        if self._held > HELD_HIGH_WATER or self._inflight.full():
+            return False
+        return endpoint.buffered() == 0 and self.endpoints[side.other].buffered() == 0
+
+    def _relay_now(
+        self, side: Side, endpoint: Endpoint, generation: int, messages: list[bytes]
+    ) -> None:
+        """Relay ``messages``, just read from ``side``, in the read's callback, and write them
+        at once; what cannot be relayed now (a sever, a restart changed things) goes back to
+        ``side``'s pump."""
+        size = sum(map(len, messages))
+        self._inflight.add(size)
+        try:
+            while messages:
+                if len(messages) == 1:
+                    written, taken = self._relay_one(side, endpoint, messages[0], None), 1
+                else:
+                    written, taken = self._relay_burst(side, endpoint, messages)
+                written.add(side.other)
+                for destination in written:
+                    target = self.endpoints[destination]
+                    if isinstance(target, RelaysInPlace):
+                        target.flush()
+                messages = messages[taken:]
+                if messages and not self._may_relay_now(side, endpoint, generation):
+                    assert isinstance(endpoint, RelaysInPlace)
+                    endpoint.hand_over(messages)
+                    return
+        finally:
+            self._inflight.remove(size)
 
     def _must_read(self, side: Side, endpoint: Endpoint) -> bool:
         """Whether ``side`` is read even past the bound on bytes in flight: the proxy still has

@@ -15,7 +15,7 @@ from stdio_scenario import barrier
 
 from proxy.control import ControlClient
 from proxy.shell.defaults import WRITE_SLICE
-from proxy.shell.transports.stdio import LineStream, send_signal
+from proxy.shell.transports.stdio import ArrivingReader, LineStream, send_signal
 
 CLIENT_MESSAGES: list[tuple[bytes, bytes | None]] = [
     # (what the Client sends, the id the Agent must see instead of the Client's; None: unchanged)
@@ -358,7 +358,7 @@ async def _line_stream(limit: int) -> tuple[LineStream, int, int, asyncio.WriteT
     loop = asyncio.get_running_loop()
     in_read, in_write = os.pipe()
     out_read, out_write = os.pipe()
-    reader = asyncio.StreamReader()
+    reader = ArrivingReader()
     read_transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(in_read, "rb", 0)
     )
@@ -368,6 +368,47 @@ async def _line_stream(limit: int) -> tuple[LineStream, int, int, asyncio.WriteT
     writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
     stream = LineStream(reader, writer, read_transport, limit=limit, half_close=False)
     return stream, in_write, out_read, write_transport
+
+
+async def test_lines_are_relayed_in_the_reads_callback_while_the_link_is_ready() -> None:
+    """relay_in_place: while a receive waits and the link is ready, what arrives is framed and
+    relayed in the read's callback (the receive goes on waiting); a message that is large (to
+    be parsed elsewhere), or a link not ready, leaves the bytes to the receive, in order; lines
+    handed back are received next."""
+    stream, feed, sink, _ = await _line_stream(limit=1000)
+    relayed: asyncio.Queue[list[bytes]] = asyncio.Queue()
+    ready = True
+    give_back = 0
+
+    def relay(lines: list[bytes]) -> None:
+        relayed.put_nowait(lines)
+        if give_back:
+            stream.hand_over(lines[-give_back:])
+
+    stream.relay_in_place(lambda: ready, relay, lambda data: b"large" in data)
+    try:
+        receiving = asyncio.get_running_loop().create_task(stream.receive())
+        os.write(feed, b"a\nb\npart")
+        assert await asyncio.wait_for(relayed.get(), TIMEOUT) == [b"a", b"b"]
+        os.write(feed, b"ial\n")  # completes the line begun in the last read
+        assert await asyncio.wait_for(relayed.get(), TIMEOUT) == [b"partial"]
+        assert not receiving.done()
+        os.write(feed, b"a large one\nc\n")
+        assert await asyncio.wait_for(receiving, TIMEOUT) == b"a large one"
+        assert await stream.receive() == b"c"
+        ready = False
+        os.write(feed, b"d\n")
+        assert await asyncio.wait_for(stream.receive(), TIMEOUT) == b"d"
+        ready, give_back = True, 1
+        receiving = asyncio.get_running_loop().create_task(stream.receive())
+        os.write(feed, b"e\nf\n")
+        assert await asyncio.wait_for(relayed.get(), TIMEOUT) == [b"e", b"f"]
+        assert await asyncio.wait_for(receiving, TIMEOUT) == b"f"
+        assert relayed.empty()
+    finally:
+        stream.close()
+        os.close(feed)
+        os.close(sink)
 
 
 def _read_exactly(fd: int, size: int) -> bytes:

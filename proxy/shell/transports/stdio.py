@@ -26,9 +26,9 @@ import stat
 import sys
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, SupportsIndex, cast
 
 from proxy.core.commands import FailPost
 from proxy.core.framing import LineFramer, Oversized
@@ -39,6 +39,7 @@ from proxy.shell.log import get_logger
 
 __all__ = [
     "AgentProcess",
+    "ArrivingReader",
     "LineStream",
     "OrphanGuard",
     "exit_status",
@@ -155,6 +156,23 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+class ArrivingReader(asyncio.StreamReader):
+    """A ``StreamReader`` that offers each chunk, as it arrives, to ``take`` first: a chunk it
+    takes (relayed at once: :meth:`LineStream.relay_in_place`) never reaches the buffer. Only
+    while the buffer is empty, so that nothing overtakes what is buffered already."""
+
+    take: Callable[[bytes], bool] | None = None
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        take = self.take
+        if take is None or not data or self._buffer or not take(cast(bytes, data)):  # type: ignore[attr-defined]
+            super().feed_data(data)
+
+    def wake(self) -> None:
+        """End a read waiting on the empty buffer: it returns ``b""`` (not at EOF)."""
+        self._wakeup_waiter()  # type: ignore[attr-defined]
+
+
 class LineStream:
     """A newline-framed message stream over an asyncio reader/writer pair.
 
@@ -183,6 +201,8 @@ class LineStream:
         self._ready: list[bytes | Oversized] = []
         """The messages of the last read; :meth:`receive` returns them from ``_next`` on."""
         self._next = 0
+        self._awaiting = False
+        """A :meth:`receive` waits on the reader (nothing read is left to return)."""
         self._whole = True
         """Whether every one of them is a message's bytes (no marker of one too large)."""
         self._loop = asyncio.get_running_loop()
@@ -212,13 +232,18 @@ class LineStream:
         while self._next >= len(self._ready):
             if self._eof or self._severed:
                 return None
+            self._awaiting = True
             try:
                 chunk = await self._reader.read(READ_CHUNK)
             except (ConnectionError, OSError) as exc:
                 log.warning("read failed; treating as end of stream", error=str(exc))
                 chunk = b""
+            finally:
+                self._awaiting = False
             if self._severed:
                 return None
+            if not chunk and not self._reader.at_eof():
+                continue  # woken: lines were handed over (see hand_over)
             framer = self._framer
             markers = framer.oversized
             if chunk:
@@ -256,6 +281,50 @@ class LineStream:
         (unless the stream was severed meanwhile: they are gone with the rest)."""
         if not self._severed:
             self._ready, self._next, self._whole = [*messages, *self._ready], 0, True
+
+    def relay_in_place(
+        self,
+        ready: Callable[[], bool],
+        relay: Callable[[list[bytes]], None],
+        large: Callable[[bytes], bool],
+    ) -> None:
+        """Relay what arrives as it arrives, in the reader's callback, when nothing waits (the
+        link is ``ready``, nothing read is left to return, no message in it is ``large``, none
+        too large): ``relay`` takes the messages it completes, and no task wakes for them. Else
+        it is buffered and :meth:`receive` returns it, as without this."""
+        reader = self._reader
+        if isinstance(reader, ArrivingReader):
+            reader.take = functools.partial(self._take, ready, relay, large)
+
+    def _take(
+        self,
+        ready: Callable[[], bool],
+        relay: Callable[[list[bytes]], None],
+        large: Callable[[bytes], bool],
+        data: bytes,
+    ) -> bool:
+        if not self._awaiting or self._next < len(self._ready) or self._severed or self._eof:
+            return False
+        whole = self._framer.completes_whole(data)
+        if whole is None or large(whole) or not ready():
+            return False
+        lines = cast("list[bytes]", self._framer.feed(data))  # none too large: see above
+        if lines:
+            relay(lines)
+        return True
+
+    def hand_over(self, messages: list[bytes]) -> None:
+        """Messages framed by :meth:`relay_in_place` that the link cannot relay now: the waiting
+        :meth:`receive` returns them, in order (unless the stream was severed meanwhile)."""
+        if not self._severed:
+            self._ready, self._next, self._whole = [*messages, *self._ready], 0, True
+            if isinstance(self._reader, ArrivingReader):
+                self._reader.wake()
+
+    def flush(self) -> None:
+        """Write what is gathered now (it would be at the end of this turn of the loop)."""
+        if not self._draining:
+            self._write_gathered()
 
     def send(self, data: bytes) -> None:
         """Queue ``data`` and its newline; silently dropped once the stream is closing.
@@ -526,7 +595,7 @@ async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> L
         read_end, write_end = os.pipe()
         out_bridge = _bridge(read_end, out_fd)
         out_fd = write_end
-    reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
+    reader = ArrivingReader(limit=READ_CHUNK, loop=loop)
     read_transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(in_fd, "rb", 0)
     )
@@ -546,6 +615,15 @@ class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     def __init__(self, *, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(limit=limit, loop=loop)
         self.exited = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.stdout is not None:  # the Agent's stdout read as the Client's stdin is
+            reader = ArrivingReader(limit=READ_CHUNK, loop=self._loop)  # type: ignore[attr-defined]
+            stdout = cast(asyncio.SubprocessTransport, transport).get_pipe_transport(1)
+            assert stdout is not None
+            reader.set_transport(stdout)
+            self.stdout = reader
 
     def process_exited(self) -> None:
         super().process_exited()
