@@ -344,9 +344,10 @@ class FaultEngine:
                 return False
         return True
 
-    def overflowed(self, rule: Rule) -> None:
-        """``rule`` fired but its fault was refused (:class:`ActiveFaults` had no room): it does
-        not count as fired (a ``times`` budget is not spent on a fault that never was)."""
+    def did_not_act(self, rule: Rule) -> None:
+        """``rule`` fired but did nothing: its fault was refused (:class:`ActiveFaults` had no
+        room), or it had nothing to do (a ``bandwidth`` with bytes to spare). It does not count
+        as fired (a ``times`` budget is not spent on a fault that never was)."""
         state = self.states.get(rule.name)
         if state is not None and state.fired:
             state.fired -= 1

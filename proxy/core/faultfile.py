@@ -317,20 +317,52 @@ def _misspelt_method(method: str) -> str | None:
     return f"{method!r} is no method of ACP (did you mean {close[0]!r}?): it never matches that one"
 
 
-def _suggestion(key: object) -> str:
-    """`` (did you mean 'method'?)`` for an unknown field close to a field of a fault file."""
-    if not isinstance(key, str):
+def _suggestion(loc: Sequence[int | str], root: type[BaseModel]) -> str:
+    """What to say of the unknown field at ``loc`` (pydantic's, union tags and all): the field of
+    its own model it is close to (`` (did you mean 'ms'?)``), or the model that has a field of
+    that name (`` (a field of delay, not of slice)``), or nothing."""
+    if not loc or not isinstance(key := loc[-1], str):
         return ""
-    close = difflib.get_close_matches(key, _field_names(), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    model = _model_at(loc[:-1], root)
+    own = sorted(info.alias or name for name, info in model.model_fields.items())
+    close = difflib.get_close_matches(key, own, n=1, cutoff=0.75)
+    close = close or [name for name in own if name.startswith(key) and len(key) >= 3][:1]
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    for other, title in _models():
+        if other is not model and key in _names(other):
+            return f" (a field of {title}, not of {_title(model)})"
+    return ""
 
 
-def _field_names() -> list[str]:
-    """Every field name a fault file can hold, in any of its models."""
-    models: list[type[BaseModel]] = [FaultFile, Rule, When, Schedule, *actions.models()]
-    return sorted(
-        {info.alias or name for model in models for name, info in model.model_fields.items()}
-    )
+def _model_at(loc: Sequence[int | str], root: type[BaseModel]) -> type[BaseModel]:
+    """The model of the object at ``loc`` (a location pydantic reports) in a ``root``."""
+    parts = [part for part in loc if isinstance(part, str)]
+    if len(parts) >= 2 and parts[-2] == "do" and parts[-1] in actions:
+        model: type[BaseModel] = actions[parts[-1]].model
+        return model
+    if not parts:
+        return root
+    return {"when": When, "schedule": Schedule, "rules": Rule}.get(parts[-1], root)
+
+
+def _models() -> list[tuple[type[BaseModel], str]]:
+    """Every model of a fault file, with what to call it."""
+    found: list[tuple[type[BaseModel], str]] = [
+        (When, "when"),
+        (Schedule, "schedule"),
+        (Rule, "a rule"),
+    ]
+    found += [(action.model, f"{action.name}") for action in actions]
+    return found
+
+
+def _title(model: type[BaseModel]) -> str:
+    return next((title for other, title in _models() if other is model), "the file")
+
+
+def _names(model: type[BaseModel]) -> set[str]:
+    return {info.alias or name for name, info in model.model_fields.items()}
 
 
 # -- loading with located errors ---------------------------------------------------------------
@@ -381,6 +413,15 @@ class _BoundedLoader(yaml.SafeLoader):
         if isinstance(node, yaml.MappingNode):
             return 1 + sum(self._sizes[id(k)] + self._sizes[id(v)] for k, v in node.value)
         return 1
+
+
+_BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+"""``1e3`` is a number, as in JSON and YAML 1.2 (YAML 1.1, PyYAML's, wants ``1.0e+3``): fields
+are checked strictly, and the text ``"1e3"`` would not be one."""
 
 
 class Location(BaseModel):
@@ -520,7 +561,7 @@ def parse_fault_file(text: str, name: str) -> FaultFile:
     try:
         return FaultFile.model_validate(data)
     except ValidationError as exc:
-        raise _located(exc, data, name, _yaml_lines(text)) from None
+        raise _located(exc, data, name, FaultFile, _yaml_lines(text)) from None
 
 
 def _check_json(text: str, name: str) -> None:
@@ -535,16 +576,21 @@ def _check_json(text: str, name: str) -> None:
 
 
 def _located(
-    exc: ValidationError, data: Any, name: str, tree: yaml.Node | None = None
+    exc: ValidationError,
+    data: Any,
+    name: str,
+    root: type[BaseModel],
+    tree: yaml.Node | None = None,
 ) -> FaultFileError:
-    """Every error of a validation, with its file (line, when known), rule and field."""
+    """Every error of a validation of a ``root``, with its file (line, when known), rule and
+    field."""
     errors = []
     for error in exc.errors():
         loc = _clean_loc(error["loc"], data)
         rule, field_loc = _rule_name(data, loc)
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = f"unknown field{_suggestion(loc[-1] if loc else None)}"
+            message = f"unknown field{_suggestion(error['loc'], root)}"
         elif error["type"] == "union_tag_invalid":
             given = error["input"].get("action")
             close = difflib.get_close_matches(str(given), actions.names(), n=1, cutoff=0.6)
@@ -628,7 +674,7 @@ def validated(model: type[M], data: Any, source: str = "request") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise _located(exc, data, source) from None
+        raise _located(exc, data, source, model) from None
 
 
 def validate_rules(data: Any, source: str = "request") -> list[Rule]:

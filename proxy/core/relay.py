@@ -76,6 +76,7 @@ import orjson
 from proxy.core import acp
 from proxy.core.actions import actions
 from proxy.core.actions.base import (
+    MIN_WAIT,
     After,
     CloseLate,
     Copies,
@@ -568,6 +569,7 @@ class Relay:
         split: Split | None = None
         freeze: tuple[str, Freeze] | None = None
         delayed_by: list[str] = []
+        paced_by: list[tuple[str, Direction]] = []
         spaced_by: list[str] = []
         copies = 0
         after: list[Command] = []
@@ -579,13 +581,20 @@ class Relay:
             fault = Fault(message, subject, engine.rng, rule.name, memory)
             params = rule.do
             effects = actions[params.action].apply(params, fault)
-            lasting = _lasting(effects) + sum(
-                self._bucket(rule.name, direction, effect, at).wait(len(message.raw), at) > 0
+            waits = [
+                self._paced(rule.name, direction, effect, len(message.raw), at, take=False)
                 for effect in effects
                 if type(effect) is Pace
-            )
+            ]
+            if waits and len(waits) == len(effects) and not any(waits):  # bytes to spare
+                for effect in effects:
+                    assert isinstance(effect, Pace)
+                    self._paced(rule.name, direction, effect, len(message.raw), at, take=True)
+                engine.did_not_act(rule)
+                continue
+            lasting = _lasting(effects) + sum(1 for wait in waits if wait)
             if lasting > room:
-                engine.overflowed(rule)
+                engine.did_not_act(rule)
                 out.append(
                     FaultOverflowed(
                         rule=rule.name,
@@ -620,10 +629,11 @@ class Relay:
                         if passed is not None:
                             overtakers = passed
                     case Pace():
-                        bucket = self._bucket(rule.name, direction, effect, at)
-                        if wait := bucket.take(len(message.raw), at):
+                        size = len(message.raw)
+                        if wait := self._paced(rule.name, direction, effect, size, at, take=True):
                             delay += wait
                             delayed_by.append(rule.name)
+                            paced_by.append((rule.name, direction))
                     case Copies(count=count, gap=spacing):
                         copies += count
                         gap = spacing
@@ -694,6 +704,8 @@ class Relay:
             out.extend(c for c in seen if c is not relayed)  # its relay waits for the timer
             sends: list[Command] = [Send(destination, data, *pieces) for data in forwards]
             timer = self._hold(delay, sends + after, relayed, at)
+            for key in paced_by:  # the next message of its buckets goes behind it
+                self._buckets[key].holding = timer.token
             if stall is not None:
                 stall.holds[timer.token] = None
             if overtakers:
@@ -725,6 +737,18 @@ class Relay:
             sends += [Send(destination, data) for data in now[own:]]
             return [], [*sends, *after]
         return now, after
+
+    def _paced(
+        self, rule: str, direction: Direction, pace: Pace, size: int, at: float, *, take: bool
+    ) -> float:
+        """How long a message of ``size`` bytes waits in ``rule``'s bucket (``take``: its bytes
+        are taken out). Never less than the last message the bucket holds: one whose wait is
+        over but whose timer has not fired yet is still ahead of it."""
+        bucket = self._bucket(rule, direction, pace, at)
+        wait = bucket.take(size, at) if take else bucket.wait(size, at)
+        if not wait and bucket.holding in self._timers:
+            return MIN_WAIT
+        return wait
 
     def _bucket(self, rule: str, direction: Direction, pace: Pace, at: float) -> TokenBucket:
         """The token bucket of ``rule`` in ``direction`` on this link (a new rate or size, from

@@ -109,6 +109,18 @@ def test_signals_by_name_or_number() -> None:
             "version: 1\nrules:\n  - name: a\n    when:\n      methd: x\n    do: {action: drop}\n",
             "f.yaml:5: rule 'a': when.methd: unknown field (did you mean 'method'?)",
         ),
+        (  # a field of another action is named as such, not suggested as itself
+            "version: 1\nrules:\n  - name: a\n    do: {action: delay, ms: 1, gap_us: 3}\n",
+            "f.yaml:4: rule 'a': do.gap_us: unknown field (a field of slice, not of delay)",
+        ),
+        (  # suggested from the action's own fields, a prefix too
+            "version: 1\nrules:\n  - name: a\n    do: {action: bandwidth, bytes_per_second: 1, burst: 3}\n",
+            "f.yaml:4: rule 'a': do.burst: unknown field (did you mean 'burst_bytes'?)",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    do: {action: slice, average_size: 5, gap_ms: 3}\n",
+            "f.yaml:4: rule 'a': do.gap_ms: unknown field (did you mean 'gap_us'?)",
+        ),
         (
             "version: 1\nrules:\n  - name: a\n    when: {method: 'session/[prompt'}\n    do: {action: drop}\n",
             "rule 'a': when.method: glob 'session/[prompt' has a '[' that is never closed",

@@ -11,7 +11,7 @@ dropped ones never, delayed ones once and in their own order (a delay holds only
 docs/fault-files.md, "Ordering"), duplicated notifications and requests twice (a duplicated request answered
 once; of the two answers to a duplicated Agent request, one reaches the Agent). The same holds,
 with the rules left as they are, while a shaping action (``bandwidth``, ``slice``) acts on every
-unmarked message.
+message as well.
 
 The ends are found without waiting on time: the Agent's ``_seq/drained`` and the Client's
 ``_seq/report`` are delayed like the delayed messages, and equal delays keep their order, so each
@@ -322,11 +322,12 @@ async def test_no_data_dropped_while_watch_reloads_the_fault_file(
 
 
 SHAPING = {
-    "bandwidth": {"action": "bandwidth", "bytes_per_second": 1_000_000, "burst_bytes": 1000},
+    "bandwidth": {"action": "bandwidth", "bytes_per_second": 10_000_000},
     "slice": {"action": "slice", "average_size": 40, "size_variation": 30, "gap_us": 50},
 }
-"""Each shaping action, on the unmarked messages: fast enough that what it holds back is never
-held as long as a delayed message (:data:`DELAY_MS`), which the ends of the streams are."""
+"""Each shaping action, on every message (a throttle keeps the order of those it holds, and lets
+the others pass them: it must hold them all): fast enough that what it holds back is never held
+as long as a delayed message (:data:`DELAY_MS`), as the ends of the streams are."""
 
 
 @pytest.mark.parametrize("action", sorted(SHAPING))
@@ -334,10 +335,10 @@ held as long as a delayed message (:data:`DELAY_MS`), which the ends of the stre
 async def test_no_data_dropped_while_other_messages_are_shaped(
     transport: str, action: str, tmp_path: Path
 ) -> None:
-    """The unmarked messages both ways throttled, or written in pieces (partial lines, body
-    chunks, continuation frames): every one still arrives once and in order, beside the marked
-    ones the target rules drop, delay and duplicate."""
-    shaping = {"name": "shaping", "when": {"params": {"mark": None}}, "do": SHAPING[action]}
+    """Every message both ways throttled, or written in pieces (partial lines, body chunks,
+    continuation frames): the unmarked ones still arrive once and in order, the marked ones as
+    the target rules drop, delay and duplicate them."""
+    shaping = {"name": "shaping", "do": SHAPING[action], "continue": True}  # every message
     faults = fault_file(tmp_path, shaping, *target_rules(), *noise_rules("file"))
 
     async def unchanged(_round: int) -> None:

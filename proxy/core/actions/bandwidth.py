@@ -25,10 +25,11 @@ class Bandwidth(ActionModel):
 
     action: Literal["bandwidth"]
     bytes_per_second: PositiveInt = Field(
-        description="bytes per second the link carries in the message's direction"
+        le=10**12, description="bytes per second the link carries in the message's direction"
     )
     burst_bytes: NonNegativeInt = Field(
         0,
+        le=10**12,
         description="bytes that may go at once after an idle spell (the bucket's size); 0: "
         "every message waits as long as the link takes to carry it",
     )

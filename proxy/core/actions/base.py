@@ -47,6 +47,7 @@ from proxy.core.values import value
 
 __all__ = [
     "ATTRIBUTE_DESCRIPTION",
+    "MIN_WAIT",
     "Action",
     "ActionModel",
     "After",
@@ -77,7 +78,7 @@ class StrictModel(BaseModel):
     ``.inf`` would dump as null, which does not load back)."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False, strict=True
     )
 
 
@@ -176,6 +177,9 @@ class TokenBucket:
     size: int
     tokens: float
     at: float
+    holding: int | None = None
+    """The timer of the last message it held back (the relay's: the next one goes behind it
+    while it has not left)."""
 
     @classmethod
     def full(cls, rate: float, size: int, at: float) -> TokenBucket:
@@ -184,16 +188,26 @@ class TokenBucket:
 
     def wait(self, size: int, at: float) -> float:
         """Seconds a message of ``size`` bytes arriving ``at`` would wait (nothing taken)."""
-        return max(size - self._level(at), 0.0) / self.rate
+        return _waited(size - self._level(at), self.rate)
 
     def take(self, size: int, at: float) -> float:
         """Take ``size`` bytes at ``at``; the seconds the message waits."""
         self.tokens = self._level(at) - size
         self.at = max(at, self.at)
-        return max(-self.tokens, 0.0) / self.rate
+        return _waited(-self.tokens, self.rate)
 
     def _level(self, at: float) -> float:
         return min(self.tokens + max(at - self.at, 0.0) * self.rate, float(self.size))
+
+
+MIN_WAIT = 1e-6
+"""A wait shorter than this (a microsecond) is none: no timer, no ``held`` record."""
+
+
+def _waited(debt: float, rate: float) -> float:
+    """The seconds ``debt`` bytes take to pay at ``rate``; 0 under :data:`MIN_WAIT`."""
+    seconds = debt / rate
+    return seconds if seconds >= MIN_WAIT else 0.0
 
 
 @value

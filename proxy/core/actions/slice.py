@@ -30,11 +30,15 @@ class Slice(ActionModel):
     """Write the message in pieces of ``average_size`` bytes, ``gap_us`` apart."""
 
     action: Literal["slice"]
-    average_size: PositiveInt = Field(description="bytes of each piece, on average")
+    average_size: PositiveInt = Field(le=1 << 30, description="bytes of each piece, on average")
     size_variation: NonNegativeInt = Field(
-        0, description="each piece is up to this many bytes longer or shorter (at least 1)"
+        0,
+        le=1 << 30,
+        description="each piece is up to this many bytes longer or shorter (at least 1)",
     )
-    gap_us: NonNegativeInt = Field(0, description="microseconds between two pieces")
+    gap_us: NonNegativeInt = Field(
+        0, le=60_000_000, description="microseconds between two pieces (at most a minute)"
+    )
 
 
 def apply(params: Slice, fault: Fault) -> list[Effect]:

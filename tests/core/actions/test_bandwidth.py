@@ -10,12 +10,12 @@ import pytest
 from action_lab import fault
 
 from proxy.core.actions.bandwidth import ACTION, Bandwidth
-from proxy.core.actions.base import Pace, TokenBucket
+from proxy.core.actions.base import MIN_WAIT, Pace, TokenBucket
 from proxy.core.commands import Command, Send, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
-from proxy.core.observations import FaultOverflowed, Held
+from proxy.core.observations import FaultInjected, FaultOverflowed, Held
 from proxy.core.relay import Relay
 
 
@@ -82,11 +82,17 @@ def test_without_a_burst_each_message_takes_the_time_the_link_carries_it_in() ->
 def test_a_link_that_went_idle_does_not_save_more_than_its_burst() -> None:
     relay = throttled(1000, burst=200)
     first = chunk(1)  # about 90 bytes: within the burst
-    assert numbers(relay.handle(MessageReceived(Side.AGENT, first, 0.0))) == [1]
+    passed = relay.handle(MessageReceived(Side.AGENT, first, 0.0))
+    assert numbers(passed) == [1]
+    # Not slowed: no fault was injected (none logged, none counted as fired).
+    assert not [c for c in passed if isinstance(c, FaultInjected | Held)]
+    assert relay._engine is not None
+    assert relay._engine.states["slow-link"].fired == 0
     # An hour later the bucket holds 200 bytes, not 3.6 MB: a 1,000-byte message waits 0.8 s.
     big = chunk(2, pad=1000 - len(chunk(2)))
     [timer] = timers(relay.handle(MessageReceived(Side.AGENT, big, 3600.0)))
     assert timer.delay == pytest.approx(0.8)
+    assert relay._engine.states["slow-link"].fired == 1
 
 
 def test_unmatched_messages_flow_past_and_the_held_ones_follow_in_order() -> None:
@@ -125,3 +131,21 @@ def test_a_wait_is_a_fault_in_progress_and_a_full_cap_lets_the_message_through()
     refused = relay.handle(MessageReceived(Side.AGENT, chunk(2), 0.0))
     assert numbers(refused) == [2]
     assert [c.rule for c in refused if isinstance(c, FaultOverflowed)] == ["slow-link"]
+
+
+def test_a_message_with_bytes_to_spare_still_goes_behind_one_not_yet_gone() -> None:
+    """Once the link had time to carry the last held message its bucket has bytes again, but
+    if that message's timer has not fired yet (the shell is late), the next one is held a
+    moment too, so as not to overtake it."""
+    relay = throttled(1000, burst=500)
+    big = chunk(1, pad=1000)
+    [first] = timers(relay.handle(MessageReceived(Side.AGENT, big, 0.0)))
+    late = first.delay + 1.0  # its wait is long over: the bucket is full again
+    [second] = timers(relay.handle(MessageReceived(Side.AGENT, chunk(2), late)))
+    assert second.delay == MIN_WAIT
+    sent = relay.handle(TimerFired(first.token, late)) + relay.handle(
+        TimerFired(second.token, late)
+    )
+    assert numbers(sent) == [1, 2]
+    # Once it has gone, the next one with bytes to spare passes at once.
+    assert numbers(relay.handle(MessageReceived(Side.AGENT, chunk(3), late))) == [3]

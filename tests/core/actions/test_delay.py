@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from typing import Literal
 
 import pytest
 from action_lab import fault
@@ -43,13 +44,17 @@ def holds(params: Delay, count: int = 2000, seed: int = 5) -> list[float]:
     return drawn
 
 
+Law = Literal["uniform", "normal", "pareto", "paretonormal"]
+"""A delay's ``distribution``."""
+
+
 def lag_one(values: list[float]) -> float:
     """The correlation of each value with the next."""
     return statistics.correlation(values[:-1], values[1:])
 
 
 @pytest.mark.parametrize("distribution", ["normal", "pareto", "paretonormal"])
-def test_each_distribution_has_mean_ms_and_deviation_jitter(distribution: str) -> None:
+def test_each_distribution_has_mean_ms_and_deviation_jitter(distribution: Law) -> None:
     """2,000 draws of a fixed seed: the mean is ``ms`` and the deviation ``jitter_ms``, within
     what that many draws can hold (pareto's heavy tail spreads its sample deviation most)."""
     drawn = holds(Delay(action="delay", ms=100, jitter_ms=10, distribution=distribution))
@@ -77,7 +82,7 @@ def test_pareto_leans_to_long_delays_and_normal_does_not() -> None:
 
 @pytest.mark.parametrize("distribution", ["uniform", "normal", "pareto"])
 def test_correlation_ties_each_delay_to_the_last_keeping_mean_and_deviation(
-    distribution: str,
+    distribution: Law,
 ) -> None:
     """``correlation: 75``: successive delays correlate at about 0.75; the normal law keeps its
     mean and deviation (netem's way would narrow it), the uniform one its bounds."""
