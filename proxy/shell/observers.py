@@ -153,8 +153,8 @@ class Tally:
                 counts["refused_requests", server, reason] += 1
             case LimitReached(limit=limit, where=where):
                 counts["limits_reached", limit, where] += 1
-            case RulesCounted() | Disconnected():
-                pass
+            case RulesCounted() | Disconnected() | StallEnded():
+                pass  # counted elsewhere (a stall as the fault that began it), or not at all
             case _:
                 counts["other", type(observation).__name__] += 1
 
@@ -286,8 +286,14 @@ class LogObserver:
                         "id": _text(observation.original_id),
                         "hold": observation.hold,
                     }
+                what = (
+                    "message for a closed peer dropped"
+                    if observation.hold is None
+                    else "held message not delivered: its peer closed, or the timeout that held "
+                    "it cut the connection"
+                )
                 log.warning(
-                    "message for a closed peer dropped",
+                    what,
                     direction=observation.direction,
                     kind=observation.kind,
                     size=observation.size,
@@ -326,7 +332,7 @@ class LogObserver:
                     rule=observation.rule,
                     direction=observation.direction,
                     held=observation.held,
-                    cut=list(observation.cut),
+                    cut=[side.value for side in observation.cut],
                 )
             case FaultOverflowed():
                 log.debug(

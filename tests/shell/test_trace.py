@@ -239,7 +239,8 @@ async def test_a_held_message_is_traced_when_held_and_when_sent(
     assert sent["hold"] == held["hold"]
     assert "hold" not in answer
     assert held["time"] <= answer["time"] <= sent["time"]
-    assert sent["time"] - held["time"] >= 0.5
+    # The hold counts from the message's arrival, a moment before its held record is written.
+    assert sent["time"] - held["time"] >= 0.4
 
 
 def test_held_stopped_and_undeliverable_records() -> None:

@@ -12,7 +12,8 @@ three lanes (Client, proxy, Agent):
   dropped, answered by the proxy, severed, undeliverable...) stops at the proxy lane;
 * every ``fault`` record is an arrow from the sender that ends at the proxy lane with a cross,
   labelled with its rule and action;
-* a message a rule held (a ``held`` record: ``delay``, a ``duplicate`` copy spaced by ``gap_ms``)
+* a message a rule held (a ``held`` record: ``delay``, ``reorder``, ``bandwidth``, ``stall``, a
+  ``duplicate`` copy spaced by ``gap_ms``)
   is drawn twice: when it arrived, an arrow from the sender that ends at the proxy lane with a
   pause mark, labelled with the rules and the delay; when it really left (its ``message`` record,
   same ``hold``), an arrow from the proxy lane to the receiver. Between the two, a dashed bar on
@@ -304,8 +305,8 @@ def _messages(summary: Summary) -> str:
         + relayed
         + "<h2>Messages not relayed</h2>"
         + not_relayed
-        + '<h2>Messages held by rules</h2><p class="note">delays, reorders and spaced '
-        "duplicate copies: each is in the messages relayed (or not relayed) when it left</p>"
+        + '<h2>Messages held by rules</h2><p class="note">delays, reorders, throttles, stalls, '
+        "spaced copies: each is in the messages relayed (or not relayed) when it left</p>"
         + held
         + "<h2>Connections</h2>"
         + connections
@@ -801,7 +802,8 @@ def _timeline(timeline: _Timeline) -> str:
         '<span class="k-agent">\u2190 Agent to Client</span>'
         "<span>\u2715 (grey) not relayed</span>"
         '<span class="k-fault">\u2715 fault at the proxy (rule, action)</span>'
-        '<span class="k-hold">\u2016\u2506 held by a rule (delay, spaced copy), until sent</span>'
+        '<span class="k-hold">\u2016\u2506 held by a rule (delay, reorder, throttle, stall, '
+        "spaced copy), until sent</span>"
         '<span class="k-proxy">\u25cf restart, proxy run</span>'
         '<span class="k-fault">\u25c6 finding</span>'
         '<span class="k-retry">\u21ba retry, linked to the attempt it retries</span></p>'
