@@ -145,6 +145,11 @@ class Endpoint(Protocol):
         written after its last piece. The peer reads the message whole."""
         ...
 
+    def flush(self) -> None:
+        """Write what was sent now, without waiting (a transport whose own task writes: nothing
+        to do)."""
+        ...
+
     async def drain(self) -> None:
         """Wait until the queue toward the peer is below its high-water mark."""
         ...
@@ -215,10 +220,6 @@ class RelaysInPlace(Protocol):
 
     def hand_over(self, messages: list[bytes]) -> None:
         """Messages given to ``relay`` that the link could not relay: received next, in order."""
-        ...
-
-    def flush(self) -> None:
-        """Write what was sent now, without waiting."""
         ...
 
 

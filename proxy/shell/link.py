@@ -466,9 +466,7 @@ class Link:
                     written, taken = self._relay_burst(side, endpoint, messages)
                 written.add(side.other)
                 for destination in written:
-                    target = self.endpoints[destination]
-                    if isinstance(target, RelaysInPlace):
-                        target.flush()
+                    self.endpoints[destination].flush()
                 messages = messages[taken:]
                 if messages and not self._may_relay_now(side, endpoint, generation):
                     assert isinstance(endpoint, RelaysInPlace)

@@ -448,6 +448,9 @@ class HttpConnection:
         if mailbox is not None:
             mailbox.kill()
 
+    def flush(self) -> None:
+        """Nothing: the endpoint's own task writes what is queued."""
+
     async def drain(self) -> None:
         """Wait while a stream holds too much: a Client that does not read slows the Agent down."""
         while not self.closed and any(

@@ -204,6 +204,9 @@ class HttpUpstream:
             if self._queued > HTTP_OUTBOX_HIGH_WATER:
                 self._room.clear()
 
+    def flush(self) -> None:
+        """Nothing: the endpoint's own task writes what is queued."""
+
     async def drain(self) -> None:
         """Wait while too much waits to be POSTed (an Agent slow to accept slows the Client)."""
         await self._room.wait()

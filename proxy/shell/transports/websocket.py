@@ -149,6 +149,9 @@ class _WsEndpoint:
         if not self._outbox.closing:
             self._outbox.put(Sliced(data, sizes, gap))
 
+    def flush(self) -> None:
+        """Nothing: the endpoint's own task writes what is queued."""
+
     async def drain(self) -> None:
         """Wait while too much is queued toward the peer."""
         await self._outbox.room()
