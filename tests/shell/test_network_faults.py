@@ -12,8 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 import websockets
-from acp import PROTOCOL_VERSION
+from acp import PROTOCOL_VERSION, RequestError
 from acp.http.client import AcpHttpStatusError
+from acp.schema import TextContentBlock
 from aiohttp import web
 from harness import SDK_AGENT, TIMEOUT, fault_file, log_events
 from listener_client import (
@@ -311,6 +312,55 @@ async def test_sdk_peers_wait_through_stalls_and_reorders_over_the_network(
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     rules = sorted(record["rule"] for record in records if record["event"] == "fault")
     assert rules == ["late-chunk", "quiet-agent", "quiet-client"]
+
+
+@pytest.mark.parametrize("downstream", ["http", "ws"])
+async def test_sdk_client_gets_an_attributed_error_and_its_own_fault_over_the_network(
+    tmp_path: Path, downstream: str
+) -> None:
+    """Over Streamable HTTP and WebSocket, the SDK on both sides: a rule's error reaches the SDK
+    Client with ``data.acpFault`` naming the rule; with ``--allow-client-faults`` a prompt whose
+    ``_meta.acpFault`` asks for a delay is answered after it, the Agent having run it; the
+    prompt that failed never reached the Agent."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "refuse-first",
+            "when": {"method": "session/prompt"},
+            "schedule": {"nth": [1]},
+            "do": {"action": "error", "code": -32050, "message": "busy", "data": {"retry": True}},
+        },
+    )
+    client = SimpleClient()
+    async with (
+        listening_proxy(
+            f"{downstream}://127.0.0.1:0/acp",
+            "--faults",
+            str(faults),
+            "--allow-client-faults",
+            agent=SDK_AGENT,
+        ) as (proxy, url),
+        sdk_client(downstream, url, client) as conn,
+    ):
+        session = await open_session(conn)
+        with pytest.raises(RequestError) as raised:
+            await sdk_prompt(conn, session, "echo refused")
+        assert (raised.value.code, str(raised.value)) == (-32050, "busy")
+        assert raised.value.data == {
+            "retry": True,
+            "acpFault": {"rule": "refuse-first", "action": "error"},
+        }
+        late = [TextContentBlock(text="echo late")]
+        asked = {"action": "delay", "ms": 50}  # the SDK's extra arguments are the _meta
+        answer = await asyncio.wait_for(
+            conn.prompt(session_id=session, prompt=late, acpFault=asked, trace="t-1"), TIMEOUT
+        )
+        assert answer.stop_reason == "end_turn"
+        texts = [p["text"] for p in (await sdk_state(conn))["prompts"]]
+        assert texts == ["echo late"]
+        await proxy.logged("fault injected", count=2)
+        rules = [event["rule"] for event in log_events(proxy.stderr, "fault injected")]
+        assert rules == ["refuse-first", "_meta.acpFault"]
 
 
 @pytest.mark.parametrize("downstream", ["http", "ws"])
