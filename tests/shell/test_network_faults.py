@@ -350,10 +350,15 @@ async def test_sdk_client_gets_an_attributed_error_and_its_own_fault_over_the_ne
             "retry": True,
             "acpFault": {"rule": "refuse-first", "action": "error"},
         }
-        late = [TextContentBlock(text="echo late")]
         asked = {"action": "delay", "ms": 50}  # the SDK's extra arguments are the _meta
         answer = await asyncio.wait_for(
-            conn.prompt(session_id=session, prompt=late, acpFault=asked, trace="t-1"), TIMEOUT
+            conn.prompt(
+                session_id=session,
+                prompt=[TextContentBlock(text="echo late")],
+                acpFault=asked,
+                trace="t-1",
+            ),
+            TIMEOUT,
         )
         assert answer.stop_reason == "end_turn"
         texts = [p["text"] for p in (await sdk_state(conn))["prompts"]]
