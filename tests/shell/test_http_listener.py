@@ -62,13 +62,14 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Frame, Opcode
 from websockets.typing import Origin
 
-from proxy.shell.endpoint import bytes_of
+from proxy.shell.endpoint import Sliced, bytes_of
 from proxy.shell.transports.websocket import (
     UNMASKED,
     Assembled,
     MaskedOnlyReader,
     MaskedOnlyWebSocketResponse,
     WsServerEndpoint,
+    _Outbox,
 )
 
 # -- POST ------------------------------------------------------------------------------------------
@@ -1220,3 +1221,31 @@ async def test_a_websocket_client_that_stops_reading_blocks_the_agents_writes(
         if read_when_marked < 0:
             read_when_marked = total
         assert read_when_marked >= total - WS_BOUND, (read_when_marked, total)
+
+
+async def test_the_messages_queued_toward_a_websocket_peer_are_written_together() -> None:
+    """The writer takes every whole message queued behind the one it took, up to a bound, to
+    write their frames at once; a message written in pieces waits for a turn of its own."""
+    outbox = _Outbox()
+    for data in (b"a", b"bb", Sliced(b"cc", (1,), 0.0), b"d", b"e" * 10, b"f"):
+        outbox.put(data)
+    assert await outbox.get() == b"a"
+    assert outbox.take_more(100) == [b"bb"]
+    assert isinstance(await outbox.get(), Sliced)
+    assert await outbox.get() == b"d"
+    assert outbox.take_more(5) == [b"e" * 10]  # past the bound: what is taken stops there
+    assert outbox.take_more(5) == [b"f"]
+    assert outbox.size() == 0
+
+
+async def test_a_burst_toward_a_websocket_client_arrives_whole_and_in_order(
+    tmp_path: Path,
+) -> None:
+    """Hundreds of messages the Agent writes at once reach the WebSocket Client as as many
+    text frames, whole and in order (written together, frames built by the proxy)."""
+    lines = [compact(notification("_x/n", {"n": n, "pad": "é" * (n % 7)})) for n in range(300)]
+    async with serving(tmp_path, listen=WS_LISTEN) as s, ws_connect(s.url) as ws:
+        await ws_initialize(ws)
+        await ws.send(compact(say(*lines)).decode())
+        got = [await asyncio.wait_for(ws.recv(), TIMEOUT) for _ in lines]
+    assert got == [line.decode() for line in lines]

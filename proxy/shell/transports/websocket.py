@@ -30,10 +30,11 @@ calls it to resume a reader it held back) and ``websocket_mask``; the queue's ``
 size)`` (which pauses the transport past its high-water mark), ``set_exception`` and
 ``_stalled_reader`` (set while aiohttp's reader holds bytes back; what comes after waits here, so
 that messages keep their order); and ``ws.receive()`` returning any message it does not handle
-itself as it is, so that a text message's data may be an :class:`Assembled`. A message written
-in pieces (``slice``) is written as frames the proxy builds itself, on the writer's transport
-(aiohttp's ``send_frame`` always sets FIN), waiting on its protocol's ``_drain_helper`` while the
-transport is paused.
+itself as it is, so that a text message's data may be an :class:`Assembled`. Toward a Client, the
+proxy builds some frames itself and writes them on the writer's transport, waiting on its
+protocol's ``_drain_helper`` while the transport is paused: a message written in pieces
+(``slice``: aiohttp's ``send_frame`` always sets FIN), and the messages queued together (one
+write for them all, where ``send_frame`` makes one each), unless compression was negotiated.
 """
 
 from __future__ import annotations
@@ -100,6 +101,20 @@ class _Outbox:
         if self._size <= WEBSOCKET_HIGH_WATER:
             self._room.set()
         return data
+
+    def take_more(self, limit: int) -> list[bytes]:
+        """The whole messages queued now behind the one just taken, in order, up to about
+        ``limit`` bytes (a message written in pieces waits for a turn of its own)."""
+        queue, taken, total = self._queue, [], 0
+        while queue and total < limit and type(queue[0]) is bytes:
+            data = cast(bytes, queue.popleft())
+            taken.append(data)
+            total += len(data)
+        if taken:
+            self._size -= total
+            if self._size <= WEBSOCKET_HIGH_WATER:
+                self._room.set()
+        return taken
 
     def size(self) -> int:
         return self._size
@@ -197,7 +212,12 @@ class _WsEndpoint:
         try:
             while (data := await self._outbox.get()) is not None:
                 if type(data) is bytes:
-                    await self._send_frame(data)
+                    more = self._outbox.take_more(WRITE_BATCH)
+                    if more:
+                        await self._send_frames([data, *more])
+                        del more
+                    else:
+                        await self._send_frame(data)
                 else:
                     assert isinstance(data, Sliced)
                     await self._send_fragments(data)
@@ -216,6 +236,12 @@ class _WsEndpoint:
         last with FIN), ``gap`` seconds apart."""
         raise NotImplementedError
 
+    async def _send_frames(self, messages: list[bytes]) -> None:
+        """A text frame each, in order (as many calls to :meth:`_send_frame`, unless the
+        transport has a cheaper way)."""
+        for data in messages:
+            await self._send_frame(data)
+
     async def _close_socket(self, code: int, reason: str) -> None:
         raise NotImplementedError
 
@@ -228,6 +254,9 @@ fragmented message, is unmasked and kept here a read at a time."""
 
 _HEADER_SIZE = tuple(6 if n < 126 else 8 if n == 126 else 14 for n in range(128))
 """Bytes of a masked frame's header by its 7-bit length: the length, then the masking key."""
+WRITE_BATCH = 256 * 1024
+"""Bytes of queued messages written in one go toward a WebSocket Client (one write: one system
+call for the lot)."""
 _TEXT, _BINARY = int(WSMsgType.TEXT), int(WSMsgType.BINARY)
 _CONTINUATION = int(WSMsgType.CONTINUATION)
 _TO_AIOHTTP, _KEEP, _DROP = 0, 1, 2
@@ -572,6 +601,21 @@ class WsServerEndpoint(_WsEndpoint):
         if not self._open.is_set():
             await self._open.wait()
         await self.ws.send_frame(data, WSMsgType.TEXT)
+
+    async def _send_frames(self, messages: list[bytes]) -> None:
+        """The frames of all ``messages`` in one write (one system call, not one each)."""
+        if not self._open.is_set():
+            await self._open.wait()
+        writer = cast(MaskedOnlyWebSocketResponse, self.ws).frame_writer
+        transport = writer.transport
+        if writer.compress or transport.is_closing() or self.ws.closed:
+            await super()._send_frames(messages)  # aiohttp's own way (and its errors)
+            return
+        transport.write(
+            b"".join(_frame_header(_TEXT, len(data), fin=True) + data for data in messages)
+        )
+        if writer.protocol._paused:
+            await writer.protocol._drain_helper()
 
     async def _send_fragments(self, sliced: Sliced) -> None:
         if not self._open.is_set():
