@@ -73,13 +73,10 @@ class LineFramer:
             self._scanned = 0
         return out
 
-    def completes_whole(self, data: bytes) -> bytes | None:
-        """What ``data`` would make of the line under way: its start and ``data`` (the bytes of
-        the messages that feeding ``data`` may complete), or None when feeding it could mark one
-        too large (one is being discarded, or they reach the limit)."""
-        if self._discarding or len(self._buffer) + len(data) > self._limit:
-            return None
-        return bytes(self._buffer) + data if self._buffer else data
+    def fits(self, size: int) -> bool:
+        """Whether feeding ``size`` more bytes cannot mark a message too large (none is being
+        discarded, and the line under way with them stays within the limit)."""
+        return not self._discarding and len(self._buffer) + size <= self._limit
 
     def eof(self) -> list[bytes | Oversized]:
         """The stream ended: deliver what is left of an unterminated last line."""

@@ -213,9 +213,11 @@ class RelaysInPlace(Protocol):
         ready: Callable[[], bool],
         relay: Callable[[list[bytes]], None],
         large: Callable[[bytes], bool],
+        small: int,
     ) -> None:
         """From now on, offer ``relay`` the messages that arrive while ``ready`` says so and
-        none of them is ``large``; the others are received as usual."""
+        none of them is ``large`` (none under ``small`` bytes is); the others are received as
+        usual."""
         ...
 
     def hand_over(self, messages: list[bytes]) -> None:

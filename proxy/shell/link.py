@@ -345,18 +345,19 @@ class Link:
         self._observer.observe(Connected(side, self.endpoints[side].transport), self.id)
 
     async def _pump(self, side: Side, endpoint: Endpoint, generation: int) -> None:
+        large = self._parser.large
+        small = sys.maxsize if large is None else large  # a message under it is parsed here
         if isinstance(endpoint, RelaysInPlace):
             endpoint.relay_in_place(
                 functools.partial(self._may_relay_now, side, endpoint, generation),
                 functools.partial(self._relay_now, side, endpoint, generation),
                 self._parser.is_large,
+                small,
             )
         other = side.other
         unflushed: set[Side] = set()
         admitted = isinstance(endpoint, Admitting)  # counted before it was read
         bursting = endpoint if isinstance(endpoint, Bursting) else None
-        large = self._parser.large
-        small = sys.maxsize if large is None else large  # a message under it is parsed here
         charged = 0  # bytes of the burst being relayed: in flight until its destinations drained
         try:
             while True:
@@ -609,7 +610,7 @@ class Link:
         """Carry out ``commands`` in order; return the sides that were written to. ``at``: the
         time of the event they answer (timers count from it), else now."""
         written: set[Side] = set()
-        forgotten: set[int] = set()
+        forgotten: set[int] | None = None  # made when needed: one per call costs the stream
         for command in commands:
             # The two commands of every relayed message first, before the match tries each case.
             if isinstance(command, Send):
@@ -651,7 +652,7 @@ class Link:
                     self._release(endpoint)
                     self._stop_holding(side)
                 case ForgetTimer(token=token):
-                    forgotten.add(token)
+                    forgotten = {token} if forgotten is None else forgotten | {token}
                 case StartTimer(delay=delay, token=token, size=size, fault=fault):
                     start = self._clock() if at is None else at
                     self._start_timer(start + delay, token, size, fault=fault)
@@ -670,7 +671,7 @@ class Link:
                         endpoint.drop_stream(data)
                 case _:
                     assert_never(command)
-        if forgotten:
+        if forgotten is not None:
             self._forget(forgotten)
         return written
 

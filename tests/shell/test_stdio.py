@@ -385,7 +385,7 @@ async def test_lines_are_relayed_in_the_reads_callback_while_the_link_is_ready()
         if give_back:
             stream.hand_over(lines[-give_back:])
 
-    stream.relay_in_place(lambda: ready, relay, lambda data: b"large" in data)
+    stream.relay_in_place(lambda: ready, relay, lambda data: b"large" in data, 5)
     try:
         receiving = asyncio.get_running_loop().create_task(stream.receive())
         os.write(feed, b"a\nb\npart")

@@ -50,6 +50,10 @@ __all__ = [
 
 log = get_logger("proxy.stdio")
 
+IN_PLACE_LINES = 8
+"""A read with more lines than this is left to the link's pump, not relayed in the read's
+callback: a stream's reads, which the pump takes together (what came while it relayed the last
+ones, one write for them all), where relaying each read as it comes would write each apart."""
 READ_CHUNK = 256 * 1024
 """Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
 GROUP_POLL = 0.05
@@ -287,29 +291,36 @@ class LineStream:
         ready: Callable[[], bool],
         relay: Callable[[list[bytes]], None],
         large: Callable[[bytes], bool],
+        small: int,
     ) -> None:
         """Relay what arrives as it arrives, in the reader's callback, when nothing waits (the
-        link is ``ready``, nothing read is left to return, no message in it is ``large``, none
-        too large): ``relay`` takes the messages it completes, and no task wakes for them. Else
-        it is buffered and :meth:`receive` returns it, as without this."""
+        link is ``ready``, nothing read is left to return, no message too large, a read of a
+        few lines: not a stream): ``relay`` takes the messages it completes, and no task wakes
+        for them. Those of a read where one
+        is ``large`` (to be parsed elsewhere; none under ``small`` bytes is) are returned by
+        :meth:`receive` instead, as is what arrives while the link is not ready."""
         reader = self._reader
         if isinstance(reader, ArrivingReader):
-            reader.take = functools.partial(self._take, ready, relay, large)
+            reader.take = functools.partial(self._take, ready, relay, large, small)
 
     def _take(
         self,
         ready: Callable[[], bool],
         relay: Callable[[list[bytes]], None],
         large: Callable[[bytes], bool],
+        small: int,
         data: bytes,
     ) -> bool:
         if not self._awaiting or self._next < len(self._ready) or self._severed or self._eof:
             return False
-        whole = self._framer.completes_whole(data)
-        if whole is None or large(whole) or not ready():
+        if data.count(b"\n") > IN_PLACE_LINES or not self._framer.fits(len(data)) or not ready():
             return False
-        lines = cast("list[bytes]", self._framer.feed(data))  # none too large: see above
-        if lines:
+        lines = cast("list[bytes]", self._framer.feed(data))  # none too large: see fits
+        if not lines:
+            return True
+        if max(map(len, lines)) >= small and any(map(large, lines)):
+            self.hand_over(lines)  # the link's pump has it parsed elsewhere
+        else:
             relay(lines)
         return True
 
