@@ -15,7 +15,7 @@ from stdio_scenario import barrier
 
 from proxy.control import ControlClient
 from proxy.shell.defaults import WRITE_SLICE
-from proxy.shell.transports.stdio import ArrivingReader, LineStream, send_signal
+from proxy.shell.transports.stdio import IN_PLACE_LINES, ArrivingReader, LineStream, send_signal
 
 CLIENT_MESSAGES: list[tuple[bytes, bytes | None]] = [
     # (what the Client sends, the id the Agent must see instead of the Client's; None: unchanged)
@@ -404,6 +404,12 @@ async def test_lines_are_relayed_in_the_reads_callback_while_the_link_is_ready()
         os.write(feed, b"e\nf\n")
         assert await asyncio.wait_for(relayed.get(), TIMEOUT) == [b"e", b"f"]
         assert await asyncio.wait_for(receiving, TIMEOUT) == b"f"
+        assert relayed.empty()
+        give_back = 0
+        stream_lines = [b"s%d" % n for n in range(IN_PLACE_LINES + 1)]  # a stream's read
+        receiving = asyncio.get_running_loop().create_task(stream.receive())
+        os.write(feed, b"".join(line + b"\n" for line in stream_lines))
+        assert await asyncio.wait_for(receiving, TIMEOUT) == stream_lines[0]
         assert relayed.empty()
     finally:
         stream.close()

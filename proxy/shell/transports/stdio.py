@@ -38,6 +38,7 @@ from proxy.shell.endpoint import Received, pieces
 from proxy.shell.log import get_logger
 
 __all__ = [
+    "IN_PLACE_LINES",
     "AgentProcess",
     "ArrivingReader",
     "LineStream",
