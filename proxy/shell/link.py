@@ -15,6 +15,12 @@ the bound a reading task waits before it reads on, unless the proxy still has by
 the peer it reads (that peer's reading is what lets the count fall). A message, once relayed, is
 referenced no more by its reading task: an idle link keeps none of what it relayed alive.
 
+Where an endpoint can (:class:`~proxy.shell.endpoint.RelaysInPlace`: stdio), what arrives is
+relayed in the read's own callback while its reading task has nothing to wait for (no drain under
+way, no bound reached, no peer stalled, nothing to parse elsewhere, a read of a few lines), and
+written at once: no task wakes for a message that can go straight on. Anything else goes the way
+above, in order.
+
 Timers are the core's ``StartTimer`` commands, fed back as ``TimerFired``. What they hold (delayed
 messages, spaced copies) is bounded too: past :data:`HELD_HIGH_WATER` bytes the reading tasks wait
 for timers to fire (but not for a peer the proxy has closed: its end must be seen), and each waits
