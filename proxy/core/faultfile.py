@@ -343,7 +343,13 @@ def _model_at(loc: Sequence[int | str], root: type[BaseModel]) -> type[BaseModel
         return model
     if not parts:
         return root
-    return {"when": When, "schedule": Schedule, "rules": Rule}.get(parts[-1], root)
+    models: dict[str, type[BaseModel]] = {
+        "when": When,
+        "schedule": Schedule,
+        "bursts": Bursts,
+        "rules": Rule,
+    }
+    return models.get(parts[-1], root)
 
 
 def _models() -> list[tuple[type[BaseModel], str]]:
@@ -351,6 +357,7 @@ def _models() -> list[tuple[type[BaseModel], str]]:
     found: list[tuple[type[BaseModel], str]] = [
         (When, "when"),
         (Schedule, "schedule"),
+        (Bursts, "schedule.bursts"),
         (Rule, "a rule"),
     ]
     found += [(action.model, f"{action.name}") for action in actions]

@@ -8,6 +8,7 @@ in order; :meth:`Endpoint.drain` is where backpressure reaches the reader of the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -23,6 +24,7 @@ __all__ = [
     "ExitReporter",
     "Received",
     "RelaysInPlace",
+    "Severed",
     "Signalable",
     "Sliced",
     "StreamOwner",
@@ -93,12 +95,39 @@ class Sliced:
         """The pieces to write (``text``: none ends inside a UTF-8 character)."""
         return pieces(self.data, self.sizes, text=text)
 
-    async def chunks(self, *, text: bool = False) -> AsyncIterator[bytes]:
-        """The pieces, each ``gap`` seconds after the one before."""
+    async def chunks(
+        self, *, text: bool = False, cut: asyncio.Event | None = None
+    ) -> AsyncIterator[bytes]:
+        """The pieces, each ``gap`` seconds after the one before; ``cut`` set (the connection
+        was severed): no more of them, and :class:`Severed` raised."""
         for index, part in enumerate(self.parts(text=text)):
             if index and self.gap > 0:
-                await asyncio.sleep(self.gap)
+                if cut is None:
+                    await asyncio.sleep(self.gap)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.gap):
+                            await cut.wait()
+            if cut is not None and cut.is_set():
+                raise Severed("the connection was cut while a message was written in pieces")
             yield part
+
+    def span(self) -> float:
+        """Seconds its gaps add up to."""
+        if self.gap <= 0:
+            return 0.0
+        count = covered = 0
+        for size in self.sizes:
+            if covered >= len(self.data):
+                break
+            covered += size
+            count += 1
+        count += covered < len(self.data)  # the rest, as one more piece
+        return self.gap * max(count - 1, 0)
+
+
+class Severed(ConnectionError):
+    """A message written in pieces met the cut of its connection: the rest never comes."""
 
 
 def bytes_of(received: Received | None) -> bytes | None:

@@ -462,7 +462,8 @@ class Link:
     ) -> None:
         """Relay ``messages``, just read from ``side``, in the read's callback, and write them
         at once; what cannot be relayed now (a sever, a restart changed things) goes back to
-        ``side``'s pump."""
+        ``side``'s pump. Their bytes are in flight until written (the pump counts a read until
+        its destinations drained: here that is at most one read of a few lines a direction)."""
         size = sum(map(len, messages))
         self._inflight.add(size)
         try:
@@ -479,6 +480,9 @@ class Link:
                     assert isinstance(endpoint, RelaysInPlace)
                     endpoint.hand_over(messages)
                     return
+        except Exception:  # a bug: the link ends, as when the reading task fails (never silent)
+            log.exception("internal error while relaying; ending the link", link=self.id)
+            self.abort()
         finally:
             self._inflight.remove(size)
 
@@ -828,6 +832,7 @@ class Link:
         self._agent_up.clear()
         abandoned = sum(self.relay.pending(direction) for direction in Direction)
         self.relay = self._new_relay(None)
+        old.flush()  # what was sent to it before (the message that asked for this) goes first
         old.sever(flush=False)
         self._released.add(old)  # waited for below, before the new Agent starts
         if stop and isinstance(old, Signalable):

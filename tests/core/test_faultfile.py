@@ -109,6 +109,24 @@ def test_signals_by_name_or_number() -> None:
             "version: 1\nrules:\n  - name: a\n    when:\n      methd: x\n    do: {action: drop}\n",
             "f.yaml:5: rule 'a': when.methd: unknown field (did you mean 'method'?)",
         ),
+        (  # a number is a number: not a boolean, not a text
+            "version: 1\nrules:\n  - name: a\n    do: {action: bandwidth, bytes_per_second: true}\n",
+            "f.yaml:4: rule 'a': do.bytes_per_second: Input should be a valid integer",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    schedule: {times: '2'}\n    do: {action: drop}\n",
+            "f.yaml:4: rule 'a': schedule.times: Input should be a valid integer",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    do: {action: delay, ms: '5'}\n",
+            "f.yaml:4: rule 'a': do.ms: Input should be a valid number",
+        ),
+        (
+            "version: 1\nrules:\n  - name: a\n    schedule: {bursts: {p: 0.1, r: 0.2, times: 1}}\n"
+            "    do: {action: drop}\n",
+            "f.yaml:4: rule 'a': schedule.bursts.times: unknown field (a field of schedule, not "
+            "of schedule.bursts)",
+        ),
         (  # a field of another action is named as such, not suggested as itself
             "version: 1\nrules:\n  - name: a\n    do: {action: delay, ms: 1, gap_us: 3}\n",
             "f.yaml:4: rule 'a': do.gap_us: unknown field (a field of slice, not of delay)",
@@ -630,3 +648,20 @@ def test_the_json_schema_accepts_what_the_proxy_accepts() -> None:
         assert not list(validator.iter_errors(data)), signal_value
     wrong = {"version": 1, "rules": [{"name": "k", "do": {"action": "dorp"}}]}
     assert list(validator.iter_errors(wrong))
+
+
+def test_numbers_written_as_yaml_and_json_write_them_are_numbers() -> None:
+    """``1e3`` is a number (as in JSON and YAML 1.2), ``2.0`` a whole one for a count; a
+    signal's name is still a name."""
+    text = (
+        "version: 1\nrules:\n"
+        "  - name: a\n    do: {action: delay, ms: 1e3}\n"
+        "  - name: b\n    do: {action: duplicate, copies: 2.0}\n"
+        "  - name: c\n    do: {action: kill_agent, signal: TERM}\n"
+    )
+    rules = parse_fault_file(text, "f.yaml").rules
+    assert [rule.do.model_dump(exclude={"action"}) for rule in rules][:2] == [
+        {"ms": 1000.0, "jitter_ms": 0.0, "distribution": "uniform", "correlation": 0.0},
+        {"copies": 2, "gap_ms": 0.0},
+    ]
+    assert rules[2].do.model_dump()["signal"] == 15

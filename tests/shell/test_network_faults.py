@@ -423,6 +423,107 @@ async def test_a_timeout_ends_the_sdk_clients_prompt_over_the_network(
         assert fault["rule"] == "hang-up"
 
 
+async def test_a_sliced_post_may_take_longer_than_the_http_timeout(tmp_path: Path) -> None:
+    """slice toward an HTTP Agent: the gaps between the pieces are the fault's, not the Agent's
+    slowness: a POST whose pieces take longer than ``--http-timeout`` still goes through."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "slow-body",
+            "when": {"method": "_x/sliced"},
+            "do": {"action": "slice", "average_size": 30, "gap_us": 250_000},
+        },
+    )
+    async with (
+        ScriptedHttpAgent() as agent,
+        listening_proxy(
+            "http://127.0.0.1:0/acp",
+            "--faults",
+            str(faults),
+            "--upstream",
+            agent.url,
+            "--http-timeout",
+            "0.5",
+        ) as (proxy, url),
+        aiohttp.ClientSession() as session,
+    ):
+        http = Http(session, url)
+        connection = await http.initialize()
+        sliced = request(1, "_x/sliced", {"pad": "x" * 60})  # 5 pieces: a second of gaps
+        assert (await http.post(sliced, connection=connection)).status == 202
+        async with asyncio.timeout(TIMEOUT):
+            while len(agent.methods) < 2:
+                await agent.posted.wait()
+                agent.posted.clear()
+    assert agent.methods == ["initialize", "_x/sliced"]
+    assert agent.post_chunks[1] >= 4
+    assert not log_events(proxy.stderr, "POST to the agent timed out")
+
+
+async def test_a_sever_cuts_a_message_being_written_in_pieces(tmp_path: Path) -> None:
+    """A message sliced a minute a piece toward a WebSocket Client: its first frame comes, then
+    a sever of the Client (a later message's rule) closes the socket at once, with the rule's
+    code: the rest never comes, and nothing waits out the gaps."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "slow",
+            "when": {"method": "_x/sliced"},
+            "do": {"action": "slice", "average_size": 20, "gap_us": 60_000_000},
+        },
+        {
+            "name": "cut",
+            "when": {"method": "_x/cut"},
+            "do": {"action": "sever", "side": "client", "close_code": 4009},
+        },
+    )
+    sliced = compact(notification("_x/sliced", {"pad": "x" * 40}))
+    async with (
+        serving(tmp_path, "--faults", str(faults), listen=WS_LISTEN) as s,
+        websockets.connect(s.url) as ws,
+    ):
+        await ws_initialize(ws)
+        await ws.send(compact(say(sliced)).decode())
+        frames = ws.recv_streaming()
+        first = await asyncio.wait_for(anext(frames), TIMEOUT)
+        assert first == sliced[:20].decode()
+        await ws.send(compact(say(compact(notification("_x/cut")))).decode())
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(anext(frames), TIMEOUT)
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == 4009
+
+
+async def test_a_sever_cuts_an_sse_event_being_written_in_pieces(tmp_path: Path) -> None:
+    """The same toward a Streamable HTTP Client: the event's first chunk comes, then the sever
+    cuts the stream at once (the rest of the event never comes)."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "slow",
+            "when": {"method": "_x/sliced"},
+            "do": {"action": "slice", "average_size": 20, "gap_us": 60_000_000},
+        },
+        {"name": "cut", "when": {"method": "_x/cut"}, "do": {"action": "sever", "side": "client"}},
+    )
+    sliced = compact(notification("_x/sliced", {"pad": "x" * 40}))
+    async with serving(tmp_path, "--faults", str(faults)) as s:
+        connection = await s.http.initialize()
+        headers = {"Acp-Connection-Id": connection, "Accept": "text/event-stream"}
+        async with s.http.session.get(s.url, headers=headers) as response:
+            await s.http.post(say(sliced), connection=connection)
+            chunks = response.content.iter_chunks()
+            async with asyncio.timeout(TIMEOUT):
+                first, _ = await anext(chunks)
+                assert first == (b"data: " + sliced)[:20]
+                await s.http.post(say(compact(notification("_x/cut"))), connection=connection)
+                rest = b""
+                with contextlib.suppress(aiohttp.ClientPayloadError):
+                    async for data, _ in chunks:
+                        rest += data
+        assert rest == b""  # the stream ended there
+
+
 async def test_truncate_toward_an_http_agent_posts_the_cut_body_with_its_session(
     tmp_path: Path,
 ) -> None:

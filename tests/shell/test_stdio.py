@@ -417,6 +417,30 @@ async def test_lines_are_relayed_in_the_reads_callback_while_the_link_is_ready()
         os.close(sink)
 
 
+async def test_lines_handed_back_come_before_what_the_wake_up_brings() -> None:
+    """Lines the link hands back are received first even when the read that wakes the waiting
+    receive brings more (here its end): nothing handed back is lost."""
+    stream, feed, sink, _ = await _line_stream(limit=1000)
+    reader = stream._reader
+    assert isinstance(reader, ArrivingReader)
+
+    def relay(lines: list[bytes]) -> None:
+        stream.hand_over(lines)
+        reader.feed_eof()  # before the waiting receive has run
+
+    stream.relay_in_place(lambda: True, relay, lambda data: False, 1000)
+    try:
+        receiving = asyncio.get_running_loop().create_task(stream.receive())
+        os.write(feed, b"a\nb\n")
+        assert await asyncio.wait_for(receiving, TIMEOUT) == b"a"
+        assert await stream.receive() == b"b"
+        assert await stream.receive() is None
+    finally:
+        stream.close()
+        os.close(feed)
+        os.close(sink)
+
+
 def _read_exactly(fd: int, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:

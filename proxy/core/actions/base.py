@@ -32,12 +32,21 @@ The effects, the one vocabulary shared by every action:
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from types import UnionType
+from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PlainValidator,
+    WrapValidator,
+    model_validator,
+)
 
 from proxy.core.commands import Command
 from proxy.core.events import Direction
@@ -75,11 +84,65 @@ __all__ = [
 
 class StrictModel(BaseModel):
     """Every model of a fault file: unknown fields refused, values frozen, no infinity (a time of
-    ``.inf`` would dump as null, which does not load back)."""
+    ``.inf`` would dump as null, which does not load back), and a number is a number: ``true``
+    or ``"200"`` where one goes is refused (pydantic would read them as 1 and 200), while ``2.0``
+    for a count still is one."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False, strict=True
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        changed = None
+        for key in _number_fields(cls).intersection(data):
+            value = data[key]
+            if isinstance(value, bool | str):  # pydantic would read them as numbers
+                changed = changed or dict(data)
+                changed[key] = _NotANumber(value)
+        return data if changed is None else changed
+
+
+class _NotANumber:
+    """What a boolean or a text in a number's place becomes before validation: a value that no
+    number field takes (so it is refused where it is, as pydantic words it)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+@functools.cache
+def _number_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The keys (names and aliases) of ``model``'s fields that hold a number (or None), but
+    those that read a text themselves (a signal by name)."""
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        reads_text = any(isinstance(meta, _OWN_READING) for meta in info.metadata)
+        if _holds_number(info.annotation) and not reads_text:
+            keys.add(name)
+            if info.alias:
+                keys.add(info.alias)
+    return frozenset(keys)
+
+
+_OWN_READING = (BeforeValidator, PlainValidator, WrapValidator)
+
+
+def _holds_number(annotation: Any) -> bool:
+    if get_origin(annotation) is Annotated:
+        return _holds_number(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        args = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return bool(args) and all(_holds_number(arg) for arg in args)
+    return annotation is int or annotation is float
 
 
 class ActionModel(StrictModel):

@@ -80,7 +80,7 @@ from proxy.shell.defaults import (
     KEEPALIVE_SECONDS,
     STREAM_HIGH_WATER,
 )
-from proxy.shell.endpoint import Endpoint, Received, Sliced, joined
+from proxy.shell.endpoint import Endpoint, Received, Severed, Sliced, joined
 from proxy.shell.hostport import authority
 from proxy.shell.inflight import INFLIGHT_RETRY_AFTER_SECONDS, InflightBytes, Reservation
 from proxy.shell.limits import (
@@ -160,6 +160,8 @@ class Mailbox:
         """Set whenever this mailbox shrinks (wakes a waiting :meth:`HttpConnection.drain`)."""
         self._wake = asyncio.Event()
         self.receiver: web.Request | None = None
+        self._cut = asyncio.Event()
+        """Set by :meth:`cut`: an event being written in pieces stops."""
         self.blocked_since: float | None = None
         """When the write to the receiver now under way began (None: no write waits)."""
         self._ended = False
@@ -194,6 +196,7 @@ class Mailbox:
         """``sever``: drop what is queued and cut the receiver now."""
         self._queue.clear()
         self.size = 0
+        self._cut.set()
         self.kill()
 
     async def serve(self, request: web.Request, headers: CIMultiDict[str]) -> web.StreamResponse:
@@ -218,9 +221,9 @@ class Mailbox:
                     self._drained.set()
                     if type(event) is bytes:
                         await self._write(response, event)  # lost if the receiver is gone
-                    else:  # in pieces: a chunk each
+                    else:  # in pieces: a chunk each (a cut stops them: see below)
                         assert isinstance(event, Sliced)
-                        async for chunk in event.chunks():
+                        async for chunk in event.chunks(cut=self._cut):
                             await self._write(response, chunk)
                     del event  # written: not kept alive while the stream waits for the next
                 if self._ended:
@@ -231,6 +234,10 @@ class Mailbox:
                     await asyncio.wait_for(self._wake.wait(), KEEPALIVE_SECONDS)
                 except TimeoutError:
                     await self._write(response, KEEPALIVE)
+        except Severed:
+            if request.transport is not None:
+                request.transport.abort()
+            return response
         except (ConnectionError, RuntimeError):
             return response
         finally:
@@ -295,6 +302,8 @@ class HttpConnection:
         self._request_sessions: dict[IdKey, str | None] = {}
         self._initialize: tuple[IdKey, asyncio.Future[bytes | Sliced]] | None = None
         self.closed = False
+        self.cut = asyncio.Event()
+        """Set by a :meth:`sever` that drops what is queued (an answer in pieces stops)."""
         self._closed_event = asyncio.Event()
         self.cookies = SetCookies()
         """The cookies the Agent set, until a response to the Client carries them."""
@@ -468,8 +477,10 @@ class HttpConnection:
         self.terminate()
 
     def sever(self, *, flush: bool, close_code: int = 1001) -> None:
-        """Cut every stream now; the connection id is forgotten (404 afterwards)."""
+        """Cut every stream now (and an answer to initialize being written in pieces); the
+        connection id is forgotten (404 afterwards)."""
         if not flush:
+            self.cut.set()
             for mailbox in self._streams.values():
                 mailbox.cut()
         self.terminate()
@@ -864,10 +875,15 @@ class Listener:
         response = web.StreamResponse(status=200, headers=headers)  # chunked: a chunk a piece
         response.content_type = "application/json"
         await response.prepare(request)
-        with contextlib.suppress(ConnectionError):
-            async for chunk in body.chunks():
+        try:
+            async for chunk in body.chunks(cut=connection.cut):
                 await response.write(chunk)
             await response.write_eof()
+        except Severed:
+            if request.transport is not None:
+                request.transport.abort()
+        except ConnectionError:
+            pass  # the Client left
         return response
 
     async def _get(self, request: web.Request) -> web.StreamResponse:

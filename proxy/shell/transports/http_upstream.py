@@ -346,14 +346,17 @@ class HttpUpstream:
         # the last (as raw bytes, a large body would sit whole in the transport's buffer).
         # In pieces (``slice``), each is a chunk of its own, ``gap`` after the one before.
         payload: io.BytesIO | AsyncIterator[bytes]
+        timeout = self._timeout
         if isinstance(outgoing, bytes):
             payload = io.BytesIO(outgoing)
-        elif isinstance(outgoing, Sliced):
+        elif isinstance(outgoing, Sliced):  # its gaps are the fault's, not the Agent's delay
             payload = outgoing.chunks()
+            total = self._seconds + outgoing.span()
+            timeout = aiohttp.ClientTimeout(total=total, sock_connect=self._connect_seconds)
         else:
             payload = io.BytesIO(outgoing.data[: outgoing.cut])
         async with self._http.post(
-            self.url, data=payload, headers=headers, timeout=self._timeout
+            self.url, data=payload, headers=headers, timeout=timeout
         ) as response:
             self._answered(response)
             body = await response.read()

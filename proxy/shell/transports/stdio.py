@@ -251,11 +251,14 @@ class LineStream:
                 continue  # woken: lines were handed over (see hand_over)
             framer = self._framer
             markers = framer.oversized
+            left = self._ready[self._next :]  # handed over, not returned yet: they come first
             if chunk:
                 self._ready = framer.feed(chunk)
             else:
                 self._eof = True
                 self._ready = framer.eof()
+            if left:
+                self._ready[:0] = left
             self._next = 0
             self._whole = framer.oversized == markers
         ready, taken = self._ready, self._next

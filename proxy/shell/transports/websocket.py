@@ -142,6 +142,8 @@ class _WsEndpoint:
         self._close_code = 1000
         self._close_reason = ""
         self._severed = False
+        self._cut = asyncio.Event()
+        """Set when what is queued is to be dropped: a message being written in pieces stops."""
         self._writer = asyncio.get_running_loop().create_task(self._write())
 
     def send(self, data: bytes) -> None:
@@ -192,6 +194,8 @@ class _WsEndpoint:
         self._severed = True
         self._close_code = close_code
         self._outbox.finish(discard=not flush)
+        if not flush:
+            self._cut.set()
 
     def receive_ready(self) -> bool:
         """Each message is written on its own: the link drains after every one."""
@@ -207,6 +211,7 @@ class _WsEndpoint:
     def _ended(self) -> None:
         """Nobody reads any more: what is queued is dropped and the writer closes the socket."""
         self._outbox.finish(discard=True)
+        self._cut.set()
 
     async def _write(self) -> None:
         try:
@@ -624,7 +629,7 @@ class WsServerEndpoint(_WsEndpoint):
         transport = writer.transport
         last = len(sliced.parts(text=True)) - 1
         index = 0
-        async for part in sliced.chunks(text=True):
+        async for part in sliced.chunks(text=True, cut=self._cut):
             if transport.is_closing() or self.ws.closed:
                 raise ConnectionResetError("the socket closed while a message was written")
             opcode = _TEXT if index == 0 else _CONTINUATION
@@ -685,7 +690,9 @@ class WsClientEndpoint(_WsEndpoint):
         await self.connection.send(data, text=True)
 
     async def _send_fragments(self, sliced: Sliced) -> None:
-        await self.connection.send(sliced.chunks(text=True), text=True)  # then an empty FIN
+        # Then an empty frame with FIN; cut short by a sever, the library fails the connection
+        # (1011), the message never complete.
+        await self.connection.send(sliced.chunks(text=True, cut=self._cut), text=True)
 
     async def _close_socket(self, code: int, reason: str) -> None:
         await self.connection.close(code=code, reason=reason)
