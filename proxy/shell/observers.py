@@ -318,21 +318,20 @@ class LogObserver:
                     session=observation.session,
                     **_fault_ids(observation),
                 )
-            case StallEnded(cut=()):
-                log.info(
-                    "stall ended; what it held goes on",
-                    rule=observation.rule,
-                    direction=observation.direction,
-                    held=observation.held,
-                    released=observation.released,
+            case StallEnded(cut=cut):
+                ending: dict[str, Any] = (
+                    {"cut": [side.value for side in cut]}
+                    if cut
+                    else {"released": observation.released}
                 )
-            case StallEnded():
                 log.info(
-                    "timeout: connection cut; what it held is lost",
+                    "timeout: connection cut; what it held is lost"
+                    if cut
+                    else "stall ended; what it held goes on",
                     rule=observation.rule,
                     direction=observation.direction,
                     held=observation.held,
-                    cut=[side.value for side in observation.cut],
+                    **ending,
                 )
             case FaultOverflowed():
                 log.debug(

@@ -368,21 +368,32 @@ async def test_sdk_client_gets_an_attributed_error_and_its_own_fault_over_the_ne
         assert rules == ["refuse-first", "_meta.acpFault"]
 
 
+ENDING = {
+    "truncate": {
+        "name": "cut-chunk",
+        "when": {"method": "session/update"},
+        "do": {"action": "truncate", "bytes": 40},
+    },
+    "timeout": {
+        "name": "hang-up",
+        "when": {"method": "session/prompt"},
+        "do": {"action": "timeout", "ms": 50, "side": "client"},
+    },
+}
+"""Faults that end the SDK Client's connection during a prompt: ``truncate`` on the chunk toward
+it (an SSE event or a frame cut short, which it cannot read, then the cut), ``timeout`` on the
+prompt toward the Agent (held, then the Client's connection is cut 50 ms later)."""
+
+
+@pytest.mark.parametrize("fault", sorted(ENDING))
 @pytest.mark.parametrize("downstream", ["http", "ws"])
-async def test_a_truncated_chunk_ends_the_sdk_clients_prompt_over_the_network(
-    tmp_path: Path, downstream: str
+async def test_a_fault_that_cuts_the_connection_ends_the_sdk_clients_prompt(
+    tmp_path: Path, downstream: str, fault: str
 ) -> None:
-    """truncate on the chunk toward an SDK Client over Streamable HTTP or WebSocket: it gets
-    the chunk cut short (an SSE event, a frame), which it cannot read, then its connection is
-    cut and the pending prompt fails; no text reached it."""
-    faults = fault_file(
-        tmp_path,
-        {
-            "name": "cut-chunk",
-            "when": {"method": "session/update"},
-            "do": {"action": "truncate", "bytes": 40},
-        },
-    )
+    """Over Streamable HTTP or WebSocket (:data:`ENDING`): the SDK Client's pending prompt
+    fails with its connection, no text reached it, nothing hangs."""
+    rule = ENDING[fault]
+    faults = fault_file(tmp_path, rule)
     client = SimpleClient()
     async with listening_proxy(
         f"{downstream}://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT
@@ -392,35 +403,8 @@ async def test_a_truncated_chunk_ends_the_sdk_clients_prompt_over_the_network(
             with pytest.raises(ConnectionError, match="Connection closed"):
                 await asyncio.wait_for(sdk_prompt(conn, session, "echo cut"), TIMEOUT)
         assert client.chunks == []
-        [fault] = log_events(proxy.stderr, "fault injected")
-        assert fault["rule"] == "cut-chunk"
-
-
-@pytest.mark.parametrize("downstream", ["http", "ws"])
-async def test_a_timeout_ends_the_sdk_clients_prompt_over_the_network(
-    tmp_path: Path, downstream: str
-) -> None:
-    """timeout on the prompt toward the Agent, cutting the Client's connection: the prompt is
-    held, and 50 ms later the SDK Client's connection is cut and its prompt fails."""
-    faults = fault_file(
-        tmp_path,
-        {
-            "name": "hang-up",
-            "when": {"method": "session/prompt"},
-            "do": {"action": "timeout", "ms": 50, "side": "client"},
-        },
-    )
-    client = SimpleClient()
-    async with listening_proxy(
-        f"{downstream}://127.0.0.1:0/acp", "--faults", str(faults), agent=SDK_AGENT
-    ) as (proxy, url):
-        async with sdk_client(downstream, url, client) as conn:
-            session = await open_session(conn)
-            with pytest.raises(ConnectionError, match="Connection closed"):
-                await asyncio.wait_for(sdk_prompt(conn, session, "echo never"), TIMEOUT)
-        assert client.chunks == []
-        [fault] = log_events(proxy.stderr, "fault injected")
-        assert fault["rule"] == "hang-up"
+        [injected] = log_events(proxy.stderr, "fault injected")
+        assert injected["rule"] == rule["name"]
 
 
 async def test_a_sliced_post_may_take_longer_than_the_http_timeout(tmp_path: Path) -> None:
