@@ -9,30 +9,21 @@ from pathlib import Path
 
 import pytest
 from harness import TIMEOUT, unboxed
+from tool_runs import acp_proxy
 
 from proxy import __version__
-
-
-def acp_proxy(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", *args],
-        input=stdin,
-        capture_output=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
 
 
 def test_version() -> None:
     """--version prints the package version."""
     done = acp_proxy("--version")
     assert done.returncode == 0
-    assert done.stdout.decode().strip() == f"acp-proxy {__version__}"
+    assert done.stdout.strip() == f"acp-proxy {__version__}"
 
 
 def test_run_help_names_the_options() -> None:
     """run --help documents the options of DESIGN 3 that exist."""
-    out = acp_proxy("run", "--help").stdout.decode()
+    out = acp_proxy("run", "--help").stdout
     for option in ("--max-message-bytes", "--strict", "--log-format", "--log-level", "AGENT_CMD"):
         assert option in out
 
@@ -107,8 +98,8 @@ def test_run_without_an_agent_is_a_usage_error() -> None:
     """Without an Agent command, run exits 2 with a message on stderr and nothing on stdout."""
     done = acp_proxy("run")
     assert done.returncode == 2
-    assert done.stdout == b""
-    assert b"AGENT_CMD" in done.stderr
+    assert done.stdout == ""
+    assert "AGENT_CMD" in done.stderr
 
 
 def test_bad_option_values_are_usage_errors() -> None:
@@ -178,5 +169,5 @@ def test_malformed_addresses_are_usage_errors(option: str, value: str, expected:
     is refused with exit 2 and a message saying what is expected, before anything starts."""
     done = acp_proxy("run", option, value, "--", "true")
     assert done.returncode == 2, done.stderr
-    assert expected in unboxed(done.stderr.decode())
-    assert b"Traceback" not in done.stderr
+    assert expected in unboxed(done.stderr)
+    assert "Traceback" not in done.stderr

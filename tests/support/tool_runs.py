@@ -24,10 +24,11 @@ and a CPU hog sharing the cores."""
 
 
 def acp_proxy(
-    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+    *args: str, env: dict[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """``acp-proxy ARGS`` (a command that ends by itself: ``validate``, ``schema``...),
-    finished, its output captured; ``env``: the whole environment it runs in."""
+    """``acp-proxy ARGS`` (a command that ends by itself: ``validate``, ``schema``, ``run``
+    whose stdin ends), finished, its output captured; ``stdin``: all it reads (never the
+    test's own); ``env``: the whole environment it runs in."""
     return subprocess.run(
         [sys.executable, "-m", "proxy", *args],
         input=stdin,
