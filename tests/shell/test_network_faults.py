@@ -621,6 +621,29 @@ async def test_slow_close_closes_a_websocket_client_late(tmp_path: Path) -> None
         assert asyncio.get_running_loop().time() - exited >= 0.3
 
 
+async def test_slow_close_ends_a_streamable_http_clients_stream_late(tmp_path: Path) -> None:
+    """slow_close toward a Streamable HTTP Client: when the Agent exits, the Client's event
+    stream ends 300 ms later, not at once."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "linger",
+            "when": {"method": "_x/linger"},
+            "do": {"action": "slow_close", "ms": 300},
+        },
+    )
+    linger = compact(notification("_x/linger"))
+    async with serving(tmp_path, "--faults", str(faults)) as s:
+        connection = await s.http.initialize()
+        async with s.http.stream(connection) as stream:
+            await s.http.post(say(linger), connection=connection)
+            assert await stream.next() == linger
+            await s.http.post(notification("_test/exit", {"code": 0}), connection=connection)
+            exited = asyncio.get_running_loop().time()
+            await stream.ended()
+            assert asyncio.get_running_loop().time() - exited >= 0.3
+
+
 async def read_events(response: aiohttp.ClientResponse, queue: asyncio.Queue[Any]) -> None:
     """Put each SSE event's JSON on ``queue``; ``None`` at the end of the stream."""
     buffer = b""

@@ -251,7 +251,9 @@ class LineStream:
                 continue  # woken: lines were handed over (see hand_over)
             framer = self._framer
             markers = framer.oversized
-            left = self._ready[self._next :]  # handed over, not returned yet: they come first
+            # Lines handed over while this read waited, not returned yet, come first (no list
+            # made for the usual case, where there are none: one per read costs the stream).
+            left = self._ready[self._next :] if self._next < len(self._ready) else None
             if chunk:
                 self._ready = framer.feed(chunk)
             else:
