@@ -279,9 +279,9 @@ class Relay:
         self._stalls: dict[Direction, _Stall] = {}
         """Per direction, the stall (``stall``, ``timeout``) that holds everything there now."""
         self._slow_closes: dict[Side, float] = {}
+        """Per peer, how late the close toward it comes (``slow_close``)."""
         self._buckets: dict[tuple[str, Direction], TokenBucket] = {}
         """The ``bandwidth`` rules' token buckets, by rule and direction."""
-        """Per peer, how late the close toward it comes (``slow_close``)."""
         self._stall_ends: dict[int, Direction] = {}
         """Timer token -> the direction whose stall ends when it fires."""
         self._tokens = itertools.count()
@@ -569,7 +569,7 @@ class Relay:
         split: Split | None = None
         freeze: tuple[str, Freeze] | None = None
         delayed_by: list[str] = []
-        paced_by: list[tuple[str, Direction]] = []
+        paced_by: list[str] = []
         spaced_by: list[str] = []
         copies = 0
         after: list[Command] = []
@@ -633,7 +633,7 @@ class Relay:
                         if wait := self._paced(rule.name, direction, effect, size, at, take=True):
                             delay += wait
                             delayed_by.append(rule.name)
-                            paced_by.append((rule.name, direction))
+                            paced_by.append(rule.name)
                     case Copies(count=count, gap=spacing):
                         copies += count
                         gap = spacing
@@ -704,8 +704,8 @@ class Relay:
             out.extend(c for c in seen if c is not relayed)  # its relay waits for the timer
             sends: list[Command] = [Send(destination, data, *pieces) for data in forwards]
             timer = self._hold(delay, sends + after, relayed, at)
-            for key in paced_by:  # the next message of its buckets goes behind it
-                self._buckets[key].holding = timer.token
+            for name in paced_by:  # the next message of its buckets goes behind it
+                self._buckets[name, direction].holding = timer.token
             if stall is not None:
                 stall.holds[timer.token] = None
             if overtakers:
@@ -962,8 +962,7 @@ class Relay:
         out.extend(Sever(side, False, stall.close_code) for side in stall.sever)
         self._closing.update(stall.sever)
         for token in stall.holds:
-            out.extend(self._release(token, at, lose=bool(stall.sever)))
-            out.append(ForgetTimer(token))  # its own timer may still be to come
+            out.extend(self._release_early(token, at, lose=bool(stall.sever)))
         return out
 
     def release_stalls(self, at: float) -> list[Command]:
@@ -992,12 +991,16 @@ class Relay:
                 entry[1] = left - passed
                 kept.append(entry)
             else:
-                out.extend(self._release(token, at))
-                out.append(ForgetTimer(token))
+                out.extend(self._release_early(token, at))
         if kept:
             self._reorders[direction] = kept
         else:
             del self._reorders[direction]
+
+    def _release_early(self, token: int, at: float, *, lose: bool = False) -> list[Command]:
+        """:meth:`_release` of a hold before its own timer fires: the shell is told to forget
+        that timer (it holds nothing any more)."""
+        return [*self._release(token, at, lose=lose), ForgetTimer(token)]
 
     def _release(self, token: int, at: float, *, lose: bool = False) -> list[Command]:
         """Timer ``token`` fired at ``at``: carry out what it held. A held message leaves now

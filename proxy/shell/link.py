@@ -662,7 +662,9 @@ class Link:
                     self._release(endpoint)
                     self._stop_holding(side)
                 case ForgetTimer(token=token):
-                    forgotten = {token} if forgotten is None else forgotten | {token}
+                    if forgotten is None:
+                        forgotten = set()
+                    forgotten.add(token)
                 case StartTimer(delay=delay, token=token, size=size, fault=fault):
                     start = self._clock() if at is None else at
                     self._start_timer(start + delay, token, size, fault=fault)

@@ -258,10 +258,7 @@ async def test_slice_toward_an_http_agent_posts_the_body_in_chunks(tmp_path: Pat
         reply = await http.post(request(1, "_x/sliced", {"pad": "x" * 40}), connection=connection)
         assert reply.status == 202
         await http.post(request(2, "_x/whole"), connection=connection)
-        async with asyncio.timeout(TIMEOUT):
-            while len(agent.methods) < 3:
-                await agent.posted.wait()
-                agent.posted.clear()
+        await agent.until_posted(3)
     assert agent.methods == ["initialize", "_x/sliced", "_x/whole"]
     assert agent.post_chunks[0] == agent.post_chunks[2] == 1
     assert agent.post_chunks[1] > 10
@@ -435,10 +432,7 @@ async def test_a_sliced_post_may_take_longer_than_the_http_timeout(tmp_path: Pat
         connection = await http.initialize()
         sliced = request(1, "_x/sliced", {"pad": "x" * 60})  # 5 pieces: a second of gaps
         assert (await http.post(sliced, connection=connection)).status == 202
-        async with asyncio.timeout(TIMEOUT):
-            while len(agent.methods) < 2:
-                await agent.posted.wait()
-                agent.posted.clear()
+        await agent.until_posted(2)
     assert agent.methods == ["initialize", "_x/sliced"]
     assert agent.post_chunks[1] >= 4
     assert not log_events(proxy.stderr, "POST to the agent timed out")
@@ -528,10 +522,7 @@ async def test_truncate_toward_an_http_agent_posts_the_cut_body_with_its_session
         connection = await http.initialize()
         cut = request(1, "_x/cut", {"sessionId": "S-1", "pad": "x" * 40})
         await http.post(cut, connection=connection, session="S-1")
-        async with asyncio.timeout(TIMEOUT):
-            while len(agent.methods) < 2:
-                await agent.posted.wait()
-                agent.posted.clear()
+        await agent.until_posted(2)
     assert agent.methods == ["initialize", NOT_JSON]
     assert agent.posted_sessions == [None, "S-1"]
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from harness import TIMEOUT
 
 __all__ = ["ScriptedHttpAgent", "silent_server", "unaccepting_server"]
 
@@ -113,6 +114,13 @@ class ScriptedHttpAgent:
     _streams: dict[str, asyncio.Queue[bytes | None]] = field(default_factory=dict)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _runner: web.AppRunner | None = None
+
+    async def until_posted(self, count: int) -> None:
+        """Wait until ``count`` POSTs have been received (``TIMEOUT`` at most)."""
+        async with asyncio.timeout(TIMEOUT):
+            while len(self.methods) < count:
+                self.posted.clear()
+                await self.posted.wait()
 
     async def __aenter__(self) -> ScriptedHttpAgent:
         app = web.Application()
