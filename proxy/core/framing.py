@@ -56,7 +56,9 @@ class LineFramer:
         buffer += data
         end = buffer.rfind(b"\n", self._scanned)
         if end >= 0:
-            if end <= SPLIT_AT_MOST:  # the usual read of many lines: copied once, split in C
+            if buffer.find(b"\n", self._scanned) == end:  # one line: no split (a scan of it)
+                self._emit(bytes(memoryview(buffer)[:end]), out)
+            elif end <= SPLIT_AT_MOST:  # the usual read of many lines: copied once, split in C
                 for line in bytes(memoryview(buffer)[:end]).split(b"\n"):
                     self._emit(line, out)
             else:  # a large message: each line copied once from a view (a slice would copy it)

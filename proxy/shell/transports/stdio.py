@@ -55,6 +55,7 @@ IN_PLACE_LINES = 8
 """A read with more lines than this is left to the link's pump, not relayed in the read's
 callback: a stream's reads, which the pump takes together (what came while it relayed the last
 ones, one write for them all), where relaying each read as it comes would write each apart."""
+
 READ_CHUNK = 256 * 1024
 """Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
 GROUP_POLL = 0.05
@@ -154,6 +155,17 @@ class OrphanGuard:
             "outlive a proxy that is killed",
             error=cause,
         )
+
+
+def _lines_over(data: bytes, most: int) -> bool:
+    """Whether ``data`` holds more than ``most`` newlines: a search for each of the first ones
+    (memchr), where counting them all steps through every byte (16 us for 64 KiB)."""
+    newline = -1
+    for _ in range(most + 1):
+        newline = data.find(b"\n", newline + 1)
+        if newline < 0:
+            return False
+    return True
 
 
 def exit_status(returncode: int) -> int:
@@ -319,7 +331,7 @@ class LineStream:
     ) -> bool:
         if not self._awaiting or self._next < len(self._ready) or self._severed or self._eof:
             return False
-        if data.count(b"\n") > IN_PLACE_LINES or not self._framer.fits(len(data)) or not ready():
+        if _lines_over(data, IN_PLACE_LINES) or not self._framer.fits(len(data)) or not ready():
             return False
         lines = cast("list[bytes]", self._framer.feed(data))  # none too large: see fits
         if not lines:
