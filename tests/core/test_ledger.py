@@ -12,7 +12,7 @@ from proxy.core.commands import Command, Send, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import BurstReceived, Event, MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
-from proxy.core.ledger import Ledger
+from proxy.core.ledger import Ledger, prompt_hash
 from proxy.core.observations import (
     Finding,
     KeyedAttempt,
@@ -522,3 +522,16 @@ def test_updates_read_together_are_judged_one_by_one_once_keys_are_known() -> No
     commands = together(update("M1"), update("M2"), update("M3", "echo of K1"))
     assert [type(c) for c in commands if isinstance(c, Observation)] == [RelayedRun]
     assert sorted(lab.checks()) == ["duplicate_insert", "key_echoed"]
+
+
+def test_a_prompt_digest_tells_large_prompts_apart_past_their_start() -> None:
+    """Past 4 KiB the digest reads a prompt's length, CRC-32 and start, not all of it through
+    SHA-256: two prompts of one length that differ only at their end still differ, and the
+    same prompt with its keys in another order is the same."""
+    text = "x" * 65536
+    prompt = [{"type": "text", "text": text}]
+    assert prompt_hash(prompt) == prompt_hash([{"text": text, "type": "text"}])
+    assert prompt_hash(prompt) != prompt_hash([{"type": "text", "text": text[:-1] + "y"}])
+    assert prompt_hash(prompt) != prompt_hash([{"type": "text", "text": text + "x"}])
+    short = [{"type": "text", "text": "x" * 100}]
+    assert prompt_hash(short) != prompt_hash([{"type": "text", "text": "x" * 99 + "y"}])
