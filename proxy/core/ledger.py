@@ -155,7 +155,7 @@ class _Pending:
     attempt: Attempt
     session: str | None
     prompt: str
-    invalid_key: object = None
+    invalid_key: Any = None
     keyed_invalid: bool = False
 
 

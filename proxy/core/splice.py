@@ -64,9 +64,11 @@ class ScanLimit(ValueError):
     the limit (the one whose value was being skipped included), when they are known.
     """
 
+    keys: frozenset[str]
+
     def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.keys: frozenset[str] = frozenset()
+        self.keys = frozenset()
 
 
 def _shallow_run(levels: int) -> re.Pattern[bytes]:
@@ -197,7 +199,7 @@ def _members(raw: bytes, pos: int, steps: _Steps) -> Iterator[tuple[str, Span]]:
         try:
             value_end = _skip_value(raw, value_start, steps)
         except ScanLimit as exc:
-            exc.keys |= {key}
+            exc.keys = exc.keys.union((key,))
             raise
         yield key, (value_start, value_end)
         index = _skip_ws(raw, value_end)
@@ -238,7 +240,7 @@ def members(raw: bytes, start: int = 0) -> dict[str, list[Span]]:
         for name, span in _members(raw, pos, _Steps()):
             found.setdefault(name, []).append(span)
     except ScanLimit as exc:
-        exc.keys |= found.keys()
+        exc.keys = exc.keys.union(found)
         raise
     return found
 
