@@ -13,6 +13,30 @@ The public faces are at the top: :mod:`proxy.cli` (the ``acp-proxy`` command),
 :mod:`proxy.embedded` (a proxy in the background of a test).
 """
 
-__all__ = ["__version__"]
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+__all__ = ["__version__", "compiled_modules", "core_build"]
 
 __version__ = "0.1.0"
+
+
+def compiled_modules() -> list[str]:
+    """The modules this installation runs compiled, by dotted name (the optional build of the
+    core with mypyc: ``HATCH_BUILD_HOOK_ENABLE_MYPYC=1 pip install .``); empty when it is all
+    pure Python. An extension module beside its source is what Python imports."""
+    root = Path(__file__).parent
+    return sorted(
+        {
+            ".".join(("proxy", *path.relative_to(root).parent.parts, path.name.split(".")[0]))
+            for suffix in EXTENSION_SUFFIXES
+            for path in root.rglob(f"*{suffix}")
+            if path.with_name(path.name.split(".")[0] + ".py").exists()
+        }
+    )
+
+
+def core_build() -> str:
+    """How this installation runs the core, in words (``--version``, the bench's report)."""
+    compiled = compiled_modules()
+    return f"core compiled with mypyc ({len(compiled)} modules)" if compiled else "pure Python"

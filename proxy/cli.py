@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from proxy import __version__
+from proxy import __version__, core_build
 from proxy.core.errors import ConfigError, OptionError
 from proxy.core.relay import DEFAULT_MAX_PENDING
 from proxy.shell.admin import ADMIN_TOKEN_ENV
@@ -137,7 +137,7 @@ def _command(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"acp-proxy {__version__}")
+        typer.echo(f"acp-proxy {__version__} ({core_build()})")
         raise typer.Exit
 
 

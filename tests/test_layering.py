@@ -45,7 +45,10 @@ FORBIDDEN_IN_CORE = {
 ALLOWED = {
     "core": ("proxy.core",),
     "shell": ("proxy.core", "proxy.shell"),
-    "tools": ("proxy.core", "proxy.shell", "proxy.tools", "proxy.control", "proxy.__version__"),
+    "tools": (
+        *("proxy.core", "proxy.shell", "proxy.tools", "proxy.control"),
+        *("proxy.__version__", "proxy.compiled_modules", "proxy.core_build"),  # the package's build
+    ),
 }
 """The parts of the proxy each layer may import from (the direction core <- shell <- tools)."""
 

@@ -11,14 +11,14 @@ import pytest
 from harness import TIMEOUT, unboxed
 from tool_runs import acp_proxy
 
-from proxy import __version__
+from proxy import __version__, core_build
 
 
 def test_version() -> None:
     """--version prints the package version."""
     done = acp_proxy("--version")
     assert done.returncode == 0
-    assert done.stdout.strip() == f"acp-proxy {__version__}"
+    assert done.stdout.strip() == f"acp-proxy {__version__} ({core_build()})"
 
 
 def test_run_help_names_the_options() -> None:

@@ -24,7 +24,7 @@ def render(report: dict[str, Any]) -> str:
         f"acp-proxy bench ({report['mode']}): {config['rounds']} round(s), "
         f"{config['requests']} pings, {config['notifications']} notifications, "
         f"{config['prompts']} x 64 KiB prompts per round; {config['machine']}, "
-        f"Python {config['python']}",
+        f"Python {config['python']}; {report['core']['build']}",
     ]
     if config["socat"] is None:
         lines.append("socat: absent, no byte-relay column (apt-get install socat to add it)")

@@ -18,18 +18,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from proxy import compiled_modules, core_build
 from proxy.tools.bench.checks import design_checks, websocket_checks
 from proxy.tools.bench.delays import DELAY_MS, DELAY_RULES, delay_check
 from proxy.tools.bench.memory import memory_check
 from proxy.tools.bench.options import BenchOptions
 from proxy.tools.bench.processes import BenchError, rss_source
 from proxy.tools.bench.stats import Figures
-from proxy.tools.bench.targets import PROCESSES, RULES, TARGETS, target_argv
+from proxy.tools.bench.targets import PROCESSES, RULES, TARGETS, pure_copy, target_argv
 from proxy.tools.bench.workloads import PROMPT_BYTES, Samples, compare, drive, figures
 from proxy.tools.bench.ws_links import ws_links
 from proxy.tools.bench.ws_targets import WS_PROCESSES, WS_TARGETS, ws_round, ws_target_argv
 
-__all__ = ["run_bench"]
+__all__ = ["COMPILE_HINT", "run_bench"]
+
+COMPILE_HINT = "the compiled core: HATCH_BUILD_HOOK_ENABLE_MYPYC=1 pip install ."
 
 Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
 """Each target's figures against each base's (:func:`~.workloads.compare`)."""
@@ -37,7 +40,12 @@ Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
 
 async def run_bench(options: BenchOptions) -> dict[str, Any]:
     """Run every target and workload; the report as a JSON-ready dict (see :func:`render`)."""
-    targets = [t for t in TARGETS if t != "socat" or options.socat is not None]
+    compiled = compiled_modules()
+    targets = [
+        t
+        for t in TARGETS
+        if (t != "socat" or options.socat is not None) and (t != "proxy-pure" or compiled)
+    ]
     samples = {target: Samples() for target in targets}
     ws_targets = [
         t for t in WS_TARGETS if options.websocket and (t != "mitmproxy" or options.mitmdump)
@@ -48,12 +56,13 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="acp-bench-") as directory:
         rules = Path(directory) / "rules.yaml"
         rules.write_text(RULES)
+        pure = pure_copy(Path(directory) / "pure") if compiled else Path(directory)
         for _round in range(options.rounds):
             for target in targets:
                 if target in errors:
                     continue
                 try:
-                    argv = target_argv(target, options, rules)
+                    argv = target_argv(target, options, rules, pure=pure)
                     await asyncio.to_thread(drive, argv, options, samples[target])
                 except (BenchError, OSError, ValueError) as exc:
                     errors[target] = f"{type(exc).__name__}: {exc}"
@@ -90,12 +99,15 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
         errors,
         ("direct", "socat", "asyncio"),
         describe=lambda target: {
-            "command": target_argv(target, options, Path("RULES.yaml")),
+            "command": target_argv(target, options, Path("RULES.yaml"), pure=Path("PURE")),
             "process": PROCESSES.get(target, "proxy"),
         },
-        absent="socat left out (--no-socat)"
-        if shutil.which("socat")
-        else "socat not found on PATH (apt-get install socat for this column)",
+        absent={
+            "socat": "socat left out (--no-socat)"
+            if shutil.which("socat")
+            else "socat not found on PATH (apt-get install socat for this column)",
+            "proxy-pure": f"the core is pure Python: proxy is the pure column ({COMPILE_HINT})",
+        },
     )
     websocket = None
     ws_checks = websocket_checks(
@@ -111,9 +123,11 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
                 "command": ws_target_argv(target, options, "ws://AGENT"),
                 "process": WS_PROCESSES.get(target, "proxy"),
             },
-            absent="mitmproxy left out (--no-mitmproxy)"
-            if shutil.which("mitmdump")
-            else "mitmdump not found on PATH (pip install mitmproxy for this column)",
+            absent={
+                "mitmproxy": "mitmproxy left out (--no-mitmproxy)"
+                if shutil.which("mitmdump")
+                else "mitmdump not found on PATH (pip install mitmproxy for this column)"
+            },
         )
         websocket = {"targets": ws_report, "comparisons": ws_comparisons}
         ws_checks = websocket_checks(
@@ -126,6 +140,7 @@ async def run_bench(options: BenchOptions) -> dict[str, Any]:
         "bench": "acp-proxy bench",
         "version": 1,
         "mode": "short" if options.short else "normal",
+        "core": {"build": core_build(), "compiled": compiled},
         "config": {
             "requests": options.requests,
             "notifications": options.notifications,
@@ -167,11 +182,11 @@ def _section(
     bases: Sequence[str],
     *,
     describe: Callable[[str], dict[str, Any]],
-    absent: str,
+    absent: dict[str, str],
 ) -> tuple[dict[str, Any], Comparisons, dict[str, dict[str, Figures]]]:
     """One transport's report: each of ``names`` (run: what ``describe`` says of it, its error
-    or its figures; not run: ``absent``, why), each measured target compared to ``bases``; and
-    the figures measured."""
+    or its figures; not run: why, from ``absent``), each measured target compared to ``bases``;
+    and the figures measured."""
     report: dict[str, Any] = {}
     measured: dict[str, dict[str, Figures]] = {}
     for target in names:
@@ -179,7 +194,7 @@ def _section(
         if target in samples:
             entry |= describe(target)
         else:
-            entry["reason"] = absent
+            entry["reason"] = absent[target]
         if target in errors:
             entry["error"] = errors[target]
         elif target in samples:

@@ -7,13 +7,19 @@ Each target is the stdio bench Agent (:mod:`.agent`) reached
 * ``asyncio``: through the floor of any Python relay (:mod:`.relay`), asyncio streams;
 * ``asyncio-protocol``: the same floor written with asyncio protocols (``relay --protocol``);
 * ``proxy``: through ``python -m proxy run`` with no rules;
-* ``proxy+rules``: the same with :data:`RULES` loaded, evaluated on every message, never firing.
+* ``proxy+rules``: the same with :data:`RULES` loaded, evaluated on every message, never firing;
+* ``proxy-pure``: ``proxy`` run from a copy of the installed package without its compiled
+  modules, when the core is compiled (:func:`proxy.compiled_modules`): the two builds side by
+  side.
 """
 
 from __future__ import annotations
 
+import shutil
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
+import proxy
 from proxy.tools.bench.options import BenchOptions
 
 __all__ = [
@@ -22,11 +28,12 @@ __all__ = [
     "RULE_COUNT",
     "TARGETS",
     "agent_argv",
+    "pure_copy",
     "quiet_proxy",
     "target_argv",
 ]
 
-TARGETS = ("direct", "socat", "asyncio", "asyncio-protocol", "proxy", "proxy+rules")
+TARGETS = ("direct", "socat", "asyncio", "asyncio-protocol", "proxy", "proxy+rules", "proxy-pure")
 
 PROCESSES = {"direct": "agent", "socat": "socat", "asyncio": "relay", "asyncio-protocol": "relay"}
 """The process whose memory a target's figures give (the bench spawned it); else the proxy."""
@@ -95,12 +102,17 @@ def agent_argv(python: str) -> list[str]:
 
 
 def quiet_proxy(python: str) -> list[str]:
-    """``python -m proxy run`` logging warnings only, before its own options."""
-    return [python, "-m", "proxy", "run", "--log-level", "warning"]
+    """``python -m proxy run`` logging warnings only, before its own options; ``-P``: the
+    package is the one installed (or ``proxy-pure``'s copy), never a source tree that happens to
+    be the working directory."""
+    return [python, "-P", "-m", "proxy", "run", "--log-level", "warning"]
 
 
-def target_argv(target: str, options: BenchOptions, rules: Path) -> list[str]:
-    """The command of ``target``, whose ``proxy+rules`` loads the fault file ``rules``."""
+def target_argv(
+    target: str, options: BenchOptions, rules: Path, *, pure: Path | None = None
+) -> list[str]:
+    """The command of ``target``, whose ``proxy+rules`` loads the fault file ``rules`` and whose
+    ``proxy-pure`` imports the package from the folder ``pure`` (:func:`pure_copy`)."""
     agent = agent_argv(options.python)
     if target == "direct":
         return agent
@@ -112,6 +124,21 @@ def target_argv(target: str, options: BenchOptions, rules: Path) -> list[str]:
     if target == "asyncio-protocol":
         return [options.python, "-m", "proxy.tools.bench.relay", "--protocol", "--", *agent]
     proxy = quiet_proxy(options.python)
+    if target == "proxy-pure":
+        assert pure is not None
+        proxy = ["env", f"PYTHONPATH={pure}", *proxy]
     if target == "proxy+rules":
         proxy += ["--faults", str(rules), "--seed", "1"]
     return [*proxy, "--", *agent]
+
+
+def pure_copy(folder: Path) -> Path:
+    """A copy of the installed package in ``folder``, its sources without the compiled modules
+    beside them, for ``proxy-pure``: the folder to put first on ``PYTHONPATH``."""
+    package = Path(proxy.__file__).parent
+    shutil.copytree(
+        package,
+        folder / "proxy",
+        ignore=shutil.ignore_patterns("__pycache__", *(f"*{s}" for s in EXTENSION_SUFFIXES)),
+    )
+    return folder

@@ -109,7 +109,8 @@ async def _open_ws_link(url: str, number: int, gate: asyncio.Semaphore) -> tuple
 
 def ws_argv(options: BenchOptions, upstream: str) -> list[str]:
     return [
-        *(options.python, "-m", "proxy", "run", "--log-format", "json", "--log-level", "info"),
+        *(options.python, "-P", "-m", "proxy", "run"),
+        *("--log-format", "json", "--log-level", "info"),
         *("--listen", "ws://127.0.0.1:0/acp", "--upstream", upstream),
         *("--max-links", str(max(options.ws_links, 1))),  # every link open at once
     ]

@@ -13,6 +13,7 @@ import shutil
 import pytest
 from tool_runs import BENCH_TEST_TIMEOUT, positive, short_bench
 
+from proxy import compiled_modules, core_build
 from proxy.tools.bench import TARGETS, WORKLOADS
 from proxy.tools.bench.ws_targets import WS_TARGETS
 
@@ -22,7 +23,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
 @pytest.mark.parametrize("transport", ["stdio", "websocket"])
 def test_every_target_and_workload_is_reported(transport: str) -> None:
     """Over stdio and over WebSocket, every target but an absent external relay (socat,
-    mitmproxy) is measured; each says why when absent."""
+    mitmproxy) is measured, and the pure build beside the compiled one when the core is
+    compiled; each says why when absent."""
     report = short_bench()
     assert report["mode"] == "short"
     assert report["errors"] == {}
@@ -31,11 +33,16 @@ def test_every_target_and_workload_is_reported(transport: str) -> None:
     assert set(section["targets"]) == set(names)
     executable = "socat" if transport == "stdio" else "mitmdump"
     present = shutil.which(executable) is not None
+    assert report["core"] == {"build": core_build(), "compiled": compiled_modules()}
     for name, target in section["targets"].items():
         if name == external and not present:
             assert target["available"] is False
             assert f"{executable} not found on PATH" in target["reason"]
             assert "workloads" not in target
+            continue
+        if name == "proxy-pure" and not report["core"]["compiled"]:
+            assert target["available"] is False
+            assert "the core is pure Python" in target["reason"]
             continue
         assert target["available"] is True, name
         assert set(target["workloads"]) == set(WORKLOADS), name
