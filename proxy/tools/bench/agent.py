@@ -1,9 +1,9 @@
 """The stdio bench Agent: ``python -m proxy.tools.bench.agent`` (no arguments).
 
 It answers every request at once; ``_bench/stream`` (params ``{"count": N}``) first writes N
-``session/update`` notifications, buffered, then its answer; any other request is answered
-``{"ok": true, "size": bytes of the request}``; notifications are ignored. One message per line
-on stdin and stdout, until stdin ends.
+``session/update`` notifications in one write (:func:`~.messages.updates`), then its answer;
+any other request is answered ``{"ok": true, "size": bytes of the request}``; notifications are
+ignored. One message per line on stdin and stdout, until stdin ends.
 
 Standard library only (and :mod:`.messages`), so that ``direct`` measures a small Agent.
 """
@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from proxy.tools.bench.messages import STREAM_METHOD, update_line
+from proxy.tools.bench.messages import STREAM_METHOD, updates
 
 __all__ = ["main", "serve"]
 
@@ -33,8 +33,7 @@ def serve() -> int:
             continue
         if message["method"] == STREAM_METHOD:
             count = int((message.get("params") or {}).get("count", 0))
-            for seq in range(count):
-                out.write(update_line(seq))
+            out.write(updates(count))
             result: dict[str, object] = {"sent": count}
         else:
             result = {"ok": True, "size": len(line)}

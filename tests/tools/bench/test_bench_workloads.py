@@ -15,6 +15,7 @@ from tool_runs import BENCH_TEST_TIMEOUT, positive, short_bench
 
 from proxy import compiled_modules, core_build
 from proxy.tools.bench import TARGETS, WORKLOADS
+from proxy.tools.bench.messages import update_line, updates
 from proxy.tools.bench.ws_targets import WS_TARGETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
@@ -84,3 +85,13 @@ def test_every_relay_is_compared_to_direct() -> None:
         if target != "socat":
             socat = report["targets"]["socat"]["available"]
             assert ("socat" in report["comparisons"][target]) == socat
+
+
+@pytest.mark.parametrize("count", [0, 1, 999, 1000, 1001, 20_345])
+def test_a_stream_is_the_numbered_notifications_in_one_block(count: int) -> None:
+    """The stdio Agent writes a stream as one block: ``count`` notifications, one a line,
+    numbered from 0 and again from 0 after each thousand."""
+    block = updates(count)
+    lines = block.splitlines(keepends=True)
+    assert len(lines) == count
+    assert lines == [update_line(seq % 1000) for seq in range(count)]
