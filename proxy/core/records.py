@@ -48,6 +48,9 @@ from proxy.core.observations import (
     Finding,
     Handling,
     Held,
+    HeldEnded,
+    HeldOutcome,
+    HeldThen,
     IdReused,
     InflightRefused,
     InitializeCached,
@@ -82,6 +85,7 @@ __all__ = [
     "Disposition",
     "FaultRecord",
     "FindingRecord",
+    "HeldEndedRecord",
     "HeldRecord",
     "JsonValue",
     "KeyedMessageRecord",
@@ -224,6 +228,33 @@ class HeldRecord(_OnLink):
     forwarded_id: JsonValue
     size: int
     copy: bool = field(default=False, metadata=WHEN_SET)
+    held_id: int | None = field(default=None, metadata=WHEN_SET)
+    """A ``hold`` rule's message: its proxy-wide id (the control API's ``/api/held/{id}``);
+    ``delay_ms`` is then its timeout."""
+    then: HeldThen | None = field(default=None, metadata=WHEN_SET)
+    """A ``hold`` rule's message: what its timeout does to it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldEndedRecord(_OnLink):
+    """A message a ``hold`` rule held is held no more (``outcome``); its ``message`` record
+    follows when it is relayed or dropped (none when its link ended). An ``edit`` names both
+    versions by a digest, never by their text."""
+
+    EVENT: ClassVar[str] = "held_ended"
+    held_id: int
+    outcome: Annotated[HeldOutcome | str, Open]
+    rule: str
+    direction: Direction
+    kind: Kind
+    method: str | None
+    session: str | None
+    id: JsonValue
+    forwarded_id: JsonValue
+    size: int
+    """Bytes of the message as it arrived."""
+    digest: str | None = field(default=None, metadata=WHEN_SET)
+    edited_digest: str | None = field(default=None, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -312,6 +343,7 @@ Record = (
     TraceHeader
     | MessageRecord
     | HeldRecord
+    | HeldEndedRecord
     | FaultRecord
     | ConnectionRecord
     | RestartRecord
@@ -327,6 +359,7 @@ _KNOWN: tuple[type[TraceRecord], ...] = (
     TraceHeader,
     MessageRecord,
     HeldRecord,
+    HeldEndedRecord,
     FaultRecord,
     ConnectionRecord,
     RestartRecord,
@@ -442,6 +475,25 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
                 forwarded_id=_id(held.forwarded_id),
                 size=held.size,
                 copy=held.copy,
+                held_id=observation.held_id,
+                then=observation.then,
+            )
+        case HeldEnded():
+            return HeldEndedRecord(
+                time=time,
+                link=link,
+                held_id=observation.held_id,
+                outcome=observation.outcome,
+                rule=observation.rule,
+                direction=observation.direction,
+                kind=observation.kind,
+                method=observation.method,
+                session=observation.session,
+                id=_id(observation.original_id),
+                forwarded_id=_id(observation.forwarded_id),
+                size=observation.size,
+                digest=observation.digest,
+                edited_digest=observation.edited_digest,
             )
         case Stopped():
             return MessageRecord(
@@ -702,6 +754,7 @@ _Tagged = Annotated[
     Annotated[TraceHeader, Tag(TraceHeader.EVENT)]
     | Annotated[MessageRecord, Tag(MessageRecord.EVENT)]
     | Annotated[HeldRecord, Tag(HeldRecord.EVENT)]
+    | Annotated[HeldEndedRecord, Tag(HeldEndedRecord.EVENT)]
     | Annotated[FaultRecord, Tag(FaultRecord.EVENT)]
     | Annotated[ConnectionRecord, Tag(ConnectionRecord.EVENT)]
     | Annotated[RestartRecord, Tag(RestartRecord.EVENT)]

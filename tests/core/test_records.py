@@ -30,6 +30,7 @@ from proxy.core.observations import (
     Finding,
     Handling,
     Held,
+    HeldEnded,
     IdReused,
     InflightRefused,
     InitializeCached,
@@ -59,6 +60,7 @@ from proxy.core.records import (
     Disposition,
     FaultRecord,
     FindingRecord,
+    HeldEndedRecord,
     HeldRecord,
     KeyedMessageRecord,
     KeyedRecord,
@@ -159,6 +161,52 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
         '{"time":5.0,"link":3,"event":"held","hold":8,"rules":["slow"],"delay_ms":1500.0,'
         '"direction":"to_agent","kind":"request","method":"session/prompt","session":"S",'
         '"id":"p1","forwarded_id":4,"size":90}',
+    ),
+    (
+        Held(hold=9, rules=("bp",), delay=60.0, relayed=PROMPT, held_id=12, then="drop"),
+        HeldRecord,
+        '{"time":5.0,"link":3,"event":"held","hold":9,"rules":["bp"],"delay_ms":60000.0,'
+        '"direction":"to_agent","kind":"request","method":"session/prompt","session":"S",'
+        '"id":"p1","forwarded_id":4,"size":90,"held_id":12,"then":"drop"}',
+    ),
+    (
+        HeldEnded(
+            held_id=12,
+            outcome="edit",
+            rule="bp",
+            direction=A,
+            kind=Kind.REQUEST,
+            method="session/prompt",
+            session="S",
+            original_id=b'"p1"',
+            forwarded_id=b"4",
+            size=90,
+            digest="0123456789abcdef",
+            edited_digest="fedcba9876543210",
+        ),
+        HeldEndedRecord,
+        '{"time":5.0,"link":3,"event":"held_ended","held_id":12,"outcome":"edit","rule":"bp",'
+        '"direction":"to_agent","kind":"request","method":"session/prompt","session":"S",'
+        '"id":"p1","forwarded_id":4,"size":90,"digest":"0123456789abcdef",'
+        '"edited_digest":"fedcba9876543210"}',
+    ),
+    (
+        HeldEnded(
+            held_id=13,
+            outcome="link_end",
+            rule="bp",
+            direction=A,
+            kind=Kind.NOTIFICATION,
+            method="session/cancel",
+            session="S",
+            original_id=None,
+            forwarded_id=None,
+            size=60,
+        ),
+        HeldEndedRecord,
+        '{"time":5.0,"link":3,"event":"held_ended","held_id":13,"outcome":"link_end","rule":"bp",'
+        '"direction":"to_agent","kind":"notification","method":"session/cancel","session":"S",'
+        '"id":null,"forwarded_id":null,"size":60}',
     ),
     (
         Stopped(
