@@ -269,6 +269,9 @@ class AdminServer:
         self._subscribers_logged = False
         self._header_timeout = header_timeout
         self._max_message_bytes = max_message_bytes
+        self._unix_offset = time.time() - asyncio.get_running_loop().time()
+        """Unix time minus the loop's (the relay's) time, taken once: a held message's times
+        shown in Unix seconds, as the trace's, and the same in every answer."""
         self.port = 0
         self.url = ""
         """Where it serves, once started (``http://HOST:PORT``)."""
@@ -482,7 +485,7 @@ class AdminServer:
     async def _held_list(self, request: web.Request) -> web.Response:
         """Every message ``hold`` rules hold now, oldest first; a large one without its body."""
         held = [
-            _held_entry(link, message, full=False)
+            _held_entry(link, message, self._unix_offset, full=False)
             for link in self._runtime.links()
             for message in link.held_messages()
         ]
@@ -491,7 +494,7 @@ class AdminServer:
 
     async def _held_one(self, request: web.Request) -> web.Response:
         link, message = self._holding(request.match_info["id"])
-        return web.json_response(_held_entry(link, message, full=True))
+        return web.json_response(_held_entry(link, message, self._unix_offset, full=True))
 
     async def _held_act(self, request: web.Request) -> web.Response:
         """Release, drop or edit one held message: 404 for an id never given, 409 for one held
@@ -676,10 +679,10 @@ def _edit_body(body: Any) -> bytes:
     return orjson.dumps(body["body"])
 
 
-def _held_entry(link: Link, held: HeldMessage, *, full: bool) -> dict[str, Any]:
-    """What the API shows of a held message; its times in Unix seconds, as the trace's. Not
-    ``full``: the body of a message over :data:`LISTED_BODY_BYTES` is left out."""
-    wall = time.time() - asyncio.get_running_loop().time()  # the relay's time, as Unix time
+def _held_entry(link: Link, held: HeldMessage, unix_offset: float, *, full: bool) -> dict[str, Any]:
+    """What the API shows of a held message; its times in Unix seconds (the relay's plus
+    ``unix_offset``), as the trace's. Not ``full``: the body of a message over
+    :data:`LISTED_BODY_BYTES` is left out."""
     shown = full or len(held.data) <= LISTED_BODY_BYTES
     return {
         "id": held.id,
@@ -692,8 +695,8 @@ def _held_entry(link: Link, held: HeldMessage, *, full: bool) -> dict[str, Any]:
         "jsonrpc_id": _json_id(held.original_id),
         "forwarded_id": _json_id(held.forwarded_id),
         "size": len(held.data),
-        "held_since": wall + held.at,
-        "deadline": wall + held.deadline,
+        "held_since": unix_offset + held.at,
+        "deadline": unix_offset + held.deadline,
         "timeout_ms": held.timeout * 1000,
         "then": held.then,
         "body": _json(held.data) if shown else None,
