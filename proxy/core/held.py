@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import hashlib
 
-from proxy.core.events import Direction
 from proxy.core.jsonrpc import Batch, IdKey, Invalid, Kind, Message, parse
-from proxy.core.observations import HeldThen
+from proxy.core.observations import HeldThen, Relayed
 from proxy.core.values import value
 
 __all__ = [
@@ -64,20 +63,13 @@ class HeldMessage:
     token: int
     """The timer of its link's relay that holds it."""
     rule: str
-    direction: Direction
-    kind: Kind
-    method: str | None
-    """For an answer: its request's method."""
-    session: str | None
-    original_id: bytes | None
-    """As on :class:`~proxy.core.observations.Relayed`: the requester's id (a request's as
-    its sender wrote it, an answer's as its receiver will see it); None for a notification."""
-    forwarded_id: bytes | None
-    """As on :class:`~proxy.core.observations.Relayed`: the proxy's id on the Agent's hop (a
-    request's as its receiver will see it, an answer's as its sender wrote it)."""
+    relayed: Relayed
+    """What will be observed when it leaves as it came: its direction, kind, method (an
+    answer's: its request's), session, ids (``original_id``: the requester's, ``forwarded_id``:
+    the proxy's on the Agent's hop) and size."""
+    data: bytes
     sent_key: IdKey | None
     """What tells the id in ``data`` from another (its type and value: ``1`` is not ``"1"``)."""
-    data: bytes
     at: float
     """When it arrived (the relay's time)."""
     timeout: float
@@ -87,7 +79,8 @@ class HeldMessage:
     @property
     def sent_id(self) -> bytes | None:
         """The id in ``data``, as its sender wrote it."""
-        return self.original_id if self.kind is Kind.REQUEST else self.forwarded_id
+        relayed = self.relayed
+        return relayed.original_id if relayed.kind is Kind.REQUEST else relayed.forwarded_id
 
     @property
     def deadline(self) -> float:
@@ -117,15 +110,16 @@ def edited(held: HeldMessage, data: bytes, limit: int) -> Message:
         raise EditRefused("the edited message is a batch; a held message is one message")
     if isinstance(message, Invalid):
         raise EditRefused(f"the edited message is not valid JSON-RPC: {message.detail}")
-    was, now = _kind_name(held.kind), _kind_name(message.kind)
+    was, now = _kind_name(held.relayed.kind), _kind_name(message.kind)
     if was != now:
         raise EditRefused(f"the held message is a {was}; the edited message is a {now}")
     if message.id_key != held.sent_key:
         shown = "none" if held.sent_id is None else held.sent_id.decode("utf-8", "replace")
         raise EditRefused(f"the edited message must keep the held message's id ({shown})")
-    if held.kind is Kind.REQUEST and message.method != held.method:
+    method = held.relayed.method
+    if message.kind is Kind.REQUEST and message.method != method:
         raise EditRefused(
-            f"the edited request must keep the method {held.method!r} (its answer is mapped to it)"
+            f"the edited request must keep the method {method!r} (its answer is mapped to it)"
         )
     return message
 

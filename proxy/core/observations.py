@@ -219,15 +219,8 @@ class HeldEnded(Observation):
     held_id: int
     outcome: HeldOutcome
     rule: str
-    direction: Direction
-    kind: Kind
-    method: str | None
-    session: str | None
-    original_id: bytes | None
-    """As on :class:`Relayed` (an answer's: its requester's id)."""
-    forwarded_id: bytes | None
-    size: int
-    """The size of the message as it arrived."""
+    relayed: Relayed
+    """The message as it was held (its :class:`Held`'s)."""
     digest: str | None = None
     """``edit``: the digest of the message as it arrived."""
     edited_digest: str | None = None

@@ -430,6 +430,20 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
+def _named(relayed: Relayed) -> dict[str, Any]:
+    """The fields that name a message, as its :class:`Relayed` says them (``direction`` to
+    ``size``, in the order the records declare them)."""
+    return {
+        "direction": relayed.direction,
+        "kind": relayed.kind,
+        "method": relayed.method,
+        "session": relayed.session,
+        "id": _id(relayed.original_id),
+        "forwarded_id": _id(relayed.forwarded_id),
+        "size": relayed.size,
+    }
+
+
 def records_of(observation: Observation, link: int | None, time: float) -> list[Record]:
     """The records of one observation: a :class:`~proxy.core.observations.RelayedRun` gives a
     record per message (as each relayed alone would), any other at most one
@@ -449,13 +463,7 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
             return MessageRecord(
                 time=time,
                 link=link,
-                direction=observation.direction,
-                kind=observation.kind,
-                method=observation.method,
-                session=observation.session,
-                id=_id(observation.original_id),
-                forwarded_id=_id(observation.forwarded_id),
-                size=observation.size,
+                **_named(observation),
                 duration_ms=None if observation.duration is None else _ms(observation.duration),
                 copy=observation.copy,
                 hold=observation.hold,
@@ -467,13 +475,7 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
                 hold=observation.hold,
                 rules=observation.rules,
                 delay_ms=_ms(observation.delay),
-                direction=held.direction,
-                kind=held.kind,
-                method=held.method,
-                session=held.session,
-                id=_id(held.original_id),
-                forwarded_id=_id(held.forwarded_id),
-                size=held.size,
+                **_named(held),
                 copy=held.copy,
                 held_id=observation.held_id,
                 then=observation.then,
@@ -485,13 +487,7 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
                 held_id=observation.held_id,
                 outcome=observation.outcome,
                 rule=observation.rule,
-                direction=observation.direction,
-                kind=observation.kind,
-                method=observation.method,
-                session=observation.session,
-                id=_id(observation.original_id),
-                forwarded_id=_id(observation.forwarded_id),
-                size=observation.size,
+                **_named(observation.relayed),
                 digest=observation.digest,
                 edited_digest=observation.edited_digest,
             )

@@ -1055,14 +1055,9 @@ class Relay:
             id=held_id,
             token=token,
             rule=rule,
-            direction=relayed.direction,
-            kind=relayed.kind,
-            method=relayed.method,
-            session=relayed.session,
-            original_id=relayed.original_id,
-            forwarded_id=relayed.forwarded_id,
-            sent_key=message.id_key,
+            relayed=relayed,
             data=message.raw,
+            sent_key=message.id_key,
             at=at,
             timeout=timer.delay,
             then=then,
@@ -1099,8 +1094,9 @@ class Relay:
             timed = self._timers[token]
             kept = [command for command in timed.commands if type(command) is not Send]
             self._timers[token] = replace(timed, commands=kept)
-            if held.kind is Kind.REQUEST and held.forwarded_id is not None:
-                self._maps[held.direction].pop(held.forwarded_id)  # never answered now
+            request = held.relayed
+            if request.kind is Kind.REQUEST and request.forwarded_id is not None:
+                self._maps[request.direction].pop(request.forwarded_id)  # never answered now
             out.append(self._dropped(held))
         if stall is not None:
             return out  # the stall's end lets it go, in order
@@ -1110,19 +1106,17 @@ class Relay:
     def _replace_held(self, held: HeldMessage, message: Message) -> list[Command]:
         """What timer ``held.token`` sends becomes ``message``, its ids rewritten as the held
         message's were (a cancel's ``requestId`` translated again); what it observes then too."""
-        direction, token = held.direction, held.token
+        original, token = held.relayed, held.token
+        direction = original.direction
         timed = self._timers[token]
         seen: list[Command] = []
         if message.kind is Kind.NOTIFICATION:
             forwards = self._notification(direction, message, seen)
             seen = [command for command in seen if not isinstance(command, Relayed)]
         else:
-            if held.kind is Kind.REQUEST:
-                assert held.forwarded_id is not None
-                new_id = held.forwarded_id
-            else:
-                assert held.original_id is not None
-                new_id = held.original_id
+            request = original.kind is Kind.REQUEST
+            new_id = original.forwarded_id if request else original.original_id
+            assert new_id is not None
             edits = [(span, new_id) for span in message.id_spans]
             edits.extend(self._tied(direction, message))
             forwards = [splice(message.raw, edits)]
@@ -1145,27 +1139,22 @@ class Relay:
             held_id=held.id,
             outcome=outcome,
             rule=held.rule,
-            direction=held.direction,
-            kind=held.kind,
-            method=held.method,
-            session=held.session,
-            original_id=held.original_id,
-            forwarded_id=held.forwarded_id,
-            size=len(held.data),
+            relayed=held.relayed,
             digest=None if edited_digest is None else digest(held.data),
             edited_digest=edited_digest,
         )
 
     def _dropped(self, held: HeldMessage) -> Stopped:
         """The held message ``held`` was dropped: its rule stopped it."""
+        relayed = held.relayed
         return Stopped(
-            direction=held.direction,
-            kind=held.kind,
-            method=held.method,
-            session=held.session,
-            size=len(held.data),
-            original_id=held.original_id,
-            forwarded_id=held.forwarded_id,
+            direction=relayed.direction,
+            kind=relayed.kind,
+            method=relayed.method,
+            session=relayed.session,
+            size=relayed.size,
+            original_id=relayed.original_id,
+            forwarded_id=relayed.forwarded_id,
             rule=held.rule,
             disposition="dropped",
         )

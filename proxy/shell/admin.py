@@ -684,17 +684,18 @@ def _held_entry(link: Link, held: HeldMessage, unix_offset: float, *, full: bool
     ``unix_offset``), as the trace's. Not ``full``: the body of a message over
     :data:`LISTED_BODY_BYTES` is left out."""
     shown = full or len(held.data) <= LISTED_BODY_BYTES
+    relayed = held.relayed
     return {
         "id": held.id,
         "link": link.id,
         "rule": held.rule,
-        "direction": held.direction.value,
-        "kind": held.kind.value,
-        "method": held.method,
-        "session": held.session,
-        "jsonrpc_id": _json_id(held.original_id),
-        "forwarded_id": _json_id(held.forwarded_id),
-        "size": len(held.data),
+        "direction": relayed.direction.value,
+        "kind": relayed.kind.value,
+        "method": relayed.method,
+        "session": relayed.session,
+        "jsonrpc_id": _json_id(relayed.original_id),
+        "forwarded_id": _json_id(relayed.forwarded_id),
+        "size": relayed.size,
         "held_since": unix_offset + held.at,
         "deadline": unix_offset + held.deadline,
         "timeout_ms": held.timeout * 1000,

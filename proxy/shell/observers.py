@@ -322,7 +322,7 @@ class LogObserver:
                     session=observation.session,
                     **_fault_ids(observation),
                 )
-            case HeldEnded():
+            case HeldEnded(relayed=held):
                 edit = {}
                 if observation.edited_digest is not None:
                     edit = {
@@ -333,9 +333,9 @@ class LogObserver:
                     "held message: " + observation.outcome.replace("_", " "),
                     held_id=observation.held_id,
                     rule=observation.rule,
-                    direction=observation.direction,
-                    method=observation.method,
-                    id=_text(observation.original_id),
+                    direction=held.direction,
+                    method=held.method,
+                    id=_text(held.original_id),
                     **edit,
                 )
             case StallEnded(cut=cut):

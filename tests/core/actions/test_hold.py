@@ -94,13 +94,13 @@ def test_a_held_message_waits_and_others_flow() -> None:
     assert (held.held_id, held.then, held.delay, held.rules) == (1, "release", 1.0, ("bp",))
     assert only(commands, StartTimer).delay == 1.0
     [message] = relay.held_messages()
-    assert (message.id, message.rule, message.method, message.data) == (
+    assert (message.id, message.rule, message.relayed.method, message.data) == (
         1,
         "bp",
         "session/prompt",
         PROMPT,
     )
-    assert (message.original_id, message.at, message.deadline) == (b"7", 0.0, 1.0)
+    assert (message.relayed.original_id, message.at, message.deadline) == (b"7", 0.0, 1.0)
     assert relay.held(Direction.TO_AGENT) == 1
     assert relay.pending(Direction.TO_AGENT) == 1
     passing = relay.handle(MessageReceived(Side.CLIENT, OTHER, 0.1))
