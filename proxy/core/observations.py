@@ -217,6 +217,8 @@ class HeldEnded(Observation):
     their digests (:func:`proxy.core.held.digest`), never their text."""
 
     held_id: int
+    hold: int
+    """The ``hold`` of its :class:`Held` (its timer on its link)."""
     outcome: HeldOutcome
     rule: str
     relayed: Relayed

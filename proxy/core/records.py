@@ -243,6 +243,8 @@ class HeldEndedRecord(_OnLink):
 
     EVENT: ClassVar[str] = "held_ended"
     held_id: int
+    hold: int
+    """The ``hold`` of its :class:`HeldRecord`."""
     outcome: Annotated[HeldOutcome | str, Open]
     rule: str
     direction: Direction
@@ -485,6 +487,7 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
                 time=time,
                 link=link,
                 held_id=observation.held_id,
+                hold=observation.hold,
                 outcome=observation.outcome,
                 rule=observation.rule,
                 **_named(observation.relayed),

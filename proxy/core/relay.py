@@ -1137,6 +1137,7 @@ class Relay:
     ) -> HeldEnded:
         return HeldEnded(
             held_id=held.id,
+            hold=held.token,
             outcome=outcome,
             rule=held.rule,
             relayed=held.relayed,

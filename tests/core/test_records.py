@@ -172,6 +172,7 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
     (
         HeldEnded(
             held_id=12,
+            hold=9,
             outcome="edit",
             rule="bp",
             relayed=PROMPT,
@@ -179,7 +180,8 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
             edited_digest="fedcba9876543210",
         ),
         HeldEndedRecord,
-        '{"time":5.0,"link":3,"event":"held_ended","held_id":12,"outcome":"edit","rule":"bp",'
+        '{"time":5.0,"link":3,"event":"held_ended","held_id":12,"hold":9,"outcome":"edit",'
+        '"rule":"bp",'
         '"direction":"to_agent","kind":"request","method":"session/prompt","session":"S",'
         '"id":"p1","forwarded_id":4,"size":90,"digest":"0123456789abcdef",'
         '"edited_digest":"fedcba9876543210"}',
@@ -187,6 +189,7 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
     (
         HeldEnded(
             held_id=13,
+            hold=10,
             outcome="link_end",
             rule="bp",
             relayed=Relayed(
@@ -194,7 +197,8 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
             ),
         ),
         HeldEndedRecord,
-        '{"time":5.0,"link":3,"event":"held_ended","held_id":13,"outcome":"link_end","rule":"bp",'
+        '{"time":5.0,"link":3,"event":"held_ended","held_id":13,"hold":10,"outcome":"link_end",'
+        '"rule":"bp",'
         '"direction":"to_agent","kind":"notification","method":"session/cancel","session":"S",'
         '"id":null,"forwarded_id":null,"size":60}',
     ),
