@@ -253,3 +253,23 @@ async def test_wait_held_waits_on_the_events_and_times_out(
     entry = await asyncio.wait_for(waiting, TIMEOUT)
     assert (entry["method"], entry["body"]["params"]) == ("_x/wanted", {"n": 2})
     assert len(await off(control.held)) == 2
+
+
+async def test_a_respawned_agent_ends_the_holds_of_the_relay_it_replaces(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """``kill_agent`` with ``respawn`` starts a fresh relay: the request held for the old Agent
+    is lost (``link_end``), no longer listed, and the link goes on with the new Agent."""
+    proxy, control = await held_proxy(controlled, capture, tmp_path)
+    with await off(control.events) as events:
+        await proxy.send(request(1, "_x/hold"))
+        held_id = (await off(control.wait_held))["id"]
+        await off(control.kill_agent, signal="TERM", respawn=True)
+        ended = await off(events.until, "held_ended", held_id=held_id)
+    assert ended["outcome"] == "link_end"
+    assert await off(control.held) == []
+    assert await barrier(proxy, "after") == []
+    assert agent_saw(capture, "_x/hold") == []
+    with pytest.raises(ControlError) as gone:
+        await off(control.drop_held, held_id)
+    assert gone.value.status == 409

@@ -292,3 +292,42 @@ def test_holds_count_toward_max_active_faults() -> None:
     assert len(sent(second, Side.AGENT)) == 1
     assert only(second, FaultOverflowed).action == "hold"
     assert [m.id for m in relay.held_messages()] == [1]
+
+
+def test_in_a_stalled_direction_a_released_message_waits_for_the_stall() -> None:
+    """A message held by a hold rule in a direction a stall holds: released over the control
+    API, it goes on when the stall ends, in order; dropped, it is gone at once and the stall's
+    end does not send it."""
+    rules = [
+        Rule.model_validate(
+            {
+                "name": "quiet",
+                "when": {"direction": "to_agent", "method": "_x/stop"},
+                "do": {"action": "stall", "ms": 100},
+            }
+        ),
+        Rule.model_validate(
+            {
+                "name": "bp",
+                "when": {"direction": "to_agent", "method": "session/prompt"},
+                "do": {"action": "hold"},
+            }
+        ),
+    ]
+    relay = Relay(engine=FaultEngine(rules, random.Random(1)))
+    stop = b'{"jsonrpc":"2.0","method":"_x/stop"}'
+    started = relay.handle(MessageReceived(Side.CLIENT, stop, 0.0))
+    end = next(c for c in started if isinstance(c, StartTimer))
+    relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.01))
+    relay.handle(MessageReceived(Side.CLIENT, PROMPT.replace(b":7", b":9"), 0.02))
+    released = relay.release_held(1, 0.03)
+    assert released is not None
+    assert sent(released, Side.AGENT) == []  # the stall still holds it
+    assert only(released, HeldEnded).outcome == "release"
+    dropped = relay.drop_held(2, 0.04)
+    assert dropped is not None
+    assert only(dropped, Stopped).original_id == b"9"
+    ended = relay.handle(TimerFired(end.token, 0.1))
+    forwarded = [body(data).get("id") for data in sent(ended, Side.AGENT)]
+    assert forwarded == [None, 0]  # the stop, then prompt 7 (the proxy's id 0); 9 was dropped
+    assert relay.held(Direction.TO_AGENT) == 0
