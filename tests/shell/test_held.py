@@ -273,3 +273,26 @@ async def test_a_respawned_agent_ends_the_holds_of_the_relay_it_replaces(
     with pytest.raises(ControlError) as gone:
         await off(control.drop_held, held_id)
     assert gone.value.status == 409
+
+
+async def test_the_ledger_judges_the_edit_not_the_original(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """A keyed prompt held and edited to carry an invalid key (empty) is judged as edited: the
+    Agent's success answer to it is the finding ``invalid_key_accepted``; the valid original
+    would have been recorded in the ledger instead."""
+    faults = fault_file(
+        tmp_path,
+        {**hold(), "when": {"direction": "to_agent", "method": "session/prompt"}},
+    )
+    proxy, control = await controlled(raw_agent(capture), "--faults", str(faults))
+    params = {"sessionId": "S", "prompt": [{"type": "text", "text": "hi"}], "idempotencyKey": "k1"}
+    await proxy.send(request("p", "session/prompt", params))
+    entry = await off(control.wait_held, method="session/prompt")
+    edit = {**entry["body"], "params": {**params, "idempotencyKey": ""}}
+    await off(control.edit_held, entry["id"], edit)
+    answer, _ = await lines_until_answer(proxy, "p")
+    assert "result" in answer
+    [finding] = await off(control.findings)
+    assert finding["check"] == "invalid_key_accepted"
+    assert await off(control.ledger) == []
