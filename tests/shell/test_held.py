@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from control_calls import assert_error, call, off, raw
 from harness import (
+    INFLIGHT_BOUND_REACHED,
     TIMEOUT,
     Controlled,
     captured,
@@ -216,6 +217,35 @@ async def test_holds_past_the_bound_are_not_held_and_say_so(
         await off(control.release_held, entry["id"])
     assert [(await lines_until_answer(proxy, n))[0]["id"] for n in range(3)] == [0, 1, 2]
     assert await off(control.metric, "acp_proxy_active_faults") == 0
+
+
+async def test_held_bytes_count_in_flight_so_reading_waits_at_the_bound(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """Held messages are bytes in flight: past ``--max-inflight-bytes`` the proxy reads the
+    Client no more (the waits counted, the bound logged), so fewer than all are held; each one
+    released makes room for the next, and every request reaches the Agent and is answered, in
+    order."""
+    size, count, bound = 256 * 1024, 8, 1024 * 1024
+    proxy, control = await held_proxy(
+        controlled, capture, tmp_path, "--max-inflight-bytes", str(bound)
+    )
+    pad = {"pad": "x" * size}
+    writing = asyncio.create_task(  # noqa: TID251 - awaited: the pipe fills while reading waits
+        proxy.send(*(request(n, "_x/hold", pad) for n in range(count)))
+    )
+    await proxy.logged(INFLIGHT_BOUND_REACHED)
+    held = await off(control.held)
+    assert 0 < len(held) < count
+    assert all(entry["truncated"] and entry["body"] is None for entry in held)  # over 16 KiB
+    assert await off(control.metric, "acp_proxy_held_messages") == len(held)
+    assert await off(control.metric, "acp_proxy_inflight_waits_total") >= 1
+    for n in range(count):
+        entry = await off(control.wait_held, jsonrpc_id=n)
+        await off(control.release_held, entry["id"])
+    await asyncio.wait_for(writing, TIMEOUT)
+    answers = [(await lines_until_answer(proxy, n))[0]["id"] for n in range(count)]
+    assert answers == list(range(count))
 
 
 async def test_a_link_that_ends_loses_what_it_holds_and_the_trace_says_so(
