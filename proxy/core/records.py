@@ -237,9 +237,10 @@ class HeldRecord(_OnLink):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeldEndedRecord(_OnLink):
-    """A message a ``hold`` rule held is held no more (``outcome``); its ``message`` record
-    follows when it is relayed or dropped (none when its link ended). An ``edit`` names both
-    versions by a digest, never by their text."""
+    """A message a ``hold`` rule held is held no more (``outcome``); its :class:`HeldRecord`
+    (the same ``held_id`` and ``hold``) names the message, and its ``message`` record follows
+    when it is relayed or dropped (none when its link ended). An ``edit`` names both versions by
+    a digest, never by their text."""
 
     EVENT: ClassVar[str] = "held_ended"
     held_id: int
@@ -247,14 +248,6 @@ class HeldEndedRecord(_OnLink):
     """The ``hold`` of its :class:`HeldRecord`."""
     outcome: Annotated[HeldOutcome | str, Open]
     rule: str
-    direction: Direction
-    kind: Kind
-    method: str | None
-    session: str | None
-    id: JsonValue
-    forwarded_id: JsonValue
-    size: int
-    """Bytes of the message as it arrived."""
     digest: str | None = field(default=None, metadata=WHEN_SET)
     edited_digest: str | None = field(default=None, metadata=WHEN_SET)
 
@@ -490,7 +483,6 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
                 hold=observation.hold,
                 outcome=observation.outcome,
                 rule=observation.rule,
-                **_named(observation.relayed),
                 digest=observation.digest,
                 edited_digest=observation.edited_digest,
             )

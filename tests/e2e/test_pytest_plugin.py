@@ -58,14 +58,18 @@ class Recorder:
         return None
 
 
+async def new_session(conn):
+    await conn.initialize(protocol_version=PROTOCOL_VERSION)
+    return (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
+
+
 async def test_a_lost_prompt_answer_leaves_the_prompt_waiting(acp_proxy):
     assert acp_proxy.url.startswith("ws://127.0.0.1:")
     client = Recorder()
     conn = connect_to_agent(client, await create_websocket_stream(acp_proxy.url))
     try:
         async with asyncio.timeout(TIMEOUT):
-            await conn.initialize(protocol_version=PROTOCOL_VERSION)
-            session = (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
+            session = await new_session(conn)
             lose = {{"direction": "to_client", "kind": "response", "method": "session/prompt"}}
             with acp_proxy.control.events() as events, acp_proxy.fault(do="drop", when=lose) as rule:
                 assert [r["name"] for r in acp_proxy.control.rules()] == [rule]
@@ -92,8 +96,7 @@ async def test_a_held_prompt_is_edited_before_the_agent_runs_it(acp_proxy):
     conn = connect_to_agent(client, await create_websocket_stream(acp_proxy.url))
     try:
         async with asyncio.timeout(TIMEOUT):
-            await conn.initialize(protocol_version=PROTOCOL_VERSION)
-            session = (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
+            session = await new_session(conn)
             pause = {{"direction": "to_agent", "method": "session/prompt"}}
             with acp_proxy.fault(do="hold", when=pause):
                 prompt = asyncio.create_task(

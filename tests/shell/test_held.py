@@ -261,9 +261,10 @@ async def test_a_link_that_ends_loses_what_it_holds_and_the_trace_says_so(
     assert await asyncio.wait_for(proxy.wait(), TIMEOUT) == 0
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     [ended] = [r for r in records if r["event"] == "held_ended"]
-    assert (ended["held_id"], ended["outcome"], ended["id"]) == (held_id, "link_end", 9)
+    assert (ended["held_id"], ended["outcome"], ended["rule"]) == (held_id, "link_end", "bp")
     [held] = [r for r in records if r["event"] == "held"]
-    assert (held["held_id"], held["then"], held["delay_ms"]) == (held_id, "release", 600_000.0)
+    assert (held["held_id"], held["hold"], held["id"]) == (held_id, ended["hold"], 9)
+    assert (held["then"], held["delay_ms"]) == ("release", 600_000.0)
     assert agent_saw(capture, "_x/hold") == []
 
 

@@ -16,7 +16,7 @@ from proxy.core.actions.hold import ACTION, Hold
 from proxy.core.commands import Command, ForgetTimer, Send, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import Direction, MessageReceived, Side, TimerFired
-from proxy.core.faultfile import Rule
+from proxy.core.faultfile import Rule, validate_rules
 from proxy.core.held import EditRefused, digest
 from proxy.core.observations import (
     FaultOverflowed,
@@ -298,22 +298,13 @@ def test_in_a_stalled_direction_a_released_message_waits_for_the_stall() -> None
     """A message held by a hold rule in a direction a stall holds: released over the control
     API, it goes on when the stall ends, in order; dropped, it is gone at once and the stall's
     end does not send it."""
-    rules = [
-        Rule.model_validate(
-            {
-                "name": "quiet",
-                "when": {"direction": "to_agent", "method": "_x/stop"},
-                "do": {"action": "stall", "ms": 100},
-            }
-        ),
-        Rule.model_validate(
-            {
-                "name": "bp",
-                "when": {"direction": "to_agent", "method": "session/prompt"},
-                "do": {"action": "hold"},
-            }
-        ),
-    ]
+    quiet = {"direction": "to_agent", "method": "_x/stop"}
+    rules = validate_rules(
+        [
+            {"name": "quiet", "when": quiet, "do": {"action": "stall", "ms": 100}},
+            {"name": "bp", "when": {"method": "session/prompt"}, "do": {"action": "hold"}},
+        ]
+    )
     relay = Relay(engine=FaultEngine(rules, random.Random(1)))
     stop = b'{"jsonrpc":"2.0","method":"_x/stop"}'
     started = relay.handle(MessageReceived(Side.CLIENT, stop, 0.0))

@@ -1110,9 +1110,8 @@ def test_the_drops_and_link_ends_of_a_hold_rule_close_its_holds(tmp_path: Path) 
     dropped, lost, edited = note(1.0, 1, "_x/d"), note(1.0, 1, "_x/l"), note(1.0, 1, "_x/e")
 
     def ended(at: float, hold: int, outcome: str, base: dict[str, Any]) -> dict[str, Any]:
-        fields = {k: v for k, v in base.items() if k not in ("event", "disposition")}
-        return {**fields, "time": at, "event": "held_ended", "held_id": hold, "hold": hold,
-                "outcome": outcome, "rule": "bp"}  # fmt: skip
+        return {"time": at, "link": base["link"], "event": "held_ended", "held_id": hold,
+                "hold": hold, "outcome": outcome, "rule": "bp"}  # fmt: skip
 
     trace = write_jsonl(
         tmp_path / "t.jsonl",
