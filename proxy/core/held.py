@@ -55,8 +55,8 @@ class HeldIds:
 
 @value(kw_only=True)
 class HeldMessage:
-    """One message a ``hold`` rule holds on a link, as it arrived (``data``, its id as its
-    sender wrote it) and as it will leave (``forwarded_id``)."""
+    """One message a ``hold`` rule holds on a link: as it arrived (``data``, its id as its
+    sender wrote it), and what will be observed when it leaves (``relayed``)."""
 
     id: int
     """Its proxy-wide id (:class:`HeldIds`)."""
