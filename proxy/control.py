@@ -12,6 +12,16 @@ it in a thread if the proxy runs on that same loop)::
         ...  # the answers to prompts are lost in this block
     assert control.metric("acp_proxy_faults_injected_total", action="drop") == 1
 
+Messages a ``hold`` rule holds (breakpoints) are listed by :meth:`ControlClient.held`, waited
+for by :meth:`ControlClient.wait_held` and let go by :meth:`~ControlClient.release_held`,
+:meth:`~ControlClient.drop_held` and :meth:`~ControlClient.edit_held` (named apart from
+:meth:`~ControlClient.release`, which ends ``stall`` faults)::
+
+    with control.fault(do="hold", when={"direction": "to_agent", "method": "session/prompt"}):
+        ...  # the Client sends a prompt
+        held = control.wait_held(method="session/prompt")
+        control.edit_held(held["id"], {**held["body"], "params": {...}})
+
 Every error answer of the API raises :class:`ControlError` with its HTTP status, its message and,
 for rules that do not validate, every located error. Rules are plain data, exactly as in a fault
 file (``name``, ``when``, ``schedule``, ``do``, ``continue``).
@@ -22,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -71,12 +82,14 @@ class EventStream:
     """The live trace records of ``GET /api/events``: iterate for each record (a dict).
 
     Records start with the first event after the stream opened. Iterating raises
-    :class:`TimeoutError` when no record (nor keep-alive) came within the client's timeout. Close
-    it (or use it as a context manager) to unsubscribe.
+    :class:`TimeoutError` when no record (nor keep-alive) came within the client's timeout, or
+    once ``deadline`` (a :func:`time.monotonic` time) has passed. Close it (or use it as a context
+    manager) to unsubscribe.
     """
 
-    def __init__(self, response: HTTPResponse) -> None:
+    def __init__(self, response: HTTPResponse, deadline: float | None = None) -> None:
         self._response = response
+        self._deadline = deadline
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self
@@ -88,6 +101,8 @@ class EventStream:
             line = self._response.readline()
             if not line:
                 raise StopIteration
+            if self._deadline is not None and time.monotonic() > self._deadline:
+                raise TimeoutError("no matching record before the deadline")
             line = line.rstrip(b"\r\n")
             if line.startswith(b"data:"):
                 data.append(line[5:].removeprefix(b" "))
@@ -140,7 +155,9 @@ class ControlClient:
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def _open(self, method: str, path: str, data: bytes | None) -> HTTPResponse:
+    def _open(
+        self, method: str, path: str, data: bytes | None, timeout: float | None = None
+    ) -> HTTPResponse:
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
@@ -150,7 +167,8 @@ class ControlClient:
             self.base_url + path, data=data, headers=headers, method=method
         )
         try:
-            return cast(HTTPResponse, _OPENER.open(request, timeout=self.timeout))
+            wait = self.timeout if timeout is None else timeout
+            return cast(HTTPResponse, _OPENER.open(request, timeout=wait))
         except urllib.error.HTTPError as exc:
             with exc:
                 raise _control_error(exc.code, exc.read()) from None
@@ -282,6 +300,63 @@ class ControlClient:
         body: dict[str, Any] = {} if link is None else {"link": link}
         return cast(int, self.request("POST", "/api/actions/release", body)["stalls"])
 
+    # -- messages hold rules hold -----------------------------------------------------------------
+
+    def held(self) -> list[dict[str, Any]]:
+        """``GET /api/held``: the messages ``hold`` rules hold now, oldest first (``id``,
+        ``link``, ``rule``, ``direction``, ``kind``, ``method``, ``jsonrpc_id``, ``body``...; a
+        large message's ``body`` is None with ``truncated`` true: see :meth:`held_message`)."""
+        return cast(list[dict[str, Any]], self.request("GET", "/api/held")["held"])
+
+    def held_message(self, held_id: int) -> dict[str, Any]:
+        """``GET /api/held/{id}``: one held message, its ``body`` whole. 404 (:class:`ControlError`)
+        for an id never given, 409 for a message held no more."""
+        return cast(dict[str, Any], self.request("GET", f"/api/held/{int(held_id)}"))
+
+    def release_held(self, held_id: int) -> dict[str, Any]:
+        """Let the held message go on now, as it came; ``{"id", "link", "outcome"}``."""
+        return self._settle_held(held_id, "release")
+
+    def drop_held(self, held_id: int) -> dict[str, Any]:
+        """Drop the held message (a request is then never answered); ``{"id", "link",
+        "outcome"}``."""
+        return self._settle_held(held_id, "drop")
+
+    def edit_held(self, held_id: int, body: Any) -> dict[str, Any]:
+        """Let the held message go on now as ``body`` (the new JSON-RPC message, as JSON data: of
+        the same kind, under the same id as the held ``body``; a request keeps its method); the
+        proxy rewrites its id as it would have the original's. 400 when it cannot replace it."""
+        return self._settle_held(held_id, "edit", {"body": body})
+
+    def _settle_held(self, held_id: int, act: str, body: Any = None) -> dict[str, Any]:
+        return cast(dict[str, Any], self.request("POST", f"/api/held/{int(held_id)}/{act}", body))
+
+    def wait_held(self, timeout: float | None = None, **match: Any) -> dict[str, Any]:
+        """The first message held now or from now on whose fields equal ``match`` (as
+        :meth:`held` shows them: ``method="session/prompt"``, ``direction="to_client"``,
+        ``rule=...``, ``link=...``), its body whole. Waits on the event stream (``held``
+        records) for at most about ``timeout`` seconds (default: the client's), then raises
+        :class:`TimeoutError`."""
+        wait = self.timeout if timeout is None else timeout
+        response = self._open("GET", "/api/events", None, timeout=wait)
+        with EventStream(response, deadline=time.monotonic() + wait) as stream:
+            for entry in self.held():  # held before the stream opened
+                if _matches(entry, match):
+                    return self.held_message(int(entry["id"]))
+            for record in stream:
+                held_id = record.get("held_id")
+                if record.get("event") != "held" or not isinstance(held_id, int):
+                    continue
+                try:
+                    entry = self.held_message(held_id)
+                except ControlError as exc:
+                    if exc.status == 409:  # let go already
+                        continue
+                    raise
+                if _matches(entry, match):
+                    return entry
+        raise EOFError("the event stream ended")
+
     def restart_proxy(self, downtime_ms: float = 0) -> None:
         """Restart the data plane: every connection closed, down ``downtime_ms``, then back."""
         self.request("POST", "/api/actions/restart_proxy", {"downtime_ms": downtime_ms})
@@ -325,6 +400,10 @@ class ControlClient:
         """Subscribe to ``GET /api/events``: the trace records from now on, as they happen."""
         response = self._open("GET", "/api/events", None)
         return EventStream(response)
+
+
+def _matches(entry: Mapping[str, Any], match: Mapping[str, Any]) -> bool:
+    return all(entry.get(key) == value for key, value in match.items())
 
 
 def _control_error(status: int, body: bytes) -> ControlError:

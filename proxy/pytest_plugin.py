@@ -28,8 +28,10 @@ Fixtures:
   path), ``strict``, ``keep_upstream``, ``admin_token``, ``max_message_bytes``, ...
 - ``acp_proxy``: a proxy running in this process (a thread of its own) on 127.0.0.1 with a free
   port, its control API on another; a :class:`RunningProxy` with ``url``, ``admin_url``,
-  ``control`` (a :class:`proxy.control.ControlClient`) and ``fault(...)``, a context manager that
-  applies one rule for one ``with`` block. Stopped (Agents too) when the test ends.
+  ``control`` (a :class:`proxy.control.ControlClient`), ``fault(...)``, a context manager that
+  applies one rule for one ``with`` block, and the client's calls on messages ``hold`` rules
+  hold (``held``, ``held_message``, ``wait_held``, ``release_held``, ``drop_held``,
+  ``edit_held``). Stopped (Agents too) when the test ends.
 
 :func:`running_proxy` is the same thing for scripts and other test frameworks. The proxy's log
 lines go to the current ``sys.stderr`` (pytest shows them with a failing test); the Agent's
@@ -112,6 +114,30 @@ class RunningProxy:
         return self.control.fault(
             rule, name=name, when=when, schedule=schedule, do=do, continue_=continue_
         )
+
+    def held(self) -> list[dict[str, Any]]:
+        """The messages ``hold`` rules hold now (see :meth:`ControlClient.held`)."""
+        return self.control.held()
+
+    def held_message(self, held_id: int) -> dict[str, Any]:
+        """One held message, whole (see :meth:`ControlClient.held_message`)."""
+        return self.control.held_message(held_id)
+
+    def release_held(self, held_id: int) -> dict[str, Any]:
+        """Let a held message go on (see :meth:`ControlClient.release_held`)."""
+        return self.control.release_held(held_id)
+
+    def drop_held(self, held_id: int) -> dict[str, Any]:
+        """Drop a held message (see :meth:`ControlClient.drop_held`)."""
+        return self.control.drop_held(held_id)
+
+    def edit_held(self, held_id: int, body: Any) -> dict[str, Any]:
+        """Let a held message go on as ``body`` (see :meth:`ControlClient.edit_held`)."""
+        return self.control.edit_held(held_id, body)
+
+    def wait_held(self, timeout: float | None = None, **match: Any) -> dict[str, Any]:
+        """Wait for a message to be held (see :meth:`ControlClient.wait_held`)."""
+        return self.control.wait_held(timeout, **match)
 
     def __repr__(self) -> str:
         return f"RunningProxy(url={self.url!r}, admin_url={self.admin_url!r})"

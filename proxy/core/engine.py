@@ -28,6 +28,7 @@ from proxy.core.actions import actions
 from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
 from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
+from proxy.core.held import HeldIds
 from proxy.core.jsonrpc import Kind, session_of
 from proxy.core.values import value
 
@@ -255,6 +256,9 @@ class FaultEngine:
         ``--allow-client-faults``)."""
         self.active = ActiveFaults(max_active_faults)
         """The faults in progress across the links, and their cap."""
+        self.held_ids = HeldIds()
+        """The ids of the messages ``hold`` rules hold, proxy-wide (kept, as the engine is,
+        across restarts of the data plane)."""
         self._on_note = on_note
         self.states: dict[str, RuleState] = {}
         self._rules: tuple[_Compiled, ...] = ()

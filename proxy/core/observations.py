@@ -38,6 +38,9 @@ __all__ = [
     "Finding",
     "Handling",
     "Held",
+    "HeldEnded",
+    "HeldOutcome",
+    "HeldThen",
     "IdReused",
     "InflightRefused",
     "InitializeCached",
@@ -68,6 +71,14 @@ __all__ = [
 Stopping = Literal["dropped", "answered_by_proxy", "severed", "refused"]
 """How a fault stopped a message: ``dropped`` (``drop``), ``answered_by_proxy`` (``error``),
 ``severed`` (``sever`` before forwarding), ``refused`` (``http_status`` without ``forward``)."""
+
+HeldOutcome = Literal["release", "drop", "edit", "timeout_release", "timeout_drop", "link_end"]
+"""How a ``hold`` rule's hold ended: the control API released, dropped or edited the message,
+its timeout released or dropped it, or its link ended (or a restart replaced its Agent) with it
+held."""
+
+HeldThen = Literal["release", "drop"]
+"""What a ``hold`` rule's timeout does to the message it holds."""
 
 RestartWhat = Literal["proxy", "agent"]
 """What was restarted: the data plane (``proxy``) or the Agent of one link (``agent``)."""
@@ -190,6 +201,32 @@ class Held(Observation):
     """Seconds it is held."""
     relayed: Relayed
     """What will be observed when it leaves (a ``duration`` not yet counting the wait)."""
+    held_id: int | None = None
+    """A ``hold`` rule's message (a breakpoint): its proxy-wide id, by which the control API
+    acts on it (:mod:`proxy.core.held`); ``delay`` is then its timeout."""
+    then: HeldThen | None = None
+    """A ``hold`` rule's message: what its timeout does to it."""
+
+
+@value(kw_only=True)
+class HeldEnded(Observation):
+    """A message a ``hold`` rule held (``held_id``) is held no more: ``outcome`` says how. What
+    happens to it next is observed as for any held message: its :class:`Relayed` (released,
+    edited, released at its timeout) or its :class:`Stopped` (dropped); one its link discarded
+    (``link_end``) has neither. An ``edit`` names the message as it arrived and as edited by
+    their digests (:func:`proxy.core.held.digest`), never their text."""
+
+    held_id: int
+    hold: int
+    """The ``hold`` of its :class:`Held` (its timer on its link)."""
+    outcome: HeldOutcome
+    rule: str
+    relayed: Relayed
+    """The message as it was held (its :class:`Held`'s)."""
+    digest: str | None = None
+    """``edit``: the digest of the message as it arrived."""
+    edited_digest: str | None = None
+    """``edit``: the digest of the edited message (what is relayed, its id not yet rewritten)."""
 
 
 @value(kw_only=True)

@@ -48,6 +48,9 @@ from proxy.core.observations import (
     Finding,
     Handling,
     Held,
+    HeldEnded,
+    HeldOutcome,
+    HeldThen,
     IdReused,
     InflightRefused,
     InitializeCached,
@@ -82,6 +85,7 @@ __all__ = [
     "Disposition",
     "FaultRecord",
     "FindingRecord",
+    "HeldEndedRecord",
     "HeldRecord",
     "JsonValue",
     "KeyedMessageRecord",
@@ -224,6 +228,28 @@ class HeldRecord(_OnLink):
     forwarded_id: JsonValue
     size: int
     copy: bool = field(default=False, metadata=WHEN_SET)
+    held_id: int | None = field(default=None, metadata=WHEN_SET)
+    """A ``hold`` rule's message: its proxy-wide id (the control API's ``/api/held/{id}``);
+    ``delay_ms`` is then its timeout."""
+    then: HeldThen | None = field(default=None, metadata=WHEN_SET)
+    """A ``hold`` rule's message: what its timeout does to it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldEndedRecord(_OnLink):
+    """A message a ``hold`` rule held is held no more (``outcome``); its :class:`HeldRecord`
+    (the same ``held_id`` and ``hold``) names the message, and its ``message`` record follows
+    when it is relayed or dropped (none when its link ended). An ``edit`` names both versions by
+    a digest, never by their text."""
+
+    EVENT: ClassVar[str] = "held_ended"
+    held_id: int
+    hold: int
+    """The ``hold`` of its :class:`HeldRecord`."""
+    outcome: Annotated[HeldOutcome | str, Open]
+    rule: str
+    digest: str | None = field(default=None, metadata=WHEN_SET)
+    edited_digest: str | None = field(default=None, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -312,6 +338,7 @@ Record = (
     TraceHeader
     | MessageRecord
     | HeldRecord
+    | HeldEndedRecord
     | FaultRecord
     | ConnectionRecord
     | RestartRecord
@@ -327,6 +354,7 @@ _KNOWN: tuple[type[TraceRecord], ...] = (
     TraceHeader,
     MessageRecord,
     HeldRecord,
+    HeldEndedRecord,
     FaultRecord,
     ConnectionRecord,
     RestartRecord,
@@ -397,6 +425,20 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
+def _named(relayed: Relayed) -> dict[str, Any]:
+    """The fields that name a message, as its :class:`Relayed` says them (``direction`` to
+    ``size``, in the order the records declare them)."""
+    return {
+        "direction": relayed.direction,
+        "kind": relayed.kind,
+        "method": relayed.method,
+        "session": relayed.session,
+        "id": _id(relayed.original_id),
+        "forwarded_id": _id(relayed.forwarded_id),
+        "size": relayed.size,
+    }
+
+
 def records_of(observation: Observation, link: int | None, time: float) -> list[Record]:
     """The records of one observation: a :class:`~proxy.core.observations.RelayedRun` gives a
     record per message (as each relayed alone would), any other at most one
@@ -416,13 +458,7 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
             return MessageRecord(
                 time=time,
                 link=link,
-                direction=observation.direction,
-                kind=observation.kind,
-                method=observation.method,
-                session=observation.session,
-                id=_id(observation.original_id),
-                forwarded_id=_id(observation.forwarded_id),
-                size=observation.size,
+                **_named(observation),
                 duration_ms=None if observation.duration is None else _ms(observation.duration),
                 copy=observation.copy,
                 hold=observation.hold,
@@ -434,14 +470,21 @@ def record_of(observation: Observation, link: int | None, time: float) -> Record
                 hold=observation.hold,
                 rules=observation.rules,
                 delay_ms=_ms(observation.delay),
-                direction=held.direction,
-                kind=held.kind,
-                method=held.method,
-                session=held.session,
-                id=_id(held.original_id),
-                forwarded_id=_id(held.forwarded_id),
-                size=held.size,
+                **_named(held),
                 copy=held.copy,
+                held_id=observation.held_id,
+                then=observation.then,
+            )
+        case HeldEnded():
+            return HeldEndedRecord(
+                time=time,
+                link=link,
+                held_id=observation.held_id,
+                hold=observation.hold,
+                outcome=observation.outcome,
+                rule=observation.rule,
+                digest=observation.digest,
+                edited_digest=observation.edited_digest,
             )
         case Stopped():
             return MessageRecord(
@@ -702,6 +745,7 @@ _Tagged = Annotated[
     Annotated[TraceHeader, Tag(TraceHeader.EVENT)]
     | Annotated[MessageRecord, Tag(MessageRecord.EVENT)]
     | Annotated[HeldRecord, Tag(HeldRecord.EVENT)]
+    | Annotated[HeldEndedRecord, Tag(HeldEndedRecord.EVENT)]
     | Annotated[FaultRecord, Tag(FaultRecord.EVENT)]
     | Annotated[ConnectionRecord, Tag(ConnectionRecord.EVENT)]
     | Annotated[RestartRecord, Tag(RestartRecord.EVENT)]

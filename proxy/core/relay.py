@@ -78,6 +78,7 @@ from proxy.core.actions import actions
 from proxy.core.actions.base import (
     MIN_WAIT,
     After,
+    Breakpoint,
     CloseLate,
     Copies,
     Cut,
@@ -121,6 +122,7 @@ from proxy.core.events import (
     TimerFired,
 )
 from proxy.core.faultfile import Rule
+from proxy.core.held import HeldMessage, digest, edited
 from proxy.core.idmap import DuplicateGroup, IdMap, Pending
 from proxy.core.invalid import InvalidInput
 from proxy.core.jsonrpc import (
@@ -141,6 +143,9 @@ from proxy.core.observations import (
     FaultInjected,
     FaultOverflowed,
     Held,
+    HeldEnded,
+    HeldOutcome,
+    HeldThen,
     IdReused,
     InitializeCached,
     InitializeTimedOut,
@@ -213,6 +218,8 @@ class Relay:
         "_maps",
         "_max_pending",
         "_origin",
+        "_paused",
+        "_paused_tokens",
         "_refused_pending",
         "_reordered",
         "_reorders",
@@ -282,6 +289,10 @@ class Relay:
         """Per peer, how late the close toward it comes (``slow_close``)."""
         self._buckets: dict[tuple[str, Direction], TokenBucket] = {}
         """The ``bandwidth`` rules' token buckets, by rule and direction."""
+        self._paused: dict[int, HeldMessage] = {}
+        """The messages ``hold`` rules hold on this link, by their proxy-wide id."""
+        self._paused_tokens: dict[int, int] = {}
+        """Timer token -> the id of the message a ``hold`` rule holds behind it."""
         self._stall_ends: dict[int, Direction] = {}
         """Timer token -> the direction whose stall ends when it fires."""
         self._tokens = itertools.count()
@@ -300,7 +311,8 @@ class Relay:
 
     def held(self, direction: Direction) -> int:
         """How many messages travelling ``direction`` a fault holds now (a delay, a stall, a
-        throttle, a reorder: an answer held is no longer pending, and not yet delivered)."""
+        throttle, a reorder, a hold: an answer held is no longer pending, and not yet
+        delivered; a request held still is)."""
         destination = direction.destination
         return sum(
             1
@@ -568,6 +580,7 @@ class Relay:
         cut_at: int | None = None
         split: Split | None = None
         freeze: tuple[str, Freeze] | None = None
+        pause: tuple[str, Breakpoint] | None = None
         delayed_by: list[str] = []
         paced_by: list[str] = []
         spaced_by: list[str] = []
@@ -628,6 +641,10 @@ class Relay:
                         delayed_by.append(rule.name)
                         if passed is not None:
                             overtakers = passed
+                    case Breakpoint(timeout=timeout):
+                        delay += timeout
+                        delayed_by.append(rule.name)
+                        pause = pause or (rule.name, effect)
                     case Pace():
                         size = len(message.raw)
                         if wait := self._paced(rule.name, direction, effect, size, at, take=True):
@@ -711,8 +728,19 @@ class Relay:
             if overtakers:
                 self._reordered.append([timer.token, overtakers])
             if relayed is not None and forwards:
+                held_id = then = None
+                if pause is not None:
+                    then = pause[1].then
+                    held_id = self._pause(message, relayed, timer, rule=pause[0], then=then)
                 out.append(
-                    Held(hold=timer.token, rules=tuple(delayed_by), delay=delay, relayed=relayed)
+                    Held(
+                        hold=timer.token,
+                        rules=tuple(delayed_by),
+                        delay=delay,
+                        relayed=relayed,
+                        held_id=held_id,
+                        then=then,
+                    )
                 )
             after = [timer]
         else:
@@ -976,6 +1004,162 @@ class Relay:
                 out.extend(self._end_stall(direction, at, released=True))
         return out
 
+    # -- messages a hold rule holds (proxy.core.held) ----------------------------------------------
+
+    def held_messages(self) -> list[HeldMessage]:
+        """The messages ``hold`` rules hold on this link, in the order they came."""
+        return list(self._paused.values())
+
+    def release_held(self, held_id: int, at: float) -> list[Command] | None:
+        """Let the held message ``held_id`` go on now (None: this link holds no such message).
+        In a stalled direction it goes on when the stall ends, in order."""
+        held = self._paused.get(held_id)
+        return None if held is None else self._unpause(held, "release", at)
+
+    def drop_held(self, held_id: int, at: float) -> list[Command] | None:
+        """Drop the held message ``held_id`` (a request is then never answered: it is pending no
+        more); None: this link holds no such message."""
+        held = self._paused.get(held_id)
+        return None if held is None else self._unpause(held, "drop", at)
+
+    def edit_held(self, held_id: int, data: bytes, at: float, limit: int) -> list[Command] | None:
+        """Let the held message ``held_id`` go on now as ``data`` (its id rewritten as the
+        original's would have been); :class:`~proxy.core.held.EditRefused` when ``data`` cannot
+        replace it (:func:`~proxy.core.held.edited`; ``limit``: ``--max-message-bytes``); None:
+        this link holds no such message."""
+        held = self._paused.get(held_id)
+        if held is None:
+            return None
+        return self._unpause(held, "edit", at, edit=edited(held, data, limit))
+
+    def discard_held(self) -> list[Command]:
+        """The link ends, or a restart replaces this relay: every message ``hold`` rules hold is
+        lost (observed as such); their timers are the shell's to forget with the link's."""
+        out: list[Command] = []
+        for held in self._paused.values():
+            self._timers.pop(held.token, None)
+            out.append(self._hold_ended(held, "link_end"))
+        self._paused.clear()
+        self._paused_tokens.clear()
+        return out
+
+    def _pause(
+        self, message: Message, relayed: Relayed, timer: StartTimer, *, rule: str, then: HeldThen
+    ) -> int:
+        """Keep the message held behind ``timer`` as a ``hold`` rule's (its timeout: the
+        timer's delay); its new id."""
+        token, at = timer.token, self._timers[timer.token].at
+        assert self._engine is not None  # no rule holds anything without one
+        held_id = self._engine.held_ids.take()
+        self._paused[held_id] = HeldMessage(
+            id=held_id,
+            token=token,
+            rule=rule,
+            relayed=relayed,
+            data=message.raw,
+            sent_key=message.id_key,
+            at=at,
+            timeout=timer.delay,
+            then=then,
+        )
+        self._paused_tokens[token] = held_id
+        return held_id
+
+    def _unpause(
+        self,
+        held: HeldMessage,
+        outcome: HeldOutcome,
+        at: float,
+        *,
+        early: bool = True,
+        edit: Message | None = None,
+    ) -> list[Command]:
+        """End the hold of ``held`` as ``outcome`` says: the message goes on (as ``edit``, when
+        given), or is dropped. ``early``: before its timer fired (the shell forgets the timer).
+        A message also held by a stall that goes on waits for the stall's end."""
+        del self._paused[held.id]
+        del self._paused_tokens[held.token]
+        token = held.token
+        stall = next((s for s in self._stalls.values() if token in s.holds), None)
+        out: list[Command]
+        if edit is None:
+            out = [self._hold_ended(held, outcome)]
+        else:
+            out = [self._hold_ended(held, outcome, edited_digest=digest(edit.raw))]
+            out.extend(self._replace_held(held, edit))
+        if outcome in ("drop", "timeout_drop"):
+            if stall is not None:
+                del stall.holds[token]
+                stall = None
+            timed = self._timers[token]
+            kept = [command for command in timed.commands if type(command) is not Send]
+            self._timers[token] = replace(timed, commands=kept)
+            request = held.relayed
+            if request.kind is Kind.REQUEST and request.forwarded_id is not None:
+                self._maps[request.direction].pop(request.forwarded_id)  # never answered now
+            out.append(self._dropped(held))
+        if stall is not None:
+            return out  # the stall's end lets it go, in order
+        out.extend(self._release_early(token, at) if early else self._release(token, at))
+        return out
+
+    def _replace_held(self, held: HeldMessage, message: Message) -> list[Command]:
+        """What timer ``held.token`` sends becomes ``message``, its ids rewritten as the held
+        message's were (a cancel's ``requestId`` translated again); what it observes then too."""
+        original, token = held.relayed, held.token
+        direction = original.direction
+        timed = self._timers[token]
+        seen: list[Command] = []
+        if message.kind is Kind.NOTIFICATION:
+            forwards = self._notification(direction, message, seen)
+            seen = [command for command in seen if not isinstance(command, Relayed)]
+        else:
+            request = original.kind is Kind.REQUEST
+            new_id = original.forwarded_id if request else original.original_id
+            assert new_id is not None
+            edits = [(span, new_id) for span in message.id_spans]
+            edits.extend(self._tied(direction, message))
+            forwards = [splice(message.raw, edits)]
+        sends = [command for command in timed.commands if type(command) is Send]
+        first = sends[0]
+        commands: list[Command] = [
+            Send(first.to, data, first.pieces, first.gap) for data in forwards
+        ]
+        commands.extend(command for command in timed.commands if type(command) is not Send)
+        relayed = timed.relayed
+        if relayed is not None:
+            relayed = replace(relayed, kind=message.kind, size=len(message.raw), message=message)
+        self._timers[token] = replace(timed, commands=commands, relayed=relayed)
+        return seen
+
+    def _hold_ended(
+        self, held: HeldMessage, outcome: HeldOutcome, *, edited_digest: str | None = None
+    ) -> HeldEnded:
+        return HeldEnded(
+            held_id=held.id,
+            hold=held.token,
+            outcome=outcome,
+            rule=held.rule,
+            relayed=held.relayed,
+            digest=None if edited_digest is None else digest(held.data),
+            edited_digest=edited_digest,
+        )
+
+    def _dropped(self, held: HeldMessage) -> Stopped:
+        """The held message ``held`` was dropped: its rule stopped it."""
+        relayed = held.relayed
+        return Stopped(
+            direction=relayed.direction,
+            kind=relayed.kind,
+            method=relayed.method,
+            session=relayed.session,
+            size=relayed.size,
+            original_id=relayed.original_id,
+            forwarded_id=relayed.forwarded_id,
+            rule=held.rule,
+            disposition="dropped",
+        )
+
     def _overtaken(self, direction: Direction, out: list[Command], at: float) -> None:
         """Each message just sent in ``direction`` has overtaken the ones a ``reorder`` holds
         there: those overtaken often enough leave now, right behind it."""
@@ -1012,6 +1196,10 @@ class Relay:
             return self._initialize_overdue(self._deadlines.pop(token))
         if token in self._stall_ends:
             return self._end_stall(self._stall_ends.pop(token), at)
+        if token in self._paused_tokens:  # a hold's timeout: its ``then``
+            held = self._paused[self._paused_tokens[token]]
+            timed_out: HeldOutcome = "timeout_drop" if held.then == "drop" else "timeout_release"
+            return self._unpause(held, timed_out, at, early=False)
         if self._stalls and any(token in stall.holds for stall in self._stalls.values()):
             return []  # its stall lets it go, with the others, in order (its timer may come first)
         timed = self._timers.pop(token, None)
@@ -1110,17 +1298,8 @@ class Relay:
             deadline = next(self._tokens)
             self._deadlines[deadline] = pending.forwarded_id
             out.append(StartTimer(self._initialize_timeout, deadline, fault=False))
-        edits: list[tuple[Span, bytes]] = [
-            (span, pending.forwarded_id) for span in message.id_spans
-        ]
-        if message.method == acp.ELICITATION_CREATE and direction is Direction.TO_CLIENT:
-            # The Agent names the Client's request it is tied to by the id the Agent knows.
-            found = token_at(message.raw, _REQUEST_ID_PATH)
-            if found is not None:
-                span, token = found
-                tied = self._maps[Direction.TO_AGENT].get(token)
-                if tied is not None:
-                    edits.append((span, tied.original_id))
+        edits = [(span, pending.forwarded_id) for span in message.id_spans]
+        edits.extend(self._tied(direction, message))
         out.append(
             Relayed(
                 direction=direction,
@@ -1134,6 +1313,18 @@ class Relay:
             )
         )
         return splice(message.raw, edits)
+
+    def _tied(self, direction: Direction, message: Message) -> list[tuple[Span, bytes]]:
+        """An Agent's ``elicitation/create`` names the Client's request it is tied to by the id
+        the Agent knows: that id's place, and the Client's id to put there."""
+        if message.method != acp.ELICITATION_CREATE or direction is not Direction.TO_CLIENT:
+            return []
+        found = token_at(message.raw, _REQUEST_ID_PATH)
+        if found is None:
+            return []
+        span, token = found
+        tied = self._maps[Direction.TO_AGENT].get(token)
+        return [] if tied is None else [(span, tied.original_id)]
 
     def _notification(
         self, direction: Direction, message: Message, out: list[Command]
@@ -1251,6 +1442,8 @@ def _lasting(effects: Sequence[Effect]) -> int:
     for effect in effects:
         match effect:
             case Hold(seconds=seconds) if seconds > 0:
+                count += 1
+            case Breakpoint():
                 count += 1
             case Copies(count=copies, gap=gap) if gap > 0:
                 count += copies

@@ -2,7 +2,9 @@
 
 Routes: ``GET /healthz``, ``GET /metrics``, ``GET|PUT|POST /api/rules``,
 ``DELETE /api/rules/{name}``, ``POST /api/reset``,
-``POST /api/actions/{sever|kill_agent|restart_proxy}``, ``GET /api/links``, ``GET /api/ledger``,
+``POST /api/actions/{sever|kill_agent|restart_proxy|release}``, ``GET /api/links``,
+``GET /api/held``, ``GET /api/held/{id}``, ``POST /api/held/{id}/{release|drop|edit}`` (the
+messages ``hold`` rules hold: :mod:`proxy.core.held`), ``GET /api/ledger``,
 ``GET /api/findings`` and ``GET /api/events`` (SSE of trace records). Rules are validated exactly
 as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (validation errors add
 ``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
@@ -11,9 +13,10 @@ told otherwise, and with a token set every route but ``/healthz`` needs
 ``Origin`` checks of :mod:`proxy.shell.origin_policy`, and a request with a body (or a
 ``Content-Type``) must say ``application/json`` (415), which no form or ``text/plain`` POST can.
 Request bodies are bounded and parsed strictly (no NaN, no deep nesting); the rules routes and the
-actions need one (``{}`` for an action's defaults), reset and delete take none; an action's body is
-validated like a rule, with strict types and no unknown field. Event streams end when the server
-stops.
+actions need one (``{}`` for an action's defaults), an edit of a held message too
+(``{"body": MESSAGE}``), reset, delete and a held message's release and drop take none; an
+action's body is validated like a rule, with strict types and no unknown field. Event streams
+end when the server stops.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
+import json
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
@@ -47,8 +52,14 @@ from proxy.core.faultfile import (
     validate_rules,
     validated,
 )
+from proxy.core.held import EditRefused, HeldMessage
 from proxy.core.sse import KEEPALIVE
-from proxy.shell.defaults import DROP_GRACE, HANDLERS_GRACE, KEEPALIVE_SECONDS
+from proxy.shell.defaults import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DROP_GRACE,
+    HANDLERS_GRACE,
+    KEEPALIVE_SECONDS,
+)
 from proxy.shell.hostport import authority
 from proxy.shell.limits import DEFAULT_HEADER_TIMEOUT, RETRY_AFTER_SECONDS, LimitReached
 from proxy.shell.link import Link
@@ -76,6 +87,11 @@ ADMIN_TOKEN_ENV = "ACP_PROXY_ADMIN_TOKEN"
 """The environment variable that may give ``--admin-token``."""
 MAX_TOKEN_FILE = 4096
 """The largest ``--admin-token-file`` read (a token is one short line)."""
+LISTED_BODY_BYTES = 16 * 1024
+"""The largest held message whose ``body`` ``GET /api/held`` shows; a larger one's is null, with
+``truncated: true`` (``GET /api/held/{id}`` shows it whole)."""
+HELD_ACTS = ("release", "drop", "edit")
+"""What ``POST /api/held/{id}/{act}`` does to a held message."""
 
 
 class Runtime(Protocol):
@@ -228,12 +244,14 @@ class AdminServer:
         degraded: Callable[[], dict[str, str]] = dict,
         allowances: Allowances = NO_ALLOWANCES,
         header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         """``degraded``: what no longer works as asked (``{"trace": why}``), for ``/healthz``.
         ``allowances``: the hosts and origins admitted beyond the server's own
         (:mod:`proxy.shell.origin_policy`). ``header_timeout``: seconds a connection has for each
         request head (:mod:`proxy.shell.transports.guarded_site`); the event subscribers are bounded
-        by ``feed``."""
+        by ``feed``. ``max_message_bytes``: the largest edit of a held message
+        (``--max-message-bytes``)."""
         self._runtime = runtime
         self._engine = engine
         self._metrics = metrics
@@ -250,6 +268,10 @@ class AdminServer:
         """Set when the server stops: every event stream ends."""
         self._subscribers_logged = False
         self._header_timeout = header_timeout
+        self._max_message_bytes = max_message_bytes
+        self._unix_offset = time.time() - asyncio.get_running_loop().time()
+        """Unix time minus the loop's (the relay's) time, taken once: a held message's times
+        shown in Unix seconds, as the trace's, and the same in every answer."""
         self.port = 0
         self.url = ""
         """Where it serves, once started (``http://HOST:PORT``)."""
@@ -272,6 +294,9 @@ class AdminServer:
         routes.add_post("/api/reset", self._reset)
         routes.add_post("/api/actions/{action}", self._action)
         routes.add_get("/api/links", self._links)
+        routes.add_get("/api/held", self._held_list)
+        routes.add_get("/api/held/{id}", self._held_one)
+        routes.add_post("/api/held/{id}/{act}", self._held_act)
         routes.add_get("/api/ledger", self._get_ledger)
         routes.add_get("/api/findings", self._get_findings)
         routes.add_get("/api/events", self._events)
@@ -457,6 +482,57 @@ class AdminServer:
     async def _links(self, request: web.Request) -> web.Response:
         return web.json_response({"links": [_describe(link) for link in self._runtime.links()]})
 
+    async def _held_list(self, request: web.Request) -> web.Response:
+        """Every message ``hold`` rules hold now, oldest first; a large one without its body."""
+        held = [
+            _held_entry(link, message, self._unix_offset, full=False)
+            for link in self._runtime.links()
+            for message in link.held_messages()
+        ]
+        held.sort(key=lambda entry: entry["id"])
+        return web.json_response({"held": held})
+
+    async def _held_one(self, request: web.Request) -> web.Response:
+        link, message = self._holding(request.match_info["id"])
+        return web.json_response(_held_entry(link, message, self._unix_offset, full=True))
+
+    async def _held_act(self, request: web.Request) -> web.Response:
+        """Release, drop or edit one held message: 404 for an id never given, 409 for one held
+        no more, 400 for an edit that cannot replace it."""
+        act = request.match_info["act"]
+        if act not in HELD_ACTS:
+            raise ApiError(404, f"unknown act {act!r}: {', '.join(HELD_ACTS)}")
+        link, message = self._holding(request.match_info["id"])
+        if act == "edit":
+            data = _edit_body(await _body(request, empty=' ({"body": MESSAGE})'))
+            try:
+                done = link.edit_held(message.id, data, self._max_message_bytes)
+            except EditRefused as exc:
+                raise ApiError(400, str(exc)) from None
+        else:
+            await _no_body(request)
+            settle = link.release_held if act == "release" else link.drop_held
+            done = settle(message.id)
+        if not done:  # its link ended meanwhile
+            raise ApiError(409, _held_no_more(message.id))
+        log.info("held message over the control API", held_id=message.id, act=act, link=link.id)
+        return web.json_response({"id": message.id, "link": link.id, "outcome": act})
+
+    def _holding(self, given: str) -> tuple[Link, HeldMessage]:
+        """The link holding the message of id ``given``, and that message; 404 for an id no
+        message was given, 409 for one held no more."""
+        try:
+            held_id = int(given)
+        except ValueError:
+            raise ApiError(404, f"no held message {given!r}: ids are whole numbers") from None
+        for link in self._runtime.links():
+            for message in link.held_messages():
+                if message.id == held_id:
+                    return link, message
+        if self._engine.held_ids.issued(held_id):
+            raise ApiError(409, _held_no_more(held_id))
+        raise ApiError(404, f"no held message {held_id}")
+
     async def _get_ledger(self, request: web.Request) -> web.Response:
         return web.json_response({"ledger": self._ledger()})
 
@@ -585,6 +661,61 @@ def _action_body(model: type[B], body: dict[str, Any]) -> B:
         return validated(model, body)
     except FaultFileError as exc:
         raise ApiError(400, "invalid body", [str(error) for error in exc.errors]) from None
+
+
+def _held_no_more(held_id: int) -> str:
+    return (
+        f"message {held_id} is held no more: released, dropped, edited, timed out, or its link "
+        "ended"
+    )
+
+
+def _edit_body(body: Any) -> bytes:
+    """The message an edit's body ``{"body": MESSAGE}`` gives, as the bytes to relay."""
+    if not isinstance(body, dict) or set(body) != {"body"}:
+        raise ApiError(
+            400, 'an edit\'s body is {"body": MESSAGE}, MESSAGE the new JSON-RPC message'
+        )
+    return orjson.dumps(body["body"])
+
+
+def _held_entry(link: Link, held: HeldMessage, unix_offset: float, *, full: bool) -> dict[str, Any]:
+    """What the API shows of a held message; its times in Unix seconds (the relay's plus
+    ``unix_offset``), as the trace's. Not ``full``: the body of a message over
+    :data:`LISTED_BODY_BYTES` is left out."""
+    shown = full or len(held.data) <= LISTED_BODY_BYTES
+    relayed = held.relayed
+    return {
+        "id": held.id,
+        "link": link.id,
+        "rule": held.rule,
+        "direction": relayed.direction.value,
+        "kind": relayed.kind.value,
+        "method": relayed.method,
+        "session": relayed.session,
+        "jsonrpc_id": _json_id(relayed.original_id),
+        "forwarded_id": _json_id(relayed.forwarded_id),
+        "size": relayed.size,
+        "held_since": unix_offset + held.at,
+        "deadline": unix_offset + held.deadline,
+        "timeout_ms": held.timeout * 1000,
+        "then": held.then,
+        "body": _json(held.data) if shown else None,
+        "truncated": not shown,
+    }
+
+
+def _json(data: bytes) -> Any:
+    """The JSON of a message that parsed (orjson first; the standard library reads the few
+    texts orjson refuses, integers past 64 bits)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def _json_id(token: bytes | None) -> Any:
+    return None if token is None else _json(token)
 
 
 def _describe(link: Link) -> dict[str, Any]:

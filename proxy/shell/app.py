@@ -241,7 +241,8 @@ def _log_note(listener: str, note: Note) -> None:
 
 
 class _Links:
-    """The running links, as the control API and the pending-requests gauge see them."""
+    """The running links, as the control API and the gauges of pending requests and held
+    messages see them."""
 
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
@@ -249,6 +250,10 @@ class _Links:
     def pending(self, direction: Direction) -> int:
         links = self.runtime.links() if self.runtime is not None else []
         return sum(link.relay.pending(direction) for link in links)
+
+    def held(self) -> int:
+        links = self.runtime.links() if self.runtime is not None else []
+        return sum(len(link.relay.held_messages()) for link in links)
 
 
 class _OneLink:
@@ -309,7 +314,11 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     inflight = InflightBytes(options.limits.max_inflight_bytes)
     parser = Parser()
     metrics = Metrics(
-        pending=links.pending, inflight=inflight, parser=parser, active_faults=engine.active
+        pending=links.pending,
+        inflight=inflight,
+        parser=parser,
+        active_faults=engine.active,
+        held=links.held,
     )
     tally = metrics.tally  # counted once: the closing log line and the metrics read it
     feed = EventFeed(max_subscribers=options.limits.max_event_subscribers, observer=metrics)
@@ -386,6 +395,7 @@ async def _serving(
                 degraded=experiment.degraded,
                 allowances=Allowances(options.allow_hosts, options.admin_allow_origins),
                 header_timeout=options.limits.header_timeout,
+                max_message_bytes=options.max_message_bytes,
             )
             try:
                 await admin.start(*options.admin, serve=serve)

@@ -87,6 +87,7 @@ from proxy.core.events import (
     TimerFired,
 )
 from proxy.core.framing import Oversized
+from proxy.core.held import HeldMessage
 from proxy.core.jsonrpc import Batch, Invalid, Message
 from proxy.core.observations import (
     Connected,
@@ -319,6 +320,39 @@ class Link:
         self._execute(commands, at)
         return sum(1 for command in commands if isinstance(command, StallEnded))
 
+    def held_messages(self) -> list[HeldMessage]:
+        """The messages ``hold`` rules hold on this link now (:mod:`proxy.core.held`)."""
+        return self.relay.held_messages()
+
+    def release_held(self, held_id: int) -> bool:
+        """Let the held message ``held_id`` go on now; False when this link does not hold it."""
+        return self._settle_held(functools.partial(self.relay.release_held, held_id))
+
+    def drop_held(self, held_id: int) -> bool:
+        """Drop the held message ``held_id`` now; False when this link does not hold it."""
+        return self._settle_held(functools.partial(self.relay.drop_held, held_id))
+
+    def edit_held(self, held_id: int, data: bytes, limit: int) -> bool:
+        """Let the held message ``held_id`` go on now as ``data``; False when this link does
+        not hold it, :class:`~proxy.core.held.EditRefused` when ``data`` cannot replace it
+        (``limit``: ``--max-message-bytes``)."""
+        return self._settle_held(lambda at: self.relay.edit_held(held_id, data, at, limit))
+
+    def _settle_held(self, settle: Callable[[float], list[Command] | None]) -> bool:
+        """Carry out what ``settle`` (a relay's end of a hold, at the time given) asks."""
+        if self._refused("held message"):
+            return False
+        at = self._clock()
+        commands = settle(at)
+        if commands is None:
+            return False
+        self._execute(commands, at)
+        return True
+
+    def _lose_held(self) -> None:
+        """The relay is replaced, or the link ends: what hold rules hold is lost (observed)."""
+        self._execute(self.relay.discard_held())
+
     def attach_client(self, client: Endpoint) -> bool:
         """Conductor mode: a new Client takes over this link's Agent; False (nothing done) when
         the link has ended or is stopping, and the Client needs a link of its own.
@@ -328,6 +362,7 @@ class Link:
         """
         if self._stopping.is_set() or self._refused("attach a client"):
             return False
+        self._lose_held()
         self.relay = self._new_relay(self.relay.initialize_answer)
         self.endpoints[Side.CLIENT] = client
         self.closed_first = None
@@ -750,7 +785,8 @@ class Link:
 
     def _forget_timers(self) -> None:
         """Drop the pending timers (the link has ended): the bytes they hold are in flight no
-        more, the faults they are no longer in progress."""
+        more, the faults they are no longer in progress, the messages of hold rules lost."""
+        self._lose_held()
         if self._timer_handle is not None:
             self._timer_handle.cancel()
             self._timer_handle = None
@@ -833,6 +869,7 @@ class Link:
         self._generation += 1
         self._agent_up.clear()
         abandoned = sum(self.relay.pending(direction) for direction in Direction)
+        self._lose_held()
         self.relay = self._new_relay(None)
         old.flush()  # what was sent to it before (the message that asked for this) goes first
         old.sever(flush=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,7 +32,7 @@ from proxy.core.acp import method_label
 from proxy.core.engine import ActiveFaults
 from proxy.core.events import Direction
 from proxy.core.ledger import CHECKS
-from proxy.core.observations import Connected, Disconnected, Observation, Relayed
+from proxy.core.observations import Connected, Disconnected, HeldOutcome, Observation, Relayed
 from proxy.shell.inflight import InflightBytes
 from proxy.shell.limits import COUNTED
 from proxy.shell.observers import Tally
@@ -164,6 +164,13 @@ _COUNTERS: tuple[_Counted, ...] = (
         },
         zeros=COUNTED,
     ),
+    _Counted(
+        name="acp_proxy_held_outcomes",
+        help="Messages hold rules held that are held no more, by how their hold ended.",
+        labels=("outcome",),
+        sources={"held_outcomes": _same},
+        zeros=tuple((outcome,) for outcome in get_args(HeldOutcome)),
+    ),
 )
 """Every counter read from the tally, in the order they are exposed."""
 
@@ -180,11 +187,13 @@ class Metrics:
         inflight: InflightBytes | None = None,
         parser: Parser | None = None,
         active_faults: ActiveFaults | None = None,
+        held: Callable[[], int] | None = None,
     ) -> None:
         """``pending`` counts requests awaiting an answer per direction (read at scrape time);
         ``inflight`` is the proxy's count of bytes in flight (read at scrape time too),
         ``parser`` parses large messages in workers (its counts read likewise), and
-        ``active_faults`` counts the faults in progress (read likewise)."""
+        ``active_faults`` counts the faults in progress (read likewise), and ``held`` the
+        messages ``hold`` rules hold now (likewise)."""
         disable_created_metrics()  # type: ignore[no-untyped-call] # *_created series: noise
         self.tally = Tally()
         self.registry = CollectorRegistry(auto_describe=True)
@@ -232,6 +241,13 @@ class Metrics:
                 "commands delayed (capped by --max-active-faults).",
                 registry=registry,
             ).set_function(lambda: active_faults.count)
+        if held is not None:
+            Gauge(
+                "acp_proxy_held_messages",
+                "Messages hold rules hold now, across the links (waiting for the control API or "
+                "their timeout).",
+                registry=registry,
+            ).set_function(held)
         self._durations: dict[str | None, Any] = {}
         for file in ("trace", "state"):
             self.write_failures.labels(file)

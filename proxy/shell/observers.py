@@ -24,6 +24,7 @@ from proxy.core.observations import (
     FaultOverflowed,
     Finding,
     Held,
+    HeldEnded,
     IdReused,
     InflightRefused,
     InitializeTimedOut,
@@ -107,6 +108,8 @@ class Tally:
         match observation:
             case Held(relayed=relayed):
                 counts["held", relayed.direction] += 1
+            case HeldEnded(outcome=outcome):
+                counts["held_outcomes", outcome] += 1
             case Stopped(direction=direction, disposition=disposition):
                 counts["stopped", direction, disposition] += 1
             case InvalidSeen(direction=direction, reason=reason):
@@ -215,6 +218,7 @@ class LogObserver:
                     id=_text(held.original_id),
                     forwarded_id=_text(held.forwarded_id),
                     copy=held.copy,
+                    **({} if observation.held_id is None else {"held_id": observation.held_id}),
                 )
             case Stopped():
                 log.debug(
@@ -317,6 +321,22 @@ class LogObserver:
                     method=observation.method,
                     session=observation.session,
                     **_fault_ids(observation),
+                )
+            case HeldEnded(relayed=held):
+                edit = {}
+                if observation.edited_digest is not None:
+                    edit = {
+                        "digest": observation.digest,
+                        "edited_digest": observation.edited_digest,
+                    }
+                log.info(
+                    "held message: " + observation.outcome.replace("_", " "),
+                    held_id=observation.held_id,
+                    rule=observation.rule,
+                    direction=held.direction,
+                    method=held.method,
+                    id=_text(held.original_id),
+                    **edit,
                 )
             case StallEnded(cut=cut):
                 ending: dict[str, Any] = (

@@ -30,6 +30,7 @@ from proxy.core.observations import (
     Finding,
     Handling,
     Held,
+    HeldEnded,
     IdReused,
     InflightRefused,
     InitializeCached,
@@ -59,6 +60,7 @@ from proxy.core.records import (
     Disposition,
     FaultRecord,
     FindingRecord,
+    HeldEndedRecord,
     HeldRecord,
     KeyedMessageRecord,
     KeyedRecord,
@@ -159,6 +161,41 @@ WRITTEN: list[tuple[Observation, type | None, str]] = [
         '{"time":5.0,"link":3,"event":"held","hold":8,"rules":["slow"],"delay_ms":1500.0,'
         '"direction":"to_agent","kind":"request","method":"session/prompt","session":"S",'
         '"id":"p1","forwarded_id":4,"size":90}',
+    ),
+    (
+        Held(hold=9, rules=("bp",), delay=60.0, relayed=PROMPT, held_id=12, then="drop"),
+        HeldRecord,
+        '{"time":5.0,"link":3,"event":"held","hold":9,"rules":["bp"],"delay_ms":60000.0,'
+        '"direction":"to_agent","kind":"request","method":"session/prompt","session":"S",'
+        '"id":"p1","forwarded_id":4,"size":90,"held_id":12,"then":"drop"}',
+    ),
+    (
+        HeldEnded(
+            held_id=12,
+            hold=9,
+            outcome="edit",
+            rule="bp",
+            relayed=PROMPT,
+            digest="0123456789abcdef",
+            edited_digest="fedcba9876543210",
+        ),
+        HeldEndedRecord,
+        '{"time":5.0,"link":3,"event":"held_ended","held_id":12,"hold":9,"outcome":"edit",'
+        '"rule":"bp","digest":"0123456789abcdef","edited_digest":"fedcba9876543210"}',
+    ),
+    (
+        HeldEnded(
+            held_id=13,
+            hold=10,
+            outcome="link_end",
+            rule="bp",
+            relayed=Relayed(
+                direction=A, kind=Kind.NOTIFICATION, method="session/cancel", session="S", size=60
+            ),
+        ),
+        HeldEndedRecord,
+        '{"time":5.0,"link":3,"event":"held_ended","held_id":13,"hold":10,"outcome":"link_end",'
+        '"rule":"bp"}',
     ),
     (
         Stopped(

@@ -232,11 +232,13 @@ def test_every_command_has_its_help_in_the_cli_reference() -> None:
 def test_every_metric_is_documented() -> None:
     """Each metric the proxy exposes is a row of metrics.md, and each row is a metric: the
     metrics of a run, whose bytes in flight are always counted and bounded, whose large
-    messages are parsed by workers, and whose faults in progress are counted."""
+    messages are parsed by workers, and whose faults in progress and held messages are
+    counted."""
     metrics = Metrics(
         inflight=InflightBytes(DEFAULT_MAX_INFLIGHT_BYTES),
         parser=Parser(),
         active_faults=ActiveFaults(),
+        held=lambda: 0,
     )
     exposed = {
         line.split()[2]

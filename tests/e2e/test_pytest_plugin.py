@@ -58,14 +58,18 @@ class Recorder:
         return None
 
 
+async def new_session(conn):
+    await conn.initialize(protocol_version=PROTOCOL_VERSION)
+    return (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
+
+
 async def test_a_lost_prompt_answer_leaves_the_prompt_waiting(acp_proxy):
     assert acp_proxy.url.startswith("ws://127.0.0.1:")
     client = Recorder()
     conn = connect_to_agent(client, await create_websocket_stream(acp_proxy.url))
     try:
         async with asyncio.timeout(TIMEOUT):
-            await conn.initialize(protocol_version=PROTOCOL_VERSION)
-            session = (await conn.new_session(cwd=os.getcwd(), mcp_servers=[])).session_id
+            session = await new_session(conn)
             lose = {{"direction": "to_client", "kind": "response", "method": "session/prompt"}}
             with acp_proxy.control.events() as events, acp_proxy.fault(do="drop", when=lose) as rule:
                 assert [r["name"] for r in acp_proxy.control.rules()] == [rule]
@@ -83,6 +87,29 @@ async def test_a_lost_prompt_answer_leaves_the_prompt_waiting(acp_proxy):
                 "acp_proxy_faults_injected_total", rule=rule, action="drop"
             ) == 1
             lost.cancel()
+    finally:
+        await conn.close()
+
+
+async def test_a_held_prompt_is_edited_before_the_agent_runs_it(acp_proxy):
+    client = Recorder()
+    conn = connect_to_agent(client, await create_websocket_stream(acp_proxy.url))
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            session = await new_session(conn)
+            pause = {{"direction": "to_agent", "method": "session/prompt"}}
+            with acp_proxy.fault(do="hold", when=pause):
+                prompt = asyncio.create_task(
+                    conn.prompt(session_id=session, prompt=[TextContentBlock(text="echo one")])
+                )
+                held = await asyncio.to_thread(acp_proxy.wait_held, method="session/prompt")
+                assert [m["id"] for m in acp_proxy.held()] == [held["id"]]
+                body = held["body"]
+                body["params"]["prompt"][0]["text"] = "echo edited"
+                await asyncio.to_thread(acp_proxy.edit_held, held["id"], body)
+                assert (await prompt).stop_reason == "end_turn"
+            assert client.texts == ["edited"]
+            assert acp_proxy.held() == []
     finally:
         await conn.close()
 
@@ -149,10 +176,11 @@ def inner(pytester: pytest.Pytester) -> pytest.Pytester:
 def test_fixture_proxies_an_sdk_session_and_applies_a_fault_for_one_block(
     inner: pytest.Pytester,
 ) -> None:
-    """acp_proxy before the SDK Agent: a prompt answer lost in a fault block; blocks undo rules."""
+    """acp_proxy before the SDK Agent: a prompt answer lost in a fault block, a prompt held and
+    edited through the fixture's own calls; blocks undo rules."""
     inner.makepyfile(test_user=USER_TESTS.format(agent=str(SDK_AGENT)))
     result = inner.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
 
 
 def test_options_fixture_sets_listener_fault_files_and_token(inner: pytest.Pytester) -> None:

@@ -194,6 +194,11 @@ async def test_a_scripted_run_is_counted_exactly(controlled: Controlled, tmp_pat
     assert of(series, "acp_proxy_limit_reached_total") == {  # scraped at 0 before a limit
         labels(limit=limit, where=where): 0 for limit, where in COUNTED
     }
+    assert of(series, "acp_proxy_held_outcomes_total") == {  # scraped at 0 before a hold ends
+        labels(outcome=outcome): 0
+        for outcome in ("release", "drop", "edit", "timeout_release", "timeout_drop", "link_end")
+    }
+    assert of(series, "acp_proxy_held_messages") == {labels(): 0}
 
     assert types["acp_proxy_messages"] == "counter"
     assert types["acp_proxy_request_duration_seconds"] == "histogram"
@@ -204,6 +209,7 @@ async def test_a_scripted_run_is_counted_exactly(controlled: Controlled, tmp_pat
     assert names <= {
         "direction", "kind", "method", "rule", "action", "side", "transport", "reason",
         "what", "result", "attempt", "check", "le", "file", "server", "limit", "where",
+        "outcome",
     }  # fmt: skip
     values = {value for _, label_set in series for _, value in label_set}
     assert {SESSION, "f", "999", "2", "_x/a", "_x/b", "_test/barrier", "_test/say"}.isdisjoint(

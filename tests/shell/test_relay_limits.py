@@ -21,6 +21,7 @@ import pytest
 from floods import delaying_fault_file, ended, flood, network_agent
 from floods import setup as stalled_peers_setup
 from harness import (
+    INFLIGHT_BOUND_REACHED,
     PEERS,
     TIMEOUT,
     ProxyProcess,
@@ -39,10 +40,6 @@ from proxy.shell.server import parse_address
 from proxy.shell.transports.http_listener import CONNECTION_ID
 
 TOO_MANY_PENDING = "too many pending requests; refusing more with an error until some are answered"
-INFLIGHT_BOUND_REACHED = (
-    "bytes in flight reached their bound; reading waits and POSTs that do not fit are refused "
-    "(503) until peers read"
-)
 
 
 async def test_requests_past_max_pending_are_answered_an_error_and_the_link_goes_on(

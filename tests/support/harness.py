@@ -28,6 +28,12 @@ TIMEOUT = 30.0 * float(os.environ.get("ACP_PROXY_TEST_TIMEOUT_FACTOR", "1"))
 
 PROXY_RUN = [sys.executable, "-m", "proxy", "run"]
 
+INFLIGHT_BOUND_REACHED = (
+    "bytes in flight reached their bound; reading waits and POSTs that do not fit are refused "
+    "(503) until peers read"
+)
+"""The warning the proxy logs once its bytes in flight reach ``--max-inflight-bytes``."""
+
 
 class ProxyProcess:
     """``acp-proxy run`` in a subprocess, with the test process as its Client.

@@ -9,7 +9,7 @@ The built-in actions are :mod:`~proxy.core.actions.drop`, :mod:`~proxy.core.acti
 :mod:`~proxy.core.actions.kill_agent`, :mod:`~proxy.core.actions.restart_proxy`,
 :mod:`~proxy.core.actions.http_status`, :mod:`~proxy.core.actions.close_stream`,
 :mod:`~proxy.core.actions.truncate`, :mod:`~proxy.core.actions.slice`,
-:mod:`~proxy.core.actions.stall`,
+:mod:`~proxy.core.actions.stall`, :mod:`~proxy.core.actions.hold`,
 :mod:`~proxy.core.actions.timeout` and :mod:`~proxy.core.actions.slow_close`.
 
 Adding an action is one module here: its :class:`~proxy.core.actions.base.ActionModel` (the
@@ -35,6 +35,7 @@ from proxy.core.actions import (
     drop,
     duplicate,
     error,
+    hold,
     http_status,
     kill_agent,
     reorder,
@@ -68,6 +69,7 @@ BUILTIN: tuple[Action[Any], ...] = (
     stall.ACTION,
     timeout.ACTION,
     slow_close.ACTION,
+    hold.ACTION,
 )
 """The actions every proxy has, in the order the docs list them."""
 
@@ -95,6 +97,7 @@ class ActionName(enum.StrEnum):
     STALL = "stall"
     TIMEOUT = "timeout"
     SLOW_CLOSE = "slow_close"
+    HOLD = "hold"
 
 
 class ActionRegistry:

@@ -14,6 +14,8 @@ The effects, the one vocabulary shared by every action:
   ``refused``);
 * :class:`Reply`: the proxy answers the sender itself (bytes under the sender's id);
 * :class:`Hold`: the message is forwarded that much later (holds of several rules add up);
+* :class:`Breakpoint`: the message waits for the control API to act on it (a ``hold``), at
+  most a timeout;
 * :class:`Pace`: the message waits its turn in a token bucket of its link and direction (a
   throttled link: the relay keeps one :class:`TokenBucket` per rule and direction);
 * :class:`Freeze`: nothing goes on in its direction for a while, the message first (then what
@@ -51,7 +53,7 @@ from pydantic import (
 from proxy.core.commands import Command
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.observations import Stopping
+from proxy.core.observations import HeldThen, Stopping
 from proxy.core.values import value
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "Action",
     "ActionModel",
     "After",
+    "Breakpoint",
     "CloseLate",
     "Copies",
     "Cut",
@@ -217,6 +220,16 @@ class Hold:
 
 
 @value
+class Breakpoint:
+    """Pause the message until the control API releases, drops or edits it, at most
+    ``timeout`` seconds; then release it or drop it, as ``then`` says (:mod:`proxy.core.held`).
+    Holds of other rules add up with its timeout."""
+
+    timeout: float
+    then: HeldThen
+
+
+@value
 class Pace:
     """Forward the message once the link (in its direction) has carried the bytes before it at
     ``bytes_per_second``: a :class:`TokenBucket` of ``burst`` bytes, one per rule and direction
@@ -360,6 +373,7 @@ Effect = (
     Stop
     | Reply
     | Hold
+    | Breakpoint
     | Pace
     | Freeze
     | CloseLate

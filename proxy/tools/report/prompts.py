@@ -44,6 +44,7 @@ from proxy.core.records import (
     Disposition,
     FaultRecord,
     FindingRecord,
+    HeldEndedRecord,
     HeldRecord,
     JsonValue,
     KeyedMessageRecord,
@@ -93,9 +94,10 @@ def wire_text(value: JsonValue) -> str:
         return str(value)
 
 
-def hold_key(entry: Entry, record: HeldRecord | MessageRecord) -> HoldKey:
-    """What names one hold: a ``held`` record and the ``message`` record of its delivery share
-    it (the node, the proxy run in its file, the link, the ``hold``)."""
+def hold_key(entry: Entry, record: HeldRecord | MessageRecord | HeldEndedRecord) -> HoldKey:
+    """What names one hold: a ``held`` record, the ``message`` record of its delivery and a
+    ``hold`` rule's ``held_ended`` record share it (the node, the proxy run in its file, the
+    link, the ``hold``)."""
     return (entry.node, entry.run, record.link, record.hold)
 
 

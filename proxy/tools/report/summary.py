@@ -9,8 +9,9 @@ only the merged traces show. The summary (a :class:`~proxy.tools.report.model.Su
 ``report --json`` prints, and what the text and the page render.
 
 A message counts once, when it left the proxy (its ``message`` record). A held message (a
-``held`` record) is joined to the record of its delivery by its hold: one never sent (discarded
-by a restart, or still held when its run or the trace ended) is counted as not relayed, with the
+``held`` record) is joined to the record of its delivery by its hold (a ``hold`` rule's also to its
+``held_ended`` record): one never sent (discarded by a restart or, for a ``hold`` rule's, by the end
+of its link, or still held when its run or the trace ended) is counted as not relayed, with the
 disposition ``never_sent``.
 """
 
@@ -28,6 +29,7 @@ from proxy.core.records import (
     Disposition,
     FaultRecord,
     FindingRecord,
+    HeldEndedRecord,
     HeldRecord,
     MessageRecord,
     ReloadRecord,
@@ -146,14 +148,23 @@ class _Holds:
                 self.count[row] += 1
                 self._open[hold_key(entry, record)] = (row, entry.time, record.delay_ms)
             case MessageRecord(hold=int()):
-                held = self._open.pop(hold_key(entry, record), None)
-                if held is None:
-                    return
-                row, began, planned = held
-                # A reorder's delay_ms is its cap: overtaken, it left sooner, and that counts.
-                self.delays[row].append(min(planned, (entry.time - began) * 1000))
-                if record.disposition is Disposition.RELAYED:
-                    self.sent[row] += 1
+                self._ended(entry, record, sent=record.disposition is Disposition.RELAYED)
+            case HeldEndedRecord(outcome="drop" | "timeout_drop"):
+                self._ended(entry, record, sent=False)  # its ``dropped`` message counts it
+            case HeldEndedRecord(outcome="link_end"):
+                key = hold_key(entry, record)
+                self._close(lambda held: held == key, "its link ended while it was held")
+
+    def _ended(self, entry: Entry, record: MessageRecord | HeldEndedRecord, *, sent: bool) -> None:
+        """A hold ended (``sent``: its message left): how long it lasted."""
+        held = self._open.pop(hold_key(entry, record), None)
+        if held is None:
+            return
+        row, began, planned = held
+        # A reorder's delay_ms is its cap: overtaken, it left sooner, and that counts.
+        self.delays[row].append(min(planned, (entry.time - began) * 1000))
+        if sent:
+            self.sent[row] += 1
 
     def _close(self, match: Callable[[HoldKey], bool], why: str) -> None:
         for key in [key for key in self._open if match(key)]:

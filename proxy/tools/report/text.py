@@ -119,7 +119,7 @@ class _Text:
         self.section("Messages relayed", *relayed_table(self.summary))
         self.section("Messages not relayed", *not_relayed_table(self.summary))
         held = held_table(self.summary)
-        title = "Messages held by rules (delay, reorder, bandwidth, stall, spaced copies)"
+        title = "Messages held by rules (delay, reorder, bandwidth, stall, hold, spaced copies)"
         self.section(title, *held)
 
     def connections(self) -> None:

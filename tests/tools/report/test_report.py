@@ -1086,7 +1086,7 @@ def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed
         "(1 sent when released)"
     ) in text
     held_section = text.split(
-        "Messages held by rules (delay, reorder, bandwidth, stall, spaced copies)\n"
+        "Messages held by rules (delay, reorder, bandwidth, stall, hold, spaced copies)\n"
     )[1]
     assert held_section.splitlines()[2].split() == [
         "to_client",
@@ -1101,6 +1101,40 @@ def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed
     ]
     output, status = report_main([trace], as_json=True)
     assert (status, json.loads(output)["totals"]["messages_not_relayed"]) == (0, 5)
+
+
+def test_the_drops_and_link_ends_of_a_hold_rule_close_its_holds(tmp_path: Path) -> None:
+    """A ``hold`` rule's message dropped over the control API is not relayed once (its
+    ``dropped`` message record), not also never sent; one its link's end discarded is never
+    sent, for that reason; one edited is sent."""
+    dropped, lost, edited = note(1.0, 1, "_x/d"), note(1.0, 1, "_x/l"), note(1.0, 1, "_x/e")
+
+    def ended(at: float, hold: int, outcome: str, base: dict[str, Any]) -> dict[str, Any]:
+        return {"time": at, "link": base["link"], "event": "held_ended", "held_id": hold,
+                "hold": hold, "outcome": outcome, "rule": "bp"}  # fmt: skip
+
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        header(0.5),
+        {**held(1.0, 1, 1, ["bp"], dropped), "held_id": 1, "then": "release"},
+        {**held(1.0, 1, 2, ["bp"], lost), "held_id": 2, "then": "release"},
+        {**held(1.0, 1, 3, ["bp"], edited), "held_id": 3, "then": "release"},
+        ended(1.1, 1, "drop", dropped),
+        {**dropped, "time": 1.1, "disposition": "dropped", "rule": "bp"},
+        ended(1.2, 3, "edit", edited),
+        {**edited, "time": 1.2, "hold": 3},
+        ended(1.3, 2, "link_end", lost),
+    )
+    summary = summarize(load_traces([trace]))
+    assert summary["totals"]["messages_not_relayed"] == 2
+    assert [
+        (m["disposition"], m["method"], m["reason"]) for m in summary["messages"]["not_relayed"]
+    ] == [
+        ("dropped", "_x/d", None),
+        ("never_sent", "_x/l", "its link ended while it was held"),
+    ]
+    sent = {row["method"]: (row["count"], row["sent"]) for row in summary["messages"]["held"]}
+    assert sent == {"_x/d": (1, 0), "_x/e": (1, 1), "_x/l": (1, 0)}
 
 
 def test_a_held_prompt_and_its_spaced_copy_join_their_attempt_by_the_hold(tmp_path: Path) -> None:

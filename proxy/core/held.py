@@ -1,0 +1,129 @@
+"""Messages a ``hold`` rule paused (a breakpoint): their proxy-wide ids, what the control API
+shows of them, and the one check of an edit.
+
+A held message waits at the proxy until the control API acts on it (release, drop, edit) or its
+``timeout_ms`` is up (then it is released or dropped, as its rule's ``then`` says); its link's
+end discards it. Each gets an id from :class:`HeldIds`, one counter for the whole proxy (the
+fault engine's, kept across restarts of the data plane), so that an id names one message over
+the proxy's life and an id that was issued but is held no more is told apart from one that never
+was. The relay (:mod:`proxy.core.relay`) keeps the messages its link holds; nothing here reads a
+clock: every time is the relay's (the shell's loop time).
+
+An edit (:func:`edited`) replaces the message by another of the same kind (a request by a
+request with the same method, a notification by a notification, an answer by a result or an
+error) under the same id as its sender wrote it; the relay then rewrites that id hop by hop as
+it would have rewritten the original's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from proxy.core.jsonrpc import Batch, IdKey, Invalid, Kind, Message, parse
+from proxy.core.observations import HeldThen, Relayed
+from proxy.core.values import value
+
+__all__ = [
+    "EditRefused",
+    "HeldIds",
+    "HeldMessage",
+    "digest",
+    "edited",
+]
+
+_ANSWERS = (Kind.RESPONSE, Kind.ERROR)
+
+
+class HeldIds:
+    """The ids of held messages, proxy-wide: 1, 2, 3... in the order they were held."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def take(self) -> int:
+        """A new id."""
+        taken = self._next
+        self._next += 1
+        return taken
+
+    def issued(self, held_id: int) -> bool:
+        """Whether ``held_id`` was given to a message (held now, or once)."""
+        return 0 < held_id < self._next
+
+
+@value(kw_only=True)
+class HeldMessage:
+    """One message a ``hold`` rule holds on a link: as it arrived (``data``, its id as its
+    sender wrote it), and what will be observed when it leaves (``relayed``)."""
+
+    id: int
+    """Its proxy-wide id (:class:`HeldIds`)."""
+    token: int
+    """The timer of its link's relay that holds it."""
+    rule: str
+    relayed: Relayed
+    """What will be observed when it leaves as it came: its direction, kind, method (an
+    answer's: its request's), session, ids (``original_id``: the requester's, ``forwarded_id``:
+    the proxy's on the Agent's hop) and size."""
+    data: bytes
+    sent_key: IdKey | None
+    """What tells the id in ``data`` from another (its type and value: ``1`` is not ``"1"``)."""
+    at: float
+    """When it arrived (the relay's time)."""
+    timeout: float
+    """Seconds it waits at most."""
+    then: HeldThen
+
+    @property
+    def sent_id(self) -> bytes | None:
+        """The id in ``data``, as its sender wrote it."""
+        relayed = self.relayed
+        return relayed.original_id if relayed.kind is Kind.REQUEST else relayed.forwarded_id
+
+    @property
+    def deadline(self) -> float:
+        """When its timeout is up (the relay's time)."""
+        return self.at + self.timeout
+
+
+class EditRefused(ValueError):
+    """An edit of a held message that cannot replace it; the message says what is wrong."""
+
+
+def _kind_name(kind: Kind) -> str:
+    return "response" if kind in _ANSWERS else str(kind)
+
+
+def edited(held: HeldMessage, data: bytes, limit: int) -> Message:
+    """``data`` parsed, as the message that replaces ``held``; :class:`EditRefused` when it
+    is over ``limit`` bytes (``--max-message-bytes``), not one valid JSON-RPC message, of another
+    kind than ``held`` (a result may become an error and back), under another id than ``held``'s
+    sender wrote (``1`` is not ``"1"``), or, for a request, of another method."""
+    if len(data) > limit:
+        raise EditRefused(
+            f"the edited message is {len(data)} bytes, over --max-message-bytes ({limit})"
+        )
+    message = parse(data)
+    if isinstance(message, Batch):
+        raise EditRefused("the edited message is a batch; a held message is one message")
+    if isinstance(message, Invalid):
+        raise EditRefused(f"the edited message is not valid JSON-RPC: {message.detail}")
+    was, now = _kind_name(held.relayed.kind), _kind_name(message.kind)
+    if was != now:
+        raise EditRefused(f"the held message is a {was}; the edited message is a {now}")
+    if message.id_key != held.sent_key:
+        shown = "none" if held.sent_id is None else held.sent_id.decode("utf-8", "replace")
+        raise EditRefused(f"the edited message must keep the held message's id ({shown})")
+    method = held.relayed.method
+    if message.kind is Kind.REQUEST and message.method != method:
+        raise EditRefused(
+            f"the edited request must keep the method {method!r} (its answer is mapped to it)"
+        )
+    return message
+
+
+def digest(data: bytes) -> str:
+    """A short digest of a message's bytes: what the trace says of an edit (never its text)."""
+    return hashlib.sha256(data).hexdigest()[:16]
