@@ -29,8 +29,8 @@ ELSEWHERE: dict[str, str] = {
     "core/acp.py": "shell/test_metrics.py",
     "core/commands.py": "core/test_relay.py",
     "core/errors.py": "shell/test_startup.py",
-    "core/held.py": "core/actions/test_hold.py",
     "core/events.py": "core/test_relay.py",
+    "core/held.py": "core/actions/test_hold.py",
     "core/invalid.py": "core/test_relay.py",
     "core/observations.py": "core/test_records.py",
     # the shell
