@@ -174,6 +174,13 @@ class Endpoint(Protocol):
         written after its last piece. The peer reads the message whole."""
         ...
 
+    def will_flush(self) -> None:
+        """The caller calls :meth:`flush` before it yields to the event loop (the link, relaying
+        in a read's callback): until then what is sent waits for that flush, and no write is
+        scheduled for the end of this turn of the loop (a transport whose own task writes:
+        nothing to do)."""
+        ...
+
     def flush(self) -> None:
         """Write what was sent now, without waiting (a transport whose own task writes: nothing
         to do)."""

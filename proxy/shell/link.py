@@ -501,6 +501,9 @@ class Link:
         its destinations drained: here that is at most one read of a few lines a direction)."""
         size = sum(map(len, messages))
         self._inflight.add(size)
+        endpoints = list(self.endpoints.values())
+        for each in endpoints:
+            each.will_flush()  # written below, before the loop turns: no write scheduled
         try:
             while messages:
                 if len(messages) == 1:
@@ -519,6 +522,8 @@ class Link:
             log.exception("internal error while relaying; ending the link", link=self.id)
             self.abort()
         finally:
+            for each in endpoints:
+                each.flush()  # those not written to above: nothing gathered, the promise kept
             self._inflight.remove(size)
 
     def _must_read(self, side: Side, endpoint: Endpoint) -> bool:

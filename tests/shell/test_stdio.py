@@ -531,3 +531,27 @@ async def test_the_lines_of_one_read_are_received_together_and_sent_in_one_write
         stream.close()
         os.close(feed)
         os.close(sink)
+
+
+async def test_a_line_sent_before_a_promised_flush_waits_for_that_flush() -> None:
+    """``will_flush`` (the link relaying in a read's callback): what is sent is gathered and no
+    write is scheduled, so a turn of the loop writes nothing; the flush writes it. Without the
+    promise, the end of the loop's turn writes what was sent."""
+    stream, feed, sink, _ = await _line_stream(limit=100)
+    try:
+        stream.will_flush()
+        stream.send(b"held")
+        await asyncio.sleep(0)  # one turn of the loop: a write scheduled would have run in it
+        os.set_blocking(sink, False)
+        with pytest.raises(BlockingIOError):
+            os.read(sink, 100)
+        assert stream.buffered() == len(b"held\n")
+        stream.flush()
+        assert os.read(sink, 100) == b"held\n"
+        stream.send(b"later")
+        os.set_blocking(sink, True)
+        assert await asyncio.to_thread(_read_exactly, sink, len(b"later\n")) == b"later\n"
+    finally:
+        stream.close()
+        os.close(feed)
+        os.close(sink)

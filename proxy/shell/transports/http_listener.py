@@ -457,6 +457,9 @@ class HttpConnection:
         if mailbox is not None:
             mailbox.kill()
 
+    def will_flush(self) -> None:
+        """Nothing: the endpoint's own task writes what is queued."""
+
     def flush(self) -> None:
         """Nothing: the endpoint's own task writes what is queued."""
 

@@ -204,6 +204,9 @@ class HttpUpstream:
             if self._queued > HTTP_OUTBOX_HIGH_WATER:
                 self._room.clear()
 
+    def will_flush(self) -> None:
+        """Nothing: the endpoint's own task writes what is queued."""
+
     def flush(self) -> None:
         """Nothing: the endpoint's own task writes what is queued."""
 

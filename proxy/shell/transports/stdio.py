@@ -227,6 +227,8 @@ class LineStream:
         """Messages sent since the last write: one ``write`` (one system call) takes them all,
         unless they are more than :data:`WRITE_SLICE` bytes (see :meth:`drain`)."""
         self._gathered_size = 0
+        self._flush_coming = False
+        """A :meth:`flush` comes before the loop's next turn (:meth:`will_flush`)."""
         self._draining = 0
         """Drains writing slice by slice now (the two pumps of a link may both drain a side)."""
         self._slicer: asyncio.Task[None] | None = None
@@ -350,8 +352,14 @@ class LineStream:
             if isinstance(self._reader, ArrivingReader):
                 self._reader.wake()
 
+    def will_flush(self) -> None:
+        """Until :meth:`flush`, gather what is sent without asking for a write at the end of
+        this turn of the loop (a call and a turn of the loop a message saved)."""
+        self._flush_coming = True
+
     def flush(self) -> None:
         """Write what is gathered now (it would be at the end of this turn of the loop)."""
+        self._flush_coming = False
         if not self._draining:
             self._write_gathered()
 
@@ -432,7 +440,7 @@ class LineStream:
             self._behind_size += len(data) + ended
             return
         gathered = self._gathered
-        if not gathered:
+        if not gathered and not self._flush_coming:
             self._loop.call_soon(self._write_soon)
         gathered.append(data)
         if ended:

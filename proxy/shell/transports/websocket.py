@@ -166,6 +166,9 @@ class _WsEndpoint:
         if not self._outbox.closing:
             self._outbox.put(Sliced(data, sizes, gap))
 
+    def will_flush(self) -> None:
+        """Nothing: the endpoint's own task writes what is queued."""
+
     def flush(self) -> None:
         """Nothing: the endpoint's own task writes what is queued."""
 
