@@ -5,12 +5,14 @@ Routes: ``GET /healthz``, ``GET /metrics``, ``GET|PUT|POST /api/rules``,
 ``POST /api/actions/{sever|kill_agent|restart_proxy}``, ``GET /api/links``, ``GET /api/ledger``,
 ``GET /api/findings`` and ``GET /api/events`` (SSE of trace records; ``?bodies=1``: with the
 messages' bodies), ``PATCH /api/rules/{name}`` (``{"enabled": bool}``) and ``POST /api/rules/text``
-(rules as YAML text, located as ``validate`` locates them). Rules are validated exactly
-as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (validation errors add
-``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
-told otherwise, and with a token set every route but ``/healthz`` needs
-``Authorization: Bearer TOKEN``. A web page cannot drive it: every request passes the ``Host`` and
-``Origin`` checks of :mod:`proxy.shell.origin_policy`, and a request with a body (or a
+(rules as YAML text, located as ``validate`` locates them); the dashboard at ``/`` and its login
+(:mod:`proxy.shell.dashboard`). Rules are validated exactly as in a fault file. Every error is
+JSON ``{"error": ..., "status": ...}`` (validation errors add ``errors``, each located). The API
+can kill agents and drop traffic: it binds to loopback unless told otherwise, and with a token set
+every route but ``/healthz`` and the dashboard's page and login needs
+``Authorization: Bearer TOKEN`` or the dashboard's login cookie (with its CSRF header on a request
+that changes something). Another site's page cannot drive it: every request passes the ``Host``
+and ``Origin`` checks of :mod:`proxy.shell.origin_policy`, and a request with a body (or a
 ``Content-Type``) must say ``application/json`` (415), which no form or ``text/plain`` POST can.
 Request bodies are bounded and parsed strictly (no NaN, no deep nesting); the rules routes and the
 actions need one (``{}`` for an action's defaults), reset and delete take none; an action's body is
@@ -51,6 +53,7 @@ from proxy.core.faultfile import (
     validated,
 )
 from proxy.core.sse import KEEPALIVE
+from proxy.shell.dashboard import Dashboard
 from proxy.shell.defaults import DROP_GRACE, HANDLERS_GRACE, KEEPALIVE_SECONDS
 from proxy.shell.hostport import authority
 from proxy.shell.limits import DEFAULT_HEADER_TIMEOUT, RETRY_AFTER_SECONDS, LimitReached
@@ -255,6 +258,7 @@ class AdminServer:
         self._feed = feed
         self._initial_rules = list(initial_rules)
         self._token = token
+        self._dashboard = Dashboard(token)
         self._ledger = ledger
         self._findings = findings
         self._degraded = degraded
@@ -292,6 +296,7 @@ class AdminServer:
         routes.add_get("/api/events", self._events)
         routes.add_patch("/api/rules/{name}", self._change_rule)
         routes.add_post("/api/rules/text", self._post_rules_text)
+        self._dashboard.add_routes(app)
         return app
 
     async def start(self, host: str, port: int, *, serve: bool = True) -> None:
@@ -353,8 +358,10 @@ class AdminServer:
             # another wrong token.
             given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             expected = f"Bearer {self._token}".encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, expected):
-                raise ApiError(401, "a bearer token is required")
+            if not hmac.compare_digest(given, expected) and not self._dashboard.public(request):
+                refused = self._dashboard.refusal(request)  # or the dashboard's login
+                if refused is not None:
+                    raise ApiError(*refused)
         return await handler(request)
 
     @web.middleware
