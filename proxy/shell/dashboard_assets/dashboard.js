@@ -276,12 +276,22 @@ function addFinding(record) {
 
 // -- the live stream ------------------------------------------------------------------------------
 
+// The proxy drops a subscriber that lets 1,024 records wait unread (a burst faster than the page
+// reads, a hidden tab); the browser reconnects, and the page says records went missing.
 function listen() {
   const source = new EventSource("/api/events?bodies=1");
   const live = $("live");
+  let opened = false;
+  let cuts = 0;
   source.onopen = () => {
     live.textContent = "live";
     live.className = "live on";
+    if (opened) {
+      cuts++;
+      $("gaps").hidden = false;
+      $("gaps").textContent = `The live stream was cut ${cuts} time(s) (the page fell behind, or the proxy restarted): records are missing.`;
+    }
+    opened = true;
   };
   source.onerror = () => {
     live.textContent = "reconnecting";
