@@ -520,7 +520,9 @@ def test_a_disabled_rule_matches_nothing_and_keeps_its_counters() -> None:
     engine.replace([rule("first", enabled=False), rule("second")])
     assert fires(engine, PROMPT) == ["second"]
     assert engine.states["first"].matched == 1
-    assert engine.unmatched(Direction.TO_AGENT, Kind.REQUEST, "stdio", "session/prompt", {}) is False
+    assert (
+        engine.unmatched(Direction.TO_AGENT, Kind.REQUEST, "stdio", "session/prompt", {}) is False
+    )
     engine.replace([rule("first", enabled=False)])
     assert fires(engine, PROMPT) == []
     assert engine.unmatched(Direction.TO_AGENT, Kind.REQUEST, "stdio", "session/prompt", {}) is True

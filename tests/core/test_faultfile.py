@@ -258,16 +258,22 @@ def test_rules_written_as_text_are_located_as_in_a_file() -> None:
     text, with its rule and field, as ``validate`` gives a fault file's."""
     one = "name: slow\nwhen:\n  method: session/prompt\ndo:\n  action: delya\n  ms: 10\n"
     [error] = rules_text_errors(one)
-    assert error.startswith("rule:4: rule 'slow': do: unknown action 'delya' (did you mean 'delay'?)")
+    assert error.startswith(
+        "rule:4: rule 'slow': do: unknown action 'delya' (did you mean 'delay'?)"
+    )
     [rule] = parse_rules_text(one.replace("delya", "delay"))
     assert rule.name == "slow"
     assert rule.do.action == "delay"
     listed = "- name: a\n  do: {action: drop}\n- name: b\n  do: {action: drop}\n  whne: {}\n"
-    assert rules_text_errors(listed) == ["rule:5: rule 'b': whne: unknown field (did you mean 'when'?)"]
-    assert rules_text_errors("name: [a\n") == ["rule:2: not YAML: expected ',' or ']', but got '<stream end>'"]
-    assert rules_text_errors("- {name: a, do: {action: drop}}\n- {name: a, do: {action: drop}}\n") == [
-        "rule:2: rule 'a': name: rule name 'a' is used twice"
+    assert rules_text_errors(listed) == [
+        "rule:5: rule 'b': whne: unknown field (did you mean 'when'?)"
     ]
+    assert rules_text_errors("name: [a\n") == [
+        "rule:2: not YAML: expected ',' or ']', but got '<stream end>'"
+    ]
+    assert rules_text_errors(
+        "- {name: a, do: {action: drop}}\n- {name: a, do: {action: drop}}\n"
+    ) == ["rule:2: rule 'a': name: rule name 'a' is used twice"]
     assert rules_text_errors("just text") == [
         "rule:1: a rule is a mapping with name, when, schedule and do (or a list of them)"
     ]
