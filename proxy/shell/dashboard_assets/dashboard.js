@@ -55,6 +55,7 @@ const state = {
   messages: 0,
   faults: 0,
   findings: 0,
+  drawn: 0, // records that have a row (all but `keyed`: it names the prompt after it)
   drawPending: false,
 };
 
@@ -108,6 +109,8 @@ function shape(record) {
       return { at: "proxy", label: `finding ${record.check}: ${record.detail}`, mark: "finding" };
     case "keyed":
       return null; // named on the prompt it precedes
+    case "keyed_message":
+      return { at: "proxy", label: `key ${record.key}: message ${record.message_id} (${record.via})`, mark: "other" };
     default:
       return { at: "proxy", label: `${record.event} ${record.what || record.result || ""}`, mark: "other" };
   }
@@ -140,7 +143,7 @@ function row(n, record, view) {
       key.append(to);
       node.classList.add("retry");
     }
-    node.append(key);
+    lanes.append(key);
   }
   node.id = `row-${n}`;
   return node;
@@ -166,6 +169,7 @@ function receive(record) {
   const n = state.next++;
   state.records.push({ n, record });
   if (state.records.length > KEPT + KEPT / 4) state.records.splice(0, state.records.length - KEPT);
+  if (record.event !== "keyed") state.drawn++;
   state.queue.push({ n, record }); // a hidden tab draws no frame: bounded too
   if (state.queue.length > WINDOW * 2) state.queue.splice(0, state.queue.length - WINDOW);
   count(record);
@@ -215,7 +219,7 @@ function trim() {
     state.shown.delete(Number(first.dataset.n));
     first.remove();
   }
-  const left = state.next - 1 - rows.childElementCount;
+  const left = state.drawn - rows.childElementCount;
   const note = $("left-out");
   note.hidden = left <= 0;
   note.textContent = `${left.toLocaleString()} earlier or filtered-out records left out (the page keeps the last ${WINDOW} rows)`;
