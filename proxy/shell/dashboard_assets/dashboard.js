@@ -99,8 +99,12 @@ function shape(record) {
       if (record.hold !== undefined) return { from: "proxy", to, label: `${label} (released)`, mark: "released" };
       return { from, to, label, mark: record.kind };
     }
-    case "held":
-      return { from, to: "proxy", label: `${record.method || record.kind} ${idText(record)} ⏸ held ${Math.round(record.delay_ms)} ms (${(record.rules || []).join(", ")})`, mark: "held" };
+    case "held": {
+      const name = record.held_id === undefined ? "held" : `held #${record.held_id}`;
+      return { from, to: "proxy", label: `${record.method || record.kind} ${idText(record)} ⏸ ${name} ${Math.round(record.delay_ms)} ms (${(record.rules || []).join(", ")})`, mark: "held" };
+    }
+    case "held_ended":
+      return { at: "proxy", label: `held #${record.held_id} ${record.method || record.kind || ""}: ${record.outcome}`, mark: "held" };
     case "fault":
       return { from, to: "proxy", label: `✕ ${record.rule}: ${record.action} ${record.method || record.kind || ""}`, mark: "fault" };
     case "connection":
@@ -191,7 +195,7 @@ function count(record) {
   } else if (record.event === "connection" && record.link !== null && record.link !== undefined) {
     addLinkOption(record.link);
   }
-  if (record.event === "held") pollHeld();
+  if (record.event === "held" || record.event === "held_ended") pollHeld();
 }
 
 function draw() {
@@ -374,23 +378,25 @@ async function pollLinks() {
 
 // -- held messages (the `hold` action: GET /api/held, POST /api/held/{id}/release|drop|edit) --------
 
-// The one place that reads a held message: field names may differ between versions of the API.
+// The one place that reads a held message (GET /api/held, GET /api/held/{id}): names differ
+// between versions of the API, so each field is read under every name it has had.
 function heldView(raw) {
   const pick = (...names) => names.map((name) => raw[name]).find((value) => value !== undefined && value !== null);
   const body = pick("body", "message");
   return {
-    id: pick("id", "hold"),
+    id: pick("id", "held_id"),
     link: pick("link"),
     direction: pick("direction"),
-    method: pick("method") ?? "(response)",
+    method: pick("method") ?? "(answer)",
+    jsonrpcId: pick("jsonrpc_id", "message_id"),
     session: pick("session") ?? "",
     size: pick("size") ?? "",
     rule: pick("rule", "rules") ?? "",
-    since: pick("since", "held_at", "time"),
+    since: pick("held_since", "since", "time"),
     timeout: pick("timeout_ms", "timeout"),
     then: pick("then", "on_timeout") ?? "",
-    body: typeof body === "string" ? body : JSON.stringify(body, null, 2),
-    truncated: Boolean(raw.truncated || (body && body.truncated)),
+    body: body === undefined ? null : typeof body === "string" ? body : JSON.stringify(body, null, 2),
+    truncated: Boolean(raw.truncated || (body && body.truncated)), // body null: GET /api/held/{id}
   };
 }
 
@@ -411,7 +417,9 @@ async function pollHeld() {
   }
   const held = (Array.isArray(answer) ? answer : answer.held || []).map(heldView);
   $("held-note").textContent = held.length ? "" : "Nothing is held.";
-  $("held").replaceChildren(...held.map(heldCard));
+  // A card being edited stays as it is (its text is the user's) while its message is held.
+  const editing = new Map([...$("held").children].filter((card) => card.dataset.editing).map((card) => [card.dataset.id, card]));
+  $("held").replaceChildren(...held.map((view) => editing.get(String(view.id)) || heldCard(view)));
 }
 
 function heldCard(view) {
@@ -419,11 +427,11 @@ function heldCard(view) {
   card.dataset.id = view.id;
   const since = typeof view.since === "number" ? new Date(view.since * 1000).toLocaleTimeString() : view.since || "";
   card.append(
-    element("div", "held-head", `#${view.id} L${view.link} ${view.direction} ${view.method} ${view.session} ${view.size} B rule ${view.rule}`),
+    element("div", "held-head", `#${view.id} L${view.link} ${view.direction} ${view.method} ${view.jsonrpcId === undefined ? "" : JSON.stringify(view.jsonrpcId)} ${view.session} ${view.size} B rule ${view.rule}`),
     element("div", "note", `since ${since}; after ${view.timeout ?? "?"} ms: ${view.then}${view.truncated ? "; body truncated" : ""}`),
   );
   const body = element("textarea", "held-body");
-  body.value = view.body;
+  body.value = view.body ?? "(over 16 KiB: Edit loads it whole)";
   body.rows = 6;
   body.spellcheck = false;
   body.readOnly = true;
@@ -437,7 +445,16 @@ function heldCard(view) {
   };
   const release = button("Release", () => act(() => api("POST", `${path}/release`)));
   const drop = button("Drop", () => act(() => api("POST", `${path}/drop`)));
-  const edit = button("Edit", () => {
+  const edit = button("Edit", async () => {
+    if (view.body === null) {
+      try {
+        body.value = heldView(await api("GET", path)).body ?? "";
+      } catch (failure) {
+        error.textContent = failure.message;
+        return;
+      }
+    }
+    card.dataset.editing = "yes";
     body.readOnly = false;
     body.focus();
     edit.hidden = true;
