@@ -104,7 +104,7 @@ function shape(record) {
       return { from, to: "proxy", label: `${record.method || record.kind} ${idText(record)} ⏸ ${name} ${Math.round(record.delay_ms)} ms (${(record.rules || []).join(", ")})`, mark: "held" };
     }
     case "held_ended":
-      return { at: "proxy", label: `held #${record.held_id} ${record.method || record.kind || ""}: ${record.outcome}`, mark: "held" };
+      return { at: "proxy", label: `held #${record.held_id}: ${record.outcome}`, mark: "held" };
     case "fault":
       return { from, to: "proxy", label: `✕ ${record.rule}: ${record.action} ${record.method || record.kind || ""}`, mark: "fault" };
     case "connection":
@@ -417,9 +417,9 @@ async function pollHeld() {
   }
   const held = (Array.isArray(answer) ? answer : answer.held || []).map(heldView);
   $("held-note").textContent = held.length ? "" : "Nothing is held.";
-  // A card being edited stays as it is (its text is the user's) while its message is held.
-  const editing = new Map([...$("held").children].filter((card) => card.dataset.editing).map((card) => [card.dataset.id, card]));
-  $("held").replaceChildren(...held.map((view) => editing.get(String(view.id)) || heldCard(view)));
+  // A held message's card stays while it is held (a button under the pointer, an edit under way).
+  const cards = new Map([...$("held").children].map((card) => [card.dataset.id, card]));
+  $("held").replaceChildren(...held.map((view) => cards.get(String(view.id)) || heldCard(view)));
 }
 
 function heldCard(view) {
@@ -454,7 +454,6 @@ function heldCard(view) {
         return;
       }
     }
-    card.dataset.editing = "yes";
     body.readOnly = false;
     body.focus();
     edit.hidden = true;
