@@ -173,7 +173,7 @@ class Dashboard:
         CSRF token."""
         login = self.logins.find(request.cookies.get(_cookie_name(request)))
         if login is None:
-            return 401, "a bearer token or a dashboard login is required"
+            return 401, "a bearer token is required (or a login to the dashboard)"
         if request.method not in SAFE_METHODS:
             given = request.headers.get(CSRF_HEADER, "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, login.csrf.encode()):

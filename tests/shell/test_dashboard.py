@@ -151,7 +151,7 @@ async def test_a_login_sets_a_cookie_that_opens_the_api_and_logout_ends_it(
     assert_error(
         await off(as_browser, base, "GET", "/api/rules", cookie),
         401,
-        "a bearer token or a dashboard login is required",
+        "a bearer token is required (or a login to the dashboard)",
     )
     page = await off(as_browser, base, "GET", "/", cookie, origin=None)
     assert b"/dashboard/login.js" in page.body
