@@ -123,7 +123,7 @@ async def dashboard(
         proxy, control = await controlled(
             raw_agent(capture), "--admin-token", TOKEN, *options, token=TOKEN
         )
-        context = await chromium.new_context()
+        context = await chromium.new_context(locale="en-US")  # numbers read 3,008
         context.set_default_timeout(WAIT)
         page = await context.new_page()
         opened_one = Dashboard(proxy, control, page)

@@ -79,6 +79,7 @@ function matches(record) {
 const globs = new Map();
 function glob(pattern) {
   if (!globs.has(pattern)) {
+    if (globs.size > 100) globs.clear(); // one per pattern typed: kept few
     const escaped = pattern.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".");
     globs.set(pattern, new RegExp(`^${escaped}$`));
   }
