@@ -91,7 +91,7 @@ def take(out: Path, chromium: str) -> list[Path]:
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium)
-            page = browser.new_page(viewport=VIEWPORT)
+            page = browser.new_page(viewport=VIEWPORT, locale="en-US")
             page.set_default_timeout(WAIT_MS)
             page.goto(admin + "/")
             page.locator("main").screenshot(path=shots[0])
