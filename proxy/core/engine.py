@@ -9,8 +9,9 @@ matches, whether or not an earlier rule acted on it (so two rules ``nth: [1]`` a
 on the same messages act on the first and the second), and ``fired`` the times the rule acted.
 The random stream is one ``random.Random`` seeded from the fault file or ``--seed``; a
 ``probability`` is drawn only for a rule that could still act and whose schedule is otherwise
-due, so the same seed and the same traffic give the same faults. Carrying the actions out is the
-relay's job (:mod:`proxy.core.relay`).
+due, so the same seed and the same traffic give the same faults. A rule with ``enabled: false``
+matches nothing (its counters stay where they were) until it is enabled again. Carrying the
+actions out is the relay's job (:mod:`proxy.core.relay`).
 """
 
 from __future__ import annotations
@@ -198,6 +199,8 @@ def _shape_matches(compiled: _Compiled, subject: Subject) -> bool:
     """The part of ``when`` that depends only on the message's direction, kind, downstream
     transport and method (the same for every message of that shape)."""
     rule = compiled.rule
+    if not rule.enabled:
+        return False  # kept, but matching nothing until enabled again
     when: When = rule.when
     if when.direction not in ("any", subject.direction):
         return False

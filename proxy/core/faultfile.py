@@ -61,6 +61,7 @@ __all__ = [
     "fault_file_schema",
     "located_notes",
     "parse_fault_file",
+    "parse_rules_text",
     "rule_notes",
     "too_large",
     "validate_rules",
@@ -205,6 +206,11 @@ class Rule(_Model):
     """The action and its parameters: one of the registered actions' models."""
     continue_: bool = Field(
         False, alias="continue", description="let later rules act on the same message too"
+    )
+    enabled: bool = Field(
+        True,
+        description="false: the rule is kept (listed, its counters too) but matches nothing, "
+        "counts nothing and never fires, until it is enabled again (PATCH /api/rules/{name})",
     )
 
 
@@ -543,8 +549,56 @@ def parse_fault_file(text: str, name: str) -> FaultFile:
         raise too_large(name)
     if name.endswith(".json"):
         _check_json(text, name)
+    data = _load_yaml(text, name)
+    if not isinstance(data, dict):
+        message = "a fault file is a mapping with version and rules"
+        raise FaultFileError([Location(file=name, line=1, message=message)])
+    if isinstance(data.get("rules"), list) and len(data["rules"]) > MAX_RULES:
+        _too_many(data["rules"], name, _yaml_lines(text))
     try:
-        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
+        return FaultFile.model_validate(data)
+    except ValidationError as exc:
+        raise _located(exc, data, name, FaultFile, _yaml_lines(text)) from None
+
+
+def parse_rules_text(text: str, name: str = "rule") -> list[Rule]:
+    """Rules written as YAML (or JSON) text: one rule (a mapping), or a list of them, as the
+    ``rules`` of a fault file. Errors are located as :func:`parse_fault_file` locates them (the
+    line in ``text``, the rule, the field), in a file called ``name``."""
+    if len(text) > MAX_FILE_BYTES:
+        raise too_large(name)
+    data = _load_yaml(text, name)
+    tree = _yaml_lines(text)
+    if isinstance(data, dict):
+        data, tree = [data], _sequence_of(tree)
+    if not isinstance(data, list):
+        message = "a rule is a mapping with name, when, schedule and do (or a list of them)"
+        raise FaultFileError([Location(file=name, line=1, message=message)])
+    rules_tree = None if tree is None else _mapping_of("rules", tree)
+    _too_many(data, name, rules_tree)
+    try:
+        return _RuleList.model_validate({"rules": data}).rules
+    except ValidationError as exc:
+        raise _located(exc, {"rules": data}, name, _RuleList, rules_tree) from None
+
+
+def _sequence_of(node: yaml.Node | None) -> yaml.Node | None:
+    """A YAML sequence holding ``node`` alone (one rule read as a list of rules, its lines kept)."""
+    if node is None:
+        return None
+    return yaml.SequenceNode("tag:yaml.org,2002:seq", [node], node.start_mark, node.end_mark)
+
+
+def _mapping_of(key: str, node: yaml.Node) -> yaml.Node:
+    """A YAML mapping ``{key: node}`` (rules read as a fault file's ``rules``, their lines kept)."""
+    name = yaml.ScalarNode("tag:yaml.org,2002:str", key, node.start_mark, node.start_mark)
+    return yaml.MappingNode("tag:yaml.org,2002:map", [(name, node)], node.start_mark, node.end_mark)
+
+
+def _load_yaml(text: str, name: str) -> Any:
+    """The plain data of YAML ``text``; its failures located in file ``name``."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
     except _Refused as exc:
         mark = exc.problem_mark
         line = None if mark is None else mark.line + 1
@@ -560,15 +614,6 @@ def parse_fault_file(text: str, name: str) -> FaultFile:
         raise FaultFileError([Location(file=name, message="not YAML: nested too deeply")]) from None
     except ValueError as exc:  # a value YAML reads but Python cannot (4301 digits, month 13)
         raise FaultFileError([Location(file=name, message=f"invalid value: {exc}")]) from None
-    if not isinstance(data, dict):
-        message = "a fault file is a mapping with version and rules"
-        raise FaultFileError([Location(file=name, line=1, message=message)])
-    if isinstance(data.get("rules"), list) and len(data["rules"]) > MAX_RULES:
-        _too_many(data["rules"], name, _yaml_lines(text))
-    try:
-        return FaultFile.model_validate(data)
-    except ValidationError as exc:
-        raise _located(exc, data, name, FaultFile, _yaml_lines(text)) from None
 
 
 def _check_json(text: str, name: str) -> None:

@@ -5,12 +5,16 @@ Routes: ``GET /healthz``, ``GET /metrics``, ``GET|PUT|POST /api/rules``,
 ``POST /api/actions/{sever|kill_agent|restart_proxy|release}``, ``GET /api/links``,
 ``GET /api/held``, ``GET /api/held/{id}``, ``POST /api/held/{id}/{release|drop|edit}`` (the
 messages ``hold`` rules hold: :mod:`proxy.core.held`), ``GET /api/ledger``,
-``GET /api/findings`` and ``GET /api/events`` (SSE of trace records). Rules are validated exactly
-as in a fault file. Every error is JSON ``{"error": ..., "status": ...}`` (validation errors add
-``errors``, each located). The API can kill agents and drop traffic: it binds to loopback unless
-told otherwise, and with a token set every route but ``/healthz`` needs
-``Authorization: Bearer TOKEN``. A web page cannot drive it: every request passes the ``Host`` and
-``Origin`` checks of :mod:`proxy.shell.origin_policy`, and a request with a body (or a
+``GET /api/findings`` and ``GET /api/events`` (SSE of trace records; ``?bodies=1``: with the
+messages' bodies), ``PATCH /api/rules/{name}`` (``{"enabled": bool}``) and ``POST /api/rules/text``
+(rules as YAML text, located as ``validate`` locates them); the dashboard at ``/`` and its login
+(:mod:`proxy.shell.dashboard`). Rules are validated exactly as in a fault file. Every error is
+JSON ``{"error": ..., "status": ...}`` (validation errors add ``errors``, each located). The API
+can kill agents and drop traffic: it binds to loopback unless told otherwise, and with a token set
+every route but ``/healthz`` and the dashboard's page and login needs
+``Authorization: Bearer TOKEN`` or the dashboard's login cookie (with its CSRF header on a request
+that changes something). Another site's page cannot drive it: every request passes the ``Host``
+and ``Origin`` checks of :mod:`proxy.shell.origin_policy`, and a request with a body (or a
 ``Content-Type``) must say ``application/json`` (415), which no form or ``text/plain`` POST can.
 Request bodies are bounded and parsed strictly (no NaN, no deep nesting); the rules routes and the
 actions need one (``{}`` for an action's defaults), an edit of a held message too
@@ -49,11 +53,13 @@ from proxy.core.faultfile import (
     FaultFileError,
     Rule,
     dump_rules,
+    parse_rules_text,
     validate_rules,
     validated,
 )
 from proxy.core.held import EditRefused, HeldMessage
 from proxy.core.sse import KEEPALIVE
+from proxy.shell.dashboard import Dashboard
 from proxy.shell.defaults import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DROP_GRACE,
@@ -216,6 +222,18 @@ class RestartProxyBody(_Body):
     downtime_ms: Downtime = 0.0
 
 
+class RuleChange(_Body):
+    """``PATCH /api/rules/{name}``."""
+
+    enabled: bool
+
+
+class RulesText(_Body):
+    """``POST /api/rules/text``: one rule, or a list of them, as YAML (or JSON) text."""
+
+    text: str
+
+
 class ReleaseBody(_OnLinks):
     """``POST /api/actions/release``: end the ``stall`` faults of the links now."""
 
@@ -258,6 +276,7 @@ class AdminServer:
         self._feed = feed
         self._initial_rules = list(initial_rules)
         self._token = token
+        self._dashboard = Dashboard(token)
         self._ledger = ledger
         self._findings = findings
         self._degraded = degraded
@@ -300,6 +319,9 @@ class AdminServer:
         routes.add_get("/api/ledger", self._get_ledger)
         routes.add_get("/api/findings", self._get_findings)
         routes.add_get("/api/events", self._events)
+        routes.add_patch("/api/rules/{name}", self._change_rule)
+        routes.add_post("/api/rules/text", self._post_rules_text)
+        self._dashboard.add_routes(app)
         return app
 
     async def start(self, host: str, port: int, *, serve: bool = True) -> None:
@@ -361,8 +383,10 @@ class AdminServer:
             # another wrong token.
             given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             expected = f"Bearer {self._token}".encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, expected):
-                raise ApiError(401, "a bearer token is required")
+            if not hmac.compare_digest(given, expected) and not self._dashboard.public(request):
+                refused = self._dashboard.refusal(request)  # or the dashboard's login
+                if refused is not None:
+                    raise ApiError(*refused)
         return await handler(request)
 
     @web.middleware
@@ -414,13 +438,41 @@ class AdminServer:
 
     async def _post_rule(self, request: web.Request) -> web.Response:
         body = await _body(request)
-        [rule] = _rules([body])
-        if any(existing.name == rule.name for existing in self._engine.rules):
-            raise ApiError(409, f"a rule named {rule.name!r} already exists")
-        if len(self._engine.rules) >= MAX_RULES:
+        return self._add(_rules([body]))
+
+    async def _post_rules_text(self, request: web.Request) -> web.Response:
+        """Rules written as YAML, errors located in the text as ``acp-proxy validate`` does."""
+        text = _action_body(RulesText, await _body(request)).text
+        try:
+            rules = parse_rules_text(text)
+        except FaultFileError as exc:
+            raise ApiError(400, "invalid rules", [str(error) for error in exc.errors]) from None
+        return self._add(rules)
+
+    def _add(self, rules: list[Rule]) -> web.Response:
+        """Add ``rules`` at the end (201), or refuse them all (409)."""
+        names = {existing.name for existing in self._engine.rules}
+        for rule in rules:
+            if rule.name in names:
+                raise ApiError(409, f"a rule named {rule.name!r} already exists")
+        if len(self._engine.rules) + len(rules) > MAX_RULES:
             raise ApiError(409, f"there are {MAX_RULES:,} rules already: the most a run holds")
-        self._engine.replace([*self._engine.rules, rule])
+        self._engine.replace([*self._engine.rules, *rules])
         return web.json_response(self._rules_body(), status=201)
+
+    async def _change_rule(self, request: web.Request) -> web.Response:
+        """Enable or disable one rule (its counters stay)."""
+        change = _action_body(RuleChange, await _body(request))
+        name = request.match_info["name"]
+        rules = self._engine.rules
+        if not any(rule.name == name for rule in rules):
+            raise ApiError(404, f"no rule named {name!r}")
+        self._engine.replace(
+            rule.model_copy(update={"enabled": change.enabled}) if rule.name == name else rule
+            for rule in rules
+        )
+        log.info("rule changed over the control API", rule=name, enabled=change.enabled)
+        return web.json_response(self._rules_body())
 
     async def _delete_rule(self, request: web.Request) -> web.Response:
         await _no_body(request)
@@ -543,7 +595,9 @@ class AdminServer:
         """The live trace records; a subscriber too many gets 503, one that does not read is
         dropped (:class:`~proxy.shell.trace.EventFeed`) and its stream ends with a comment saying
         so."""
-        subscription = self._feed.subscribe()  # before the headers: one that has them is fed
+        bodies = request.query.get("bodies") == "1"
+        # Subscribed before the headers: one that has them is fed.
+        subscription = self._feed.subscribe(bodies=bodies)
         if subscription is None:
             return self._too_many_subscribers()
         response = web.StreamResponse(

@@ -15,6 +15,8 @@ __all__ = [
     "AGENT_EXIT_WAIT",
     "AGENT_GRACE",
     "CONNECT_TIMEOUT",
+    "DASHBOARD_LOGINS",
+    "DASHBOARD_LOGIN_SECONDS",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DROP_GRACE",
     "HANDLERS_GRACE",
@@ -35,6 +37,17 @@ __all__ = [
     "WORKER_MESSAGE_VALUES",
     "WRITE_SLICE",
 ]
+
+# -- the dashboard ------------------------------------------------------------------------------
+
+DASHBOARD_LOGINS = 16
+"""Dashboard logins (browser sessions) a proxy keeps at once; a new one past them ends the
+oldest. A person has a browser or two on it: sixteen never shut anyone out, and a script that
+logs in in a loop holds sixteen random values, not more."""
+
+DASHBOARD_LOGIN_SECONDS = 12 * 3600.0
+"""How long a dashboard login lasts (its cookie's ``Max-Age`` too): a working day, after which
+the page asks for the token again."""
 
 # -- options (each an option's default) ----------------------------------------------------------
 

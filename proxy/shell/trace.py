@@ -12,6 +12,12 @@ The file is opened without following a symbolic link in its place and without bl
 planted there is refused, never waited on); it must be a regular file (``-`` is stdout instead).
 A write that fails during the run (a full disk, a size limit) stops the trace, never the relay:
 it is logged once, and ``on_failure`` hears it (a metric, ``/healthz``).
+
+The trace never holds what the peers said, only its shape. A live subscriber may ask for more
+(``/api/events?bodies=1``, what the dashboard shows on a click): each ``message`` and ``held``
+record it gets then carries ``body``, the message's JSON text as it arrived, cut at
+:data:`SHOWN_BODY` bytes (``truncated: true`` then). Bodies go to such subscribers only, never
+to the file.
 """
 
 from __future__ import annotations
@@ -25,20 +31,25 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
+
 from proxy.core.errors import StartupError, os_cause
-from proxy.core.observations import Observation
+from proxy.core.jsonrpc import Message
+from proxy.core.observations import Held, Observation, Relayed, RelayedRun
 from proxy.core.records import TRACE_VERSION, TraceHeader, encode, records_of
 from proxy.core.sse import encode_event
 from proxy.shell.limits import DEFAULT_MAX_EVENT_SUBSCRIBERS, EVENT_BACKLOG, LimitReached
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 
-__all__ = ["STDOUT", "EventFeed", "Subscription", "TraceWriter", "open_trace"]
+__all__ = ["SHOWN_BODY", "STDOUT", "EventFeed", "Subscription", "TraceWriter", "open_trace"]
 
 log = get_logger("proxy.trace")
 
 STDOUT = "-"
 """The ``--trace`` value that means the proxy's stdout."""
+SHOWN_BODY = 16 * 1024
+"""The bytes of a message's body a live subscriber that asks for bodies gets (the rest is cut)."""
 
 
 def open_trace(path: str | Path) -> int:
@@ -128,8 +139,10 @@ class TraceWriter:
 class Subscription:
     """One ``/api/events`` subscriber: the SSE events waiting to be written to it."""
 
-    def __init__(self, backlog: int) -> None:
+    def __init__(self, backlog: int, *, bodies: bool = False) -> None:
         self.events: asyncio.Queue[bytes] = asyncio.Queue(backlog)
+        self.bodies = bodies
+        """Whether its ``message`` and ``held`` records carry the message's body."""
         self.dropped = asyncio.Event()
         """Set when it was dropped for falling behind; its stream ends."""
 
@@ -159,12 +172,12 @@ class EventFeed:
         self.backlog = backlog
         self._observer = observer
 
-    def subscribe(self) -> Subscription | None:
-        """A new subscription (pass it to :meth:`unsubscribe` when done); None when there are
-        ``max_subscribers`` already."""
+    def subscribe(self, *, bodies: bool = False) -> Subscription | None:
+        """A new subscription (pass it to :meth:`unsubscribe` when done), with the messages'
+        bodies if asked; None when there are ``max_subscribers`` already."""
         if len(self._subscribers) >= self.max_subscribers:
             return None
-        subscription = Subscription(self.backlog)
+        subscription = Subscription(self.backlog, bodies=bodies)
         self._subscribers.add(subscription)
         return subscription
 
@@ -177,15 +190,21 @@ class EventFeed:
         if not self._subscribers:
             return
         behind = []
-        for record in records_of(observation, link, self._clock()):
-            event = encode_event(encode(record))
-            for subscription in self._subscribers:
-                if subscription in behind:
-                    continue
+        records = records_of(observation, link, self._clock())
+        lines = [encode(record) for record in records]
+        plain = [encode_event(line) for line in lines]
+        shown = plain
+        if any(subscription.bodies for subscription in self._subscribers):
+            messages = _messages(observation)
+            if messages is not None and len(messages) == len(lines):
+                shown = [_with_body(line, m) for line, m in zip(lines, messages, strict=True)]
+        for subscription in self._subscribers:
+            for event in shown if subscription.bodies else plain:
                 try:
                     subscription.events.put_nowait(event)
                 except asyncio.QueueFull:
                     behind.append(subscription)
+                    break
         for subscription in behind:
             self._drop(subscription)
 
@@ -198,3 +217,27 @@ class EventFeed:
         if self._observer is not None:
             self._observer.observe(LimitReached("event_backlog", "admin"))
         log.warning("event subscriber dropped: it did not read its backlog", backlog=self.backlog)
+
+
+def _messages(observation: Observation) -> list[Message | None] | None:
+    """The messages whose records :func:`~proxy.core.records.records_of` gives for
+    ``observation``, in order; None for an observation of no message."""
+    match observation:
+        case Relayed():
+            return [observation.message]
+        case Held():
+            return [observation.relayed.message]
+        case RelayedRun():
+            return [relayed.message for relayed in observation.each()]
+    return None
+
+
+def _with_body(line: bytes, message: Message | None) -> bytes:
+    """The SSE event of a record's ``line`` with ``body`` (and ``truncated``) added."""
+    if message is None:
+        return encode_event(line)
+    raw = message.raw or orjson.dumps(message.body)  # a worker's compacted message has no raw
+    cut = len(raw) > SHOWN_BODY
+    text = raw[:SHOWN_BODY].decode("utf-8", "replace")
+    extra = b',"body":' + orjson.dumps(text) + (b',"truncated":true' if cut else b"")
+    return encode_event(line[:-1] + extra + b"}")

@@ -510,3 +510,25 @@ def test_a_session_glob_needs_its_literal_runs(
     assert engine.unmatched_in(*BURST_SHAPE, raw) is False
     if lacking is not None:
         assert engine.unmatched_in(*BURST_SHAPE, _update_bytes(lacking)) is True
+
+
+def test_a_disabled_rule_matches_nothing_and_keeps_its_counters() -> None:
+    """``enabled: false`` keeps a rule (listed, its counters where they were) but it neither
+    counts nor fires, and a later rule acts in its place; enabled again, it goes on counting."""
+    engine = FaultEngine([rule("first"), rule("second")])
+    assert fires(engine, PROMPT) == ["first"]
+    engine.replace([rule("first", enabled=False), rule("second")])
+    assert fires(engine, PROMPT) == ["second"]
+    assert engine.states["first"].matched == 1
+    assert (
+        engine.unmatched(Direction.TO_AGENT, Kind.REQUEST, "stdio", "session/prompt", {}) is False
+    )
+    engine.replace([rule("first", enabled=False)])
+    assert fires(engine, PROMPT) == []
+    assert engine.unmatched(Direction.TO_AGENT, Kind.REQUEST, "stdio", "session/prompt", {}) is True
+    engine.replace([rule("first")])
+    assert fires(engine, PROMPT) == ["first"]
+    assert (engine.states["first"].matched, engine.states["first"].fired) == (2, 2)
+    assert dump_rules([rule("first", enabled=False)]) == [
+        {"name": "first", "do": {"action": "drop"}, "enabled": False}
+    ]

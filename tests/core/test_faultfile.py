@@ -26,6 +26,7 @@ from proxy.core.faultfile import (
     dump_rules,
     fault_file_schema,
     parse_fault_file,
+    parse_rules_text,
     rule_notes,
     validate_rules,
 )
@@ -244,6 +245,39 @@ def test_an_unknown_field_is_located_at_its_key_with_the_field_it_resembles() ->
     assert errors_of(text) == ["f.yaml:2: rule: unknown field (did you mean 'rules'?)"]
     text = "version: 1\nrules:\n  - name: a\n    do: {action: drop}\n    zebra: 1\n"
     assert errors_of(text) == ["f.yaml:5: rule 'a': zebra: unknown field"]
+
+
+def rules_text_errors(text: str) -> list[str]:
+    with pytest.raises(FaultFileError) as caught:
+        parse_rules_text(text)
+    return [str(error) for error in caught.value.errors]
+
+
+def test_rules_written_as_text_are_located_as_in_a_file() -> None:
+    """One rule (a mapping) or a list of them, in YAML or JSON: each error on its line of the
+    text, with its rule and field, as ``validate`` gives a fault file's."""
+    one = "name: slow\nwhen:\n  method: session/prompt\ndo:\n  action: delya\n  ms: 10\n"
+    [error] = rules_text_errors(one)
+    assert error.startswith(
+        "rule:4: rule 'slow': do: unknown action 'delya' (did you mean 'delay'?)"
+    )
+    [rule] = parse_rules_text(one.replace("delya", "delay"))
+    assert rule.name == "slow"
+    assert rule.do.action == "delay"
+    listed = "- name: a\n  do: {action: drop}\n- name: b\n  do: {action: drop}\n  whne: {}\n"
+    assert rules_text_errors(listed) == [
+        "rule:5: rule 'b': whne: unknown field (did you mean 'when'?)"
+    ]
+    assert rules_text_errors("name: [a\n") == [
+        "rule:2: not YAML: expected ',' or ']', but got '<stream end>'"
+    ]
+    assert rules_text_errors(
+        "- {name: a, do: {action: drop}}\n- {name: a, do: {action: drop}}\n"
+    ) == ["rule:2: rule 'a': name: rule name 'a' is used twice"]
+    assert rules_text_errors("just text") == [
+        "rule:1: a rule is a mapping with name, when, schedule and do (or a list of them)"
+    ]
+    assert [r.name for r in parse_rules_text('[{"name": "j", "do": {"action": "drop"}}]')] == ["j"]
 
 
 def test_a_json_file_must_be_json() -> None:

@@ -50,6 +50,8 @@ NOT_RUN = {
     "tests/tools/check_agent/test_check_agent_traces.py runs the same",
     "repo": "it rewrites the repository's own files; test_the_generated_parts_are_current "
     "checks the same",
+    "browser": "it needs Chromium and rewrites the docs' pictures; "
+    "test_the_screenshots_script_runs runs it into a scratch folder",
 }
 """Why a block marked ``no-run=REASON`` is not run."""
 
@@ -386,3 +388,28 @@ async def test_the_shell_blocks_run(page: Path, tmp_path: Path) -> None:
             await run_admin_block(block, cwd)
         else:
             output = await run_block(block, cwd)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(
+    shutil.which("chromium") is None,
+    reason="no Chromium on the PATH (apt-get install chromium): the docs' pictures need one",
+)
+async def test_the_screenshots_script_runs(tmp_path: Path) -> None:
+    """``docs/screenshots.py`` takes the dashboard's pictures from a real run (here into a
+    scratch folder): a proxy, the reference Client and Agent, Chromium."""
+    script = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(DOCS / "screenshots.py"),
+        "--out",
+        str(tmp_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(script.communicate(), TIMEOUT * 4)
+    assert script.returncode == 0, err.decode()
+    names = ["dashboard-login.png", "dashboard.png", "dashboard-rules.png"]
+    assert out.decode().splitlines() == [f"wrote {tmp_path / name}" for name in names]
+    for name in names:
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG\r\n"), name
+        assert (DOCS / name).is_file(), f"docs/dashboard.md shows {name}"

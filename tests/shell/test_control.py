@@ -1068,3 +1068,63 @@ async def test_events_stream_trace_records_live_to_every_subscriber(
         assert event.startswith(b"data: {"), event
         assert event.endswith(b"}\n\n"), event
         assert event.count(b"\n") == 2  # one line of compact JSON per event
+
+
+async def test_rules_are_disabled_enabled_and_added_as_yaml_text(
+    controlled: Controlled, capture: Path
+) -> None:
+    """PATCH /api/rules/{name} turns a rule off and on (its counters kept); POST /api/rules/text
+    takes YAML, its errors located on their lines as ``validate`` locates a file's."""
+    proxy, control = await controlled(raw_agent(capture))
+    text = "name: lose-a\nwhen:\n  method: _x/a\ndo:\n  action: dorp\n"
+    typo = await off(call, control.base_url, "POST", "/api/rules/text", encode({"text": text}))
+    body = assert_error(typo, 400, "invalid rules")
+    assert body["errors"][0].startswith(
+        "rule:4: rule 'lose-a': do: unknown action 'dorp' (did you mean 'drop'?)"
+    )
+    text = text.replace("dorp", "drop")
+    added = await off(call, control.base_url, "POST", "/api/rules/text", encode({"text": text}))
+    assert added.status == 201
+    assert added.json()["rules"] == [drop("lose-a", "_x/a") | {"when": {"method": "_x/a"}}]
+    again = await off(call, control.base_url, "POST", "/api/rules/text", encode({"text": text}))
+    assert_error(again, 409, "a rule named 'lose-a' already exists")
+    await proxy.send(say(A, B))
+    assert await barrier(proxy, "1") == [B]
+
+    off_ = await off(call, control.base_url, "PATCH", "/api/rules/lose-a", b'{"enabled": false}')
+    assert off_.json()["rules"][0]["enabled"] is False
+    await proxy.send(say(A, B))
+    assert await barrier(proxy, "2") == [A, B]
+    assert await off(control.counters) == {"lose-a": RuleCounters(1, 1)}
+    await off(call, control.base_url, "PATCH", "/api/rules/lose-a", b'{"enabled": true}')
+    await proxy.send(say(A, B))
+    assert await barrier(proxy, "3") == [B]
+    assert await off(control.counters) == {"lose-a": RuleCounters(2, 2)}
+    missing = await off(call, control.base_url, "PATCH", "/api/rules/nope", b'{"enabled": true}')
+    assert_error(missing, 404, "no rule named 'nope'")
+    bad = await off(call, control.base_url, "PATCH", "/api/rules/lose-a", b'{"enabled": "no"}')
+    assert bad.status == 400
+    assert "enabled" in bad.json()["errors"][0]
+
+
+async def test_events_carry_the_messages_bodies_only_when_asked(
+    controlled: Controlled, capture: Path
+) -> None:
+    """/api/events?bodies=1: each ``message`` record carries its message's JSON as it arrived (a
+    long one cut, ``truncated``); a plain subscriber gets the records without them."""
+    proxy, control = await controlled(raw_agent(capture))
+    plain = await off(OPENER.open, control.base_url + "/api/events", timeout=TIMEOUT)
+    bodies = await off(OPENER.open, control.base_url + "/api/events?bodies=1", timeout=TIMEOUT)
+    with plain, bodies:
+        await proxy.send(request(7, "_x/ping", {"text": "x" * 20_000}))
+        assert (await proxy.recv_json())["id"] == 7
+        [without] = [json.loads(e.removeprefix(b"data: ")) for e in await off(raw_events, plain, 1)]
+        [asked, answer] = [
+            json.loads(e.removeprefix(b"data: ")) for e in await off(raw_events, bodies, 2)
+        ]
+    assert "body" not in without
+    assert asked == {**without, "body": asked["body"], "truncated": True}
+    assert asked["body"].startswith('{"jsonrpc":"2.0","id":7,"method":"_x/ping"')
+    assert len(asked["body"]) == 16 * 1024
+    assert json.loads(answer["body"])["result"]["method"] == "_x/ping"  # as the Agent sent it
+    assert "truncated" not in answer

@@ -23,7 +23,9 @@ SDK_AGENT = [sys.executable, str(PEERS / "sdk_agent.py")]
 """The official Python SDK's example Agent (``peers/sdk_agent.py``), as a command line."""
 RAW_AGENT = PEERS / "raw_agent.py"
 
-TIMEOUT = 30.0 * float(os.environ.get("ACP_PROXY_TEST_TIMEOUT_FACTOR", "1"))
+FACTOR = float(os.environ.get("ACP_PROXY_TEST_TIMEOUT_FACTOR", "1"))
+"""How much slower than a usual machine this one is taken to be (``ACP_PROXY_TEST_TIMEOUT_FACTOR``)."""
+TIMEOUT = 30.0 * FACTOR
 """Seconds any single wait in a test may take; scale it on a slow machine."""
 
 PROXY_RUN = [sys.executable, "-m", "proxy", "run"]

@@ -1,0 +1,270 @@
+"""The dashboard in a real browser: Playwright drives the system's Chromium against a real proxy.
+
+Each test runs a proxy process (``controlled``: the test is its stdio Client, the scripted raw
+Agent behind it) with a token, opens its dashboard in a fresh browser context, logs in as a user
+would, and waits on what the page shows (Playwright's waits on a locator; nothing sleeps). Every
+request the page makes is routed through the test: one to any origin but the proxy's fails the
+test (the page must need nothing from elsewhere). The tests are marked ``browser`` and skipped,
+saying why, where no Chromium is installed (``.ci/run`` installs Debian's).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from control_calls import off
+from harness import FACTOR, TIMEOUT, Controlled, ProxyProcess, notification, raw_agent, request, say
+from playwright.async_api import Browser, Page, Route, async_playwright, expect
+from stdio_scenario import barrier
+
+from proxy.control import ControlClient
+
+CHROMIUM = next(
+    (found for name in ("chromium", "chromium-browser") if (found := shutil.which(name))), None
+)
+"""The system's Chromium (Playwright's own download cannot work offline)."""
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no Chromium on the PATH (apt-get install chromium): the browser tests need one",
+    ),
+]
+TOKEN = "browser-test-token"
+WAIT = TIMEOUT * 1000
+"""Playwright's waits, in milliseconds."""
+EVIL_PAGE = """<!doctype html><title>evil</title><script>
+fetch("{target}/api/rules", {method: "POST", mode: "no-cors", credentials: "include",
+  headers: {"Content-Type": "text/plain"},
+  body: JSON.stringify({name: "evil", do: {action: "drop"}})})
+  .finally(() => { document.title = "sent"; });
+</script>"""
+
+
+@dataclass
+class Dashboard:
+    """A proxy, its control client, and a browser page on its dashboard."""
+
+    proxy: ProxyProcess
+    control: ControlClient
+    page: Page
+    strays: list[str] = field(default_factory=list)
+    """Requests the page made to another origin (each fails the test)."""
+    hostile: list[str] = field(default_factory=list)
+    """Origins of the test's own hostile pages (served on loopback by the test) it may visit."""
+
+    @property
+    def url(self) -> str:
+        return self.control.base_url
+
+    async def login(self, token: str = TOKEN) -> None:
+        """Log in on the login page as a user does (type the token, press the button)."""
+        await self.page.fill("#token", token)
+        await self.page.click("#login button")
+
+
+Open = Callable[..., Awaitable[Dashboard]]
+
+
+@pytest.fixture
+async def chromium() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+@pytest.fixture
+async def hostile_site() -> AsyncIterator[Callable[[str], Awaitable[str]]]:
+    """Serve, on another port of loopback, a page that POSTs a rule to the control API at the
+    URL given (a page on a public site is stopped by Chromium's Local Network Access before it
+    reaches the proxy; one on loopback is not: only the proxy's own checks stand in its way, and
+    being the same site, it has the login cookie sent with its request, SameSite or not)."""
+    runners: list[web.AppRunner] = []
+
+    async def _serve(target: str) -> str:
+        app = web.Application()
+        page = EVIL_PAGE.replace("{target}", target)
+
+        async def evil(request: web.Request) -> web.Response:
+            return web.Response(text=page, content_type="text/html")
+
+        app.router.add_get("/", evil)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    yield _serve
+    for runner in runners:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def dashboard(
+    chromium: Browser, controlled: Controlled, capture: Path
+) -> AsyncIterator[Open]:
+    """Open a proxy's dashboard page (not logged in yet). Every request the browser makes goes
+    through the test: to the proxy (or a hostile page the test serves) it goes on; to anywhere
+    else it is aborted, and the test fails."""
+    opened: list[Dashboard] = []
+
+    async def _open(*options: str) -> Dashboard:
+        proxy, control = await controlled(
+            raw_agent(capture), "--admin-token", TOKEN, *options, token=TOKEN
+        )
+        context = await chromium.new_context(locale="en-US")  # numbers read 3,008
+        context.set_default_timeout(WAIT)
+        page = await context.new_page()
+        opened_one = Dashboard(proxy, control, page)
+        own = control.base_url
+
+        async def route(route: Route) -> None:
+            url = route.request.url
+            if any(url == o or url.startswith(o + "/") for o in [own, *opened_one.hostile]):
+                await route.continue_()
+            else:
+                opened_one.strays.append(url)
+                await route.abort()
+
+        await context.route("**/*", route)
+        await page.goto(own + "/")
+        opened.append(opened_one)
+        return opened_one
+
+    yield _open
+    for one in opened:
+        await one.page.context.close()
+        assert one.strays == [], f"the page asked for something outside the proxy: {one.strays}"
+
+
+async def test_a_message_appears_live_and_shows_its_body_on_click(dashboard: Open) -> None:
+    """A request and its answer appear as they are relayed, on the Client -> Agent lanes; a click
+    shows the message whole, its body as it arrived."""
+    board = await dashboard()
+    await board.login()
+    page = board.page
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    await board.proxy.send(request(41, "_x/ping", {"sessionId": "s-1", "say": "hello"}))
+    assert json.loads(await board.proxy.recv())["id"] == 41
+    sent = page.locator(".row.request", has_text="_x/ping #41")
+    await expect(sent).to_be_visible(timeout=WAIT)
+    await expect(sent.locator(".arrow.from-client.to-agent")).to_have_count(1)
+    answer = page.locator(".row.response", has_text="_x/ping #41")
+    await expect(answer.locator(".arrow.from-agent.to-client")).to_have_count(1)
+    await sent.click()
+    await expect(page.locator("#detail")).to_contain_text('"say": "hello"', timeout=WAIT)
+    await expect(page.locator("#detail")).to_contain_text('"session": "s-1"')
+    await page.fill("#f-session", "no-such-session")
+    await expect(page.locator(".row")).to_have_count(0, timeout=WAIT)
+    await page.fill("#f-session", "s-1")
+    await expect(page.locator(".row.request")).to_have_count(1, timeout=WAIT)
+
+
+async def test_a_rule_with_a_typo_shows_its_located_error_then_its_counter_moves(
+    dashboard: Open,
+) -> None:
+    """A rule typed with a misspelt action shows the error located as ``validate`` locates it;
+    fixed, it is added, its counter moves as it drops what it names, and it can be disabled."""
+    board = await dashboard()
+    await board.login()
+    page = board.page
+    typo = "name: lose-a\nwhen:\n  method: _x/a\ndo:\n  action: dorp\n"
+    await page.fill("#rule-text", typo)
+    await page.click("#add-rule button")
+    await expect(page.locator("#rule-errors")).to_contain_text(
+        "rule:4: rule 'lose-a': do: unknown action 'dorp' (did you mean 'drop'?)", timeout=WAIT
+    )
+    assert await off(board.control.rules) == []
+    await page.fill("#rule-text", typo.replace("dorp", "drop"))
+    await page.click("#add-rule button")
+    await expect(page.locator("#rule-errors")).to_have_text("added", timeout=WAIT)
+    row = page.locator('#rules tr[data-rule="lose-a"]')
+    await expect(row.locator("td.fired")).to_have_text("0", timeout=WAIT)
+    a, b = notification("_x/a"), notification("_x/b")
+    await board.proxy.send(say(a, b, a))
+    assert await barrier(board.proxy, "1") == [b]
+    await expect(row.locator("td.fired")).to_have_text("2", timeout=WAIT)
+    await expect(page.locator(".row.fault", has_text="lose-a")).to_have_count(4, timeout=WAIT)
+    await row.locator("button.toggle").click()
+    await expect(row).to_have_class("disabled", timeout=WAIT)
+    await board.proxy.send(say(a))
+    assert await barrier(board.proxy, "2") == [a]
+    await expect(row.locator("td.matched")).to_have_text("2")
+    await expect(page.locator("#faults")).to_have_text("2")
+
+
+async def test_the_login_and_a_refused_cross_site_post(
+    dashboard: Open, hostile_site: Callable[[str], Awaitable[str]]
+) -> None:
+    """Without a login ``/`` is the login page; a wrong token is refused there; the right one
+    opens the dashboard, and logout closes it. A page of another origin (another port of the same
+    host: the same site) that POSTs to the API from the user's browser, the login cookie
+    attached, is refused for its origin and changes nothing."""
+    board = await dashboard()
+    page = board.page
+    await expect(page.locator("#token")).to_be_visible()
+    await board.login("not-the-token")
+    await expect(page.locator("#login-error")).to_have_text("wrong token", timeout=WAIT)
+    await board.login()
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    cookies = await page.context.cookies()
+    assert [(c["httpOnly"], c["sameSite"]) for c in cookies] == [(True, "Strict")]
+    assert TOKEN not in cookies[0]["value"]
+    assert TOKEN not in page.url
+
+    evil_site = await hostile_site(board.url)
+    board.hostile.append(evil_site)
+    evil = await page.context.new_page()
+    async with evil.expect_response(board.url + "/api/rules") as refused:
+        await evil.goto(evil_site + "/")
+    response = await refused.value
+    assert response.status == 403
+    assert f"acp_proxy_login_{board.url.rsplit(':', 1)[1]}=" in (
+        await response.request.header_value("cookie") or ""
+    )
+    await expect(evil).to_have_title("sent", timeout=WAIT)
+    await board.proxy.logged("request refused")
+    assert await off(board.control.rules) == []
+
+    await page.click("#logout")
+    await expect(page.locator("#token")).to_be_visible(timeout=WAIT)
+    assert await page.context.cookies() == []
+
+
+async def test_a_flood_keeps_the_page_bounded_and_responsive(dashboard: Open) -> None:
+    """Thousands of messages, in batches of 200 each sent once the page has drawn the one
+    before: the page keeps up with every record at more than 1,000 messages a second (divided by
+    ``ACP_PROXY_TEST_TIMEOUT_FACTOR`` on a slow machine), keeps a bounded window of rows, says how
+    many it left out, and still answers a click."""
+    board = await dashboard()
+    await board.login()
+    page = board.page
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    flood = [notification("_x/flood", {"n": n}) for n in range(4000)]
+    batches = range(0, len(flood), 200)
+    began = time.monotonic()
+    for start in batches:
+        await board.proxy.send(say(*flood[start : start + 200]))
+        assert len(await barrier(board.proxy, f"b{start}")) == 200
+        drawn = page.locator(".row.response", has_text=f'_test/barrier #"b{start}"')
+        await expect(drawn).to_have_count(1, timeout=WAIT)
+    rate = len(flood) / (time.monotonic() - began)
+    assert rate >= 1000 / FACTOR, f"the page drew {rate:.0f} messages a second"
+    # Every record arrived: each batch's say, its notifications, its barrier and the answer.
+    await expect(page.locator("#messages")).to_have_text(f"{len(flood) + 3 * len(batches):,}")
+    await expect(page.locator("#left-out")).to_contain_text("left out", timeout=WAIT)
+    assert await page.locator(".row").count() <= 400
+    await page.locator(".row.notification", has_text="_x/flood").last.click()
+    await expect(page.locator("#detail")).to_contain_text('"n": 3999', timeout=WAIT)
+    await expect(page.locator("#gaps")).to_be_hidden()
