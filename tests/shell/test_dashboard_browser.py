@@ -1,11 +1,13 @@
 """The dashboard in a real browser: Playwright drives the system's Chromium against a real proxy.
 
-Each test runs a proxy process (``controlled``: the test is its stdio Client, the scripted raw
-Agent behind it) with a token, opens its dashboard in a fresh browser context, logs in as a user
-would, and waits on what the page shows (Playwright's waits on a locator; nothing sleeps). Every
-request the page makes is routed through the test: one to any origin but the proxy's fails the
-test (the page must need nothing from elsewhere). The tests are marked ``browser`` and skipped,
-saying why, where no Chromium is installed (``.ci/run`` installs Debian's).
+Each test runs a proxy process (``controlled``: the test is its Client, over stdio or over a
+WebSocket of ``--listen``, the scripted raw Agent behind it) with a token, opens its dashboard in
+a fresh browser context, logs in as a user would, and waits on what the page shows (Playwright's
+waits on a locator; nothing sleeps). Every request the page makes is routed through the test:
+one to any origin but the proxy's fails the test (the page must need nothing from elsewhere). The
+held-message tests hold a message with a ``hold`` rule and act on it from its card on the page.
+The tests are marked ``browser`` and skipped, saying why, where no Chromium is installed
+(``.ci/run`` installs Debian's).
 """
 
 from __future__ import annotations
@@ -16,13 +18,26 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 from control_calls import off
-from harness import FACTOR, TIMEOUT, Controlled, ProxyProcess, notification, raw_agent, request, say
+from harness import (
+    FACTOR,
+    TIMEOUT,
+    Controlled,
+    ProxyProcess,
+    captured,
+    encode,
+    notification,
+    raw_agent,
+    request,
+    say,
+)
 from playwright.async_api import Browser, Page, Route, async_playwright, expect
 from stdio_scenario import barrier
+from websockets.asyncio.client import connect
 
 from proxy.control import ControlClient
 
@@ -268,3 +283,129 @@ async def test_a_flood_keeps_the_page_bounded_and_responsive(dashboard: Open) ->
     await page.locator(".row.notification", has_text="_x/flood").last.click()
     await expect(page.locator("#detail")).to_contain_text('"n": 3999', timeout=WAIT)
     await expect(page.locator("#gaps")).to_be_hidden()
+
+
+def hold(method: str) -> dict[str, Any]:
+    """A rule holding the Client's requests of ``method`` (``to_agent``: the Agent's answers to
+    them, of the same method, are not held too)."""
+    return {
+        "name": f"hold {method}",
+        "when": {"direction": "to_agent", "method": method},
+        "do": {"action": "hold"},
+    }
+
+
+def agent_saw(capture: Path, method: str) -> list[dict[str, Any]]:
+    """The messages of ``method`` the scripted Agent read."""
+    return [m for m in map(json.loads, captured(capture)) if m.get("method") == method]
+
+
+async def test_a_held_request_edited_on_the_page_reaches_the_agent_as_edited(
+    dashboard: Open, capture: Path
+) -> None:
+    """A request a ``hold`` rule holds shows as a card with its body, pretty-printed and read
+    only; Edit opens it. An edit under another id is refused in the card (the message stays
+    held); the edit under id 5 is released: the Agent reads it under the proxy's id (the
+    original never), the Client gets its answer under its own id 5, and the page says how the
+    hold ended, draws the edit leaving the proxy, and that nothing is held."""
+    board = await dashboard()
+    await board.login()
+    page = board.page
+    await off(board.control.add_rule, hold("_x/edit"))
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    sent = {"jsonrpc": "2.0", "id": 5, "method": "_x/edit", "params": {"text": "before"}}
+    await board.proxy.send(encode(sent))
+    card = page.locator(".held-card", has_text="_x/edit")
+    body = card.locator("textarea.held-body")
+    await expect(body).to_have_value(json.dumps(sent, indent=2), timeout=WAIT)
+    await expect(body).not_to_be_editable()
+    await card.locator("button.edit").click()
+    await expect(body).to_be_editable(timeout=WAIT)
+    await body.fill(json.dumps({**sent, "id": 6}, indent=2))
+    await card.get_by_role("button", name="Release edited").click()
+    await expect(card.locator(".error")).to_contain_text(
+        "the edited message must keep the held message's id (5)", timeout=WAIT
+    )
+    edit = {**sent, "params": {"text": "after"}}
+    await body.fill(json.dumps(edit, indent=2))
+    await card.get_by_role("button", name="Release edited").click()
+    answer = json.loads(await board.proxy.recv())
+    assert (answer["id"], answer["result"]["method"]) == (5, "_x/edit")
+    [seen] = agent_saw(capture, "_x/edit")
+    assert {**seen, "id": 5} == edit
+    await expect(page.locator(".row.held", has_text="held #1: edit")).to_be_visible(timeout=WAIT)
+    released = page.locator(".row.released", has_text="_x/edit #5")
+    await expect(released.locator(".arrow.from-proxy.to-agent")).to_have_count(1, timeout=WAIT)
+    await expect(page.locator("#held-note")).to_have_text("Nothing is held.", timeout=WAIT)
+    await expect(page.locator(".held-card")).to_have_count(0, timeout=WAIT)
+
+
+async def test_a_held_answer_released_after_its_client_was_severed_is_undeliverable(
+    dashboard: Open,
+) -> None:
+    """A prompt's answer held at the proxy; the Client (over WebSocket) severed; with
+    ``--keep-upstream`` the link outlives its Client, so the answer is still held, and Release on
+    the page sends it on: the page says the hold ended by a release and where the answer went,
+    nowhere (Agent to proxy, ``undeliverable``: its Client had gone)."""
+    board = await dashboard("--listen", "ws://127.0.0.1:0/acp", "--keep-upstream")
+    url = (await board.proxy.logged("listening"))["url"]
+    await board.login()
+    page = board.page
+    hold_answer = {
+        "name": "hold-answer",
+        "when": {"kind": "response", "method": "session/prompt"},
+        "do": {"action": "hold"},
+    }
+    await off(board.control.add_rule, hold_answer)
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    prompt = {"sessionId": "s-1", "prompt": [{"type": "text", "text": "hi"}]}
+    async with connect(url) as client:
+        await client.send(request(1, "session/prompt", prompt).decode())
+        card = page.locator(".held-card", has_text="session/prompt")
+        await expect(card).to_be_visible(timeout=WAIT)
+        assert await off(board.control.sever, "client") == [1]
+        await client.wait_closed()
+    await expect(page.locator(".row.connection", has_text="client closed (ws)")).to_be_visible(
+        timeout=WAIT
+    )
+    assert [entry["method"] for entry in await off(board.control.held)] == ["session/prompt"]
+    await card.get_by_role("button", name="Release", exact=True).click()
+    await expect(page.locator(".row.held", has_text="held #1: release")).to_be_visible(timeout=WAIT)
+    lost = page.locator(".row.fault", has_text="session/prompt #1→0 ✕ undeliverable")
+    await expect(lost.locator(".arrow.from-agent.to-proxy")).to_have_count(1, timeout=WAIT)
+    await expect(page.locator("#held-note")).to_have_text("Nothing is held.", timeout=WAIT)
+
+
+async def test_a_held_request_dropped_on_the_page_reaches_no_one(
+    dashboard: Open, capture: Path
+) -> None:
+    """Drop on a held request's card: the Agent never reads it, the Client never gets an answer
+    (it is pending no more), and the page says how the hold ended and that nothing is held."""
+    board = await dashboard()
+    await board.login()
+    page = board.page
+    await off(board.control.add_rule, hold("_x/drop"))
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    await board.proxy.send(request(7, "_x/drop", {"text": "lost"}))
+    card = page.locator(".held-card", has_text="_x/drop")
+    await expect(card.locator("textarea.held-body")).to_have_value(
+        json.dumps(
+            {"jsonrpc": "2.0", "id": 7, "method": "_x/drop", "params": {"text": "lost"}}, indent=2
+        ),
+        timeout=WAIT,
+    )
+    await expect(page.locator("#pending")).to_have_text("1", timeout=WAIT)
+    await card.get_by_role("button", name="Drop").click()
+    await expect(page.locator(".row.held", has_text="held #1: drop")).to_be_visible(timeout=WAIT)
+    await expect(page.locator("#held-note")).to_have_text("Nothing is held.", timeout=WAIT)
+    await expect(page.locator(".held-card")).to_have_count(0)
+    await expect(page.locator("#pending")).to_have_text("0", timeout=WAIT)
+    assert await barrier(board.proxy, "after") == []  # no answer to 7 came before it
+    assert agent_saw(capture, "_x/drop") == []
+    lost = page.locator(".row.fault", has_text="_x/drop #7→0 ✕ dropped (hold _x/drop)")
+    await expect(lost.locator(".arrow.from-client.to-proxy")).to_have_count(1, timeout=WAIT)
+    # Every record before the barrier's answer is drawn: none has the request go past the proxy.
+    after = page.locator(".row.response", has_text='_test/barrier #"after"')
+    await expect(after).to_have_count(1, timeout=WAIT)
+    onward = page.locator(".row", has_text="_x/drop").locator(".arrow.to-agent, .arrow.to-client")
+    await expect(onward).to_have_count(0)
