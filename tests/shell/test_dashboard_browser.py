@@ -12,6 +12,7 @@ The tests are marked ``browser`` and skipped, saying why, where no Chromium is i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import time
@@ -409,3 +410,37 @@ async def test_a_held_request_dropped_on_the_page_reaches_no_one(
     await expect(after).to_have_count(1, timeout=WAIT)
     onward = page.locator(".row", has_text="_x/drop").locator(".arrow.to-agent, .arrow.to-client")
     await expect(onward).to_have_count(0)
+
+
+async def test_a_release_refused_says_why_in_the_held_panel(dashboard: Open) -> None:
+    """Release clicked on the card of a message dropped elsewhere meanwhile (another user, a
+    timeout; here the control API, while the page's reads of the list are kept waiting, so the
+    card is still there): the page says in the held panel why it was refused, not in the rules
+    panel, and the card goes once the list is read again."""
+    board = await dashboard()
+    await board.login()
+    page = board.page
+    await off(board.control.add_rule, hold("_x/late"))
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    await board.proxy.send(request(3, "_x/late"))
+    card = page.locator(".held-card", has_text="_x/late")
+    await expect(card).to_be_visible(timeout=WAIT)
+    reading = asyncio.Event()
+
+    async def wait_to_read(route: Route) -> None:
+        await reading.wait()
+        await route.continue_()
+
+    await page.route(board.url + "/api/held", wait_to_read)
+    assert (await off(board.control.drop_held, 1))["outcome"] == "drop"
+    await card.get_by_role("button", name="Release", exact=True).click()
+    await expect(page.locator("#held-error")).to_have_text(
+        "release #1: message 1 is held no more: released, dropped, edited, timed out, or its "
+        "link ended",
+        timeout=WAIT,
+    )
+    await expect(page.locator("#rule-errors li")).to_have_count(0)
+    reading.set()
+    await expect(page.locator(".held-card")).to_have_count(0, timeout=WAIT)
+    await expect(page.locator("#held-note")).to_have_text("Nothing is held.", timeout=WAIT)
+    await expect(page.locator(".row.held", has_text="held #1: drop")).to_be_visible(timeout=WAIT)

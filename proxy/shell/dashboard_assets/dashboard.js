@@ -344,7 +344,7 @@ async function act(call) {
   } catch (error) {
     showErrors([error.message, ...error.errors]);
   }
-  await Promise.allSettled([pollRules(), pollHeld()]);
+  await pollRules().catch(() => {});
 }
 
 function showErrors(lines) {
@@ -444,8 +444,8 @@ function heldCard(view) {
     node.onclick = onclick;
     return node;
   };
-  const release = button("Release", () => act(() => api("POST", `${path}/release`)));
-  const drop = button("Drop", () => act(() => api("POST", `${path}/drop`)));
+  const release = button("Release", () => settle(view.id, "release"));
+  const drop = button("Drop", () => settle(view.id, "drop"));
   const edit = button("Edit", async () => {
     if (view.body === null) {
       try {
@@ -468,16 +468,31 @@ function heldCard(view) {
       error.textContent = `not JSON: ${failure.message}`;
       return;
     }
-    try {
-      await api("POST", `${path}/edit`, { body: message });
-      await pollHeld();
-    } catch (failure) {
-      error.textContent = failure.message;
-    }
+    await settle(view.id, "edit", { body: message }, error);
   });
   send.hidden = true;
   card.append(body, release, drop, edit, send, error);
   return card;
+}
+
+// Release, drop or edit a held message. An edit the API refuses (400: what is wrong with it) is
+// said in its card, the message still held; any other refusal in the panel, since the card goes
+// at the next read when the message is held no more (409: released or dropped elsewhere, timed
+// out, its link ended).
+async function settle(id, verb, body, cardError) {
+  const said = $("held-error");
+  try {
+    await api("POST", `/api/held/${encodeURIComponent(id)}/${verb}`, body);
+    said.hidden = true;
+  } catch (failure) {
+    if (cardError && failure.status === 400) {
+      cardError.textContent = failure.message;
+    } else {
+      said.textContent = `${verb} #${id}: ${failure.message}`;
+      said.hidden = false;
+    }
+  }
+  await pollHeld().catch(() => {});
 }
 
 // -- start ----------------------------------------------------------------------------------------
