@@ -444,3 +444,53 @@ async def test_a_release_refused_says_why_in_the_held_panel(dashboard: Open) -> 
     await expect(page.locator(".held-card")).to_have_count(0, timeout=WAIT)
     await expect(page.locator("#held-note")).to_have_text("Nothing is held.", timeout=WAIT)
     await expect(page.locator(".row.held", has_text="held #1: drop")).to_be_visible(timeout=WAIT)
+
+
+async def test_an_older_answer_of_the_held_list_does_not_bring_a_card_back(
+    dashboard: Open,
+) -> None:
+    """The page reads the held list from several places at once (its poll, a ``held`` record,
+    an act), and the answers may come back out of order: one read while #1 was held, answered
+    after the page dropped #1 and read the list again, must not bring #1's card back. (The test
+    keeps the first read's answer until then; the page's next read, of #2 held, shows the older
+    answer was dealt with before it.)"""
+    board = await dashboard()
+    await board.login()
+    page = board.page
+    await off(board.control.add_rule, hold("_x/late"))
+    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    await board.proxy.send(request(1, "_x/late"))
+    await expect(page.locator('.held-card[data-id="1"]')).to_be_visible(timeout=WAIT)
+    reads: list[Route] = []
+    kept, let_go, delivered = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def keep_the_first(route: Route) -> None:
+        reads.append(route)
+        if len(reads) > 1:
+            await route.continue_()
+            return
+        answer = await route.fetch()  # the list with #1 in it
+        kept.set()
+        await let_go.wait()
+        await route.fulfill(response=answer)
+        delivered.set()
+
+    await page.route(board.url + "/api/held", keep_the_first)
+    await kept.wait()  # the page's next read of the list, answered by the proxy
+    await page.evaluate(
+        """() => {
+          window.cardsBack = [];
+          new MutationObserver((changes) => {
+            for (const change of changes)
+              for (const node of change.addedNodes) window.cardsBack.push(node.dataset.id);
+          }).observe(document.getElementById("held"), { childList: true });
+        }"""
+    )
+    await page.locator('.held-card[data-id="1"]').get_by_role("button", name="Drop").click()
+    await expect(page.locator("#held-note")).to_have_text("Nothing is held.", timeout=WAIT)
+    let_go.set()
+    await delivered.wait()
+    await board.proxy.send(request(2, "_x/late"))
+    await expect(page.locator(".held-card")).to_have_count(1, timeout=WAIT)
+    await expect(page.locator('.held-card[data-id="2"]')).to_be_visible()
+    assert await page.evaluate("() => window.cardsBack") == ["2"]

@@ -402,9 +402,15 @@ function heldView(raw) {
 }
 
 let heldMissing = false;
+// The list is read from several places at once (the poll, a `held` record, an act): the answers
+// may come back out of order, and one older than the list on the page would bring back the card
+// of a message released since.
+let heldAsked = 0;
+let heldShown = 0;
 
 async function pollHeld() {
   if (heldMissing) return;
+  const asked = ++heldAsked;
   let answer;
   try {
     answer = await api("GET", "/api/held");
@@ -416,6 +422,8 @@ async function pollHeld() {
     }
     throw error;
   }
+  if (asked < heldShown) return;
+  heldShown = asked;
   const held = (Array.isArray(answer) ? answer : answer.held || []).map(heldView);
   $("held-note").textContent = held.length ? "" : "Nothing is held.";
   // A held message's card stays while it is held (a button under the pointer, an edit under way).
