@@ -296,6 +296,16 @@ def hold(method: str) -> dict[str, Any]:
     }
 
 
+async def holding(dashboard: Open, rule: dict[str, Any], *options: str) -> Dashboard:
+    """A dashboard opened with ``options``, logged in and live, its proxy holding what ``rule``
+    (a ``hold`` rule) holds."""
+    board = await dashboard(*options)
+    await board.login()
+    await off(board.control.add_rule, rule)
+    await expect(board.page.locator("#live")).to_have_text("live", timeout=WAIT)
+    return board
+
+
 def agent_saw(capture: Path, method: str) -> list[dict[str, Any]]:
     """The messages of ``method`` the scripted Agent read."""
     return [m for m in map(json.loads, captured(capture)) if m.get("method") == method]
@@ -309,11 +319,8 @@ async def test_a_held_request_edited_on_the_page_reaches_the_agent_as_edited(
     held); the edit under id 5 is released: the Agent reads it under the proxy's id (the
     original never), the Client gets its answer under its own id 5, and the page says how the
     hold ended, draws the edit leaving the proxy, and that nothing is held."""
-    board = await dashboard()
-    await board.login()
+    board = await holding(dashboard, hold("_x/edit"))
     page = board.page
-    await off(board.control.add_rule, hold("_x/edit"))
-    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
     sent = {"jsonrpc": "2.0", "id": 5, "method": "_x/edit", "params": {"text": "before"}}
     await board.proxy.send(encode(sent))
     card = page.locator(".held-card", has_text="_x/edit")
@@ -348,17 +355,15 @@ async def test_a_held_answer_released_after_its_client_was_severed_is_undelivera
     ``--keep-upstream`` the link outlives its Client, so the answer is still held, and Release on
     the page sends it on: the page says the hold ended by a release and where the answer went,
     nowhere (Agent to proxy, ``undeliverable``: its Client had gone)."""
-    board = await dashboard("--listen", "ws://127.0.0.1:0/acp", "--keep-upstream")
-    url = (await board.proxy.logged("listening"))["url"]
-    await board.login()
-    page = board.page
     hold_answer = {
         "name": "hold-answer",
         "when": {"kind": "response", "method": "session/prompt"},
         "do": {"action": "hold"},
     }
-    await off(board.control.add_rule, hold_answer)
-    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
+    listen = ("--listen", "ws://127.0.0.1:0/acp", "--keep-upstream")
+    board = await holding(dashboard, hold_answer, *listen)
+    url = (await board.proxy.logged("listening"))["url"]
+    page = board.page
     prompt = {"sessionId": "s-1", "prompt": [{"type": "text", "text": "hi"}]}
     async with connect(url) as client:
         await client.send(request(1, "session/prompt", prompt).decode())
@@ -382,11 +387,8 @@ async def test_a_held_request_dropped_on_the_page_reaches_no_one(
 ) -> None:
     """Drop on a held request's card: the Agent never reads it, the Client never gets an answer
     (it is pending no more), and the page says how the hold ended and that nothing is held."""
-    board = await dashboard()
-    await board.login()
+    board = await holding(dashboard, hold("_x/drop"))
     page = board.page
-    await off(board.control.add_rule, hold("_x/drop"))
-    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
     await board.proxy.send(request(7, "_x/drop", {"text": "lost"}))
     card = page.locator(".held-card", has_text="_x/drop")
     await expect(card.locator("textarea.held-body")).to_have_value(
@@ -417,11 +419,8 @@ async def test_a_release_refused_says_why_in_the_held_panel(dashboard: Open) -> 
     timeout; here the control API, while the page's reads of the list are kept waiting, so the
     card is still there): the page says in the held panel why it was refused, not in the rules
     panel, and the card goes once the list is read again."""
-    board = await dashboard()
-    await board.login()
+    board = await holding(dashboard, hold("_x/late"))
     page = board.page
-    await off(board.control.add_rule, hold("_x/late"))
-    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
     await board.proxy.send(request(3, "_x/late"))
     card = page.locator(".held-card", has_text="_x/late")
     await expect(card).to_be_visible(timeout=WAIT)
@@ -454,11 +453,8 @@ async def test_an_older_answer_of_the_held_list_does_not_bring_a_card_back(
     after the page dropped #1 and read the list again, must not bring #1's card back. (The test
     keeps the first read's answer until then; the page's next read, of #2 held, shows the older
     answer was dealt with before it.)"""
-    board = await dashboard()
-    await board.login()
+    board = await holding(dashboard, hold("_x/late"))
     page = board.page
-    await off(board.control.add_rule, hold("_x/late"))
-    await expect(page.locator("#live")).to_have_text("live", timeout=WAIT)
     await board.proxy.send(request(1, "_x/late"))
     await expect(page.locator('.held-card[data-id="1"]')).to_be_visible(timeout=WAIT)
     reads: list[Route] = []
