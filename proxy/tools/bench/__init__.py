@@ -50,8 +50,8 @@ The same three workloads, with a blocking WebSocket Client (:mod:`.ws_driver`: `
 sans-I/O protocol on a blocking socket in the bench's worker thread, a MiB read at a time; no
 ``Origin`` header, no permessage-deflate, the stream's messages counted undecoded), through the
 WebSocket bench Agent (:mod:`.ws_agent`, which frames a stream's notifications at once and
-writes them in one go, as the stdio Agent buffers its lines; it answers a request with its params
-echoed, so a 64 KiB prompt's answer is 64 KiB too) reached (:mod:`.ws_targets`)
+writes them in one go, as the stdio Agent writes its lines in one block; it answers a request
+with its params echoed, so a 64 KiB prompt's answer is 64 KiB too) reached (:mod:`.ws_targets`)
 
 * ``direct``: the bench connects to the Agent;
 * ``websockets``: through :mod:`.ws_relay` (``python -m proxy.tools.bench.ws_relay AGENT_URL``),
