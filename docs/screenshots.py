@@ -4,7 +4,8 @@ A proxy listens for WebSocket Clients in front of the reference Agent, with a to
 fault file ``config/lose-first-prompt-response.yaml``; Chromium (driven by Playwright) opens its
 dashboard and logs in; the reference Client then sends two keyed prompts, the answer to the first
 is lost and the Client resends it under its key. The pictures: the login page, the dashboard with
-the retry clicked, and the rules panel with a misspelt rule's located error. Run from anywhere::
+the retry clicked, the rules panel with a misspelt rule's located error, and a prompt a ``hold``
+rule added from the page holds (a breakpoint), released from its card. Run from anywhere::
 
     .venv/bin/python docs/screenshots.py               # rewrite docs/dashboard*.png
     .venv/bin/python docs/screenshots.py --out DIR     # write them to DIR instead
@@ -37,6 +38,11 @@ VIEWPORT: ViewportSize = {"width": 1400, "height": 860}
 WAIT_MS = 60_000
 """The longest wait for anything the page should show."""
 TYPO_RULE = "name: slow-updates\nwhen: {method: session/update}\ndo: {action: delya, ms: 20}\n"
+HOLD_RULE = (
+    "name: breakpoint\n"
+    "when: {direction: to_agent, method: session/prompt}\n"
+    "do: {action: hold, timeout_ms: 600000}\n"
+)
 
 
 def _logged(stderr: IO[bytes]) -> Iterator[dict[str, object]]:
@@ -87,7 +93,12 @@ def take(out: Path, chromium: str) -> list[Path]:
     """Run the scene and write its pictures into ``out``; their paths."""
     token = secrets.token_urlsafe(24)
     proxy, admin, listen = start_proxy(token)
-    shots = [out / "dashboard-login.png", out / "dashboard.png", out / "dashboard-rules.png"]
+    shots = [
+        out / "dashboard-login.png",
+        out / "dashboard.png",
+        out / "dashboard-rules.png",
+        out / "dashboard-held.png",
+    ]
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium)
@@ -124,6 +135,22 @@ def take(out: Path, chromium: str) -> list[Path]:
             page.click("#add-rule button")
             page.locator("#rule-errors li.error").first.wait_for()
             page.locator("#rules-panel").screenshot(path=shots[2])
+            page.fill("#rule-text", HOLD_RULE)
+            page.click("#add-rule button")
+            expect(page.locator("#rules")).to_contain_text("breakpoint")
+            client = subprocess.Popen(
+                [*ACP_PROXY, "client", "--connect", listen, "-p", "Fix the flaky test"],
+                stdout=subprocess.DEVNULL,
+            )
+            try:
+                card = page.locator("#held .held-card").first
+                card.wait_for()
+                page.locator("#held-panel").screenshot(path=shots[3])
+                card.get_by_role("button", name="Release", exact=True).click()
+                assert client.wait(WAIT_MS / 1000) == 0
+            finally:
+                client.kill()
+                client.wait()
             browser.close()
     finally:
         proxy.terminate()
