@@ -53,21 +53,23 @@ class LineFramer:
             self._discarding = 0
             data = data[newline + 1 :]
         buffer = self._buffer
-        buffer += data
-        end = buffer.rfind(b"\n", self._scanned)
-        if end >= 0:
-            if buffer.find(b"\n", self._scanned) == end:  # one line: no split (a scan of it)
-                self._emit(bytes(memoryview(buffer)[:end]), out)
-            elif end <= SPLIT_AT_MOST:  # the usual read of many lines: copied once, split in C
-                for line in bytes(memoryview(buffer)[:end]).split(b"\n"):
-                    self._emit(line, out)
-            else:  # a large message: each line copied once from a view (a slice would copy it)
-                start = 0
-                while start <= end:
-                    newline = buffer.find(b"\n", start)
-                    self._emit(bytes(memoryview(buffer)[start:newline]), out)
-                    start = newline + 1
-            del buffer[: end + 1]
+        if not buffer and len(data) <= SPLIT_AT_MOST:  # the usual read: nothing pending before it
+            buffer += self._split_read(data, out)
+        else:
+            buffer += data
+            end = buffer.rfind(b"\n", self._scanned)
+            if end >= 0:
+                if buffer.find(b"\n", self._scanned) == end:  # one line: no split (a scan of it)
+                    self._emit(bytes(memoryview(buffer)[:end]), out)
+                elif end <= SPLIT_AT_MOST:  # many lines: copied once, split in C
+                    self._emit_all(bytes(memoryview(buffer)[:end]).split(b"\n"), out)
+                else:  # a large message: each line copied once from a view (a slice would copy it)
+                    start = 0
+                    while start <= end:
+                        newline = buffer.find(b"\n", start)
+                        self._emit(bytes(memoryview(buffer)[start:newline]), out)
+                        start = newline + 1
+                del buffer[: end + 1]
         self._scanned = len(buffer)
         if len(buffer) > self._limit:
             self._discarding = len(buffer)
@@ -92,6 +94,31 @@ class LineFramer:
         self._buffer.clear()
         self._scanned = 0
         return out
+
+    def _split_read(self, data: bytes, out: list[bytes | Oversized]) -> bytes:
+        """Emit the lines ``data`` completes, split where they lie: a read with nothing pending
+        before it is not copied into the buffer first (a fresh buffer of 256 KiB is new pages of
+        memory: copying a read of many lines cost as much as splitting it). Return what follows
+        its last newline, the start of a line."""
+        end = data.rfind(b"\n")
+        if end < 0:
+            return data
+        if data.find(b"\n") == end:  # one line: no split (a scan of it)
+            self._emit(data[:end], out)
+            return data[end + 1 :]
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        self._emit_all(lines, out)
+        return rest
+
+    def _emit_all(self, lines: list[bytes], out: list[bytes | Oversized]) -> None:
+        """:meth:`_emit` each of ``lines``, all at once when none is too long or blank."""
+        limit = self._limit
+        if max(map(len, lines)) <= limit and all(lines) and not any(map(bytes.isspace, lines)):
+            out += lines
+            return
+        for line in lines:
+            self._emit(line, out)
 
     def _emit(self, line: bytes, out: list[bytes | Oversized]) -> None:
         if len(line) > self._limit:
