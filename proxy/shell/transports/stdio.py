@@ -382,10 +382,11 @@ class LineStream:
         """Queue ``messages``, a line each, as :meth:`send` would (joined in one copy)."""
         if self._closing or self._write_transport.is_closing() or not messages:
             return
-        data = b"\n".join(messages)
-        if data.count(b"\n") != len(messages) - 1:  # one holds a raw newline of its own
-            data = b"\n".join(message.replace(b"\n", b" ") for message in messages)
-        self._gather(data, ended=True)
+        lines = [*messages, b""]  # each with its line end, in the one copy the join makes
+        data = b"\n".join(lines)
+        if data.count(b"\n") != len(messages):  # one holds a raw newline of its own
+            data = b"\n".join([message.replace(b"\n", b" ") for message in messages] + [b""])
+        self._gather(data, ended=False)
 
     def send_cut(self, data: bytes, cut: int) -> None:
         """The start of a line, without its end (a writer that died mid-line)."""
@@ -454,8 +455,9 @@ class LineStream:
             self._write_gathered()
 
     def _write_gathered(self) -> None:
-        if self._gathered and not self._writer.transport.is_closing():
-            self._writer.write(b"".join(self._gathered))
+        gathered = self._gathered
+        if gathered and not self._writer.transport.is_closing():
+            self._writer.write(gathered[0] if len(gathered) == 1 else b"".join(gathered))
         self._gathered.clear()
         self._gathered_size = 0
 
