@@ -374,7 +374,8 @@ async def test_lines_are_relayed_in_the_reads_callback_while_the_link_is_ready()
     """relay_in_place: while a receive waits and the link is ready, what arrives is framed and
     relayed in the read's callback (the receive goes on waiting); a message that is large (to
     be parsed elsewhere), or a link not ready, leaves the bytes to the receive, in order; lines
-    handed back are received next."""
+    handed back are received next; a stream's read (many lines) is framed as it comes, never
+    through the reader's buffer, and received."""
     stream, feed, sink, _ = await _line_stream(limit=1000)
     relayed: asyncio.Queue[list[bytes]] = asyncio.Queue()
     ready = True
@@ -411,6 +412,9 @@ async def test_lines_are_relayed_in_the_reads_callback_while_the_link_is_ready()
         os.write(feed, b"".join(line + b"\n" for line in stream_lines))
         assert await asyncio.wait_for(receiving, TIMEOUT) == stream_lines[0]
         assert relayed.empty()
+        assert not stream._reader._buffer  # type: ignore[attr-defined]  # framed as it came
+        for line in stream_lines[1:]:
+            assert await stream.receive() == line
     finally:
         stream.close()
         os.close(feed)

@@ -316,9 +316,11 @@ class LineStream:
         """Relay what arrives as it arrives, in the reader's callback, when nothing waits (the
         link is ``ready``, nothing read is left to return, no message too large, a read of a
         few lines: not a stream): ``relay`` takes the messages it completes, and no task wakes
-        for them. Those of a read where one
-        is ``large`` (to be parsed elsewhere; none under ``small`` bytes is) are returned by
-        :meth:`receive` instead, as is what arrives while the link is not ready."""
+        for them. Those of a read where one is ``large`` (to be parsed elsewhere; none under
+        ``small`` bytes is) are returned by :meth:`receive` instead, as is what arrives while
+        the link is not ready; so are a stream's (a read of many lines, which the pump relays
+        together), framed here all the same, so that they never pass through the reader's
+        buffer."""
         reader = self._reader
         if isinstance(reader, ArrivingReader):
             reader.take = functools.partial(self._take, ready, relay, large, small)
@@ -333,12 +335,19 @@ class LineStream:
     ) -> bool:
         if not self._awaiting or self._next < len(self._ready) or self._severed or self._eof:
             return False
-        if _lines_over(data, IN_PLACE_LINES) or not self._framer.fits(len(data)) or not ready():
+        if not self._framer.fits(len(data)):
+            return False
+        stream = _lines_over(data, IN_PLACE_LINES)
+        if not stream and not ready():
             return False
         lines = cast("list[bytes]", self._framer.feed(data))  # none too large: see fits
         if not lines:
             return True
-        if max(map(len, lines)) >= small and any(map(large, lines)):
+        if stream:
+            # A stream's read goes to the waiting pump framed, never through the reader's
+            # buffer, which copies a chunk in and out again (fresh pages of 256 KiB a read).
+            self.hand_over(lines)
+        elif max(map(len, lines)) >= small and any(map(large, lines)):
             self.hand_over(lines)  # the link's pump has it parsed elsewhere
         else:
             relay(lines)
