@@ -98,9 +98,10 @@ def _kind_name(kind: Kind) -> str:
 
 def edited(held: HeldMessage, data: bytes, limit: int) -> Message:
     """``data`` parsed, as the message that replaces ``held``; :class:`EditRefused` when it
-    is over ``limit`` bytes (``--max-message-bytes``), not one valid JSON-RPC message, of another
-    kind than ``held`` (a result may become an error and back), under another id than ``held``'s
-    sender wrote (``1`` is not ``"1"``), or, for a request, of another method."""
+    is over ``limit`` bytes (``--max-message-bytes``), not one JSON-RPC 2.0 message to the
+    letter (:func:`_not_strict`), of another kind than ``held`` (a result may become an error
+    and back), under another id than ``held``'s sender wrote (``1`` is not ``"1"``), or, for a
+    request, of another method."""
     if len(data) > limit:
         raise EditRefused(
             f"the edited message is {len(data)} bytes, over --max-message-bytes ({limit})"
@@ -110,6 +111,8 @@ def edited(held: HeldMessage, data: bytes, limit: int) -> Message:
         raise EditRefused("the edited message is a batch; a held message is one message")
     if isinstance(message, Invalid):
         raise EditRefused(f"the edited message is not valid JSON-RPC: {message.detail}")
+    if problem := _not_strict(message):
+        raise EditRefused(f"the edited message is not valid JSON-RPC: {problem}")
     was, now = _kind_name(held.relayed.kind), _kind_name(message.kind)
     if was != now:
         raise EditRefused(f"the held message is a {was}; the edited message is a {now}")
@@ -122,6 +125,30 @@ def edited(held: HeldMessage, data: bytes, limit: int) -> Message:
             f"the edited request must keep the method {method!r} (its answer is mapped to it)"
         )
     return message
+
+
+def _not_strict(message: Message) -> str | None:
+    """What makes ``message`` other than a JSON-RPC 2.0 message to the letter, or ``None``.
+
+    The relay passes on what a lenient peer would read (a message without ``"jsonrpc"``, an
+    error that is a string); a message a person writes in its place is held to the
+    specification, so that an edit never hands a peer what it cannot read by mistake."""
+    body = message.body
+    if body.get("jsonrpc") != "2.0":
+        return 'its "jsonrpc" member must be "2.0"'
+    if message.kind in (Kind.REQUEST, Kind.NOTIFICATION):
+        params = body.get("params")
+        if "params" in body and not isinstance(params, dict | list):
+            return '"params" must be an object or an array'
+        return None
+    error = body.get("error")
+    if "error" in body and not (
+        isinstance(error, dict)
+        and type(error.get("code")) is int
+        and isinstance(error.get("message"), str)
+    ):
+        return '"error" must be an object with an integer "code" and a string "message"'
+    return None
 
 
 def digest(data: bytes) -> str:

@@ -223,6 +223,9 @@ def test_an_answer_may_be_edited_into_an_error() -> None:
         (b'{"jsonrpc":"2.0","id":"7","method":"session/prompt"}', "keep the held message's id"),
         (b'{"jsonrpc":"2.0","id":8,"method":"session/prompt"}', "keep the held message's id (7)"),
         (b'{"jsonrpc":"2.0","id":7,"method":"session/load"}', "keep the method"),
+        (b'{"id":7,"method":"session/prompt"}', '"jsonrpc" member must be "2.0"'),
+        (b'{"jsonrpc":"1.0","id":7,"method":"session/prompt"}', '"jsonrpc" member must be'),
+        (b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":1}', '"params" must be'),
         (
             b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":"' + b"x" * 64 + b'"}',
             "over",
@@ -237,6 +240,30 @@ def test_an_edit_that_cannot_replace_the_message_is_refused(edit: bytes, reason:
         relay.edit_held(1, edit, 0.5, limit=100)
     [message] = relay.held_messages()
     assert message.data == PROMPT
+
+
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        (b'{"id":%s,"result":{}}', '"jsonrpc" member must be "2.0"'),
+        (b'{"jsonrpc":"2.0","id":%s,"error":"oops"}', '"error" must be an object'),
+        (b'{"jsonrpc":"2.0","id":%s,"error":{"code":"1","message":"no"}}', "an integer"),
+        (b'{"jsonrpc":"2.0","id":%s,"result":{},"error":{"code":1,"message":"no"}}', "neither"),
+    ],
+)
+def test_an_edited_answer_must_be_json_rpc_to_the_letter(template: bytes, reason: str) -> None:
+    """The relay passes on what a lenient peer reads; an answer a person writes in place of a
+    held one is held to the specification (an error that is a string crashed the SDK's Client):
+    refused with the reason, the answer still held."""
+    relay = Relay(engine=engine(direction="to_client", kind="response"))
+    [forwarded] = sent(relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0)), Side.AGENT)
+    agent_id = json.dumps(body(forwarded)["id"]).encode()
+    relay.handle(
+        MessageReceived(Side.AGENT, b'{"jsonrpc":"2.0","id":%s,"result":{}}' % agent_id, 0.1)
+    )
+    with pytest.raises(EditRefused, match=reason):
+        relay.edit_held(1, template % agent_id, 0.2, limit=1 << 20)
+    assert [message.id for message in relay.held_messages()] == [1]
 
 
 def test_ids_are_proxy_wide_and_never_reused() -> None:
