@@ -52,6 +52,7 @@ from proxy.core.observations import (
     DuplicateSwallowed,
     FaultInjected,
     Finding,
+    HeldEnded,
     KeyedAttempt,
     KeyedMessage,
     Observation,
@@ -80,6 +81,9 @@ LOSING_ACTIONS = frozenset(
     }
 )
 """Fault actions after which a prompt's outcome is unknown to the Client."""
+LOSING_HOLD_OUTCOMES = frozenset({"drop", "timeout_drop", "link_end"})
+"""How a ``hold`` rule's message may end that loses it, as a ``drop`` rule would (released or
+edited, it goes on)."""
 
 
 HASHED_WHOLE = 4096
@@ -210,7 +214,10 @@ class Ledger:
                 self._swallowed(observation.forwarded_id, data, link)
             case FaultInjected(method=method, action=action) if method == acp.PROMPT:
                 if action in LOSING_ACTIONS:
-                    self._fault(observation, link)
+                    self._loss(observation.session, observation.kind, observation.id, link)
+            case HeldEnded(outcome=outcome, relayed=held) if held.method == acp.PROMPT:
+                if outcome in LOSING_HOLD_OUTCOMES:
+                    self._loss(held.session, held.kind, held.forwarded_id, link)
             case Restarted() | Disconnected(side=Side.AGENT):
                 self._link_lost(link)
             case _:
@@ -436,12 +443,16 @@ class Ledger:
                 link,
             )
 
-    def _fault(self, fault: FaultInjected, link: int | None) -> None:
+    def _loss(
+        self, session: str | None, kind: Kind, wire_id: bytes | None, link: int | None
+    ) -> None:
+        """A fault lost a prompt or its answer (``wire_id``: the answer's id on the Agent's
+        hop): the session had a fault now, and the answer's attempt is lost."""
         now = self._clock()
-        if fault.session is not None:
-            self._fault_at[fault.session] = now
-        if fault.kind in (Kind.RESPONSE, Kind.ERROR) and fault.id is not None:
-            pending = self._pending.get((link, fault.id))
+        if session is not None:
+            self._fault_at[session] = now
+        if kind in _ANSWER_KINDS and wire_id is not None:
+            pending = self._pending.get((link, wire_id))
             if pending is not None:
                 self._lost(pending, now)
 

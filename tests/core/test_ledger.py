@@ -535,3 +535,25 @@ def test_a_prompt_digest_tells_large_prompts_apart_past_their_start() -> None:
     assert prompt_hash(prompt) != prompt_hash([{"type": "text", "text": text + "x"}])
     short = [{"type": "text", "text": "x" * 100}]
     assert prompt_hash(short) != prompt_hash([{"type": "text", "text": "x" * 99 + "y"}])
+
+
+@pytest.mark.parametrize(("act", "lost"), [("drop", True), ("release", False)])
+def test_an_answer_a_hold_rule_drops_is_lost_as_a_drop_rules_is(act: str, lost: bool) -> None:
+    """A breakpoint's answer dropped (by the control API, or at its timeout with ``then: drop``)
+    is lost to the Client as a ``drop`` rule's is: an unkeyed resend after it is flagged. One
+    released goes on: the resend is a new prompt."""
+    lab = Lab(
+        {
+            "when": {"kind": "response", "method": "session/prompt"},
+            "schedule": {"nth": [1]},
+            "do": {"action": "hold"},
+        }
+    )
+    lab.answer(lab.prompt(1, key=None))
+    [held] = lab.relay.held_messages()
+    ended = getattr(lab.relay, f"{act}_held")(held.id, lab.clock.now)
+    for command in ended:
+        if isinstance(command, Observation):
+            lab.ledger.observe(command, 1)
+    lab.prompt(2, key=None)
+    assert lab.checks() == (["unkeyed_resend"] if lost else [])

@@ -297,13 +297,13 @@ class Prompts:
         held: Attempt | None = None
         if record.hold is not None and direction is Direction.TO_AGENT and kind is Kind.REQUEST:
             held = self._held.pop(hold_key(entry, record), None)
-            if (
-                held is not None
-                and disposition is Disposition.UNDELIVERABLE
-                and held.cut_at is None
-            ):
-                held.cut_at = record.time
-                held.cut_by = "undeliverable (the agent's connection had closed)"
+            if held is not None and held.cut_at is None:
+                if disposition is Disposition.UNDELIVERABLE:
+                    held.cut_at = record.time
+                    held.cut_by = "undeliverable (the agent's connection had closed)"
+                elif disposition is Disposition.DROPPED:  # a hold rule's message dropped
+                    held.cut_at = record.time
+                    held.cut_by = f"dropped while held ({record.rule})"
         if (
             direction is Direction.TO_AGENT
             and kind is Kind.REQUEST
@@ -338,6 +338,10 @@ class Prompts:
                 return
             if disposition is Disposition.SWALLOWED:
                 found.swallowed += 1
+            elif disposition is Disposition.DROPPED and found.cut_at is None:
+                # a hold rule's answer dropped (a drop rule's fault came first and says so)
+                found.cut_at = record.time
+                found.cut_by = f"answer dropped while held ({record.rule})"
             elif disposition is Disposition.RELAYED and found.answer is None:
                 found.answer = "answered" if kind is Kind.RESPONSE else "error"
                 found.duration_ms = record.duration_ms

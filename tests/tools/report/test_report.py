@@ -1491,3 +1491,36 @@ def test_any_records_are_summarised_and_rendered(trace: list[dict[str, Any]]) ->
     )
     assert render_text(summary).startswith("acp-proxy report: ")
     assert render_html(entries, summary).startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize(("outcome", "lost"), [("drop", True), ("release", False)])
+def test_a_prompts_answer_a_hold_rule_drops_is_lost(
+    tmp_path: Path, outcome: str, lost: bool
+) -> None:
+    """A prompt's answer a ``hold`` rule held and then dropped (over the control API, or at its
+    timeout) is lost, as a ``drop`` rule's is, naming the rule; one released is answered."""
+    answer = prompt_answer(1.2, 1, "p1", 0, "S")
+    held_answer = {**held(1.2, 1, 4, ["bp"], answer), "held_id": 1, "then": "release"}
+    ended = {"time": 1.3, "link": 1, "event": "held_ended", "held_id": 1, "hold": 4,
+             "outcome": outcome, "rule": "bp"}  # fmt: skip
+    delivered = (
+        {**answer, "time": 1.3, "disposition": "dropped", "rule": "bp"}
+        if outcome == "drop"
+        else {**answer, "time": 1.3, "hold": 4}
+    )
+    trace = write_jsonl(
+        tmp_path / "t.jsonl",
+        header(1.0),
+        prompt_request(1.1, 1, "p1", 0, "S"),
+        held_answer,
+        ended,
+        delivered,
+    )
+    [attempt] = summarize(load_traces([trace]))["prompts"]["list"]
+    if lost:
+        assert (attempt["outcome"], attempt["lost_by"]) == (
+            "lost",
+            "answer dropped while held (bp)",
+        )
+    else:
+        assert attempt["outcome"] == "answered"
