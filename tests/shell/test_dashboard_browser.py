@@ -329,6 +329,8 @@ async def test_a_held_request_edited_on_the_page_reaches_the_agent_as_edited(
     await expect(body).not_to_be_editable()
     await card.locator("button.edit").click()
     await expect(body).to_be_editable(timeout=WAIT)
+    # while editing, only the edit can go: Release would send the message as it came
+    await expect(card.get_by_role("button", name="Release", exact=True)).to_be_hidden()
     await body.fill(json.dumps({**sent, "id": 6}, indent=2))
     await card.get_by_role("button", name="Release edited").click()
     await expect(card.locator(".error")).to_contain_text(

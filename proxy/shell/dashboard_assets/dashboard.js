@@ -87,6 +87,10 @@ function glob(pattern) {
 }
 
 // Where a record's arrow runs on the lanes (Client | proxy | Agent), and how it is labelled.
+// The sign of a held message: a double bar, in the fonts every system has (a pause sign, U+23F8,
+// drew as a box where no font has it).
+const HELD_SIGN = "‖";
+
 function shape(record) {
   const toAgent = record.direction === "to_agent";
   const from = toAgent ? "client" : "agent";
@@ -102,12 +106,13 @@ function shape(record) {
     }
     case "held": {
       const name = record.held_id === undefined ? "held" : `held #${record.held_id}`;
-      return { from, to: "proxy", label: `${record.method || record.kind} ${idText(record)} ⏸ ${name} ${Math.round(record.delay_ms)} ms (${(record.rules || []).join(", ")})`, mark: "held" };
+      return { from, to: "proxy", label: `${record.method || record.kind} ${idText(record)} ${HELD_SIGN} ${name} ${Math.round(record.delay_ms)} ms (${(record.rules || []).join(", ")})`, mark: "held" };
     }
     case "held_ended":
       return { at: "proxy", label: `held #${record.held_id}: ${record.outcome}`, mark: "held" };
     case "fault":
-      return { from, to: "proxy", label: `✕ ${record.rule}: ${record.action} ${record.method || record.kind || ""}`, mark: "fault" };
+      // A hold stops nothing (yet): its sign is the held one, not the cross of a stopped message.
+      return { from, to: "proxy", label: `${record.action === "hold" ? HELD_SIGN : "✕"} ${record.rule}: ${record.action} ${record.method || record.kind || ""}`, mark: "fault" };
     case "connection":
       return { at: record.side === "client" ? "client" : "agent", label: `${record.side} ${record.state} (${record.transport})`, mark: "connection" };
     case "finding":
@@ -466,6 +471,7 @@ function heldCard(view) {
     body.readOnly = false;
     body.focus();
     edit.hidden = true;
+    release.hidden = true; // Release would send the message as it came, the edit thrown away
     send.hidden = false;
   });
   const send = button("Release edited", async () => {
