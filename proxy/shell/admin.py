@@ -385,6 +385,8 @@ class AdminServer:
             expected = f"Bearer {self._token}".encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, expected) and not self._dashboard.public(request):
                 refused = self._dashboard.refusal(request)  # or the dashboard's login
+                if refused is not None and given:
+                    raise ApiError(401, "the bearer token is not this proxy's admin token")
                 if refused is not None:
                     raise ApiError(*refused)
         return await handler(request)

@@ -589,6 +589,11 @@ GUARDED = [
 """Every route but /healthz, each with a body it would accept."""
 
 
+def unauthorized(token: str | None) -> str:
+    """What a 401 says to a request with ``token`` (``None``: no Authorization header)."""
+    return "a bearer token is required" if token is None else "is not this proxy's admin token"
+
+
 async def test_token_from_the_environment_guards_every_route_but_healthz(
     controlled: Controlled, capture: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -599,7 +604,7 @@ async def test_token_from_the_environment_guards_every_route_but_healthz(
     for method, path, body in GUARDED:
         for token in (None, "wrong", "s3cre", "S3CRET"):
             answer = await off(call, base, method, path, body, token)
-            assert_error(answer, 401, "a bearer token is required")
+            assert_error(answer, 401, unauthorized(token))
     assert (await off(call, base, "GET", "/healthz")).json() == {"status": "ok", "links": 1}
     with pytest.raises(ControlError) as refused:
         await off(ControlClient(base).rules)
@@ -634,7 +639,7 @@ async def test_token_from_the_command_line_is_required_and_never_echoed(
     for method, path, body in GUARDED:
         for token in wrong:
             answer = await off(call, base, method, path, body, token)
-            assert_error(answer, 401, "a bearer token is required")
+            assert_error(answer, 401, unauthorized(token))
             assert secret.encode() not in answer.body
             assert token is None or token.encode("latin-1") not in answer.body
     assert await off(control.add_rule, drop("x", "_x/a")) == [drop("x", "_x/a")]
@@ -663,7 +668,7 @@ async def test_token_from_a_file_guards_the_api_and_wins_over_the_environment(
     base = control.base_url
     for token in (None, "from-the-environment", secret + "x", secret[:-1]):
         answer = await off(call, base, "GET", "/api/rules", None, token)
-        assert_error(answer, 401, "a bearer token is required")
+        assert_error(answer, 401, unauthorized(token))
         assert secret.encode() not in answer.body
     assert await off(control.add_rule, drop("x", "_x/a")) == [drop("x", "_x/a")]
     assert await barrier(proxy, "guarded") == []
