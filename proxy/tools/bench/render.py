@@ -59,6 +59,8 @@ def render(report: dict[str, Any]) -> str:
     if report["ws_links"] is not None:
         lines += _render_ws(report["ws_links"])
     lines += ["", "Performance targets (information only; the exit status ignores them)"]
+    if report["mode"] == "short":
+        lines.append("  (--short: too few samples for these verdicts to mean anything)")
     for check in report["design_targets"]:
         figure = (
             ""

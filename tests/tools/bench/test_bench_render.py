@@ -17,6 +17,8 @@ def test_the_text_report_names_every_target() -> None:
     for target in TARGETS:
         assert target in text
     assert "Performance targets (information only" in text
+    assert "--short: too few samples for these verdicts to mean anything" in text
+    assert report["core"]["build"] in text.splitlines()[0]
     assert "peak RSS" in text
     assert f"{report['config']['ws_links']} WebSocket links through one proxy" in text
     assert "injected delays: 50 ms" in text
