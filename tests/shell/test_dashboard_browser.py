@@ -447,6 +447,25 @@ async def test_a_release_refused_says_why_in_the_held_panel(dashboard: Open) -> 
     await expect(page.locator(".row.held", has_text="held #1: drop")).to_be_visible(timeout=WAIT)
 
 
+async def test_a_message_that_ends_while_it_is_edited_says_the_edit_was_not_sent(
+    dashboard: Open,
+) -> None:
+    """A held message dropped elsewhere (here the control API; a timeout or its link's end
+    alike) while its card is being edited takes the card with it, and the held panel says the
+    edit was not sent."""
+    board = await holding(dashboard, hold("_x/gone"))
+    page = board.page
+    await board.proxy.send(request(4, "_x/gone"))
+    card = page.locator(".held-card", has_text="_x/gone")
+    await card.locator("button.edit").click()
+    await expect(card.locator("textarea.held-body")).to_be_editable(timeout=WAIT)
+    assert (await off(board.control.drop_held, 1))["outcome"] == "drop"
+    await expect(page.locator("#held-error")).to_have_text(
+        "held #1 ended (drop) while it was edited: the edit was not sent", timeout=WAIT
+    )
+    await expect(page.locator(".held-card")).to_have_count(0, timeout=WAIT)
+
+
 async def test_an_older_answer_of_the_held_list_does_not_bring_a_card_back(
     dashboard: Open,
 ) -> None:

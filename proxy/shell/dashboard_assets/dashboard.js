@@ -201,7 +201,19 @@ function count(record) {
   } else if (record.event === "connection" && record.link !== null && record.link !== undefined) {
     addLinkOption(record.link);
   }
+  if (record.event === "held_ended") editLost(record);
   if (record.event === "held" || record.event === "held_ended") pollHeld();
+}
+
+// A message that ends while its card is being edited (its timeout, its link's end, someone
+// else's act) takes the card with it: say so, and that the edit was not sent.
+function editLost(record) {
+  const card = [...$("held").children].find((each) => each.dataset.id === String(record.held_id));
+  const body = card && card.querySelector("textarea.held-body");
+  if (!body || body.readOnly || record.outcome === "edit") return;
+  const said = $("held-error");
+  said.textContent = `held #${record.held_id} ended (${record.outcome}) while it was edited: the edit was not sent`;
+  said.hidden = false;
 }
 
 function draw() {
