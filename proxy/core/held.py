@@ -1,13 +1,16 @@
-"""Messages a ``hold`` rule paused (a breakpoint): their proxy-wide ids, what the control API
-shows of them, and the one check of an edit.
+"""Messages a ``hold`` rule paused (a breakpoint): their proxy-wide ids, what is kept of each,
+and the one check of an edit. What the control API shows of them is
+:mod:`proxy.shell.admin`'s (``GET /api/held``).
 
 A held message waits at the proxy until the control API acts on it (release, drop, edit) or its
 ``timeout_ms`` is up (then it is released or dropped, as its rule's ``then`` says); its link's
-end discards it. Each gets an id from :class:`HeldIds`, one counter for the whole proxy (the
-fault engine's, kept across restarts of the data plane), so that an id names one message over
-the proxy's life and an id that was issued but is held no more is told apart from one that never
-was. The relay (:mod:`proxy.core.relay`) keeps the messages its link holds; nothing here reads a
-clock: every time is the relay's (the shell's loop time).
+end discards it. Nothing else ends its hold: a ``stall`` that ends or a ``reorder`` that counts
+it overtaken lets it be (it is held still; released later, it goes on at once). Each gets an id
+from :class:`HeldIds`, one counter for the whole proxy (the fault engine's, kept across restarts
+of the data plane), so that an id names one message over the proxy's life and an id that was
+issued but is held no more is told apart from one that never was. The relay
+(:mod:`proxy.core.relay`) keeps the messages its link holds; nothing here reads a clock: every
+time is the relay's (the shell's loop time).
 
 An edit (:func:`edited`) replaces the message by another of the same kind (a request by a
 request with the same method, a notification by a notification, an answer by a result or an
