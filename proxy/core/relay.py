@@ -264,6 +264,7 @@ class Relay:
         engine: FaultEngine | None = None,
         origin: float = 0.0,
         ids: Mapping[Direction, Iterator[int]] | None = None,
+        tokens: Iterator[int] | None = None,
         downstream: str = "stdio",
         keep_upstream: bool = False,
         cached_initialize: bytes | None = None,
@@ -274,7 +275,9 @@ class Relay:
         """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
 
         ``ids``: the counters that mint ids per direction; give the relay that replaces this one
-        after a restart the same counters, so that ids are never reused. ``downstream``: the
+        after a restart the same counters, so that ids are never reused. ``tokens``: the counter
+        that numbers its timers; give the relays of one link the same, so that a timer of one
+        can never be taken for another's. ``downstream``: the
         Client's transport (``stdio``, ``http``, ``ws``), which decides the HTTP-only faults.
         ``keep_upstream`` (conductor mode): when the Client leaves, the Agent's connection is
         kept for the next Client. ``cached_initialize``: the Agent's answer to the first Client's
@@ -326,7 +329,7 @@ class Relay:
         rule's end but waiting still (in a stall), leaves: its ids translated then, its copies."""
         self._stall_ends: dict[int, Direction] = {}
         """Timer token -> the direction whose stall ends when it fires."""
-        self._tokens = itertools.count()
+        self._tokens = tokens if tokens is not None else itertools.count()
         self._initialize_timeout = initialize_timeout
         self._deadlines: dict[int, bytes] = {}
         """Timer token -> the forwarded id of an ``initialize`` that must be answered by then."""
@@ -1087,13 +1090,15 @@ class Relay:
         return self._settle(held, "edit", at, edit=edited(held, data, limit))
 
     def discard_held(self) -> list[Command]:
-        """The link ends, or a restart replaces this relay: every message ``hold`` rules hold is
-        lost (observed as such); their timers are the shell's to forget with the link's."""
+        """The link ends, or a new relay replaces this one: every message ``hold`` rules hold is
+        lost (observed as such), and the shell forgets its timer now (its bytes and its fault in
+        progress are no longer counted; it must not fire into the relay that comes next)."""
         out: list[Command] = []
         for held in self._paused.values():
             self._timers.pop(held.token, None)
             self._held_copies.pop(held.token, None)
             out.append(self._hold_ended(held, "link_end"))
+            out.append(ForgetTimer(held.token))
         self._paused.clear()
         self._paused_tokens.clear()
         return out

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import websockets
 from control_calls import assert_error, call, off, raw
 from harness import (
     INFLIGHT_BOUND_REACHED,
@@ -327,3 +328,81 @@ async def test_the_ledger_judges_the_edit_not_the_original(
     [finding] = await off(control.findings)
     assert finding["check"] == "invalid_key_accepted"
     assert await off(control.ledger) == []
+
+
+async def test_a_respawn_forgets_the_lost_holds_timers_at_once(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """When a respawned Agent's relay replaces the one holding a request, the request's timer
+    goes with it: no fault is in progress and no byte is in flight from then on (not only when
+    its timeout would have come)."""
+    proxy, control = await held_proxy(controlled, capture, tmp_path)
+    with await off(control.events) as events:
+        await proxy.send(request(1, "_x/hold", {"pad": "x" * 100}))
+        held_id = (await off(control.wait_held))["id"]
+        assert await off(control.metric, "acp_proxy_active_faults") == 1
+        assert await off(control.metric, "acp_proxy_inflight_bytes") > 0
+        await off(control.kill_agent, signal="TERM", respawn=True)
+        await off(events.until, "held_ended", held_id=held_id)
+    assert await off(control.metric, "acp_proxy_active_faults") == 0
+    assert await off(control.metric, "acp_proxy_inflight_bytes") == 0
+
+
+async def test_a_conductor_clients_holds_outlive_the_timers_of_the_client_before(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """Conductor mode (``--keep-upstream``): the first Client leaves with a request held for 2 s;
+    the next Client's relay numbers its timers afresh and holds two requests. When the first
+    hold's 2 s are long past (a delayed request of the second Client has come back after 2 s),
+    both of the second Client's requests are still held: the old relay's timer did not fire into
+    the new one."""
+    faults = fault_file(
+        tmp_path,
+        {**hold("first", timeout_ms=2000), "when": {"direction": "to_agent", "method": "_x/first"}},
+        {**hold("second"), "when": {"direction": "to_agent", "method": "_x/second"}},
+        {
+            "name": "slow",
+            "when": {"direction": "to_agent", "method": "_x/wait"},
+            "do": {"action": "delay", "ms": 2000},
+        },
+    )
+    proxy, control = await controlled(
+        raw_agent(capture),
+        "--listen",
+        "ws://127.0.0.1:0/acp",
+        "--keep-upstream",
+        "--faults",
+        str(faults),
+    )
+    url = (await proxy.logged("listening"))["url"]
+
+    async def answered(ws: Any, request_id: object) -> list[Any]:
+        """What came up to the answer to ``request_id``, that answer last."""
+        seen = []
+        while True:
+            message = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+            seen.append(message)
+            if message.get("id") == request_id and "method" not in message:
+                return seen
+
+    async with websockets.connect(url, proxy=None) as first:
+        await first.send(request(0, "initialize", {"protocolVersion": 1}).decode())
+        await answered(first, 0)
+        await first.send(request(1, "_x/first").decode())
+        await off(control.wait_held, rule="first")
+    await proxy.logged("client gone; keeping the agent connection for the next client")
+    async with websockets.connect(url, proxy=None) as second:
+        await second.send(request(0, "initialize", {"protocolVersion": 1}).decode())
+        await answered(second, 0)
+        await second.send(request(1, "_x/second").decode())
+        await second.send(request(2, "_x/second").decode())
+        await off(control.wait_held, rule="second", jsonrpc_id=2)
+        await second.send(request(3, "_x/wait").decode())
+        before = await answered(second, 3)
+        assert [m["id"] for m in before] == [3]
+        held = await off(control.held)
+        assert [(e["rule"], e["kind"], e["jsonrpc_id"]) for e in held] == [
+            ("second", "request", 1),
+            ("second", "request", 2),
+        ]
+    assert agent_saw(capture, "_x/second") == []

@@ -424,6 +424,18 @@ def test_only_its_own_timer_times_a_breakpoint_out() -> None:
     assert [body(data)["method"] for data in sent(timed_out, Side.AGENT)] == ["session/prompt"]
 
 
+def test_a_discarded_hold_has_its_timer_forgotten() -> None:
+    """``discard_held`` tells the shell to forget each lost hold's timer now (its bytes and its
+    fault in progress are counted no more, and it cannot fire into the next relay)."""
+    shared = engine()
+    relay = Relay(engine=shared)
+    commands = relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    forgotten = relay.discard_held()
+    assert [c.token for c in forgotten if isinstance(c, ForgetTimer)] == [
+        only(commands, StartTimer).token
+    ]
+
+
 def duplicate(gap_ms: float = 0) -> dict[str, Any]:
     """A rule adding one copy to each prompt (``gap_ms`` later), letting the hold rule act too."""
     return {
