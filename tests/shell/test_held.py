@@ -130,7 +130,7 @@ async def test_an_edit_reaches_the_agent_and_the_trace_names_it_by_digests(
     assert ended["outcome"] == "edit"
     assert ended["digest"] != ended["edited_digest"]
     assert "s3cr3t" not in json.dumps(ended)
-    assert relayed["size"] == len(json.dumps(edit, separators=(",", ":")))
+    assert relayed["size"] == len(json.dumps(edit))  # as the control client wrote it
     assert await off(control.metric, "acp_proxy_held_outcomes_total", outcome="edit") == 1
 
 
@@ -406,3 +406,34 @@ async def test_a_conductor_clients_holds_outlive_the_timers_of_the_client_before
             ("second", "request", 2),
         ]
     assert agent_saw(capture, "_x/second") == []
+
+
+async def test_big_integers_are_shown_and_edited_exactly(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """A request whose id and params hold integers past 64 bits: ``/api/held`` shows them as
+    they were written (not as floats), the edit that keeps that id is accepted, and the Agent
+    reads the edit byte for byte as the control API was sent it (but for its id, the proxy's)."""
+    proxy, control = await held_proxy(controlled, capture, tmp_path)
+    big = 10**23
+    sent = {"jsonrpc": "2.0", "id": big, "method": "_x/hold", "params": {"n": big + 1}}
+    await proxy.send(encode(sent))
+    entry = await off(control.wait_held, method="_x/hold")
+    assert (entry["jsonrpc_id"], entry["body"]) == (big, sent)
+    for path in ("/api/held", f"/api/held/{entry['id']}"):
+        shown = await off(call, control.base_url, "GET", path)
+        assert b'"jsonrpc_id":100000000000000000000000,' in shown.body
+        assert b'{"n":100000000000000000000001}' in shown.body
+    message = (
+        b'{"jsonrpc":"2.0", "id":100000000000000000000000, "method":"_x/hold",'
+        b' "params":{"n":123456789012345678901234567890, "f":1.50, "e":1E400}}'
+    )
+    edited = await off(
+        call, control.base_url, "POST", f"/api/held/{entry['id']}/edit", b'{"body": %s}' % message
+    )
+    assert edited.status == 200, edited
+    answer, _ = await lines_until_answer(proxy, big)
+    assert answer["id"] == big
+    [seen] = [line for line in captured(capture) if b"_x/hold" in line]
+    forwarded = str(entry["forwarded_id"]).encode()
+    assert seen == message.replace(b"100000000000000000000000", forwarded)
