@@ -302,11 +302,13 @@ class ControlClient:
 
     # -- messages hold rules hold -----------------------------------------------------------------
 
-    def held(self) -> list[dict[str, Any]]:
-        """``GET /api/held``: the messages ``hold`` rules hold now, oldest first (``id``,
-        ``link``, ``rule``, ``direction``, ``kind``, ``method``, ``jsonrpc_id``, ``body``...; a
-        large message's ``body`` is None with ``truncated`` true: see :meth:`held_message`)."""
-        return cast(list[dict[str, Any]], self.request("GET", "/api/held")["held"])
+    def held(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """``GET /api/held``: the messages ``hold`` rules hold now, oldest first, at most
+        ``limit`` of them (the proxy's default: 100; at most 10,000) (``id``, ``link``, ``rule``,
+        ``direction``, ``kind``, ``method``, ``jsonrpc_id``, ``body``...; a large message's
+        ``body`` is None with ``truncated`` true: see :meth:`held_message`)."""
+        path = "/api/held" if limit is None else f"/api/held?limit={int(limit)}"
+        return cast(list[dict[str, Any]], self.request("GET", path)["held"])
 
     def held_message(self, held_id: int) -> dict[str, Any]:
         """``GET /api/held/{id}``: one held message, its ``body`` whole. 404 (:class:`ControlError`)

@@ -640,14 +640,19 @@ class Relay:
                 engine.did_not_act(rule)
                 continue
             lasting = _lasting(effects) + sum(1 for wait in waits if wait)
-            if lasting > room:
+            held_full = engine.held.full() and any(type(e) is Breakpoint for e in effects)
+            if held_full or lasting > room:  # the message goes on as if the rule had not matched
                 engine.did_not_act(rule)
+                first = held_full and not engine.held.refused
+                engine.held.refused = engine.held.refused or held_full
                 out.append(
                     FaultOverflowed(
                         rule=rule.name,
                         action=params.action,
                         direction=direction,
                         method=subject.method,
+                        bound="max_held" if held_full else "max_active_faults",
+                        first=first,
                     )
                 )
                 continue
@@ -774,6 +779,9 @@ class Relay:
                     held_id = self._pause(
                         message, relayed, timer, rule=pause[0], then=then, copies=held_copies
                     )
+                    # Kept as it came too (the API shows it, an edit is checked against it):
+                    # those bytes are in flight as well.
+                    timer = StartTimer(timer.delay, timer.token, timer.size + len(message.raw))
                 out.append(
                     Held(
                         hold=timer.token,
@@ -1099,6 +1107,8 @@ class Relay:
             self._held_copies.pop(held.token, None)
             out.append(self._hold_ended(held, "link_end"))
             out.append(ForgetTimer(held.token))
+        if self._engine is not None:
+            self._engine.held.count -= len(self._paused)
         self._paused.clear()
         self._paused_tokens.clear()
         return out
@@ -1116,8 +1126,10 @@ class Relay:
         """Keep the message held behind ``timer`` as a ``hold`` rule's (its timeout: the
         timer's delay), with the ``copies`` it is to have when it leaves; its new id."""
         token, at = timer.token, self._timers[timer.token].at
-        assert self._engine is not None  # no rule holds anything without one
-        held_id = self._engine.held_ids.take()
+        engine = self._engine
+        assert engine is not None  # no rule holds anything without one
+        held_id = engine.held_ids.take()
+        engine.held.count += 1
         self._paused[held_id] = HeldMessage(
             id=held_id,
             token=token,
@@ -1163,6 +1175,8 @@ class Relay:
         token = held.token
         del self._paused[held.id]
         del self._paused_tokens[token]
+        assert self._engine is not None
+        self._engine.held.count -= 1
         copies = self._held_copies.pop(token, None)
         if copies is not None and edit is not None:
             copies = replace(copies, rewrite=None)  # the edit is what goes, corruption and all

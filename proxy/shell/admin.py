@@ -97,6 +97,11 @@ MAX_TOKEN_FILE = 4096
 LISTED_BODY_BYTES = 16 * 1024
 """The largest held message whose ``body`` ``GET /api/held`` shows; a larger one's is null, with
 ``truncated: true`` (``GET /api/held/{id}`` shows it whole)."""
+LISTED_HELD = 100
+"""The held messages ``GET /api/held`` lists by default (the oldest; ``?limit=N`` for another
+number, its ``total`` says how many there are): a hundred bodies of at most 16 KiB each."""
+MAX_LISTED_HELD = 10_000
+"""The most ``GET /api/held?limit=N`` lists at once."""
 HELD_ACTS = ("release", "drop", "edit")
 """What ``POST /api/held/{id}/{act}`` does to a held message."""
 
@@ -536,7 +541,10 @@ class AdminServer:
         return web.json_response({"links": [_describe(link) for link in self._runtime.links()]})
 
     async def _held_list(self, request: web.Request) -> web.Response:
-        """Every message ``hold`` rules hold now, oldest first; a large one without its body."""
+        """The messages ``hold`` rules hold now, oldest first, at most ``?limit=N`` of them
+        (:data:`LISTED_HELD` by default), and how many there are (``total``); a large one
+        without its body."""
+        limit = _held_limit(request.query.get("limit"))
         held = [
             (message.id, link, message)
             for link in self._runtime.links()
@@ -544,9 +552,10 @@ class AdminServer:
         ]
         held.sort(key=lambda entry: entry[0])
         listed = b",".join(
-            _held_entry(link, message, self._unix_offset, full=False) for _, link, message in held
+            _held_entry(link, message, self._unix_offset, full=False)
+            for _, link, message in held[:limit]
         )
-        return _json_text(b'{"held":[' + listed + b"]}")
+        return _json_text(b'{"held":[' + listed + b'],"total":' + str(len(held)).encode() + b"}")
 
     async def _held_one(self, request: web.Request) -> web.Response:
         link, message = self._holding(request.match_info["id"])
@@ -761,6 +770,19 @@ def _edit_message(raw: bytes) -> bytes:
         raise ApiError(400, shape + " (one body member)")
     start, end = spans[0]
     return raw[start:end]
+
+
+def _held_limit(given: str | None) -> int:
+    """``GET /api/held?limit=N``: how many to list (:data:`LISTED_HELD` when not given)."""
+    if given is None:
+        return LISTED_HELD
+    try:
+        limit = int(given)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_LISTED_HELD:
+        raise ApiError(400, f"limit is a whole number from 1 to {MAX_LISTED_HELD}, not {given!r}")
+    return limit
 
 
 def _json_text(text: bytes) -> web.Response:

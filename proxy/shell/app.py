@@ -228,6 +228,7 @@ def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
         on_note=functools.partial(_log_note, listener),
         client_faults=options.allow_client_faults,
         max_active_faults=options.limits.max_active_faults,
+        max_held=options.limits.max_held,
     )
 
 

@@ -20,12 +20,15 @@ from harness import (
     captured,
     encode,
     fault_file,
+    log_events,
     raw_agent,
     request,
 )
 from stdio_scenario import barrier, lines_until_answer
 
 from proxy.control import ControlClient, ControlError
+
+HOLD_REFUSED = "hold refused: as many messages held as --max-held allows; the message goes on"
 
 
 def hold(name: str = "bp", **do: Any) -> dict[str, Any]:
@@ -437,3 +440,25 @@ async def test_big_integers_are_shown_and_edited_exactly(
     [seen] = [line for line in captured(capture) if b"_x/hold" in line]
     forwarded = str(entry["forwarded_id"]).encode()
     assert seen == message.replace(b"100000000000000000000000", forwarded)
+
+
+async def test_past_max_held_a_hold_rule_lets_the_message_go_and_the_list_is_bounded(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """With ``--max-held 2`` a third request to hold reaches the Agent at once (answered), the
+    refusal counted and logged once; ``GET /api/held?limit=1`` lists the oldest, its ``total``
+    says two; a ``limit`` that is not from 1 to 10,000 is refused (400)."""
+    proxy, control = await held_proxy(controlled, capture, tmp_path, "--max-held", "2")
+    await proxy.send(*(request(n, "_x/hold") for n in range(4)))
+    answers = [(await lines_until_answer(proxy, n))[0]["id"] for n in (2, 3)]
+    assert answers == [2, 3]
+    overflow = await off(control.metric, "acp_proxy_faults_overflow_total", action="hold")
+    assert overflow == 2
+    await proxy.logged(HOLD_REFUSED)
+    listed = (await off(call, control.base_url, "GET", "/api/held?limit=1")).json()
+    assert ([entry["jsonrpc_id"] for entry in listed["held"]], listed["total"]) == ([0], 2)
+    assert [entry["jsonrpc_id"] for entry in await off(control.held)] == [0, 1]
+    for limit in ("0", "10001", "x"):
+        refused = await off(call, control.base_url, "GET", f"/api/held?limit={limit}")
+        assert_error(refused, 400, "limit is a whole number from 1 to 10000")
+    assert len(log_events(proxy.stderr, HOLD_REFUSED)) == 1  # the second refusal: counted only

@@ -325,9 +325,11 @@ def test_in_a_stalled_direction_a_released_message_waits_for_the_stall() -> None
     assert relay.held(Direction.TO_AGENT) == 0
 
 
-def relay_of(*rules: dict[str, Any]) -> Relay:
+def relay_of(*rules: dict[str, Any], max_held: int | None = None) -> Relay:
     """A relay whose engine has ``rules``."""
-    return Relay(engine=FaultEngine(validate_rules(list(rules)), random.Random(1)))
+    return Relay(
+        engine=FaultEngine(validate_rules(list(rules)), random.Random(1), max_held=max_held)
+    )
 
 
 BREAKPOINT = {
@@ -426,14 +428,17 @@ def test_only_its_own_timer_times_a_breakpoint_out() -> None:
 
 def test_a_discarded_hold_has_its_timer_forgotten() -> None:
     """``discard_held`` tells the shell to forget each lost hold's timer now (its bytes and its
-    fault in progress are counted no more, and it cannot fire into the next relay)."""
+    fault in progress are counted no more, and it cannot fire into the next relay); the engine
+    counts no held message any more."""
     shared = engine()
     relay = Relay(engine=shared)
     commands = relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    assert shared.held.count == 1
     forgotten = relay.discard_held()
     assert [c.token for c in forgotten if isinstance(c, ForgetTimer)] == [
         only(commands, StartTimer).token
     ]
+    assert shared.held.count == 0
 
 
 def duplicate(gap_ms: float = 0) -> dict[str, Any]:
@@ -543,3 +548,31 @@ def test_an_edit_carries_its_own_session_and_key() -> None:
     answered = relay.handle(MessageReceived(Side.AGENT, answer, 0.2))
     stopped = only(answered, Stopped)
     assert (stopped.rule, stopped.session) == ("lose", "U")
+
+
+def test_past_max_held_the_rule_does_not_act() -> None:
+    """With ``max_held`` 1, a second prompt is not held: it goes on at once, the overflow is
+    observed (the first refusal marked first, to be logged); once the first is let go, the next
+    is held again. A held message's bytes count twice toward what its timer holds (as it came,
+    and as it will be sent)."""
+    relay = relay_of(BREAKPOINT, max_held=1)
+    first = relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    [timer] = timers(first)
+    assert only(first, Held).relayed.forwarded_id == b"0"  # as long as the Client's 7
+    assert timer.size == 2 * len(PROMPT)
+    refusals = []
+    for at, request_id in ((0.1, b"8"), (0.2, b"9")):
+        passing = relay.handle(
+            MessageReceived(Side.CLIENT, PROMPT.replace(b":7", b":" + request_id), at)
+        )
+        assert len(sent(passing, Side.AGENT)) == 1
+        refusals.append(only(passing, FaultOverflowed))
+    assert [(r.bound, r.first, r.action) for r in refusals] == [
+        ("max_held", True, "hold"),
+        ("max_held", False, "hold"),
+    ]
+    assert [m.id for m in relay.held_messages()] == [1]
+    relay.release_held(1, 0.3)
+    again = relay.handle(MessageReceived(Side.CLIENT, PROMPT.replace(b":7", b":10"), 0.4))
+    assert sent(again, Side.AGENT) == []
+    assert only(again, Held).held_id == 2
