@@ -118,6 +118,7 @@ class EditRefused(ValueError):
 
 
 def _kind_name(kind: Kind) -> str:
+    """The kind an edit must keep: an answer's (a result or an error) is ``response``."""
     return "response" if kind in _ANSWERS else str(kind)
 
 

@@ -294,9 +294,7 @@ class AdminServer:
         self._subscribers_logged = False
         self._header_timeout = header_timeout
         self._max_message_bytes = max_message_bytes
-        self._unix_offset = time.time() - asyncio.get_running_loop().time()
-        """Unix time minus the loop's (the relay's) time, taken once: a held message's times
-        shown in Unix seconds, as the trace's, and the same in every answer."""
+        self._loop = asyncio.get_running_loop()
         self.port = 0
         self.url = ""
         """Where it serves, once started (``http://HOST:PORT``)."""
@@ -551,15 +549,22 @@ class AdminServer:
             for message in link.held_messages()
         ]
         held.sort(key=lambda entry: entry[0])
+        offset = self._unix_offset()
         listed = b",".join(
-            _held_entry(link, message, self._unix_offset, full=False)
-            for _, link, message in held[:limit]
+            _held_entry(link, message, offset, full=False) for _, link, message in held[:limit]
         )
         return _json_text(b'{"held":[' + listed + b'],"total":' + str(len(held)).encode() + b"}")
 
     async def _held_one(self, request: web.Request) -> web.Response:
+        """One held message, its body whole."""
         link, message = self._holding(request.match_info["id"])
-        return _json_text(_held_entry(link, message, self._unix_offset, full=True))
+        return _json_text(_held_entry(link, message, self._unix_offset(), full=True))
+
+    def _unix_offset(self) -> float:
+        """Unix time minus the loop's (the relay's) time, read now: a held message's times are
+        shown in Unix seconds, as the trace's (the wall clock may have been set since the
+        start)."""
+        return time.time() - self._loop.time()
 
     async def _held_act(self, request: web.Request) -> web.Response:
         """Release, drop or edit one held message: 404 for an id never given, 409 for one held
@@ -737,6 +742,7 @@ def _action_body(model: type[B], body: dict[str, Any]) -> B:
 
 
 def _held_no_more(held_id: int) -> str:
+    """The error of an act on a message that was held but is held no more (409)."""
     return (
         f"message {held_id} is held no more: released, dropped, edited, timed out, or its link "
         "ended"

@@ -341,7 +341,9 @@ class Link:
         return self._settle_held(lambda at: self.relay.edit_held(held_id, data, at, limit))
 
     def _settle_held(self, settle: Callable[[float], list[Command] | None]) -> bool:
-        """Carry out what ``settle`` (a relay's end of a hold, at the time given) asks."""
+        """Carry out what ``settle`` asks (a relay's end of a hold: its release, drop or edit,
+        given the time now, which the timers it starts count from); False when the link has
+        ended or its relay holds no such message (``settle`` gave None)."""
         if self._refused("held message"):
             return False
         at = self._clock()

@@ -280,7 +280,9 @@ async def test_wait_held_waits_on_the_events_and_times_out(
     TimeoutError."""
     faults = fault_file(tmp_path, {**hold(), "when": {"direction": "to_agent"}})
     proxy, control = await controlled(raw_agent(capture), "--faults", str(faults))
-    with pytest.raises(TimeoutError):
+    with pytest.raises(
+        TimeoutError, match=r"no message matching .*_x/never.* was held within 0\.3 s"
+    ):
         await off(control.wait_held, 0.3, method="_x/never")
     waiting = asyncio.create_task(off(control.wait_held, method="_x/wanted"))  # noqa: TID251 - awaited
     await proxy.send(request(1, "_x/other"))
