@@ -576,3 +576,18 @@ def test_past_max_held_the_rule_does_not_act() -> None:
     again = relay.handle(MessageReceived(Side.CLIENT, PROMPT.replace(b":7", b":10"), 0.4))
     assert sent(again, Side.AGENT) == []
     assert only(again, Held).held_id == 2
+
+
+def test_deleting_its_rule_or_resetting_leaves_the_message_held() -> None:
+    """The rules replaced by none and their counters reset: the prompt stays held (its timeout
+    and ``then`` are its rule's still) until the control API releases it."""
+    shared = engine()
+    relay = Relay(engine=shared)
+    relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    shared.replace([])
+    shared.reset()
+    [message] = relay.held_messages()
+    assert (message.timeout, message.then) == (1.0, "release")
+    released = relay.release_held(message.id, 0.5)
+    assert released is not None
+    assert len(sent(released, Side.AGENT)) == 1
