@@ -42,6 +42,7 @@ from proxy.shell.limits import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_EVENT_SUBSCRIBERS,
+    DEFAULT_MAX_HELD,
     DEFAULT_MAX_LINKS,
     DEFAULT_MAX_SESSIONS,
     Limits,
@@ -321,6 +322,15 @@ def run(
             "acp_proxy_faults_overflow_total. Default: no cap.",
         ),
     ] = None,
+    max_held: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=0,
+            help="Messages hold rules may hold at once across the proxy; past it a hold rule "
+            "does not act (the message goes on), counted in acp_proxy_faults_overflow_total.",
+        ),
+    ] = DEFAULT_MAX_HELD,
     strict: Annotated[
         bool,
         typer.Option(
@@ -462,6 +472,7 @@ def run(
             max_pending=max_pending,
             max_inflight_bytes=max_inflight_bytes,
             max_active_faults=max_active_faults,
+            max_held=max_held,
         ),
         faults=faults or (),
         seed=seed,

@@ -302,11 +302,13 @@ class ControlClient:
 
     # -- messages hold rules hold -----------------------------------------------------------------
 
-    def held(self) -> list[dict[str, Any]]:
-        """``GET /api/held``: the messages ``hold`` rules hold now, oldest first (``id``,
-        ``link``, ``rule``, ``direction``, ``kind``, ``method``, ``jsonrpc_id``, ``body``...; a
-        large message's ``body`` is None with ``truncated`` true: see :meth:`held_message`)."""
-        return cast(list[dict[str, Any]], self.request("GET", "/api/held")["held"])
+    def held(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """``GET /api/held``: the messages ``hold`` rules hold now, oldest first, at most
+        ``limit`` of them (the proxy's default: 100; at most 10,000) (``id``, ``link``, ``rule``,
+        ``direction``, ``kind``, ``method``, ``jsonrpc_id``, ``body``...; a large message's
+        ``body`` is None with ``truncated`` true: see :meth:`held_message`)."""
+        path = "/api/held" if limit is None else f"/api/held?limit={int(limit)}"
+        return cast(list[dict[str, Any]], self.request("GET", path)["held"])
 
     def held_message(self, held_id: int) -> dict[str, Any]:
         """``GET /api/held/{id}``: one held message, its ``body`` whole. 404 (:class:`ControlError`)
@@ -335,27 +337,43 @@ class ControlClient:
         """The first message held now or from now on whose fields equal ``match`` (as
         :meth:`held` shows them: ``method="session/prompt"``, ``direction="to_client"``,
         ``rule=...``, ``link=...``), its body whole. Waits on the event stream (``held``
-        records) for at most about ``timeout`` seconds (default: the client's), then raises
-        :class:`TimeoutError`."""
+        records) for at most about ``timeout`` seconds (default: the client's). A message let go
+        (released, dropped, timed out, its link ended) before it could be read is passed over.
+
+        Raises:
+            TimeoutError: no matching message was held within ``timeout``.
+            EOFError: the event stream ended first (the proxy stopped).
+        """
         wait = self.timeout if timeout is None else timeout
-        response = self._open("GET", "/api/events", None, timeout=wait)
-        with EventStream(response, deadline=time.monotonic() + wait) as stream:
-            for entry in self.held():  # held before the stream opened
-                if _matches(entry, match):
-                    return self.held_message(int(entry["id"]))
-            for record in stream:
-                held_id = record.get("held_id")
-                if record.get("event") != "held" or not isinstance(held_id, int):
-                    continue
-                try:
-                    entry = self.held_message(held_id)
-                except ControlError as exc:
-                    if exc.status == 409:  # let go already
+        try:
+            response = self._open("GET", "/api/events", None, timeout=wait)
+            with EventStream(response, deadline=time.monotonic() + wait) as stream:
+                for entry in self.held(_LISTED_AT_MOST):  # held before the stream opened
+                    if _matches(entry, match):
+                        found = self._still_held(int(entry["id"]))
+                        if found is not None:
+                            return found
+                for record in stream:
+                    held_id = record.get("held_id")
+                    if record.get("event") != "held" or not isinstance(held_id, int):
                         continue
-                    raise
-                if _matches(entry, match):
-                    return entry
-        raise EOFError("the event stream ended")
+                    found = self._still_held(held_id)
+                    if found is not None and _matches(found, match):
+                        return found
+        except TimeoutError:
+            raise TimeoutError(
+                f"no message matching {match!r} was held within {wait:g} s"
+            ) from None
+        raise EOFError("the event stream ended before a matching message was held")
+
+    def _still_held(self, held_id: int) -> dict[str, Any] | None:
+        """The held message ``held_id``, whole; None when it is held no more (409)."""
+        try:
+            return self.held_message(held_id)
+        except ControlError as exc:
+            if exc.status == 409:
+                return None
+            raise
 
     def restart_proxy(self, downtime_ms: float = 0) -> None:
         """Restart the data plane: every connection closed, down ``downtime_ms``, then back."""
@@ -402,7 +420,12 @@ class ControlClient:
         return EventStream(response)
 
 
+_LISTED_AT_MOST = 10_000
+"""The most held messages ``GET /api/held`` lists at once (its ``limit``'s bound)."""
+
+
 def _matches(entry: Mapping[str, Any], match: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` (a held message, a trace record) has every field of ``match``."""
     return all(entry.get(key) == value for key, value in match.items())
 
 

@@ -115,9 +115,9 @@ class RunningProxy:
             rule, name=name, when=when, schedule=schedule, do=do, continue_=continue_
         )
 
-    def held(self) -> list[dict[str, Any]]:
+    def held(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The messages ``hold`` rules hold now (see :meth:`ControlClient.held`)."""
-        return self.control.held()
+        return self.control.held(limit)
 
     def held_message(self, held_id: int) -> dict[str, Any]:
         """One held message, whole (see :meth:`ControlClient.held_message`)."""

@@ -29,7 +29,7 @@ from proxy.core.actions import actions
 from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
 from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
-from proxy.core.held import HeldIds
+from proxy.core.held import HeldBound, HeldIds
 from proxy.core.jsonrpc import Kind, session_of
 from proxy.core.values import value
 
@@ -251,6 +251,7 @@ class FaultEngine:
         on_note: Callable[[Note], None] | None = None,
         client_faults: bool = False,
         max_active_faults: int | None = None,
+        max_held: int | None = None,
     ) -> None:
         self.rng = rng or random.Random(0)
         self.listener = listener
@@ -262,6 +263,9 @@ class FaultEngine:
         self.held_ids = HeldIds()
         """The ids of the messages ``hold`` rules hold, proxy-wide (kept, as the engine is,
         across restarts of the data plane)."""
+        self.held = HeldBound(max_held)
+        """How many messages ``hold`` rules hold now, across the links, and the cap on them
+        (``--max-held``)."""
         self._on_note = on_note
         self.states: dict[str, RuleState] = {}
         self._rules: tuple[_Compiled, ...] = ()

@@ -1,13 +1,16 @@
-"""Messages a ``hold`` rule paused (a breakpoint): their proxy-wide ids, what the control API
-shows of them, and the one check of an edit.
+"""Messages a ``hold`` rule paused (a breakpoint): their proxy-wide ids and count, what is kept
+of each, and the one check of an edit. What the control API shows of them is
+:mod:`proxy.shell.admin`'s (``GET /api/held``).
 
 A held message waits at the proxy until the control API acts on it (release, drop, edit) or its
 ``timeout_ms`` is up (then it is released or dropped, as its rule's ``then`` says); its link's
-end discards it. Each gets an id from :class:`HeldIds`, one counter for the whole proxy (the
-fault engine's, kept across restarts of the data plane), so that an id names one message over
-the proxy's life and an id that was issued but is held no more is told apart from one that never
-was. The relay (:mod:`proxy.core.relay`) keeps the messages its link holds; nothing here reads a
-clock: every time is the relay's (the shell's loop time).
+end discards it. Nothing else ends its hold: a ``stall`` that ends or a ``reorder`` that counts
+it overtaken lets it be (it is held still; released later, it goes on at once). Each gets an id
+from :class:`HeldIds`, one counter for the whole proxy (the fault engine's, kept across restarts
+of the data plane), so that an id names one message over the proxy's life and an id that was
+issued but is held no more is told apart from one that never was; :class:`HeldBound` counts
+those held now against ``--max-held``. The relay (:mod:`proxy.core.relay`) keeps the messages
+its link holds; nothing here reads a clock: every time is the relay's (the shell's loop time).
 
 An edit (:func:`edited`) replaces the message by another of the same kind (a request by a
 request with the same method, a notification by a notification, an answer by a result or an
@@ -25,6 +28,7 @@ from proxy.core.values import value
 
 __all__ = [
     "EditRefused",
+    "HeldBound",
     "HeldIds",
     "HeldMessage",
     "digest",
@@ -53,6 +57,24 @@ class HeldIds:
         return 0 < held_id < self._next
 
 
+class HeldBound:
+    """How many messages ``hold`` rules hold now across the proxy, and the cap on them
+    (``--max-held``; ``None``: none). Past the cap a ``hold`` rule does not act: the message
+    goes on as if the rule had not matched (:class:`~proxy.core.observations.FaultOverflowed`)."""
+
+    __slots__ = ("count", "limit", "refused")
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.count = 0
+        self.refused = False
+        """Whether a hold was refused for the cap yet (the first refusal is logged, no other)."""
+
+    def full(self) -> bool:
+        """Whether no message may be held now."""
+        return self.limit is not None and self.count >= self.limit
+
+
 @value(kw_only=True)
 class HeldMessage:
     """One message a ``hold`` rule holds on a link: as it arrived (``data``, its id as its
@@ -68,6 +90,9 @@ class HeldMessage:
     answer's: its request's), session, ids (``original_id``: the requester's, ``forwarded_id``:
     the proxy's on the Agent's hop) and size."""
     data: bytes
+    """The message as it arrived, its id as its sender wrote it: the very bytes its
+    ``relayed.message`` keeps (not a copy; the bytes its timer will send are its own, and each
+    counts toward the bytes in flight)."""
     sent_key: IdKey | None
     """What tells the id in ``data`` from another (its type and value: ``1`` is not ``"1"``)."""
     at: float
@@ -93,6 +118,7 @@ class EditRefused(ValueError):
 
 
 def _kind_name(kind: Kind) -> str:
+    """The kind an edit must keep: an answer's (a result or an error) is ``response``."""
     return "response" if kind in _ANSWERS else str(kind)
 
 

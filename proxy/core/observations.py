@@ -346,12 +346,16 @@ class PeerGone(Observation):
 @value(kw_only=True)
 class FaultOverflowed(Observation):
     """A rule fired on a message, but its fault would have started more faults in progress
-    than ``--max-active-faults`` allows: the rule did not act (Envoy's ``faults_overflow``)."""
+    than ``--max-active-faults`` allows, or held more messages than ``--max-held`` (``bound``):
+    the rule did not act (Envoy's ``faults_overflow``)."""
 
     rule: str
     action: ActionName | str
     direction: Direction
     method: str | None
+    bound: Literal["max_active_faults", "max_held"] = "max_active_faults"
+    first: bool = False
+    """The first refusal of the run for ``max_held`` (logged; the others are counted only)."""
 
 
 @value(kw_only=True)

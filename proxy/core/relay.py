@@ -200,6 +200,29 @@ class _Timed:
     at: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Copies:
+    """The copies a ``duplicate`` rule asked for of a message a ``hold`` rule holds: ``count``
+    of them, ``gap`` seconds apart (``spaced_by``: the rules that space them), made from the
+    message that leaves (an edit's, when edited), rewritten as ``rewrite`` says."""
+
+    count: int
+    gap: float
+    spaced_by: tuple[str, ...]
+    rewrite: Rewrite | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Release:
+    """What is left to do when a message whose hold ended (released, edited, timed out) leaves:
+    ``message`` translated again then (a cancel names a request by the id it has then: one
+    answered meanwhile is cancelled no more), and its ``copies`` made."""
+
+    held: HeldMessage
+    message: Message | None = None
+    copies: _Copies | None = None
+
+
 class Relay:
     """The state of one link: pending requests both ways, held messages, which peers are gone."""
 
@@ -212,6 +235,7 @@ class Relay:
         "_ended",
         "_engine",
         "_fast_path",
+        "_held_copies",
         "_initialize_timeout",
         "_invalid",
         "_keep_upstream",
@@ -221,6 +245,7 @@ class Relay:
         "_paused",
         "_paused_tokens",
         "_refused_pending",
+        "_releasing",
         "_reordered",
         "_reorders",
         "_slow_closes",
@@ -239,6 +264,7 @@ class Relay:
         engine: FaultEngine | None = None,
         origin: float = 0.0,
         ids: Mapping[Direction, Iterator[int]] | None = None,
+        tokens: Iterator[int] | None = None,
         downstream: str = "stdio",
         keep_upstream: bool = False,
         cached_initialize: bytes | None = None,
@@ -249,7 +275,9 @@ class Relay:
         """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
 
         ``ids``: the counters that mint ids per direction; give the relay that replaces this one
-        after a restart the same counters, so that ids are never reused. ``downstream``: the
+        after a restart the same counters, so that ids are never reused. ``tokens``: the counter
+        that numbers its timers; give the relays of one link the same, so that a timer of one
+        can never be taken for another's. ``downstream``: the
         Client's transport (``stdio``, ``http``, ``ws``), which decides the HTTP-only faults.
         ``keep_upstream`` (conductor mode): when the Client leaves, the Agent's connection is
         kept for the next Client. ``cached_initialize``: the Agent's answer to the first Client's
@@ -293,9 +321,15 @@ class Relay:
         """The messages ``hold`` rules hold on this link, by their proxy-wide id."""
         self._paused_tokens: dict[int, int] = {}
         """Timer token -> the id of the message a ``hold`` rule holds behind it."""
+        self._held_copies: dict[int, _Copies] = {}
+        """Timer token -> the copies a ``duplicate`` rule makes of the message a ``hold`` rule
+        holds behind it: made when it leaves (dropped, it has none)."""
+        self._releasing: dict[int, _Release] = {}
+        """Timer token -> what is left to do when the message it holds, let go by its ``hold``
+        rule's end but waiting still (in a stall), leaves: its ids translated then, its copies."""
         self._stall_ends: dict[int, Direction] = {}
         """Timer token -> the direction whose stall ends when it fires."""
-        self._tokens = itertools.count()
+        self._tokens = tokens if tokens is not None else itertools.count()
         self._initialize_timeout = initialize_timeout
         self._deadlines: dict[int, bytes] = {}
         """Timer token -> the forwarded id of an ``initialize`` that must be answered by then."""
@@ -335,7 +369,7 @@ class Relay:
             case PeerClosed(side=side):
                 return self._peer_closed(side)
             case TimerFired(token=token, at=at):
-                return self._release(token, at)
+                return self._fired(token, at)
 
     # -- messages -------------------------------------------------------------------------------
 
@@ -606,14 +640,19 @@ class Relay:
                 engine.did_not_act(rule)
                 continue
             lasting = _lasting(effects) + sum(1 for wait in waits if wait)
-            if lasting > room:
+            held_full = engine.held.full() and any(type(e) is Breakpoint for e in effects)
+            if held_full or lasting > room:  # the message goes on as if the rule had not matched
                 engine.did_not_act(rule)
+                first = held_full and not engine.held.refused
+                engine.held.refused = engine.held.refused or held_full
                 out.append(
                     FaultOverflowed(
                         rule=rule.name,
                         action=params.action,
                         direction=direction,
                         method=subject.method,
+                        bound="max_held" if held_full else "max_active_faults",
+                        first=first,
                     )
                 )
                 continue
@@ -699,7 +738,12 @@ class Relay:
             self._closing.add(destination)
             return [], []
         extra = []
-        if copies:
+        held_copies: _Copies | None = None
+        if copies and pause is not None and relayed is not None and forwards:
+            # Under the breakpoint: made when the message leaves, from what leaves (none if
+            # dropped), spaced from then on.
+            held_copies = _Copies(copies, gap, tuple(spaced_by), rewrite)
+        elif copies:
             extra = self._copies(direction, message, relayed, forwards, count=copies, at=at)
         if rewrite is not None:
             forwards = [rewrite.transform(data) for data in forwards]
@@ -712,8 +756,9 @@ class Relay:
         if freeze is not None and direction not in self._stalls:
             out.append(self._stall(direction, *freeze, at))  # its end fires before its holds
         stall = self._stalls.get(direction)
-        if stall is not None:  # held until the stall ends (its end releases it, in order)
-            delay = max(delay, stall.end - at, 1e-6)
+        if stall is not None:  # held until the stall ends (its end lets it go, in order)
+            if pause is None:  # a breakpoint's timeout stays its own (see _end_stall)
+                delay = max(delay, stall.end - at, 1e-6)
             if stall.rule not in delayed_by:
                 delayed_by.append(stall.rule)
         if delay > 0:
@@ -731,7 +776,12 @@ class Relay:
                 held_id = then = None
                 if pause is not None:
                     then = pause[1].then
-                    held_id = self._pause(message, relayed, timer, rule=pause[0], then=then)
+                    held_id = self._pause(
+                        message, relayed, timer, rule=pause[0], then=then, copies=held_copies
+                    )
+                    # Kept as it came too (the API shows it, an edit is checked against it):
+                    # those bytes are in flight as well.
+                    timer = StartTimer(timer.delay, timer.token, timer.size + len(message.raw))
                 out.append(
                     Held(
                         hold=timer.token,
@@ -906,9 +956,11 @@ class Relay:
         *,
         count: int,
         at: float,
+        primary: Pending | None = None,
     ) -> list[tuple[bytes, Relayed | None]]:
         """``count`` extra copies, each with its relay observation; a request's copies are new
-        requests of one duplicate group."""
+        requests of one duplicate group with ``primary`` (default: the last request pending
+        under the message's id)."""
         if message.kind is not Kind.REQUEST:
             seen = None if relayed is None else replace(relayed, copy=True, duration=None)
             return [
@@ -920,7 +972,8 @@ class Relay:
         assert message.id_key is not None
         assert message.method is not None
         requests = self._maps[direction]
-        primary = requests.pending_with(message.id_key)[-1]
+        if primary is None:
+            primary = requests.pending_with(message.id_key)[-1]
         group = primary.group = DuplicateGroup()
         copies: list[tuple[bytes, Relayed | None]] = []
         for _ in range(min(count, self._room(direction))):  # rule 9: copies are pending too
@@ -975,7 +1028,10 @@ class Relay:
     ) -> list[Command]:
         """The stall of ``direction`` ends (``released``: by the control API): what it held goes
         on, in order; or, for a timeout, the connection is cut first and what it held is lost
-        (undeliverable)."""
+        (undeliverable). A message a ``hold`` rule holds that the control API has not acted on
+        is let be: its hold ends only by the API, its own timeout or its link's end, and then
+        it goes on at once (after what the stall let go: in that direction, its own order is
+        lost, as past a ``delay``; into a connection the timeout cut it is undeliverable)."""
         stall = self._stalls.pop(direction, None)  # gone: _release lets its holds go now
         if stall is None:
             return []
@@ -990,6 +1046,8 @@ class Relay:
         out.extend(Sever(side, False, stall.close_code) for side in stall.sever)
         self._closing.update(stall.sever)
         for token in stall.holds:
+            if token in self._paused_tokens:
+                continue  # a breakpoint nobody acted on: held still, by its rule alone
             out.extend(self._release_early(token, at, lose=bool(stall.sever)))
         return out
 
@@ -1005,6 +1063,13 @@ class Relay:
         return out
 
     # -- messages a hold rule holds (proxy.core.held) ----------------------------------------------
+    #
+    # A hold ends in one of three ways: the control API acts on it (release, drop, edit:
+    # :meth:`_settle`, before its timer fired), its own timer fires (its ``then``:
+    # :meth:`_timed_out`), or its relay goes (:meth:`discard_held`). Nothing else ends it: a
+    # stall's end and a reorder's count let it be. Let go within a stall, the message still waits
+    # for the stall's end (nothing leaves a stalled direction); what is left to do when it leaves
+    # (a cancel translated again, its copies made) waits with it (:class:`_Release`).
 
     def held_messages(self) -> list[HeldMessage]:
         """The messages ``hold`` rules hold on this link, in the order they came."""
@@ -1014,13 +1079,13 @@ class Relay:
         """Let the held message ``held_id`` go on now (None: this link holds no such message).
         In a stalled direction it goes on when the stall ends, in order."""
         held = self._paused.get(held_id)
-        return None if held is None else self._unpause(held, "release", at)
+        return None if held is None else self._settle(held, "release", at)
 
     def drop_held(self, held_id: int, at: float) -> list[Command] | None:
         """Drop the held message ``held_id`` (a request is then never answered: it is pending no
         more); None: this link holds no such message."""
         held = self._paused.get(held_id)
-        return None if held is None else self._unpause(held, "drop", at)
+        return None if held is None else self._settle(held, "drop", at)
 
     def edit_held(self, held_id: int, data: bytes, at: float, limit: int) -> list[Command] | None:
         """Let the held message ``held_id`` go on now as ``data`` (its id rewritten as the
@@ -1030,27 +1095,41 @@ class Relay:
         held = self._paused.get(held_id)
         if held is None:
             return None
-        return self._unpause(held, "edit", at, edit=edited(held, data, limit))
+        return self._settle(held, "edit", at, edit=edited(held, data, limit))
 
     def discard_held(self) -> list[Command]:
-        """The link ends, or a restart replaces this relay: every message ``hold`` rules hold is
-        lost (observed as such); their timers are the shell's to forget with the link's."""
+        """The link ends, or a new relay replaces this one: every message ``hold`` rules hold is
+        lost (observed as such), and the shell forgets its timer now (its bytes and its fault in
+        progress are no longer counted; it must not fire into the relay that comes next)."""
         out: list[Command] = []
         for held in self._paused.values():
             self._timers.pop(held.token, None)
+            self._held_copies.pop(held.token, None)
             out.append(self._hold_ended(held, "link_end"))
+            out.append(ForgetTimer(held.token))
+        if self._engine is not None:
+            self._engine.held.count -= len(self._paused)
         self._paused.clear()
         self._paused_tokens.clear()
         return out
 
     def _pause(
-        self, message: Message, relayed: Relayed, timer: StartTimer, *, rule: str, then: HeldThen
+        self,
+        message: Message,
+        relayed: Relayed,
+        timer: StartTimer,
+        *,
+        rule: str,
+        then: HeldThen,
+        copies: _Copies | None,
     ) -> int:
         """Keep the message held behind ``timer`` as a ``hold`` rule's (its timeout: the
-        timer's delay); its new id."""
+        timer's delay), with the ``copies`` it is to have when it leaves; its new id."""
         token, at = timer.token, self._timers[timer.token].at
-        assert self._engine is not None  # no rule holds anything without one
-        held_id = self._engine.held_ids.take()
+        engine = self._engine
+        assert engine is not None  # no rule holds anything without one
+        held_id = engine.held_ids.take()
+        engine.held.count += 1
         self._paused[held_id] = HeldMessage(
             id=held_id,
             token=token,
@@ -1063,34 +1142,52 @@ class Relay:
             then=then,
         )
         self._paused_tokens[token] = held_id
+        if copies is not None:
+            self._held_copies[token] = copies
         return held_id
 
-    def _unpause(
-        self,
-        held: HeldMessage,
-        outcome: HeldOutcome,
-        at: float,
-        *,
-        early: bool = True,
-        edit: Message | None = None,
+    def _settle(
+        self, held: HeldMessage, outcome: HeldOutcome, at: float, *, edit: Message | None = None
     ) -> list[Command]:
-        """End the hold of ``held`` as ``outcome`` says: the message goes on (as ``edit``, when
-        given), or is dropped. ``early``: before its timer fired (the shell forgets the timer).
-        A message also held by a stall that goes on waits for the stall's end."""
-        del self._paused[held.id]
-        del self._paused_tokens[held.token]
+        """The control API ends the hold of ``held`` (``release``, ``drop``, ``edit``), before
+        its timer fired: the message goes on now (as ``edit``, when given) and the shell forgets
+        that timer, or it is dropped. In a stalled direction it goes on when the stall ends."""
+        out = self._end_hold(held, outcome, edit)
+        if self._stalled(held.token) is None:
+            out.extend(self._release_early(held.token, at))
+        return out
+
+    def _timed_out(self, held: HeldMessage, at: float) -> list[Command]:
+        """The timer of ``held`` fired: its ``then`` says whether it goes on now or is dropped.
+        In a stalled direction it goes on when the stall ends."""
+        outcome: HeldOutcome = "timeout_drop" if held.then == "drop" else "timeout_release"
+        out = self._end_hold(held, outcome)
+        if self._stalled(held.token) is None:
+            out.extend(self._release(held.token, at))
+        return out
+
+    def _end_hold(
+        self, held: HeldMessage, outcome: HeldOutcome, edit: Message | None = None
+    ) -> list[Command]:
+        """``held`` is held by its rule no more (observed): dropped (its timer then sends
+        nothing; a request is pending no more), or to go on (as ``edit``, when given) once its
+        timer is released, with what is left to do then (:class:`_Release`)."""
         token = held.token
-        stall = next((s for s in self._stalls.values() if token in s.holds), None)
-        out: list[Command]
+        del self._paused[held.id]
+        del self._paused_tokens[token]
+        assert self._engine is not None
+        self._engine.held.count -= 1
+        copies = self._held_copies.pop(token, None)
+        if copies is not None and edit is not None:
+            copies = replace(copies, rewrite=None)  # the edit is what goes, corruption and all
         if edit is None:
-            out = [self._hold_ended(held, outcome)]
+            out: list[Command] = [self._hold_ended(held, outcome)]
         else:
             out = [self._hold_ended(held, outcome, edited_digest=digest(edit.raw))]
-            out.extend(self._replace_held(held, edit))
         if outcome in ("drop", "timeout_drop"):
+            stall = self._stalled(token)
             if stall is not None:
                 del stall.holds[token]
-                stall = None
             timed = self._timers[token]
             kept = [command for command in timed.commands if type(command) is not Send]
             self._timers[token] = replace(timed, commands=kept)
@@ -1098,14 +1195,26 @@ class Relay:
             if request.kind is Kind.REQUEST and request.forwarded_id is not None:
                 self._maps[request.direction].pop(request.forwarded_id)  # never answered now
             out.append(self._dropped(held))
-        if stall is not None:
-            return out  # the stall's end lets it go, in order
-        out.extend(self._release_early(token, at) if early else self._release(token, at))
+            return out
+        leaving = held.relayed.message if edit is None else edit
+        later: Message | None = None
+        if leaving is not None and leaving.kind is Kind.NOTIFICATION and _cancels(leaving):
+            later = leaving  # translated when it leaves (rule 3: an answered request's cancel)
+        elif edit is not None:
+            out.extend(self._replace_held(held, edit))
+        if later is not None or copies is not None:
+            self._releasing[token] = _Release(held, later, copies)
         return out
+
+    def _stalled(self, token: int) -> _Stall | None:
+        """The stall that holds the message of timer ``token``, if any."""
+        return next((stall for stall in self._stalls.values() if token in stall.holds), None)
 
     def _replace_held(self, held: HeldMessage, message: Message) -> list[Command]:
         """What timer ``held.token`` sends becomes ``message``, its ids rewritten as the held
-        message's were (a cancel's ``requestId`` translated again); what it observes then too."""
+        message's were (a cancel's ``requestId`` translated again: it may be dropped now); what
+        it observes then too, a request's session and key with the pending request's (what
+        its answer is judged by)."""
         original, token = held.relayed, held.token
         direction = original.direction
         timed = self._timers[token]
@@ -1126,15 +1235,78 @@ class Relay:
             Send(first.to, data, first.pieces, first.gap) for data in forwards
         ]
         commands.extend(command for command in timed.commands if type(command) is not Send)
+        session = original.session
+        if message.kind is Kind.REQUEST or message.kind is Kind.NOTIFICATION:
+            session = message.session  # an answer's is its request's
+        if message.kind is Kind.REQUEST and original.forwarded_id is not None:
+            pending = self._maps[direction].get(original.forwarded_id)
+            if pending is not None:
+                params = message.params
+                pending.session = session
+                pending.keyed = (
+                    isinstance(params, dict) and params.get("idempotencyKey") is not None
+                )
         relayed = timed.relayed
         if relayed is not None:
-            relayed = replace(relayed, kind=message.kind, size=len(message.raw), message=message)
+            relayed = replace(
+                relayed, kind=message.kind, size=len(message.raw), message=message, session=session
+            )
         self._timers[token] = replace(timed, commands=commands, relayed=relayed)
         return seen
+
+    def _made_copies(
+        self, released: _Release, sent: _Timed, forwards: list[bytes], at: float
+    ) -> list[Command]:
+        """The copies a ``duplicate`` rule asked for of a held message that has just left as
+        ``sent`` holds it (``forwards``: the bytes it left as): sent now, after whatever its
+        timer carried out, or held ``gap`` apart from now. A request's copies are requests of its
+        duplicate group, each pending (none when it is pending no more: its peer is gone)."""
+        spec = released.copies
+        relayed = sent.relayed
+        assert spec is not None
+        assert relayed is not None
+        message = relayed.message
+        if message is None:
+            return []
+        direction = relayed.direction
+        primary: Pending | None = None
+        if message.kind is Kind.REQUEST:
+            assert relayed.forwarded_id is not None
+            primary = self._maps[direction].get(relayed.forwarded_id)
+            if primary is None:
+                return []
+        extra = self._copies(
+            direction, message, relayed, forwards, count=spec.count, at=at, primary=primary
+        )
+        rewrite = spec.rewrite
+        if rewrite is not None and message.kind is Kind.REQUEST:  # the others' are as it left
+            extra = [(rewrite.transform(copy), seen) for copy, seen in extra]
+            if rewrite.unreadable:
+                self._unanswerable(direction, message, len(extra))
+        destination = direction.destination
+        out: list[Command] = []
+        for index, (copy, seen) in enumerate(extra, start=1):
+            wait = index * spec.gap
+            if wait > 0:
+                timer = self._hold(wait, [Send(destination, copy)], seen, at)
+                if seen is not None:
+                    out.append(
+                        Held(hold=timer.token, rules=spec.spaced_by, delay=wait, relayed=seen)
+                    )
+                out.append(timer)
+            elif destination in self._closing:  # cut by what its timer carried out
+                out.append(_undeliverable(Send(destination, copy), seen, None))
+            else:
+                if seen is not None:
+                    out.append(seen)
+                out.append(Send(destination, copy))
+        return out
 
     def _hold_ended(
         self, held: HeldMessage, outcome: HeldOutcome, *, edited_digest: str | None = None
     ) -> HeldEnded:
+        """The observation that the hold of ``held`` ended as ``outcome`` says (an edit's names
+        the message as it came and as edited by their digests)."""
         return HeldEnded(
             held_id=held.id,
             hold=held.token,
@@ -1162,7 +1334,9 @@ class Relay:
 
     def _overtaken(self, direction: Direction, out: list[Command], at: float) -> None:
         """Each message just sent in ``direction`` has overtaken the ones a ``reorder`` holds
-        there: those overtaken often enough leave now, right behind it."""
+        there: those overtaken often enough leave now, right behind it. One a ``hold`` rule
+        holds too leaves when its hold ends (released then, it goes at once): the reorder
+        forgets it."""
         destination = direction.destination
         passed = sum(1 for c in out if type(c) is Send and c.to is destination)
         waiting = self._reorders[direction]
@@ -1171,6 +1345,8 @@ class Relay:
             token, left = entry
             if token not in self._timers:
                 continue  # released by its timer (max_ms) already
+            if token in self._paused_tokens:
+                continue  # a hold rule's: it leaves when its hold ends (the count is moot)
             if not passed or left > passed:
                 entry[1] = left - passed
                 kept.append(entry)
@@ -1181,38 +1357,54 @@ class Relay:
         else:
             del self._reorders[direction]
 
-    def _release_early(self, token: int, at: float, *, lose: bool = False) -> list[Command]:
-        """:meth:`_release` of a hold before its own timer fires: the shell is told to forget
-        that timer (it holds nothing any more)."""
-        return [*self._release(token, at, lose=lose), ForgetTimer(token)]
-
-    def _release(self, token: int, at: float, *, lose: bool = False) -> list[Command]:
-        """Timer ``token`` fired at ``at``: carry out what it held. A held message leaves now
-        (relayed, its answer's duration counting the wait), or is undeliverable (its peer is
-        closing, or ``lose``: a timeout's end, whichever side it cut). A held signal
-        to an Agent the proxy is already closing (the Client left) is void: the Agent is being
-        stopped, and the run must end the same way whether it exits or the timer fires first."""
+    def _fired(self, token: int, at: float) -> list[Command]:
+        """Timer ``token`` fired at ``at``: an ``initialize`` is overdue, a stall ends, a ``hold``
+        rule's hold times out (its own timer, and nothing else, does that), or what the timer
+        holds is carried out (:meth:`_release`)."""
         if token in self._deadlines:
             return self._initialize_overdue(self._deadlines.pop(token))
         if token in self._stall_ends:
             return self._end_stall(self._stall_ends.pop(token), at)
-        if token in self._paused_tokens:  # a hold's timeout: its ``then``
-            held = self._paused[self._paused_tokens[token]]
-            timed_out: HeldOutcome = "timeout_drop" if held.then == "drop" else "timeout_release"
-            return self._unpause(held, timed_out, at, early=False)
+        held_id = self._paused_tokens.get(token)
+        if held_id is not None:
+            return self._timed_out(self._paused[held_id], at)
+        return self._release(token, at)
+
+    def _release_early(self, token: int, at: float, *, lose: bool = False) -> list[Command]:
+        """:meth:`_release` of a timer before it fires: the shell is told to forget that timer
+        (it holds nothing any more)."""
+        return [*self._release(token, at, lose=lose), ForgetTimer(token)]
+
+    def _release(self, token: int, at: float, *, lose: bool = False) -> list[Command]:
+        """Carry out what timer ``token`` holds, at ``at`` (it fired, or goes early). A held
+        message leaves now (relayed, its answer's duration counting the wait), or is
+        undeliverable (its peer is closing, or ``lose``: a timeout's end, whichever side it
+        cut); one a stall holds waits for the stall's end. What is left to do for a message
+        whose ``hold`` rule let it go (:class:`_Release`) is done as it leaves. A held signal
+        to an Agent the proxy is already closing (the Client left) is void: the Agent is being
+        stopped, and the run must end the same way whether it exits or the timer fires first.
+
+        A message a ``hold`` rule still holds never gets here: its hold ends first
+        (:meth:`_settle`, :meth:`_timed_out`); a stall's end and a reorder skip it."""
         if self._stalls and any(token in stall.holds for stall in self._stalls.values()):
             return []  # its stall lets it go, with the others, in order (its timer may come first)
-        timed = self._timers.pop(token, None)
+        timed = self._timers.get(token)
         if timed is None:
             return []
+        out: list[Command] = []
+        released = self._releasing.pop(token, None)
+        if released is not None and released.message is not None and not lose:
+            out.extend(self._replace_held(released.held, released.message))
+            timed = self._timers[token]
+        del self._timers[token]
         relayed = timed.relayed
         if relayed is not None:
             duration = relayed.duration
             if duration is not None:
                 duration += at - timed.at
             relayed = replace(relayed, hold=token, duration=duration)
-        out: list[Command] = []
         sent = lost = False
+        forwards: list[bytes] = []
         for command in timed.commands:
             if isinstance(command, Sever | Close):
                 if isinstance(command, Close) and command.side in self._closing:
@@ -1231,6 +1423,9 @@ class Relay:
                     out.append(relayed)
                 sent = True
                 out.append(command)
+                forwards.append(command.data)
+        if released is not None and released.copies is not None and sent:
+            out.extend(self._made_copies(released, timed, forwards, at))
         return out
 
     def _initialize_overdue(self, forwarded_id: bytes) -> list[Command]:
@@ -1330,11 +1525,7 @@ class Relay:
         self, direction: Direction, message: Message, out: list[Command]
     ) -> list[bytes]:
         forwards = [message.raw]
-        method = message.method
-        params = message.params
-        inner = params.get("method") if isinstance(params, dict) else None
-        cancel = acp.CANCEL_REQUEST
-        if method == cancel or (method in acp.SUCCESSORS and inner == cancel):
+        if _cancels(message):
             forwards = self._cancel(direction, message, out)
             if not forwards:
                 return forwards
@@ -1456,6 +1647,19 @@ def _lasting(effects: Sequence[Effect]) -> int:
     return count
 
 
+def _cancels(message: Message) -> bool:
+    """Whether the notification ``message`` is a cancel (``$/cancel_request``, or one inside a
+    successor envelope): it names one of its sender's requests by id, which is translated to the
+    next hop's when it is forwarded (rule 3)."""
+    method = message.method
+    if method == acp.CANCEL_REQUEST:
+        return True
+    if method in acp.SUCCESSORS:
+        params = message.params
+        return isinstance(params, dict) and params.get("method") == acp.CANCEL_REQUEST
+    return False
+
+
 def _ends(command: Command, side: Side) -> bool:
     """Whether ``command`` ends the connection toward ``side`` (nothing sent after it arrives)."""
     return (type(command) is SendCut and command.to is side) or (
@@ -1463,7 +1667,7 @@ def _ends(command: Command, side: Side) -> bool:
     )
 
 
-def _undeliverable(send: Send, relayed: Relayed | None, hold: int) -> Undeliverable:
+def _undeliverable(send: Send, relayed: Relayed | None, hold: int | None) -> Undeliverable:
     """A held message whose peer left before its timer fired; named when it was observed held."""
     direction = Direction.TO_AGENT if send.to is Side.AGENT else Direction.TO_CLIENT
     if relayed is None:

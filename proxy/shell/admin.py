@@ -58,6 +58,7 @@ from proxy.core.faultfile import (
     validated,
 )
 from proxy.core.held import EditRefused, HeldMessage
+from proxy.core.splice import member_spans
 from proxy.core.sse import KEEPALIVE
 from proxy.shell.dashboard import Dashboard
 from proxy.shell.defaults import (
@@ -96,6 +97,11 @@ MAX_TOKEN_FILE = 4096
 LISTED_BODY_BYTES = 16 * 1024
 """The largest held message whose ``body`` ``GET /api/held`` shows; a larger one's is null, with
 ``truncated: true`` (``GET /api/held/{id}`` shows it whole)."""
+LISTED_HELD = 100
+"""The held messages ``GET /api/held`` lists by default (the oldest; ``?limit=N`` for another
+number, its ``total`` says how many there are): a hundred bodies of at most 16 KiB each."""
+MAX_LISTED_HELD = 10_000
+"""The most ``GET /api/held?limit=N`` lists at once."""
 HELD_ACTS = ("release", "drop", "edit")
 """What ``POST /api/held/{id}/{act}`` does to a held message."""
 
@@ -288,9 +294,7 @@ class AdminServer:
         self._subscribers_logged = False
         self._header_timeout = header_timeout
         self._max_message_bytes = max_message_bytes
-        self._unix_offset = time.time() - asyncio.get_running_loop().time()
-        """Unix time minus the loop's (the relay's) time, taken once: a held message's times
-        shown in Unix seconds, as the trace's, and the same in every answer."""
+        self._loop = asyncio.get_running_loop()
         self.port = 0
         self.url = ""
         """Where it serves, once started (``http://HOST:PORT``)."""
@@ -537,18 +541,32 @@ class AdminServer:
         return web.json_response({"links": [_describe(link) for link in self._runtime.links()]})
 
     async def _held_list(self, request: web.Request) -> web.Response:
-        """Every message ``hold`` rules hold now, oldest first; a large one without its body."""
+        """The messages ``hold`` rules hold now, oldest first, at most ``?limit=N`` of them
+        (:data:`LISTED_HELD` by default), and how many there are (``total``); a large one
+        without its body."""
+        limit = _held_limit(request.query.get("limit"))
         held = [
-            _held_entry(link, message, self._unix_offset, full=False)
+            (message.id, link, message)
             for link in self._runtime.links()
             for message in link.held_messages()
         ]
-        held.sort(key=lambda entry: entry["id"])
-        return web.json_response({"held": held})
+        held.sort(key=lambda entry: entry[0])
+        offset = self._unix_offset()
+        listed = b",".join(
+            _held_entry(link, message, offset, full=False) for _, link, message in held[:limit]
+        )
+        return _json_text(b'{"held":[' + listed + b'],"total":' + str(len(held)).encode() + b"}")
 
     async def _held_one(self, request: web.Request) -> web.Response:
+        """One held message, its body whole."""
         link, message = self._holding(request.match_info["id"])
-        return web.json_response(_held_entry(link, message, self._unix_offset, full=True))
+        return _json_text(_held_entry(link, message, self._unix_offset(), full=True))
+
+    def _unix_offset(self) -> float:
+        """Unix time minus the loop's (the relay's) time, read now: a held message's times are
+        shown in Unix seconds, as the trace's (the wall clock may have been set since the
+        start)."""
+        return time.time() - self._loop.time()
 
     async def _held_act(self, request: web.Request) -> web.Response:
         """Release, drop or edit one held message: 404 for an id never given, 409 for one held
@@ -558,7 +576,7 @@ class AdminServer:
             raise ApiError(404, f"unknown act {act!r}: {', '.join(HELD_ACTS)}")
         link, message = self._holding(request.match_info["id"])
         if act == "edit":
-            data = _edit_body(await _body(request, empty=' ({"body": MESSAGE})'))
+            data = _edit_message(await request.read())
             try:
                 done = link.edit_held(message.id, data, self._max_message_bytes)
             except EditRefused as exc:
@@ -686,8 +704,9 @@ def _json_error(status: int, message: str, errors: list[str] | None = None) -> w
 
 
 async def _body(request: web.Request, *, empty: str = "") -> Any:
-    """The request's JSON, parsed strictly: no NaN or Infinity, at most 1024 levels deep, UTF-8
-    without lone surrogates, integers within 64 bits. ``empty``: what to send instead of none."""
+    """The request's JSON, parsed strictly: no NaN or Infinity, no number beyond a double, at
+    most 1024 levels deep, UTF-8 without lone surrogates (an integer past 64 bits is read as a
+    float: no rule or action field takes one). ``empty``: what to send instead of none."""
     raw = await request.read()
     if not raw.strip():
         raise ApiError(400, f"a JSON body is required{empty}")
@@ -695,6 +714,11 @@ async def _body(request: web.Request, *, empty: str = "") -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, f"the body is not JSON: {exc}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    """``json.loads``'s ``parse_constant``: ``NaN``, ``Infinity`` and ``-Infinity`` are no JSON."""
+    raise ValueError(f"{name} is not valid JSON")
 
 
 async def _no_body(request: web.Request) -> None:
@@ -720,58 +744,91 @@ def _action_body(model: type[B], body: dict[str, Any]) -> B:
 
 
 def _held_no_more(held_id: int) -> str:
+    """The error of an act on a message that was held but is held no more (409)."""
     return (
         f"message {held_id} is held no more: released, dropped, edited, timed out, or its link "
         "ended"
     )
 
 
-def _edit_body(body: Any) -> bytes:
-    """The message an edit's body ``{"body": MESSAGE}`` gives, as the bytes to relay."""
+def _edit_message(raw: bytes) -> bytes:
+    """The message an edit's body ``{"body": MESSAGE}`` gives: MESSAGE's bytes exactly as the
+    request wrote them (never parsed and written again, so that an integer past 64 bits, a
+    number's spelling and the order of members stay as the user sent them). The body must be
+    JSON (no NaN or Infinity) with that one member."""
+    if not raw.strip():
+        raise ApiError(400, 'a JSON body is required ({"body": MESSAGE})')
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise ApiError(400, f"the body is not JSON: {exc}") from None
+        try:  # valid JSON orjson refuses: a number beyond a double, a lone surrogate escape
+            body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            raise ApiError(400, f"the body is not JSON: {exc}") from None
+    shape = 'an edit\'s body is {"body": MESSAGE}, MESSAGE the new JSON-RPC message'
     if not isinstance(body, dict) or set(body) != {"body"}:
-        raise ApiError(
-            400, 'an edit\'s body is {"body": MESSAGE}, MESSAGE the new JSON-RPC message'
-        )
-    return orjson.dumps(body["body"])
+        raise ApiError(400, shape)
+    try:
+        spans = member_spans(raw, "body")
+    except ValueError as exc:  # ScanLimit: past the steps a scan may take
+        raise ApiError(400, f"the body is too complex to read: {exc}") from None
+    if len(spans) != 1:
+        raise ApiError(400, shape + " (one body member)")
+    start, end = spans[0]
+    return raw[start:end]
 
 
-def _held_entry(link: Link, held: HeldMessage, unix_offset: float, *, full: bool) -> dict[str, Any]:
-    """What the API shows of a held message; its times in Unix seconds (the relay's plus
-    ``unix_offset``), as the trace's. Not ``full``: the body of a message over
-    :data:`LISTED_BODY_BYTES` is left out."""
+def _held_limit(given: str | None) -> int:
+    """``GET /api/held?limit=N``: how many to list (:data:`LISTED_HELD` when not given)."""
+    if given is None:
+        return LISTED_HELD
+    try:
+        limit = int(given)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_LISTED_HELD:
+        raise ApiError(400, f"limit is a whole number from 1 to {MAX_LISTED_HELD}, not {given!r}")
+    return limit
+
+
+def _json_text(text: bytes) -> web.Response:
+    """An answer whose JSON is written already."""
+    return web.Response(body=text, content_type="application/json")
+
+
+def _held_entry(link: Link, held: HeldMessage, unix_offset: float, *, full: bool) -> bytes:
+    """What the API shows of a held message, as JSON text; its times in Unix seconds (the
+    relay's plus ``unix_offset``), as the trace's. Its ids and body are the bytes its sender
+    wrote, spliced in (never parsed and written again: an integer past 64 bits stays exact).
+    Not ``full``: the body of a message over :data:`LISTED_BODY_BYTES` is left out."""
     shown = full or len(held.data) <= LISTED_BODY_BYTES
     relayed = held.relayed
-    return {
-        "id": held.id,
-        "link": link.id,
-        "rule": held.rule,
-        "direction": relayed.direction.value,
-        "kind": relayed.kind.value,
-        "method": relayed.method,
-        "session": relayed.session,
-        "jsonrpc_id": _json_id(relayed.original_id),
-        "forwarded_id": _json_id(relayed.forwarded_id),
-        "size": relayed.size,
-        "held_since": unix_offset + held.at,
-        "deadline": unix_offset + held.deadline,
-        "timeout_ms": held.timeout * 1000,
-        "then": held.then,
-        "body": _json(held.data) if shown else None,
-        "truncated": not shown,
-    }
+    members: list[tuple[bytes, bytes]] = [
+        (b"id", orjson.dumps(held.id)),
+        (b"link", orjson.dumps(link.id)),
+        (b"rule", orjson.dumps(held.rule)),
+        (b"direction", orjson.dumps(relayed.direction.value)),
+        (b"kind", orjson.dumps(relayed.kind.value)),
+        (b"method", orjson.dumps(relayed.method)),
+        (b"session", orjson.dumps(relayed.session)),
+        (b"jsonrpc_id", _json_id(relayed.original_id)),
+        (b"forwarded_id", _json_id(relayed.forwarded_id)),
+        (b"size", orjson.dumps(relayed.size)),
+        (b"held_since", orjson.dumps(unix_offset + held.at)),
+        (b"deadline", orjson.dumps(unix_offset + held.deadline)),
+        (b"timeout_ms", orjson.dumps(held.timeout * 1000)),
+        (b"then", orjson.dumps(held.then)),
+        (b"body", held.data if shown else b"null"),
+        (b"truncated", orjson.dumps(not shown)),
+    ]
+    return b"{" + b",".join(b'"%s":%s' % member for member in members) + b"}"
 
 
-def _json(data: bytes) -> Any:
-    """The JSON of a message that parsed (orjson first; the standard library reads the few
-    texts orjson refuses, integers past 64 bits)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
-def _json_id(token: bytes | None) -> Any:
-    return None if token is None else _json(token)
+def _json_id(token: bytes | None) -> bytes:
+    """An id as JSON text: its token as its sender wrote it (``null`` for none)."""
+    return b"null" if token is None else token
 
 
 def _describe(link: Link) -> dict[str, Any]:

@@ -228,6 +228,7 @@ def build_engine(options: RunOptions, loaded: LoadedFaults) -> FaultEngine:
         on_note=functools.partial(_log_note, listener),
         client_faults=options.allow_client_faults,
         max_active_faults=options.limits.max_active_faults,
+        max_held=options.limits.max_held,
     )
 
 
@@ -570,12 +571,14 @@ async def _relay_stdio_link(
     client = await open_client_stdio(limit=options.max_message_bytes)
     origin = loop.time()
     ids: dict[Direction, Iterator[int]] = {direction: itertools.count() for direction in Direction}
+    tokens = itertools.count()  # the link's timers, numbered across its relays
     link = one.link = Link(
         lambda cached: Relay(
             strict=options.strict,
             engine=experiment.engine,
             origin=origin,
             ids=ids,
+            tokens=tokens,
             initialize_timeout=options.initialize_timeout,
             max_pending=options.limits.max_pending,
         ),

@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_EVENT_SUBSCRIBERS",
+    "DEFAULT_MAX_HELD",
     "DEFAULT_MAX_LINKS",
     "DEFAULT_MAX_SESSIONS",
     "EVENT_BACKLOG",
@@ -92,6 +93,14 @@ end of its previous response (``--header-timeout``). An idle keep-alive socket i
 as long: longer than the keep-alive of common HTTP Clients (aiohttp 15 s, undici 4 s, httpx 5 s),
 so no Client reuses a socket just as the proxy closes it; short enough that a peer that dribbles
 a head, or connects and says nothing, holds its descriptor 20 s at most."""
+DEFAULT_MAX_HELD = 1000
+"""Messages ``hold`` rules may hold at once across the proxy (``--max-held``); past it a hold
+rule does not act and the message goes on as if it had not matched (counted in
+``acp_proxy_faults_overflow_total``, the first refusal logged). A person at the dashboard or a
+test acts on a handful; a thousand leaves room for a script that holds a burst, while a rule that
+holds what it should not (every ``session/update``) stops there: each held message costs the
+proxy about a kilobyte beyond its bytes (20,000 small ones took 24.5 MB), which
+``--max-inflight-bytes`` counts but cannot bound."""
 DEFAULT_MAX_EVENT_SUBSCRIBERS = 32
 """``GET /api/events`` streams at once (``--max-event-subscribers``): dashboards and test
 harnesses, a few at a time; each costs the relay a copy of every record."""
@@ -113,6 +122,7 @@ class Limits:
     max_pending: int = DEFAULT_MAX_PENDING
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
     max_active_faults: int | None = None
+    max_held: int = DEFAULT_MAX_HELD
 
     def __post_init__(self) -> None:
         at_least("--max-links", self.max_links, 1)
@@ -124,6 +134,7 @@ class Limits:
         at_least("--max-inflight-bytes", self.max_inflight_bytes, 1)
         if self.max_active_faults is not None:
             at_least("--max-active-faults", self.max_active_faults, 0)
+        at_least("--max-held", self.max_held, 0)
 
 
 DEFAULT_LIMITS = Limits()

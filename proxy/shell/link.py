@@ -28,7 +28,9 @@ for its far side to drain even when its message was held, since that message rea
 later without a drain of its own. Replacing the Agent
 (``kill_agent`` with ``respawn``, ``restart_proxy``) starts a new *generation*: a fresh relay with
 empty id maps (the fault engine and the id counters carry over), a new Agent, and every timer and
-message of the old generation is discarded. The Client's messages wait while the Agent is down.
+message of the old generation is discarded at once (what they held no longer counts as in flight,
+nor as faults in progress). The Client's messages wait while the Agent is down. A new Client in
+conductor mode gets a fresh relay the same way: the old relay's timers are forgotten with it.
 
 Every endpoint the link closes is waited for once (``wait_closed``: a spawned Agent is stopped,
 an HTTP session released), and so is an Agent connection that ended by itself.
@@ -339,7 +341,9 @@ class Link:
         return self._settle_held(lambda at: self.relay.edit_held(held_id, data, at, limit))
 
     def _settle_held(self, settle: Callable[[float], list[Command] | None]) -> bool:
-        """Carry out what ``settle`` (a relay's end of a hold, at the time given) asks."""
+        """Carry out what ``settle`` asks (a relay's end of a hold: its release, drop or edit,
+        given the time now, which the timers it starts count from); False when the link has
+        ended or its relay holds no such message (``settle`` gave None)."""
         if self._refused("held message"):
             return False
         at = self._clock()
@@ -350,8 +354,18 @@ class Link:
         return True
 
     def _lose_held(self) -> None:
-        """The relay is replaced, or the link ends: what hold rules hold is lost (observed)."""
+        """The relay is replaced, or the link ends: what hold rules hold is lost (observed), and
+        their timers are forgotten now (their bytes and faults in progress counted no more)."""
         self._execute(self.relay.discard_held())
+
+    def _replace_relay(self, cached_initialize: bytes | None) -> None:
+        """A fresh relay takes over (a new Client in conductor mode, a new Agent): what hold
+        rules hold is lost, and every timer of the old relay is forgotten now. What they held
+        went with it, and none may fire into the new relay, whose timers are numbered afresh
+        (one would end a hold of the new Client's, or release its delayed message early)."""
+        self._lose_held()
+        self._drop_timers()
+        self.relay = self._new_relay(cached_initialize)
 
     def attach_client(self, client: Endpoint) -> bool:
         """Conductor mode: a new Client takes over this link's Agent; False (nothing done) when
@@ -362,8 +376,7 @@ class Link:
         """
         if self._stopping.is_set() or self._refused("attach a client"):
             return False
-        self._lose_held()
-        self.relay = self._new_relay(self.relay.initialize_answer)
+        self._replace_relay(self.relay.initialize_answer)
         self.endpoints[Side.CLIENT] = client
         self.closed_first = None
         self._closing.discard(Side.CLIENT)
@@ -792,6 +805,11 @@ class Link:
         """Drop the pending timers (the link has ended): the bytes they hold are in flight no
         more, the faults they are no longer in progress, the messages of hold rules lost."""
         self._lose_held()
+        self._drop_timers()
+
+    def _drop_timers(self) -> None:
+        """Forget every pending timer: what they hold is in flight no more, their faults are
+        no longer in progress, and none fires."""
         if self._timer_handle is not None:
             self._timer_handle.cancel()
             self._timer_handle = None
@@ -874,8 +892,7 @@ class Link:
         self._generation += 1
         self._agent_up.clear()
         abandoned = sum(self.relay.pending(direction) for direction in Direction)
-        self._lose_held()
-        self.relay = self._new_relay(None)
+        self._replace_relay(None)
         old.flush()  # what was sent to it before (the message that asked for this) goes first
         old.sever(flush=False)
         self._released.add(old)  # waited for below, before the new Agent starts

@@ -353,6 +353,21 @@ class LogObserver:
                     held=observation.held,
                     **ending,
                 )
+            case FaultOverflowed(bound="max_held", first=True):
+                log.warning(
+                    "hold refused: as many messages held as --max-held allows; the message goes on",
+                    rule=observation.rule,
+                    direction=observation.direction,
+                    method=observation.method,
+                    further="counted in acp_proxy_faults_overflow_total, not logged",
+                )
+            case FaultOverflowed(bound="max_held"):
+                log.debug(
+                    "hold refused: --max-held",
+                    rule=observation.rule,
+                    direction=observation.direction,
+                    method=observation.method,
+                )
             case FaultOverflowed():
                 log.debug(
                     "fault refused: as many faults in progress as --max-active-faults allows",

@@ -353,6 +353,7 @@ class NetworkProxy:
         transport = downstream.transport
         # Over HTTP the listener bounds the initialize POST itself (a 504 without a connection).
         initialize_timeout = None if transport == "http" else self._initialize_timeout
+        tokens = itertools.count()  # the link's timers, numbered across its relays
 
         def new_relay(cached_initialize: bytes | None) -> Relay:
             return Relay(
@@ -360,6 +361,7 @@ class NetworkProxy:
                 engine=self._engine,
                 origin=self._origin,
                 ids=self._ids,
+                tokens=tokens,
                 downstream=transport,
                 keep_upstream=self._keep_upstream,
                 cached_initialize=cached_initialize,

@@ -32,6 +32,7 @@ DEFAULTS: dict[str, tuple[str, float]] = {
     "--max-sessions": ("max_sessions", limits.DEFAULT_MAX_SESSIONS),
     "--header-timeout": ("header_timeout", limits.DEFAULT_HEADER_TIMEOUT),
     "--max-event-subscribers": ("max_event_subscribers", limits.DEFAULT_MAX_EVENT_SUBSCRIBERS),
+    "--max-held": ("max_held", limits.DEFAULT_MAX_HELD),
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import websockets
 from control_calls import assert_error, call, off, raw
 from harness import (
     INFLIGHT_BOUND_REACHED,
@@ -19,12 +20,15 @@ from harness import (
     captured,
     encode,
     fault_file,
+    log_events,
     raw_agent,
     request,
 )
 from stdio_scenario import barrier, lines_until_answer
 
 from proxy.control import ControlClient, ControlError
+
+HOLD_REFUSED = "hold refused: as many messages held as --max-held allows; the message goes on"
 
 
 def hold(name: str = "bp", **do: Any) -> dict[str, Any]:
@@ -129,7 +133,7 @@ async def test_an_edit_reaches_the_agent_and_the_trace_names_it_by_digests(
     assert ended["outcome"] == "edit"
     assert ended["digest"] != ended["edited_digest"]
     assert "s3cr3t" not in json.dumps(ended)
-    assert relayed["size"] == len(json.dumps(edit, separators=(",", ":")))
+    assert relayed["size"] == len(json.dumps(edit))  # as the control client wrote it
     assert await off(control.metric, "acp_proxy_held_outcomes_total", outcome="edit") == 1
 
 
@@ -276,7 +280,9 @@ async def test_wait_held_waits_on_the_events_and_times_out(
     TimeoutError."""
     faults = fault_file(tmp_path, {**hold(), "when": {"direction": "to_agent"}})
     proxy, control = await controlled(raw_agent(capture), "--faults", str(faults))
-    with pytest.raises(TimeoutError):
+    with pytest.raises(
+        TimeoutError, match=r"no message matching .*_x/never.* was held within 0\.3 s"
+    ):
         await off(control.wait_held, 0.3, method="_x/never")
     waiting = asyncio.create_task(off(control.wait_held, method="_x/wanted"))  # noqa: TID251 - awaited
     await proxy.send(request(1, "_x/other"))
@@ -327,3 +333,134 @@ async def test_the_ledger_judges_the_edit_not_the_original(
     [finding] = await off(control.findings)
     assert finding["check"] == "invalid_key_accepted"
     assert await off(control.ledger) == []
+
+
+async def test_a_respawn_forgets_the_lost_holds_timers_at_once(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """When a respawned Agent's relay replaces the one holding a request, the request's timer
+    goes with it: no fault is in progress and no byte is in flight from then on (not only when
+    its timeout would have come)."""
+    proxy, control = await held_proxy(controlled, capture, tmp_path)
+    with await off(control.events) as events:
+        await proxy.send(request(1, "_x/hold", {"pad": "x" * 100}))
+        held_id = (await off(control.wait_held))["id"]
+        assert await off(control.metric, "acp_proxy_active_faults") == 1
+        assert await off(control.metric, "acp_proxy_inflight_bytes") > 0
+        await off(control.kill_agent, signal="TERM", respawn=True)
+        await off(events.until, "held_ended", held_id=held_id)
+    assert await off(control.metric, "acp_proxy_active_faults") == 0
+    assert await off(control.metric, "acp_proxy_inflight_bytes") == 0
+
+
+async def test_a_conductor_clients_holds_outlive_the_timers_of_the_client_before(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """Conductor mode (``--keep-upstream``): the first Client leaves with a request held for 2 s;
+    the next Client's relay numbers its timers afresh and holds two requests. When the first
+    hold's 2 s are long past (a delayed request of the second Client has come back after 2 s),
+    both of the second Client's requests are still held: the old relay's timer did not fire into
+    the new one."""
+    faults = fault_file(
+        tmp_path,
+        {**hold("first", timeout_ms=2000), "when": {"direction": "to_agent", "method": "_x/first"}},
+        {**hold("second"), "when": {"direction": "to_agent", "method": "_x/second"}},
+        {
+            "name": "slow",
+            "when": {"direction": "to_agent", "method": "_x/wait"},
+            "do": {"action": "delay", "ms": 2000},
+        },
+    )
+    proxy, control = await controlled(
+        raw_agent(capture),
+        "--listen",
+        "ws://127.0.0.1:0/acp",
+        "--keep-upstream",
+        "--faults",
+        str(faults),
+    )
+    url = (await proxy.logged("listening"))["url"]
+
+    async def answered(ws: Any, request_id: object) -> list[Any]:
+        """What came up to the answer to ``request_id``, that answer last."""
+        seen = []
+        while True:
+            message = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+            seen.append(message)
+            if message.get("id") == request_id and "method" not in message:
+                return seen
+
+    async with websockets.connect(url, proxy=None) as first:
+        await first.send(request(0, "initialize", {"protocolVersion": 1}).decode())
+        await answered(first, 0)
+        await first.send(request(1, "_x/first").decode())
+        await off(control.wait_held, rule="first")
+    await proxy.logged("client gone; keeping the agent connection for the next client")
+    async with websockets.connect(url, proxy=None) as second:
+        await second.send(request(0, "initialize", {"protocolVersion": 1}).decode())
+        await answered(second, 0)
+        await second.send(request(1, "_x/second").decode())
+        await second.send(request(2, "_x/second").decode())
+        await off(control.wait_held, rule="second", jsonrpc_id=2)
+        await second.send(request(3, "_x/wait").decode())
+        before = await answered(second, 3)
+        assert [m["id"] for m in before] == [3]
+        held = await off(control.held)
+        assert [(e["rule"], e["kind"], e["jsonrpc_id"]) for e in held] == [
+            ("second", "request", 1),
+            ("second", "request", 2),
+        ]
+    assert agent_saw(capture, "_x/second") == []
+
+
+async def test_big_integers_are_shown_and_edited_exactly(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """A request whose id and params hold integers past 64 bits: ``/api/held`` shows them as
+    they were written (not as floats), the edit that keeps that id is accepted, and the Agent
+    reads the edit byte for byte as the control API was sent it (but for its id, the proxy's)."""
+    proxy, control = await held_proxy(controlled, capture, tmp_path)
+    big = 10**23
+    sent = {"jsonrpc": "2.0", "id": big, "method": "_x/hold", "params": {"n": big + 1}}
+    await proxy.send(encode(sent))
+    entry = await off(control.wait_held, method="_x/hold")
+    assert (entry["jsonrpc_id"], entry["body"]) == (big, sent)
+    for path in ("/api/held", f"/api/held/{entry['id']}"):
+        shown = await off(call, control.base_url, "GET", path)
+        assert b'"jsonrpc_id":100000000000000000000000,' in shown.body
+        assert b'{"n":100000000000000000000001}' in shown.body
+    message = (
+        b'{"jsonrpc":"2.0", "id":100000000000000000000000, "method":"_x/hold",'
+        b' "params":{"n":123456789012345678901234567890, "f":1.50, "e":1E400}}'
+    )
+    edited = await off(
+        call, control.base_url, "POST", f"/api/held/{entry['id']}/edit", b'{"body": %s}' % message
+    )
+    assert edited.status == 200, edited
+    answer, _ = await lines_until_answer(proxy, big)
+    assert answer["id"] == big
+    [seen] = [line for line in captured(capture) if b"_x/hold" in line]
+    forwarded = str(entry["forwarded_id"]).encode()
+    assert seen == message.replace(b"100000000000000000000000", forwarded)
+
+
+async def test_past_max_held_a_hold_rule_lets_the_message_go_and_the_list_is_bounded(
+    controlled: Controlled, capture: Path, tmp_path: Path
+) -> None:
+    """With ``--max-held 2`` a third request to hold reaches the Agent at once (answered), the
+    refusal counted and logged once; ``GET /api/held?limit=1`` lists the oldest, its ``total``
+    says two; a ``limit`` that is not from 1 to 10,000 is refused (400)."""
+    proxy, control = await held_proxy(controlled, capture, tmp_path, "--max-held", "2")
+    await proxy.send(*(request(n, "_x/hold") for n in range(4)))
+    answers = [(await lines_until_answer(proxy, n))[0]["id"] for n in (2, 3)]
+    assert answers == [2, 3]
+    overflow = await off(control.metric, "acp_proxy_faults_overflow_total", action="hold")
+    assert overflow == 2
+    await proxy.logged(HOLD_REFUSED)
+    listed = (await off(call, control.base_url, "GET", "/api/held?limit=1")).json()
+    assert ([entry["jsonrpc_id"] for entry in listed["held"]], listed["total"]) == ([0], 2)
+    assert [entry["jsonrpc_id"] for entry in await off(control.held)] == [0, 1]
+    for limit in ("0", "10001", "x"):
+        refused = await off(call, control.base_url, "GET", f"/api/held?limit={limit}")
+        assert_error(refused, 400, "limit is a whole number from 1 to 10000")
+    assert len(log_events(proxy.stderr, HOLD_REFUSED)) == 1  # the second refusal: counted only

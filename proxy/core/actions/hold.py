@@ -29,7 +29,11 @@ class Hold(ActionModel):
         description="milliseconds the message waits for the control API to act on it (at most "
         "an hour)",
     )
-    then: HeldThen = Field("release", description="what happens to it when `timeout_ms` is up")
+    then: HeldThen = Field(
+        "release",
+        description="what happens to it when `timeout_ms` is up; a request dropped (so, or over "
+        "the control API) is never answered: its sender waits for an answer that never comes",
+    )
 
 
 def apply(params: Hold, _fault: Fault) -> list[Effect]:

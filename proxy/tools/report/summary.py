@@ -137,7 +137,7 @@ class _Holds:
                 self._close(lambda key: key[0] == node, "the proxy run ended while it was held")
             case RestartRecord():
                 scope = (node, entry.run, record.link)
-                self._close(lambda key: key[:3] == scope, "a restart discarded it")
+                self._close(lambda key: key[:3] == scope, "a restart discarded it", entry.time)
             case HeldRecord():
                 row = (
                     record.direction.value,
@@ -153,7 +153,9 @@ class _Holds:
                 self._ended(entry, record, sent=False)  # its ``dropped`` message counts it
             case HeldEndedRecord(outcome="link_end"):
                 key = hold_key(entry, record)
-                self._close(lambda held: held == key, "its link ended while it was held")
+                self._close(
+                    lambda held: held == key, "its link ended while it was held", entry.time
+                )
 
     def _ended(self, entry: Entry, record: MessageRecord | HeldEndedRecord, *, sent: bool) -> None:
         """A hold ended (``sent``: its message left): how long it lasted."""
@@ -166,10 +168,16 @@ class _Holds:
         if sent:
             self.sent[row] += 1
 
-    def _close(self, match: Callable[[HoldKey], bool], why: str) -> None:
+    def _close(self, match: Callable[[HoldKey], bool], why: str, at: float | None = None) -> None:
+        """The holds ``match`` picks ended without their message being sent (never sent, for
+        ``why``): at ``at``, the time of the record that ended them, which their length counts
+        to (a hold rule's message lost at its link's end waited that long, not its timeout);
+        ``None`` when the trace does not show when (its run or the trace ended with them held):
+        their planned length counts."""
         for key in [key for key in self._open if match(key)]:
-            row, _, planned = self._open.pop(key)
-            self.delays[row].append(planned)
+            row, began, planned = self._open.pop(key)
+            lasted = planned if at is None else min(planned, (at - began) * 1000)
+            self.delays[row].append(lasted)
             direction, kind, method, _ = row
             self.never_sent[_NEVER_SENT, direction, kind, method, why] += 1
 

@@ -19,6 +19,7 @@ from proxy.core.events import Direction, MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule, validate_rules
 from proxy.core.held import EditRefused, digest
 from proxy.core.observations import (
+    CancelDropped,
     FaultOverflowed,
     Held,
     HeldEnded,
@@ -349,3 +350,271 @@ def test_in_a_stalled_direction_a_released_message_waits_for_the_stall() -> None
     forwarded = [body(data).get("id") for data in sent(ended, Side.AGENT)]
     assert forwarded == [None, 0]  # the stop, then prompt 7 (the proxy's id 0); 9 was dropped
     assert relay.held(Direction.TO_AGENT) == 0
+
+
+def relay_of(*rules: dict[str, Any], max_held: int | None = None) -> Relay:
+    """A relay whose engine has ``rules``."""
+    return Relay(
+        engine=FaultEngine(validate_rules(list(rules)), random.Random(1), max_held=max_held)
+    )
+
+
+BREAKPOINT = {
+    "name": "bp",
+    "when": {"direction": "to_agent", "method": "session/prompt"},
+    "do": {"action": "hold"},
+}
+STOP = b'{"jsonrpc":"2.0","method":"_x/stop"}'
+
+
+def quiet(action: str, **fields: Any) -> dict[str, Any]:
+    """A ``stall`` (or ``timeout``) of the Client's direction, started by ``_x/stop``."""
+    when = {"direction": "to_agent", "method": "_x/stop"}
+    return {"name": "quiet", "when": when, "do": {"action": action, "ms": 100, **fields}}
+
+
+def timers(commands: list[Command]) -> list[StartTimer]:
+    return [c for c in commands if isinstance(c, StartTimer)]
+
+
+def methods(commands: list[Command]) -> list[str]:
+    """The methods of the messages ``commands`` send to the Agent, in order."""
+    return [body(data)["method"] for data in sent(commands, Side.AGENT)]
+
+
+def still_held_then_released(relay: Relay, passing: list[Command], at: float) -> list[Command]:
+    """``passing`` (what a stall's end or an overtaking message did) ended no hold and the prompt
+    is held still; the control API's release of it at ``at``, which sends it."""
+    assert not [c for c in passing if isinstance(c, HeldEnded)]
+    assert [m.id for m in relay.held_messages()] == [1]
+    released = relay.release_held(1, at)
+    assert released is not None
+    assert methods(released) == ["session/prompt"]
+    return released
+
+
+def test_a_stall_that_ends_first_lets_the_breakpoint_be() -> None:
+    """A stall ends before anyone acts on the prompt it holds behind a breakpoint: what the stall
+    held goes on, the prompt stays held (no ``timeout_release``: its timeout is its own, 60 s,
+    not stretched by the stall); released later, it goes on at once."""
+    relay = relay_of(quiet("stall"), BREAKPOINT)
+    end = timers(relay.handle(MessageReceived(Side.CLIENT, STOP, 0.0)))[0]  # the stall's end
+    held = relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.01))
+    assert only(held, StartTimer).delay == 60.0
+    ended = relay.handle(TimerFired(end.token, 0.1))
+    assert methods(ended) == ["_x/stop"]
+    released = still_held_then_released(relay, ended, 0.2)
+    assert only(released, HeldEnded).outcome == "release"
+    assert only(released, ForgetTimer).token == only(held, StartTimer).token
+
+
+def test_a_reorder_does_not_release_a_breakpoint() -> None:
+    """``reorder`` (``continue``) and ``hold`` on one prompt: a message overtaking it does not
+    release it; it leaves when the control API releases it."""
+    reorder = {
+        "name": "shuffle",
+        "when": {"method": "session/prompt"},
+        "do": {"action": "reorder", "after": 1},
+        "continue": True,
+    }
+    relay = relay_of(reorder, BREAKPOINT)
+    assert sent(relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0)), Side.AGENT) == []
+    passing = relay.handle(MessageReceived(Side.CLIENT, OTHER, 0.1))
+    assert methods(passing) == ["session/load"]
+    still_held_then_released(relay, passing, 0.2)
+
+
+def test_a_timeout_that_cuts_the_client_lets_a_breakpoint_to_the_agent_be() -> None:
+    """A ``timeout`` cutting the Client ends while a prompt it holds is held by a breakpoint:
+    what the timeout held is lost, but the prompt is not sent to the Agent (nor lost): it stays
+    held until the control API acts; dropped then, it never reaches the Agent."""
+    relay = relay_of(quiet("timeout", side="client"), BREAKPOINT)
+    end = timers(relay.handle(MessageReceived(Side.CLIENT, STOP, 0.0)))[0]  # the stall's end
+    relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.01))
+    ended = relay.handle(TimerFired(end.token, 0.1))
+    assert sent(ended, Side.AGENT) == []
+    assert not [c for c in ended if isinstance(c, HeldEnded)]
+    assert [m.id for m in relay.held_messages()] == [1]
+    dropped = relay.drop_held(1, 0.2)
+    assert dropped is not None
+    assert sent(dropped, Side.AGENT) == []
+    assert only(dropped, HeldEnded).outcome == "drop"
+
+
+def test_only_its_own_timer_times_a_breakpoint_out() -> None:
+    """Left alone past a stall's end, the prompt times out when its own timer fires, as ``then``
+    says."""
+    relay = relay_of(quiet("stall"), BREAKPOINT)
+    end = timers(relay.handle(MessageReceived(Side.CLIENT, STOP, 0.0)))[0]  # the stall's end
+    own = only(relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.01)), StartTimer)
+    relay.handle(TimerFired(end.token, 0.1))
+    timed_out = relay.handle(TimerFired(own.token, 60.01))
+    assert only(timed_out, HeldEnded).outcome == "timeout_release"
+    assert [body(data)["method"] for data in sent(timed_out, Side.AGENT)] == ["session/prompt"]
+
+
+def test_a_discarded_hold_has_its_timer_forgotten() -> None:
+    """``discard_held`` tells the shell to forget each lost hold's timer now (its bytes and its
+    fault in progress are counted no more, and it cannot fire into the next relay); the engine
+    counts no held message any more."""
+    shared = engine()
+    relay = Relay(engine=shared)
+    commands = relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    assert shared.held.count == 1
+    forgotten = relay.discard_held()
+    assert [c.token for c in forgotten if isinstance(c, ForgetTimer)] == [
+        only(commands, StartTimer).token
+    ]
+    assert shared.held.count == 0
+
+
+def duplicate(gap_ms: float = 0) -> dict[str, Any]:
+    """A rule adding one copy to each prompt (``gap_ms`` later), letting the hold rule act too."""
+    return {
+        "name": "twice",
+        "when": {"method": "session/prompt"},
+        "do": {"action": "duplicate", "copies": 1, "gap_ms": gap_ms},
+        "continue": True,
+    }
+
+
+def test_a_duplicate_copy_stays_under_the_breakpoint() -> None:
+    """``duplicate`` and ``hold`` on one prompt: nothing leaves and one timer holds it (no copy
+    on a timer of its own); released, the prompt and its copy go on, each under an id of its
+    own, both pending."""
+    relay = relay_of(duplicate(), BREAKPOINT)
+    held = relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    assert sent(held, Side.AGENT) == []
+    assert len(timers(held)) == 1
+    assert relay.pending(Direction.TO_AGENT) == 1
+    released = relay.release_held(1, 0.1)
+    assert released is not None
+    ids = [body(data)["id"] for data in sent(released, Side.AGENT)]
+    assert len(ids) == 2
+    assert ids[0] != ids[1]
+    assert [c.copy for c in released if isinstance(c, Relayed)] == [False, True]
+    assert relay.pending(Direction.TO_AGENT) == 2
+
+
+def test_a_dropped_breakpoint_drops_its_copies() -> None:
+    """Dropped, the prompt and its copies reach no one, not even when their time would come;
+    nothing is pending."""
+    relay = relay_of(duplicate(gap_ms=50), BREAKPOINT)
+    held = relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    dropped = relay.drop_held(1, 0.1)
+    assert dropped is not None
+    assert sent(dropped, Side.AGENT) == []
+    for timer in timers(held):
+        assert sent(relay.handle(TimerFired(timer.token, 61.0)), Side.AGENT) == []
+    assert relay.pending(Direction.TO_AGENT) == 0
+
+
+def test_an_edited_breakpoint_has_edited_copies_spaced_from_its_release() -> None:
+    """Edited, the prompt goes on as edited; its copy, ``gap_ms`` later (counted from the
+    release), is the edit too, under an id of its own."""
+    relay = relay_of(duplicate(gap_ms=50), BREAKPOINT)
+    relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    edit = b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"sessionId":"E"}}'
+    edited = relay.edit_held(1, edit, 1.0, limit=1 << 20)
+    assert edited is not None
+    [first] = sent(edited, Side.AGENT)
+    [spacing] = [t for t in timers(edited)]
+    assert spacing.delay == pytest.approx(0.05)
+    assert only(edited, Held).relayed.copy
+    [copy] = sent(relay.handle(TimerFired(spacing.token, 1.05)), Side.AGENT)
+    assert body(copy)["params"] == body(first)["params"] == {"sessionId": "E"}
+    assert body(copy)["id"] != body(first)["id"]
+
+
+CANCEL_HOLD = {"name": "bp", "when": {"method": "$/cancel_request"}, "do": {"action": "hold"}}
+
+
+def test_a_held_cancel_names_its_request_by_the_id_it_has_when_it_leaves() -> None:
+    """A held ``$/cancel_request`` released while its request is pending goes on under the
+    Agent's id for it; one released after its request was answered is dropped (rule 3), not
+    forwarded with a stale id."""
+    cancel = b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":7}}'
+    for answered in (False, True):
+        relay = relay_of(CANCEL_HOLD)
+        [forwarded] = sent(relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0)), Side.AGENT)
+        relay.handle(MessageReceived(Side.CLIENT, cancel, 0.1))
+        agent_id = body(forwarded)["id"]
+        if answered:
+            answer = b'{"jsonrpc":"2.0","id":%d,"result":{}}' % agent_id
+            assert (
+                len(sent(relay.handle(MessageReceived(Side.AGENT, answer, 0.2)), Side.CLIENT)) == 1
+            )
+        released = relay.release_held(1, 0.3)
+        assert released is not None
+        if answered:
+            assert sent(released, Side.AGENT) == []
+            assert only(released, CancelDropped).direction is Direction.TO_AGENT
+        else:
+            [data] = sent(released, Side.AGENT)
+            assert body(data)["params"] == {"requestId": agent_id}
+
+
+def test_an_edit_carries_its_own_session_and_key() -> None:
+    """A prompt edited into another session with an ``idempotencyKey``: it is relayed under that
+    session, and its answer is judged by the edit (the answer's session is the edit's, and a rule
+    on keyed answers matches it)."""
+    lose = {
+        "name": "lose",
+        "when": {"direction": "to_client", "kind": "response", "idempotency_key": "present"},
+        "do": {"action": "drop"},
+    }
+    relay = relay_of(BREAKPOINT, lose)
+    relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    params = b'{"sessionId":"U","idempotencyKey":"k2"}'
+    edit = b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":%s}' % params
+    edited = relay.edit_held(1, edit, 0.1, limit=1 << 20)
+    assert edited is not None
+    assert only(edited, Relayed).session == "U"
+    [forwarded] = sent(edited, Side.AGENT)
+    answer = b'{"jsonrpc":"2.0","id":%d,"result":{}}' % body(forwarded)["id"]
+    answered = relay.handle(MessageReceived(Side.AGENT, answer, 0.2))
+    stopped = only(answered, Stopped)
+    assert (stopped.rule, stopped.session) == ("lose", "U")
+
+
+def test_past_max_held_the_rule_does_not_act() -> None:
+    """With ``max_held`` 1, a second prompt is not held: it goes on at once, the overflow is
+    observed (the first refusal marked first, to be logged); once the first is let go, the next
+    is held again. A held message's bytes count twice toward what its timer holds (as it came,
+    and as it will be sent)."""
+    relay = relay_of(BREAKPOINT, max_held=1)
+    first = relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    [timer] = timers(first)
+    assert only(first, Held).relayed.forwarded_id == b"0"  # as long as the Client's 7
+    assert timer.size == 2 * len(PROMPT)
+    refusals = []
+    for at, request_id in ((0.1, b"8"), (0.2, b"9")):
+        passing = relay.handle(
+            MessageReceived(Side.CLIENT, PROMPT.replace(b":7", b":" + request_id), at)
+        )
+        assert len(sent(passing, Side.AGENT)) == 1
+        refusals.append(only(passing, FaultOverflowed))
+    assert [(r.bound, r.first, r.action) for r in refusals] == [
+        ("max_held", True, "hold"),
+        ("max_held", False, "hold"),
+    ]
+    assert [m.id for m in relay.held_messages()] == [1]
+    relay.release_held(1, 0.3)
+    again = relay.handle(MessageReceived(Side.CLIENT, PROMPT.replace(b":7", b":10"), 0.4))
+    assert sent(again, Side.AGENT) == []
+    assert only(again, Held).held_id == 2
+
+
+def test_deleting_its_rule_or_resetting_leaves_the_message_held() -> None:
+    """The rules replaced by none and their counters reset: the prompt stays held (its timeout
+    and ``then`` are its rule's still) until the control API releases it."""
+    shared = engine()
+    relay = Relay(engine=shared)
+    relay.handle(MessageReceived(Side.CLIENT, PROMPT, 0.0))
+    shared.replace([])
+    shared.reset()
+    [message] = relay.held_messages()
+    assert (message.timeout, message.then) == (1.0, "release")
+    released = relay.release_held(message.id, 0.5)
+    assert released is not None
+    assert len(sent(released, Side.AGENT)) == 1

@@ -1077,7 +1077,7 @@ def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed
             "count": 3,
             "sent": 1,
             "not_sent": 2,
-            "delay_ms": {"min": 500.0, "median": 500.0, "max": 500.0},
+            "delay_ms": {"min": 100.0, "median": 500.0, "max": 500.0},  # the restart's at 2.7
         },
     ]
     text = render_text(summary)
@@ -1106,7 +1106,8 @@ def test_held_messages_count_when_they_left_and_those_never_sent_are_not_relayed
 def test_the_drops_and_link_ends_of_a_hold_rule_close_its_holds(tmp_path: Path) -> None:
     """A ``hold`` rule's message dropped over the control API is not relayed once (its
     ``dropped`` message record), not also never sent; one its link's end discarded is never
-    sent, for that reason; one edited is sent."""
+    sent, for that reason, and was held until then (not its planned 500 ms); one edited is
+    sent."""
     dropped, lost, edited = note(1.0, 1, "_x/d"), note(1.0, 1, "_x/l"), note(1.0, 1, "_x/e")
 
     def ended(at: float, hold: int, outcome: str, base: dict[str, Any]) -> dict[str, Any]:
@@ -1135,6 +1136,8 @@ def test_the_drops_and_link_ends_of_a_hold_rule_close_its_holds(tmp_path: Path) 
     ]
     sent = {row["method"]: (row["count"], row["sent"]) for row in summary["messages"]["held"]}
     assert sent == {"_x/d": (1, 0), "_x/e": (1, 1), "_x/l": (1, 0)}
+    lasted = {row["method"]: row["delay_ms"] for row in summary["messages"]["held"]}
+    assert lasted["_x/l"] == {"min": 300.0, "median": 300.0, "max": 300.0}  # to its link's end
 
 
 def test_a_held_prompt_and_its_spaced_copy_join_their_attempt_by_the_hold(tmp_path: Path) -> None:
