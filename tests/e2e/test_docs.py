@@ -408,7 +408,7 @@ async def test_the_screenshots_script_runs(tmp_path: Path) -> None:
     )
     out, err = await asyncio.wait_for(script.communicate(), TIMEOUT * 4)
     assert script.returncode == 0, err.decode()
-    names = ["dashboard-login.png", "dashboard.png", "dashboard-rules.png"]
+    names = ["dashboard-login.png", "dashboard.png", "dashboard-rules.png", "dashboard-held.png"]
     assert out.decode().splitlines() == [f"wrote {tmp_path / name}" for name in names]
     for name in names:
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG\r\n"), name
