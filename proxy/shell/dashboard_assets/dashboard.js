@@ -453,7 +453,16 @@ function heldCard(view) {
   card.dataset.id = view.id;
   const since = typeof view.since === "number" ? new Date(view.since * 1000).toLocaleTimeString() : view.since || "";
   card.append(
-    element("div", "held-head", `#${view.id} L${view.link} ${view.direction} ${view.method} ${view.jsonrpcId === undefined ? "" : JSON.stringify(view.jsonrpcId)} ${view.session} ${view.size} B rule ${view.rule}`),
+    element("div", "held-head", [
+      `#${view.id}`,
+      `link ${view.link}`,
+      view.direction,
+      view.method || "answer",
+      view.jsonrpcId === undefined || view.jsonrpcId === null ? null : `id ${JSON.stringify(view.jsonrpcId)}`,
+      view.session ? `session ${view.session}` : null,
+      `${view.size} B`,
+      `rule ${view.rule}`,
+    ].filter(Boolean).join(" · ")),
     element("div", "note", `since ${since}; after ${view.timeout ?? "?"} ms: ${view.then}${view.truncated ? "; body truncated" : ""}`),
   );
   const body = element("textarea", "held-body");
