@@ -295,6 +295,11 @@ class AdminServer:
         self._header_timeout = header_timeout
         self._max_message_bytes = max_message_bytes
         self._loop = asyncio.get_running_loop()
+        self._held_since: dict[int, float] = {}
+        """When each held message shown so far was held, in Unix seconds, fixed when it is first
+        shown: the offset between the wall clock and the loop's, read per answer, moves by a
+        microsecond from one read to the next, and a message's times must not (at most
+        ``--max-held`` entries: those held no more are forgotten at each listing)."""
         self.port = 0
         self.url = ""
         """Where it serves, once started (``http://HOST:PORT``)."""
@@ -551,22 +556,27 @@ class AdminServer:
             for message in link.held_messages()
         ]
         held.sort(key=lambda entry: entry[0])
-        offset = self._unix_offset()
+        ids = {entry[0] for entry in held}
+        self._held_since = {i: since for i, since in self._held_since.items() if i in ids}
         listed = b",".join(
-            _held_entry(link, message, offset, full=False) for _, link, message in held[:limit]
+            _held_entry(link, message, self._since(message), full=False)
+            for _, link, message in held[:limit]
         )
         return _json_text(b'{"held":[' + listed + b'],"total":' + str(len(held)).encode() + b"}")
 
     async def _held_one(self, request: web.Request) -> web.Response:
         """One held message, its body whole."""
         link, message = self._holding(request.match_info["id"])
-        return _json_text(_held_entry(link, message, self._unix_offset(), full=True))
+        return _json_text(_held_entry(link, message, self._since(message), full=True))
 
-    def _unix_offset(self) -> float:
-        """Unix time minus the loop's (the relay's) time, read now: a held message's times are
-        shown in Unix seconds, as the trace's (the wall clock may have been set since the
-        start)."""
-        return time.time() - self._loop.time()
+    def _since(self, held: HeldMessage) -> float:
+        """When ``held`` was held, in Unix seconds as the trace's: the relay's time plus the
+        offset of the wall clock read when the message is first shown (the wall clock may have
+        been set since the proxy started), the same at every later read."""
+        since = self._held_since.get(held.id)
+        if since is None:
+            since = self._held_since[held.id] = time.time() - self._loop.time() + held.at
+        return since
 
     async def _held_act(self, request: web.Request) -> web.Response:
         """Release, drop or edit one held message: 404 for an id never given, 409 for one held
@@ -798,9 +808,9 @@ def _json_text(text: bytes) -> web.Response:
     return web.Response(body=text, content_type="application/json")
 
 
-def _held_entry(link: Link, held: HeldMessage, unix_offset: float, *, full: bool) -> bytes:
-    """What the API shows of a held message, as JSON text; its times in Unix seconds (the
-    relay's plus ``unix_offset``), as the trace's. Its ids and body are the bytes its sender
+def _held_entry(link: Link, held: HeldMessage, since: float, *, full: bool) -> bytes:
+    """What the API shows of a held message, as JSON text; its times in Unix seconds from
+    ``since`` (when it was held), as the trace's. Its ids and body are the bytes its sender
     wrote, spliced in (never parsed and written again: an integer past 64 bits stays exact).
     Not ``full``: the body of a message over :data:`LISTED_BODY_BYTES` is left out."""
     shown = full or len(held.data) <= LISTED_BODY_BYTES
@@ -816,8 +826,8 @@ def _held_entry(link: Link, held: HeldMessage, unix_offset: float, *, full: bool
         (b"jsonrpc_id", _json_id(relayed.original_id)),
         (b"forwarded_id", _json_id(relayed.forwarded_id)),
         (b"size", orjson.dumps(relayed.size)),
-        (b"held_since", orjson.dumps(unix_offset + held.at)),
-        (b"deadline", orjson.dumps(unix_offset + held.deadline)),
+        (b"held_since", orjson.dumps(since)),
+        (b"deadline", orjson.dumps(since + (held.deadline - held.at))),
         (b"timeout_ms", orjson.dumps(held.timeout * 1000)),
         (b"then", orjson.dumps(held.then)),
         (b"body", held.data if shown else b"null"),
