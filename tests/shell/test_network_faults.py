@@ -586,10 +586,9 @@ async def test_sdk_peers_read_every_message_whole_through_slices_and_a_throttle(
     assert rules == {"pieces-to-agent", "pieces-to-client", "slow-updates"}
 
 
-async def test_slow_close_closes_a_websocket_client_late(tmp_path: Path) -> None:
-    """slow_close toward a WebSocket Client: when the Agent exits, the close frame reaches the
-    Client 300 ms later, not at once."""
-    faults = fault_file(
+def lingering(tmp_path: Path) -> Path:
+    """A fault file whose ``_x/linger`` makes the close toward the Client come 300 ms late."""
+    return fault_file(
         tmp_path,
         {
             "name": "linger",
@@ -597,6 +596,12 @@ async def test_slow_close_closes_a_websocket_client_late(tmp_path: Path) -> None
             "do": {"action": "slow_close", "ms": 300},
         },
     )
+
+
+async def test_slow_close_closes_a_websocket_client_late(tmp_path: Path) -> None:
+    """slow_close toward a WebSocket Client: when the Agent exits, the close frame reaches the
+    Client 300 ms later, not at once."""
+    faults = lingering(tmp_path)
     linger = compact(notification("_x/linger"))
     async with (
         serving(tmp_path, "--faults", str(faults), listen=WS_LISTEN) as s,
@@ -615,14 +620,7 @@ async def test_slow_close_closes_a_websocket_client_late(tmp_path: Path) -> None
 async def test_slow_close_ends_a_streamable_http_clients_stream_late(tmp_path: Path) -> None:
     """slow_close toward a Streamable HTTP Client: when the Agent exits, the Client's event
     stream ends 300 ms later, not at once."""
-    faults = fault_file(
-        tmp_path,
-        {
-            "name": "linger",
-            "when": {"method": "_x/linger"},
-            "do": {"action": "slow_close", "ms": 300},
-        },
-    )
+    faults = lingering(tmp_path)
     linger = compact(notification("_x/linger"))
     async with serving(tmp_path, "--faults", str(faults)) as s:
         connection = await s.http.initialize()

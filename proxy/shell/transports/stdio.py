@@ -343,12 +343,10 @@ class LineStream:
         lines = cast("list[bytes]", self._framer.feed(data))  # none too large: see fits
         if not lines:
             return True
-        if stream:
-            # A stream's read goes to the waiting pump framed, never through the reader's
-            # buffer, which copies a chunk in and out again (fresh pages of 256 KiB a read).
+        if stream or (max(map(len, lines)) >= small and any(map(large, lines))):
+            # To the waiting pump, framed: a stream's read (never through the reader's buffer,
+            # which copies a chunk in and out again), or one the pump has parsed elsewhere.
             self.hand_over(lines)
-        elif max(map(len, lines)) >= small and any(map(large, lines)):
-            self.hand_over(lines)  # the link's pump has it parsed elsewhere
         else:
             relay(lines)
         return True
