@@ -114,7 +114,7 @@ class _Command(TyperCommand):
 
 
 def _command(
-    name: str | None = None, **settings: Any
+    name: str | None = None, *, on: typer.Typer = app, **settings: Any
 ) -> Callable[[Callable[Options, int]], Callable[Options, NoReturn]]:
     """Register a command of ``acp-proxy`` (typer's ``app.command``) that runs a tool: the status
     its function returns is the exit status, and an :class:`~proxy.core.errors.OptionError` raised
@@ -130,7 +130,7 @@ def _command(
                 raise typer.BadParameter(str(exc), param_hint=exc.option) from None
             raise typer.Exit(status)
 
-        app.command(name, cls=_Command, **settings)(run_tool)
+        on.command(name, cls=_Command, **settings)(run_tool)
         return run_tool
 
     return register
@@ -286,6 +286,24 @@ def run(
             metavar="FILE",
             help="Append a JSON line per message, fault and connection event to this file.",
             dir_okay=False,
+        ),
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Record every message both ways, body included, to this JSON Lines file "
+            "(gzip-compressed when its name ends in .gz), for acp-proxy replay.",
+            dir_okay=False,
+        ),
+    ] = None,
+    redact: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="PATTERN",
+            help="Replace what this names in the recording: a JSON path such as "
+            "params.prompt[*].text, or a regular expression searched in string values; "
+            "repeatable.",
         ),
     ] = None,
     max_message_bytes: Annotated[
@@ -455,6 +473,8 @@ def run(
         allow_origins=allow_origin or (),
         admin_allow_origins=admin_allow_origin or (),
         trace=trace,
+        record=record,
+        redact=redact or (),
         max_message_bytes=max_message_bytes,
         strict=strict,
         allow_client_faults=allow_client_faults,
@@ -854,6 +874,81 @@ def schema() -> int:
     """Print the JSON Schema of fault files (for editors)."""
     _plugins()
     return schema_main()
+
+
+replay_app = typer.Typer(
+    help="Play a recorded session again (acp-proxy run --record FILE): as the Agent, or as the "
+    "Client against a live Agent.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(replay_app, name="replay")
+
+IgnoreOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="PATH",
+        help="A JSON path not compared (params.cwd, result._meta.*), besides ids, session and "
+        "message ids, idempotency keys, times and cwd; repeatable.",
+    ),
+]
+SpeedOption = Annotated[
+    float,
+    typer.Option(
+        metavar="N",
+        min=0,
+        help="Replay at N times the recorded pace; 0: every message at once.",
+    ),
+]
+
+
+@_command("agent", on=replay_app)
+def replay_agent(
+    recording: Annotated[
+        Path, typer.Argument(metavar="FILE", help="The recording (.jsonl or .jsonl.gz).")
+    ],
+    listen: Annotated[
+        str,
+        typer.Option(
+            metavar="ADDRESS", help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH."
+        ),
+    ] = "stdio",
+    ignore: IgnoreOption = None,
+    strict_order: Annotated[
+        bool,
+        typer.Option("--strict-order", help="Requests must come in the recorded order."),
+    ] = False,
+    dedupe: Annotated[
+        bool,
+        typer.Option(
+            "--dedupe",
+            help="Honour idempotencyKey as the RFD asks: a retried prompt gets the original "
+            "messageId and inserts nothing.",
+        ),
+    ] = False,
+    speed: SpeedOption = 1.0,
+    log_format: LogFormatOption = LogFormatChoice.console,
+    log_level: LogLevelOption = LogLevelChoice.warning,
+) -> int:
+    """An Agent that answers as the recorded one did.
+
+    Each request is matched to a recorded request of the same method by its params (what
+    changes between runs aside); the recorded answer, and what the Agent sent after it, go back
+    with this run's ids. A request that matches none gets a JSON-RPC error naming the nearest
+    recorded request and the difference. Exit 2 when the recording cannot be used.
+    """
+    from proxy.tools.replay.agent import ReplayAgentOptions, replay_agent_main
+
+    configure_logging(log_format.value, log_level.value)
+    options = ReplayAgentOptions.from_command_line(
+        recording=recording,
+        listen=listen,
+        ignore=tuple(ignore or ()),
+        strict_order=strict_order,
+        dedupe=dedupe,
+        speed=speed,
+    )
+    return replay_agent_main(options)
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from proxy.core.errors import ConfigError, OptionError, StartupError, at_least, 
 from proxy.core.events import Direction, Side
 from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
+from proxy.core.redact import Redactor
 from proxy.core.relay import Relay
 from proxy.shell.admin import AdminServer, Runtime, admin_token_from, check_admin_host
 from proxy.shell.defaults import (
@@ -54,6 +55,7 @@ from proxy.shell.metrics import Metrics
 from proxy.shell.observers import Fanout, LogObserver, Observer, Tally
 from proxy.shell.origin_policy import Allowances, parse_allowed_host, parse_allowed_origin
 from proxy.shell.parsing import Parser
+from proxy.shell.recorder import RecordWriter
 from proxy.shell.server import (
     STDIO,
     Address,
@@ -121,6 +123,10 @@ class RunOptions:
     """Web origins admitted by the control API beyond its own."""
     trace: Path | None = None
     """The JSONL trace file (appended to; ``-`` is stdout)."""
+    record: Path | None = None
+    """The recording of every message's body (:mod:`proxy.shell.recorder`); ``.gz``: compressed."""
+    redact: tuple[str, ...] = ()
+    """Patterns of what the recording replaces before writing (:mod:`proxy.core.redact`)."""
     connect_timeout: float = CONNECT_TIMEOUT
     """Seconds to reach a network Agent (TCP connect, WebSocket handshake)."""
     initialize_timeout: float = INITIALIZE_TIMEOUT
@@ -156,6 +162,8 @@ class RunOptions:
         allow_origins: Sequence[str] = (),
         admin_allow_origins: Sequence[str] = (),
         trace: Path | None = None,
+        record: Path | None = None,
+        redact: Sequence[str] = (),
         faults: Sequence[Path] = (),
         environ: Mapping[str, str] | None = None,
         **settings: Any,
@@ -189,6 +197,11 @@ class RunOptions:
                 "in stdio mode stdout is the protocol channel; give the trace a file",
                 option="--trace",
             )
+        if record is not None and str(record) == "-":
+            raise OptionError("give the recording a file", option="--record")
+        if redact and record is None:
+            raise OptionError("--redact applies to a recording: give --record FILE", "--redact")
+        Redactor.of(redact)  # each pattern checked now
         if upstream_at.scheme == "stdio" and not agent_argv:
             raise OptionError("give the Agent command after --", option="AGENT_CMD")
         if upstream_at.scheme != "stdio" and agent_argv:
@@ -206,6 +219,8 @@ class RunOptions:
             allow_origins=tuple(allow_origins),
             admin_allow_origins=tuple(admin_allow_origins),
             trace=trace,
+            record=record,
+            redact=tuple(redact),
             faults=tuple(faults),
             **settings,
         )
@@ -286,6 +301,7 @@ class _Experiment:
     feed: EventFeed
     links: _Links
     trace: TraceWriter | None
+    recorder: RecordWriter | None
     ledger: Ledger
     saver: StateSaver | None
     inflight: InflightBytes
@@ -295,12 +311,15 @@ class _Experiment:
         """Close the trace (again: it may be) and stop the parsing workers."""
         if self.trace is not None:
             self.trace.close()
+        if self.recorder is not None:
+            self.recorder.close()
         self.parser.close()
 
     def degraded(self) -> dict[str, str]:
         """What no longer works as asked, and why (``/healthz``): the trace, the state file."""
         failures = {
             "trace": self.trace.failure if self.trace is not None else None,
+            "record": self.recorder.failure if self.recorder is not None else None,
             "state": self.saver.failure if self.saver is not None else None,
         }
         return {name: failure for name, failure in failures.items() if failure is not None}
@@ -336,9 +355,19 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     trace = None
     if options.trace is not None:
         trace = TraceWriter(options.trace, on_failure=failed("trace"))
+    recorder = None
+    if options.record is not None:
+        recorder = RecordWriter(
+            options.record,
+            Redactor.of(options.redact),
+            observer=metrics,
+            on_failure=failed("record"),
+        )
     observers: list[Observer] = [LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
+    if recorder is not None:
+        observers.append(recorder)
     if saver is not None:
         observers.append(saver)
     if observer is not None:
@@ -365,6 +394,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         feed,
         links,
         trace,
+        recorder,
         ledger,
         saver,
         inflight,
