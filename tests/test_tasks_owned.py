@@ -50,8 +50,8 @@ OWNERS = {
     "proxy/tools/lab/agent.py::ReferenceAgent.insert_next": (
         "the session's turn (Session.turn): cancelled by session/cancel and session/close"
     ),
-    "proxy/tools/lab/agent.py::serve_agent.on_connection": (
-        "serve_agent's connections: cancelled when it stops"
+    "proxy/tools/lab/agent.py::serve_connections.on_connection": (
+        "serve_connections's connections: cancelled when it stops"
     ),
     "proxy/tools/rpc.py::Peer.__init__": "the reader: awaited or cancelled by close",
     "proxy/tools/lab/client/retry.py::_answered": (
