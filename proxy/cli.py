@@ -951,6 +951,64 @@ def replay_agent(
     return replay_agent_main(options)
 
 
+@_command(
+    "client",
+    on=replay_app,
+    context_settings={"allow_interspersed_args": False},
+    no_args_is_help=False,
+)
+def replay_client(
+    recording: Annotated[
+        Path, typer.Argument(metavar="FILE", help="The recording (.jsonl or .jsonl.gz).")
+    ],
+    agent_cmd: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="-- AGENT_CMD", help="The Agent to spawn over stdio, once per recorded link."
+        ),
+    ] = None,
+    connect: Annotated[
+        str | None,
+        typer.Option(metavar="URL", help="Reach the Agent at this ws:// or http:// URL instead."),
+    ] = None,
+    ignore: IgnoreOption = None,
+    speed: SpeedOption = 0.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            min=MIN_TIMEOUT,
+            help="Seconds to wait for each message the recorded Agent sent.",
+        ),
+    ] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the differences as JSON.")] = False,
+    log_format: LogFormatOption = LogFormatChoice.console,
+    log_level: LogLevelOption = LogLevelChoice.warning,
+) -> int:
+    """Drive a live Agent with the recorded Client's messages and say where its answers differ.
+
+    Requests of the Agent are answered as recorded. Each difference is a line: the recorded
+    line, the method, the path, the recorded value and the new one. Exit 0 when nothing differs
+    (ids, session and message ids, keys, times, cwd and --ignore paths aside), 1 when something
+    does, 2 when the recording cannot be used or the Agent cannot be reached.
+    """
+    from proxy.tools.replay.client import ReplayClientOptions, replay_client_main
+
+    configure_logging(log_format.value, log_level.value)
+    argv = list(agent_cmd or ())
+    if argv[:1] == ["--"]:  # FILE came first: click keeps the separator after it
+        argv = argv[1:]
+    options = ReplayClientOptions(
+        recording=recording,
+        agent_argv=tuple(argv),
+        connect=connect,
+        ignore=tuple(ignore or ()),
+        speed=speed,
+        timeout=timeout,
+    )
+    return replay_client_main(options, as_json=as_json)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
