@@ -3,7 +3,8 @@
 A recording is JSON Lines (gzip-compressed when its name ends in ``.gz``: the shell's business).
 Its first line is the header, ``{"format": "acp-recording", "version": 1, "time": T,
 "redactions": [...]}`` (the patterns the writer replaced secrets with, :mod:`proxy.core.redact`).
-Each later line is one of:
+Each later line is one of the following (or the header of another run that appended to the
+file: ``--record`` appends, as ``--trace`` does, so the runs of a respawned proxy share one file):
 
 * ``{"time": T, "link": N, "event": "open", "side": "client"}``: a connection joined link ``N``
   (``close``: it left it);
@@ -39,6 +40,7 @@ from proxy.core.splice import find_member
 
 __all__ = [
     "FORMAT",
+    "LINKS_PER_RUN",
     "MAX_PROBLEMS",
     "VERSION",
     "LinkEvent",
@@ -59,6 +61,9 @@ VERSION = 1
 """The version this writer writes, and the newest this reader reads."""
 OLDEST = 1
 """The oldest version this reader reads (there is no older one yet)."""
+LINKS_PER_RUN = 10**9
+"""Link numbers of one run; a run that appended to the file has its links numbered after those
+of the runs before it (``link + LINKS_PER_RUN * runs before``), so that they stay apart."""
 MAX_PROBLEMS = 20
 """Problems reported for one file; past them the reader says how many more it met."""
 
@@ -180,6 +185,8 @@ class RecordingReader:
         self._bytes = 0
         self._lines = 0
         self._stopped = False
+        self._segment = 0
+        """Headers met after the first: runs that appended to the file."""
 
     def problem(self, line: int, message: str) -> None:
         """Note a problem of line ``line``."""
@@ -217,8 +224,8 @@ class RecordingReader:
         if not isinstance(value, dict):
             self.problem(line, "not a JSON object")
             return True
-        if line == 1:
-            self._header(value)
+        if line == 1 or "format" in value:
+            self._header(line, value)
             return not self._stopped
         try:
             self._line(line, text, value)
@@ -235,41 +242,51 @@ class RecordingReader:
             raise RecordingError(self.source, self._problems, self._more)
         return self.recording
 
-    def _header(self, value: dict[str, Any]) -> None:
+    def _header(self, line: int, value: dict[str, Any]) -> None:
+        """The header of the file (line 1), or of a later run appending to it."""
         if value.get("format") != FORMAT:
-            self.problem(1, f'not a recording: the first line has no "format": "{FORMAT}"')
+            self.problem(line, f'not a recording: the first line has no "format": "{FORMAT}"')
             self._stopped = True
             return
         version = value.get("version")
         if type(version) is not int:
-            self.problem(1, "the header's version is not an integer")
+            self.problem(line, "the header's version is not an integer")
             self._stopped = True
             return
         if version > VERSION:
             self.problem(
-                1,
+                line,
                 f"recorded by a newer acp-proxy (format version {version}; this one reads "
                 f"versions {OLDEST} to {VERSION}): upgrade acp-proxy to replay it",
             )
             self._stopped = True
             return
         if version < OLDEST:
-            self.problem(1, f"format version {version} is older than any this one reads")
+            self.problem(line, f"format version {version} is older than any this one reads")
             self._stopped = True
             return
-        self.recording.version = version
-        self.recording.time = _time(value.get("time"), "the header's time")
-        redactions = value.get("redactions", [])
-        if not isinstance(redactions, list) or not all(isinstance(r, str) for r in redactions):
-            raise _Bad("the header's redactions are not a list of strings")
-        self.recording.redactions = tuple(redactions)
+        try:
+            time = _time(value.get("time"), "the header's time")
+            redactions = value.get("redactions", [])
+            if not isinstance(redactions, list) or not all(isinstance(r, str) for r in redactions):
+                raise _Bad("the header's redactions are not a list of strings")
+        except _Bad as exc:
+            self.problem(line, str(exc))
+            return
+        if line == 1:
+            self.recording.version = version
+            self.recording.time = time
+        else:  # another run appended to the file: its links are others
+            self._segment += 1
+        self.recording.redactions = tuple(dict.fromkeys((*self.recording.redactions, *redactions)))
 
     def _line(self, line: int, text: bytes, value: dict[str, Any]) -> None:
         event = value.get("event")
         time = _time(value.get("time"), "time")
         link = value.get("link")
-        if type(link) is not int:
-            raise _Bad("link is not an integer")
+        if type(link) is not int or not 0 <= link < LINKS_PER_RUN:
+            raise _Bad(f"link is not an integer from 0 to {LINKS_PER_RUN - 1}")
+        link += self._segment * LINKS_PER_RUN
         if event in ("open", "close"):
             try:
                 side = Side(str(value.get("side")))

@@ -29,6 +29,7 @@ nothing else; one whose original is still unanswered waits for it, then gets the
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -222,11 +223,14 @@ class ReplayConnection:
         self._learn_sessions(message)
         if message.kind in (Kind.RESPONSE, Kind.ERROR):
             return self._answered(message)
+        exchange = self._match(message)
         if message.kind is Kind.REQUEST and self.agent.dedupe and message.method == acp.PROMPT:
-            outgoing = self._deduped(message)
+            # A retry the recording has (unused) is served as recorded: the recorded Agent
+            # answered it; one it does not have is answered here, as the RFD asks.
+            fresh = exchange is not None and exchange.served == 0
+            outgoing = self._deduped(message, recorded=fresh)
             if outgoing is not None:
                 return outgoing
-        exchange = self._match(message)
         if exchange is None:
             return self._refused(message) if message.kind is Kind.REQUEST else []
         return self._serve(exchange, message)
@@ -382,9 +386,9 @@ class ReplayConnection:
 
     # -- dedupe ----------------------------------------------------------------------------
 
-    def _deduped(self, message: Message) -> list[Outgoing] | None:
-        """A keyed prompt seen before: its original answer (now or when it comes); ``None`` for a
-        prompt to serve."""
+    def _deduped(self, message: Message, *, recorded: bool) -> list[Outgoing] | None:
+        """A keyed prompt seen before (and not ``recorded`` as a retry): its original answer, now
+        or when it comes; ``None`` for a prompt to serve."""
         params = message.params if isinstance(message.params, dict) else {}
         key, session = params.get("idempotencyKey"), message.session
         if not isinstance(key, str) or session is None:
@@ -395,6 +399,8 @@ class ReplayConnection:
             keyed = self.agent._keyed[(session, key)] = _Keyed()
             self._pending_key[message.id_token] = keyed
             return None
+        if recorded:
+            return None
         self.notes.append(Note("retry answered as the original", message.method))
         if keyed.result is None:
             keyed.waiting.append((self, message.id_token))
@@ -402,21 +408,31 @@ class ReplayConnection:
         return [Outgoing(0.0, _answer(message.id_token, keyed.result))]
 
     def _settle_key(self, keyed: _Keyed, raw: bytes, delay: float) -> None:
+        """The original of a key was answered (``raw``): its retries waiting get the same
+        answer; an error leaves the key unused."""
         span = find_member(raw, ("result",))
         if span is None:  # an error: the key stays unused
             for key, state in list(self.agent._keyed.items()):
                 if state is keyed:
                     del self.agent._keyed[key]
-            return
-        keyed.result = raw[span[0] : span[1]]
+            answer = functools.partial(_re_id, raw)
+        else:
+            keyed.result = raw[span[0] : span[1]]
+            answer = functools.partial(_answer, result=keyed.result)
         for connection, live_id in keyed.waiting:
             if connection.on_later is not None:
-                connection.on_later(Outgoing(delay, _answer(live_id, keyed.result)))
+                connection.on_later(Outgoing(delay, answer(live_id)))
         keyed.waiting.clear()
 
 
 def _answer(id_token: bytes, result: bytes) -> bytes:
     return b'{"jsonrpc":"2.0","id":' + id_token + b',"result":' + result + b"}"
+
+
+def _re_id(raw: bytes, id_token: bytes) -> bytes:
+    """The answer ``raw`` under another id."""
+    span = find_member(raw, ("id",))
+    return raw if span is None else splice(raw, [(span, id_token)])
 
 
 def _short(value: Any) -> str:

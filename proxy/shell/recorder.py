@@ -70,7 +70,7 @@ class RecordWriter:
         cannot be), write the header and start the writing thread. ``observer`` hears of each
         message dropped for a full queue (a :class:`~proxy.shell.limits.LimitReached`)."""
         self.path = str(path)
-        self._redactor = redactor or Redactor([])
+        self._redactor = redactor if redactor is not None else Redactor([])
         fd = open_trace(path, "--record")
         raw: IO[bytes] = os.fdopen(fd, "wb")
         self._file: IO[bytes] = raw

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from proxy.core.matching import MISSING, Difference, Ignore, differences, nearest
 
 
@@ -53,7 +55,10 @@ def test_ignored_paths_are_skipped_with_everything_below() -> None:
     """--ignore paths, with * and [*], cover the members they name and what is under them."""
     ignore = Ignore(["params.meta", "params.items[*].at", "result.*"])
     recorded = {"params": {"meta": {"a": 1}, "items": [{"at": 1, "v": 1}]}, "result": {"x": 1}}
-    got = {"params": {"meta": {"a": 2}, "items": [{"at": 2, "v": 1}]}, "result": {"x": 2}}
+    got: dict[str, Any] = {
+        "params": {"meta": {"a": 2}, "items": [{"at": 2, "v": 1}]},
+        "result": {"x": 2},
+    }
     assert differences(recorded, got, ignore) == ([], 0)
     got["params"]["items"][0]["v"] = 2
     found, _ = differences(recorded, got, ignore)

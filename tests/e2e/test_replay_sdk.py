@@ -72,7 +72,8 @@ async def session(*command: str) -> list[dict[str, Any]]:
 
 
 def _cancelled(message: dict[str, Any]) -> bool:
-    return message.get("error", {}).get("code") == -32800
+    error = message.get("error")
+    return isinstance(error, dict) and error.get("code") == -32800
 
 
 def proxy(*args: str) -> list[str]:
