@@ -954,8 +954,7 @@ def replay_agent(
 @_command(
     "client",
     on=replay_app,
-    context_settings={"allow_interspersed_args": False},
-    no_args_is_help=False,
+    no_args_is_help=False,  # options may follow FILE; the Agent's command follows --
 )
 def replay_client(
     recording: Annotated[
@@ -996,8 +995,6 @@ def replay_client(
 
     configure_logging(log_format.value, log_level.value)
     argv = list(agent_cmd or ())
-    if argv[:1] == ["--"]:  # FILE came first: click keeps the separator after it
-        argv = argv[1:]
     options = ReplayClientOptions(
         recording=recording,
         agent_argv=tuple(argv),
