@@ -38,10 +38,9 @@ from proxy.core.splice import splice
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
-from proxy.shell.transports.stdio import spawn_agent
+from proxy.tools.lab.client.connection import Failure, open_endpoint
 from proxy.tools.replay.agent import EXIT_BAD_RECORDING
 from proxy.tools.replay.files import load_recording
-from proxy.tools.rpc import connect
 
 __all__ = ["Found", "ReplayClientOptions", "replay_client", "replay_client_main"]
 
@@ -116,7 +115,7 @@ def replay_client_main(options: ReplayClientOptions, *, as_json: bool = False) -
         return EXIT_BAD_RECORDING
     try:
         report = asyncio.run(replay_client(options, recording.messages))
-    except ConnectionError as exc:
+    except Failure as exc:
         sys.stderr.write(f"acp-proxy replay client: {exc}\n")
         return 2
     if as_json:
@@ -144,7 +143,7 @@ async def replay_client(options: ReplayClientOptions, messages: list[Recorded]) 
         if not any(r.direction is Direction.TO_AGENT for r in played):
             continue
         log.info("replaying a link", link=link, messages=len(played))
-        endpoint = await _open(options)
+        endpoint = await open_endpoint(options)
         try:
             await _Link(options, endpoint, report, sessions).play(played)
         finally:
@@ -152,17 +151,6 @@ async def replay_client(options: ReplayClientOptions, messages: list[Recorded]) 
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(endpoint.wait_closed(), options.grace + 1)
     return report
-
-
-async def _open(options: ReplayClientOptions) -> Endpoint:
-    try:
-        if options.connect is None:
-            return await spawn_agent(
-                options.agent_argv, limit=options.max_message_bytes, grace=options.grace
-            )
-        return await connect(options.connect, limit=options.max_message_bytes)
-    except Exception as exc:
-        raise ConnectionError(f"cannot reach the Agent: {exc}") from exc
 
 
 class _Link:

@@ -6,39 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harness import ROOT, TIMEOUT
-from tool_runs import check_agent
+from tool_runs import check_agent, command, session_run
 
 from proxy.shell.transports.stdio import spawn_agent
 from proxy.tools.rpc import Peer
 
 LOSE_FIRST_ANSWER = ROOT / "config" / "lose-first-prompt-response.yaml"
-
-
-def proxy(*args: str) -> list[str]:
-    return [sys.executable, "-m", "proxy", *args]
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    """``acp-proxy ARGS``, finished, its output captured."""
-    return subprocess.run(
-        proxy(*args), capture_output=True, text=True, timeout=TIMEOUT * 4, check=False
-    )
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A session of the reference Client and Agent, recorded through the proxy (gzip)."""
-    path = tmp_path_factory.mktemp("record") / "session.jsonl.gz"
-    done = run("client", "--", *proxy("run", "--record", str(path), "--", *proxy("agent")))
-    assert done.returncode == 0, done.stderr
-    return path
 
 
 def findings(trace: Path) -> list[str]:
@@ -54,9 +32,9 @@ def test_a_lost_answer_retried_against_the_replay(
     retry gets the original messageId (no finding); without it, a second insert, which the
     proxy's ledger finds."""
     trace = tmp_path / "trace.jsonl"
-    agent = proxy("replay", "agent", str(recorded), "--speed", "0", *(["--dedupe"] * dedupe))
-    front = proxy("run", "--faults", str(LOSE_FIRST_ANSWER), "--trace", str(trace), "--", *agent)
-    done = run("client", "--follow-trace", str(trace), "--", *front)
+    agent = command("replay", "agent", str(recorded), "--speed", "0", *(["--dedupe"] * dedupe))
+    front = command("run", "--faults", str(LOSE_FIRST_ANSWER), "--trace", str(trace), "--", *agent)
+    done = session_run("client", "--follow-trace", str(trace), "--", *front)
     if dedupe:
         assert done.returncode == 0, done.stdout + done.stderr
         assert findings(trace) == []
@@ -79,7 +57,7 @@ INFO = {"name": "acp-proxy-reference-client", "version": "0.1.0"}
 async def test_a_request_that_matches_nothing_names_the_nearest(recorded: Path) -> None:
     """Another prompt: a JSON-RPC error naming the recorded prompt, its line and the text that
     differs; the connection goes on."""
-    endpoint = await spawn_agent(proxy("replay", "agent", str(recorded)), limit=1 << 20)
+    endpoint = await spawn_agent(command("replay", "agent", str(recorded)), limit=1 << 20)
     peer = Peer(endpoint)
     try:
         session = await open_session(peer)
@@ -102,16 +80,25 @@ async def test_a_request_that_matches_nothing_names_the_nearest(recorded: Path) 
         await peer.close(TIMEOUT)
 
 
-async def test_over_websocket(recorded: Path) -> None:
-    """--listen ws://: the reference Client, over WebSocket, gets its prompt confirmed."""
-    listen = ["--listen", "ws://127.0.0.1:0/acp", "--log-format", "json", "--log-level", "info"]
+@pytest.mark.parametrize("scheme", ["ws", "http"])
+async def test_over_the_network(recorded: Path, scheme: str) -> None:
+    """--listen ws:// or http://: the reference Client, over WebSocket or Streamable HTTP, gets
+    its prompt confirmed."""
+    listen = [
+        "--listen",
+        f"{scheme}://127.0.0.1:0/acp",
+        "--log-format",
+        "json",
+        "--log-level",
+        "info",
+    ]
     process = await asyncio.create_subprocess_exec(
-        *proxy("replay", "agent", str(recorded), "--speed", "0", *listen),
+        *command("replay", "agent", str(recorded), "--speed", "0", *listen),
         stderr=asyncio.subprocess.PIPE,
     )
     try:
         url = await listening(process)
-        done = await asyncio.to_thread(run, "client", "--connect", url)
+        done = await asyncio.to_thread(session_run, "client", "--connect", url)
         assert done.returncode == 0, done.stdout + done.stderr
     finally:
         process.terminate()
@@ -133,12 +120,12 @@ def test_a_bad_recording_is_refused_with_where(tmp_path: Path) -> None:
     """Exit 2, each problem on stderr with its line."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"format": "acp-recording", "version": 1, "time": 0}\n{"event": 1}\n')
-    done = run("replay", "agent", str(bad))
+    done = session_run("replay", "agent", str(bad))
     assert done.returncode == 2
     assert f"{bad}: line 2: time is not a finite number" in done.stderr
     newer = tmp_path / "newer.jsonl"
     newer.write_text('{"format": "acp-recording", "version": 9, "time": 0}\n')
-    done = run("replay", "client", str(newer), "--", "true")
+    done = session_run("replay", "client", str(newer), "--", "true")
     assert done.returncode == 2
     assert "recorded by a newer acp-proxy (format version 9" in done.stderr
 
@@ -148,9 +135,11 @@ def test_check_agent_runs_against_a_replayed_agent(tmp_path: Path) -> None:
     the Agent's place: the same traces pass."""
     path = tmp_path / "check.jsonl"
     only = ["--only", "T1", "--only", "T4"]
-    first = check_agent(*only, "--", *proxy("run", "--record", str(path), "--", *proxy("agent")))
+    first = check_agent(
+        *only, "--", *command("run", "--record", str(path), "--", *command("agent"))
+    )
     assert first.returncode == 0, first.stdout
-    replayed = check_agent(*only, "--", *proxy("replay", "agent", str(path), "--dedupe"))
+    replayed = check_agent(*only, "--", *command("replay", "agent", str(path), "--dedupe"))
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "T1  PASS" in replayed.stdout
     assert "T4  PASS" in replayed.stdout
