@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from harness import TIMEOUT
+from tool_runs import acp_proxy, command, session_run
 
 from proxy.core.errors import StartupError
 from proxy.core.events import Direction, Side
@@ -164,3 +165,34 @@ def test_the_file_is_opened_as_the_trace_is(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(StartupError, match=r"--record .*not a regular file"):
         RecordWriter(fifo)
+
+
+def test_a_run_records_both_ways_and_redacts(tmp_path: Path) -> None:
+    """``acp-proxy run --record --redact``: the reference Client's session, both ways, and the
+    prompt's text nowhere in the file's bytes (nor in the Agent's echo of it)."""
+    path = tmp_path / "session.jsonl"
+    agent = command("run", "--record", str(path), "--redact", "hel+o", "--", *command("agent"))
+    done = session_run("client", "--", *agent)
+    assert done.returncode == 0, done.stderr
+    data = path.read_bytes()
+    assert b"hello" not in data
+    assert b"[redacted]" in data
+    recording = load_recording(path)
+    assert recording.redactions == ("hel+o",)
+    assert {r.direction for r in recording.messages} == {Direction.TO_AGENT, Direction.TO_CLIENT}
+    assert any(r.redacted == ("params.prompt[0].text",) for r in recording.messages)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--record", "r.jsonl", "--redact", "re:("], "not a regular expression"),
+        (["--redact", "secret"], "give --record FILE"),
+        (["--record", "-"], "give the recording a file"),
+    ],
+)
+def test_record_options_are_checked(tmp_path: Path, options: list[str], says: str) -> None:
+    """A bad pattern, --redact without --record, a recording to stdout: a usage error (2)."""
+    done = acp_proxy("run", *options, "--", "true")
+    assert done.returncode == 2
+    assert says in done.stderr
