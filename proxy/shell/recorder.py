@@ -12,7 +12,8 @@ The relay never waits on it: :meth:`RecordWriter.observe` puts what it saw in a 
 full the message is dropped from the recording: counted (``acp_proxy_limits_reached_total
 {limit="record_backlog"}``), logged once, and summed up when the recording closes. A write that
 fails stops the recording, never the relay (logged once, ``on_failure`` told: a metric,
-``/healthz``). The file is opened as the trace is (no symbolic link followed, no FIFO waited on).
+``/healthz``). The file is opened as the trace is (no symbolic link followed, no FIFO waited on),
+but made readable by its owner alone: it holds what the peers said.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class RecordWriter:
         message dropped for a full queue (a :class:`~proxy.shell.limits.LimitReached`)."""
         self.path = str(path)
         self._redactor = redactor if redactor is not None else Redactor([])
-        fd = open_trace(path, "--record")
+        fd = open_trace(path, "--record", 0o600)  # bodies: readable by their owner alone
         raw: IO[bytes] = os.fdopen(fd, "wb")
         self._file: IO[bytes] = raw
         if self.path.endswith(".gz"):

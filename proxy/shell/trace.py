@@ -60,16 +60,16 @@ SHOWN_BODY = 16 * 1024
 """The bytes of a message's body a live subscriber that asks for bodies gets (the rest is cut)."""
 
 
-def open_trace(path: str | Path, option: str = "--trace") -> int:
+def open_trace(path: str | Path, option: str = "--trace", mode: int = 0o644) -> int:
     """A file descriptor to append the trace to; :class:`~proxy.core.errors.StartupError` (naming
     ``option``, the path and why) when ``path`` is a symbolic link, neither a regular file nor
     ``/dev/null`` (a FIFO, a socket, a terminal), or cannot be opened for writing. ``-`` is
-    stdout, whatever it is."""
+    stdout, whatever it is. A file made anew gets ``mode``."""
     if str(path) == STDOUT:
         return os.dup(1)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, flags, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             cause = "a symbolic link; give the file itself"

@@ -94,6 +94,7 @@ def test_every_message_both_ways_is_recorded(tmp_path: Path, name: str) -> None:
         ("close", Side.CLIENT),
     ]
     assert writer.written == 7  # the header, two link lines, four messages
+    assert path.stat().st_mode & 0o777 == 0o600  # what the peers said: its owner's alone
 
 
 def test_redaction_leaves_no_secret_in_the_file(tmp_path: Path) -> None:
