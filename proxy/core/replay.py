@@ -18,7 +18,8 @@ message it reads:
 What goes out is the recorded text with the ids of this run spliced in: an answer takes the id
 of the live request it answers, a request of the Agent a new id of this connection, and the
 recorded session ids become the live ones (a session the replay creates is its recorded id, or
-that id with a suffix when it was handed out already). Delays are data: each :class:`Outgoing`
+that id with a suffix when it was handed out already; a recorded session id is replaced wherever
+it stands as a JSON string). Delays are data: each :class:`Outgoing`
 says how long after the message received it is due (its recorded offset over ``speed``; 0 with
 speed 0); the shell keeps the time.
 
@@ -150,6 +151,11 @@ class ReplayAgent:
         self.dedupe = dedupe
         self.speed = speed
         self._requests = [e for e in self.exchanges if e.trigger.message.kind is Kind.REQUEST]
+        self._by_method: dict[tuple[Kind, str | None], list[Exchange]] = {}
+        """The exchanges of each kind and method of the Client's message, in file order."""
+        for exchange in self.exchanges:
+            sent = exchange.trigger.message
+            self._by_method.setdefault((sent.kind, sent.method), []).append(exchange)
         self._next_in_order = 0
         self._answers: dict[tuple[int, bytes, bytes], Exchange] = {}
         """The Client's recorded answers to the Agent's requests, by link and the request's pair."""
@@ -180,11 +186,7 @@ class ReplayAgent:
     def _candidates(self, connection: ReplayConnection, message: Message) -> list[Exchange]:
         """Recorded exchanges of ``message``'s method and kind, in the order they are preferred."""
         kind, method = message.kind, message.method
-        same = [
-            e
-            for e in self.exchanges
-            if e.trigger.message.kind is kind and e.trigger.message.method == method
-        ]
+        same = self._by_method.get((kind, method), [])
         link = connection.link
 
         def rank(exchange: Exchange) -> tuple[int, int]:

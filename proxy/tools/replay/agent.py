@@ -24,7 +24,7 @@ from proxy.core.recording import RecordingError
 from proxy.core.replay import Outgoing, ReplayAgent, ReplayConnection
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
-from proxy.shell.log import get_logger
+from proxy.shell.log import get_logger, shorten
 from proxy.shell.server import STDIO, Address, parse_address
 from proxy.tools.lab.agent import run_served, serve_connections
 from proxy.tools.replay.files import load_recording
@@ -136,7 +136,7 @@ def _handle(connection: ReplayConnection, raw: bytes) -> list[Outgoing]:
         fields: dict[str, Any] = {"method": note.method, "line": note.line or None}
         if note.differences:
             first = note.differences[0]
-            fields.update(path=first.path, recorded=first.recorded, got=first.got)
+            fields.update(path=first.path, recorded=shorten(first.recorded), got=shorten(first.got))
         (log.warning if note.what == "no match" else log.info)(f"replay: {note.what}", **fields)
     connection.notes.clear()
     return outgoing
