@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import Kind
@@ -17,6 +21,7 @@ from proxy.core.recording import (
     message_line,
     read_recording,
 )
+from proxy.core.redact import REDACTED, Redactor
 
 BIG = b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"z":1,"a":123456789012345678901234567890,"f":1.50}}'
 
@@ -151,3 +156,37 @@ def test_a_line_too_long_is_located() -> None:
     reader.too_long(2, 64)
     with pytest.raises(RecordingError, match="longer than 64 bytes"):
         reader.finish()
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    st.dictionaries(st.text(max_size=5), _JSON, max_size=4),
+    st.booleans(),
+    st.sampled_from(["", " ", "\n", "\r\n  "]),
+)
+def test_any_message_is_read_back_as_it_was_written(
+    params: dict[str, object], ascii_only: bool, space: str
+) -> None:
+    """Whatever a message holds and however it is written (escapes, spaces, line breaks), the
+    recording gives back its very bytes; and a redaction of a path keeps it one JSON message."""
+    body = json.dumps({"jsonrpc": "2.0", "method": "m", "params": params}, ensure_ascii=ascii_only)
+    raw = body.replace(", ", "," + space).encode("utf-8", "surrogatepass")
+    line = message_line(1.0, 1, Direction.TO_AGENT, (None, None), raw)
+    assert b"\n" not in line
+    (recorded,) = read_recording("r", lines(line), max_bytes=10**7).messages
+    assert recorded.message.raw == raw
+    redacted, _ = Redactor.of(["params.*"]).redact(raw)
+    again = read_recording(
+        "r",
+        lines(message_line(1.0, 1, Direction.TO_AGENT, (None, None), redacted)),
+        max_bytes=10**7,
+    )
+    assert all(value == REDACTED for value in again.messages[0].message.params.values())

@@ -7,6 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
+from harness import fault_file
 from tool_runs import command, session_run
 
 
@@ -66,3 +67,19 @@ def test_an_agent_that_cannot_be_started_is_said(recorded: Path, tmp_path: Path)
     done = session_run("replay", "client", str(recorded), "--", str(tmp_path / "no-such-agent"))
     assert done.returncode == 2
     assert "acp-proxy replay client: cannot connect: " in done.stderr
+
+
+def test_through_the_proxy_with_faults(recorded: Path, tmp_path: Path) -> None:
+    """Behind ``acp-proxy run`` with a fault file that delays each prompt, the Agent answers as
+    recorded."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "slow-prompts",
+            "when": {"direction": "to_agent", "method": "session/prompt"},
+            "do": {"action": "delay", "ms": 50},
+        },
+    )
+    agent = command("run", "--faults", str(faults), "--", *command("agent"))
+    done = session_run("replay", "client", str(recorded), "--", *agent)
+    assert done.returncode == 0, done.stdout + done.stderr
