@@ -10,6 +10,8 @@ with a fault file, and must see the same messages, ids and session ids aside.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -141,3 +143,22 @@ async def test_the_replay_behind_the_proxy_with_faults(
     agent = proxy("replay", "agent", str(path), "--speed", "0")
     replayed = await session(*proxy("run", "--faults", str(faults), "--", *agent))
     assert_same(received, replayed)
+
+
+def test_the_recorded_client_against_the_sdk_agent(
+    recorded: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    """``replay client`` plays the SDK Client's session against a new SDK Agent: the permission
+    request answered as recorded, the cancel sent when the Agent said it waits: it answers as
+    the recorded one did, message for message."""
+    path, received = recorded
+    done = subprocess.run(
+        proxy("replay", "client", str(path), "--json", "--", sys.executable, str(AGENT)),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT * 4,
+        check=False,
+    )
+    report = json.loads(done.stdout)
+    assert report == {"compared": len(received), "differences": []}
+    assert done.returncode == 0
