@@ -159,7 +159,11 @@ def test_a_line_too_long_is_located() -> None:
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
     ),
