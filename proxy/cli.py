@@ -288,6 +288,20 @@ def run(
             dir_okay=False,
         ),
     ] = None,
+    otel: Annotated[
+        bool,
+        typer.Option(
+            "--otel",
+            help="Export a span per request over OTLP/HTTP (OTEL_* variables; the otel extra).",
+        ),
+    ] = False,
+    otel_propagate: Annotated[
+        bool,
+        typer.Option(
+            "--otel-propagate",
+            help="--otel, and each forwarded request carries its span in _meta.traceparent.",
+        ),
+    ] = False,
     max_message_bytes: Annotated[
         int,
         typer.Option(
@@ -455,6 +469,8 @@ def run(
         allow_origins=allow_origin or (),
         admin_allow_origins=admin_allow_origin or (),
         trace=trace,
+        otel=otel,
+        otel_propagate=otel_propagate,
         max_message_bytes=max_message_bytes,
         strict=strict,
         allow_client_faults=allow_client_faults,

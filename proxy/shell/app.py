@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.commands import Restart
 from proxy.core.engine import FaultEngine
@@ -27,7 +27,7 @@ from proxy.core.errors import ConfigError, OptionError, StartupError, at_least, 
 from proxy.core.events import Direction, Side
 from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
-from proxy.core.relay import Relay
+from proxy.core.relay import MetaFor, Relay
 from proxy.shell.admin import AdminServer, Runtime, admin_token_from, check_admin_host
 from proxy.shell.defaults import (
     AGENT_GRACE,
@@ -65,6 +65,9 @@ from proxy.shell.server import (
 from proxy.shell.state import StateFile, StateSaver
 from proxy.shell.trace import EventFeed, TraceWriter
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
+
+if TYPE_CHECKING:  # imported only with --otel (the optional extra)
+    from proxy.shell.otel import Tracing
 
 __all__ = [
     "Ready",
@@ -132,6 +135,10 @@ class RunOptions:
     limits: Limits = DEFAULT_LIMITS
     """What one peer can make the proxy hold (links, idle time, sessions, header time, event
     subscribers, pending requests, bytes in flight)."""
+    otel: bool = False
+    """A span per request, exported over OTLP/HTTP (:mod:`proxy.shell.otel`)."""
+    otel_propagate: bool = False
+    """Each forwarded request carries its span's ``traceparent`` in ``params._meta``."""
 
     def __post_init__(self) -> None:
         at_least("--max-message-bytes", self.max_message_bytes, 1)
@@ -290,12 +297,22 @@ class _Experiment:
     saver: StateSaver | None
     inflight: InflightBytes
     parser: Parser
+    tracing: Tracing | None = None
+    propagate: bool = False
+    """Each forwarded request carries its span's ``traceparent`` (``--otel-propagate``)."""
+
+    @property
+    def meta_for(self) -> MetaFor | None:
+        """What each relay writes into the ``_meta`` of the requests it forwards, if anything."""
+        return self.tracing.meta_for if self.tracing is not None and self.propagate else None
 
     def close(self) -> None:
-        """Close the trace (again: it may be) and stop the parsing workers."""
+        """Close the trace (again: it may be), stop the parsing workers, send the last spans."""
         if self.trace is not None:
             self.trace.close()
         self.parser.close()
+        if self.tracing is not None:
+            self.tracing.close()
 
     def degraded(self) -> dict[str, str]:
         """What no longer works as asked, and why (``/healthz``): the trace, the state file."""
@@ -341,6 +358,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         observers.append(trace)
     if saver is not None:
         observers.append(saver)
+    tracing = _tracing() if options.otel or options.otel_propagate else None
+    if tracing is not None:
+        observers.append(tracing)
     if observer is not None:
         observers.append(observer)
     connect = upstream_factory(
@@ -369,7 +389,20 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         saver,
         inflight,
         parser,
+        tracing,
+        options.otel_propagate,
     )
+
+
+def _tracing() -> Tracing:
+    """The run's OpenTelemetry tracing; :class:`StartupError` without the optional extra."""
+    try:
+        from proxy.shell.otel import Tracing  # noqa: PLC0415 - only with --otel
+    except ImportError as exc:
+        raise StartupError(
+            "--otel", "needs OpenTelemetry", f"pip install 'acp-fault-proxy[otel]' ({exc})"
+        ) from None
+    return Tracing()
 
 
 @contextlib.asynccontextmanager
@@ -501,6 +534,7 @@ async def run_network(
         max_pending=options.limits.max_pending,
         inflight=experiment.inflight,
         parser=experiment.parser,
+        meta_for=experiment.meta_for,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
@@ -581,6 +615,7 @@ async def _relay_stdio_link(
             tokens=tokens,
             initialize_timeout=options.initialize_timeout,
             max_pending=options.limits.max_pending,
+            meta_for=experiment.meta_for,
         ),
         {Side.CLIENT: client, Side.AGENT: agent},
         experiment.observer,

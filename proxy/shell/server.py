@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from proxy.core.engine import FaultEngine
 from proxy.core.errors import ConfigError, StartupError, os_cause
 from proxy.core.events import Direction, Side
-from proxy.core.relay import Relay
+from proxy.core.relay import MetaFor, Relay
 from proxy.shell.defaults import (
     CONNECT_TIMEOUT,
     HTTP_TIMEOUT,
@@ -203,10 +203,13 @@ class NetworkProxy:
         max_pending: int | None = None,
         inflight: InflightBytes | None = None,
         parser: Parser | None = None,
+        meta_for: MetaFor | None = None,
     ) -> None:
         """``allowances``: the hosts and origins admitted beyond the listener's own
         (:mod:`proxy.shell.origin_policy`); ``limits``: what one peer can make the proxy hold;
-        ``parser``: the proxy's parser of large messages."""
+        ``parser``: the proxy's parser of large messages; ``meta_for``: what each relay writes
+        into the ``_meta`` of the requests it forwards (:data:`~proxy.core.relay.MetaFor`)."""
+        self._meta_for = meta_for
         self._listen = listen
         self._max_links = limits.max_links
         self._connecting = 0
@@ -367,6 +370,7 @@ class NetworkProxy:
                 cached_initialize=cached_initialize,
                 initialize_timeout=initialize_timeout,
                 max_pending=self._max_pending,
+                meta_for=self._meta_for,
             )
 
         link = Link(
