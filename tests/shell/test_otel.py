@@ -19,6 +19,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 from harness import ProxyProcess, captured, fault_file, raw_agent, request
+from listener_client import WS_LISTEN, compact, serving, ws_initialize, ws_recv
+from listener_client import request as request_of
+from websockets.asyncio.client import connect as ws_connect
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
@@ -211,6 +214,30 @@ async def test_spans_still_open_end_when_the_proxy_stops(
     hang = await receiver.span("_x/hang")
     assert _attributes(hang.attributes)["acp.outcome"] in {"peer_gone", "link_end", "proxy_stopped"}
     assert hang.status.code == Status.STATUS_CODE_ERROR
+
+
+async def test_two_websocket_links_with_the_same_ids_have_their_own_spans(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    async with (
+        serving(tmp_path, "--otel", listen=WS_LISTEN) as setup,
+        ws_connect(setup.url, proxy=None) as first,
+        ws_connect(setup.url, proxy=None) as second,
+    ):
+        for ws, session in ((first, "s-first"), (second, "s-second")):
+            await ws_initialize(ws)
+            await ws.send(compact(request_of("r1", "_x/work", {"sessionId": session})).decode())
+            assert (await ws_recv(ws))["id"] == "r1"
+        async with asyncio.timeout(30):
+            while len([s for s in receiver.spans if s.name == "_x/work"]) < 2:
+                receiver.arrived.clear()
+                await receiver.arrived.wait()
+    work = [_attributes(s.attributes) for s in receiver.spans if s.name == "_x/work"]
+    assert {(a["acp.session"], a["acp.outcome"]) for a in work} == {
+        ("s-first", "answered"),
+        ("s-second", "answered"),
+    }
+    assert len({a["acp.link"] for a in work}) == 2
 
 
 def test_without_otel_nothing_of_opentelemetry_is_imported() -> None:
