@@ -179,7 +179,8 @@ def run(
         typer.Option(
             metavar="ADDRESS",
             help="Where Clients connect: stdio, http://HOST:PORT/PATH (also accepts the "
-            "WebSocket upgrade) or ws://HOST:PORT/PATH. Port 0 picks a free port (logged).",
+            "WebSocket upgrade) or ws://HOST:PORT/PATH; https:// or wss:// for TLS (with "
+            "--tls-cert and --tls-key). Port 0 picks a free port (logged).",
         ),
     ] = "stdio",
     upstream: Annotated[
@@ -187,9 +188,41 @@ def run(
         typer.Option(
             metavar="ADDRESS",
             help="Where the Agent is: stdio (spawn AGENT_CMD for each Client connection), "
-            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH.",
+            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH; https:// or wss:// for TLS (verified "
+            "against the system's trust store, or --tls-ca).",
         ),
     ] = "stdio",
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The listener's certificate in PEM (then any intermediates), for --listen "
+            "https:// or wss://; checked before anything starts (readable, not expired).",
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The private key of --tls-cert in PEM, without a passphrase.",
+        ),
+    ] = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Verify an https:// or wss:// Agent's certificate against the CAs of this PEM "
+            "bundle (not the system's trust store).",
+        ),
+    ] = None,
+    tls_insecure: Annotated[
+        bool,
+        typer.Option(
+            "--tls-insecure",
+            help="Do not verify an https:// or wss:// Agent's certificate nor its name "
+            "(logged as a warning): for a test Agent with a throwaway certificate only.",
+        ),
+    ] = False,
     keep_upstream: Annotated[
         bool,
         typer.Option(
@@ -446,6 +479,10 @@ def run(
         agent_argv=agent_cmd or (),
         listen=listen,
         upstream=upstream,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        tls_insecure=tls_insecure,
         keep_upstream=keep_upstream,
         admin=admin,
         admin_token=admin_token,

@@ -14,10 +14,12 @@ import itertools
 import random
 import secrets
 import signal
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,15 @@ from proxy.shell.server import (
     upstream_factory,
 )
 from proxy.shell.state import StateFile, StateSaver
+from proxy.shell.tls import (
+    CA_OPTION,
+    CERT_OPTION,
+    INSECURE_OPTION,
+    KEY_OPTION,
+    client_context,
+    server_context,
+    warn_insecure,
+)
 from proxy.shell.trace import EventFeed, TraceWriter
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
 
@@ -132,8 +143,20 @@ class RunOptions:
     limits: Limits = DEFAULT_LIMITS
     """What one peer can make the proxy hold (links, idle time, sessions, header time, event
     subscribers, pending requests, bytes in flight)."""
+    listen_tls: ssl.SSLContext | None = None
+    """The listener's certificate (``--tls-cert``, ``--tls-key``): required by an ``https://`` or
+    ``wss://`` listener, refused with any other."""
+    upstream_tls: ssl.SSLContext | None = None
+    """How an ``https://`` or ``wss://`` Agent is verified (``--tls-ca``, ``--tls-insecure``;
+    None: the system's trust store); refused with any other upstream."""
 
     def __post_init__(self) -> None:
+        _check_tls_pairing(
+            self.listen,
+            self.upstream,
+            served=self.listen_tls is not None,
+            verified=self.upstream_tls is not None,
+        )
         at_least("--max-message-bytes", self.max_message_bytes, 1)
         at_least("--agent-grace", self.agent_grace, 0)
         at_least("--connect-timeout", self.connect_timeout, MIN_TIMEOUT)
@@ -158,19 +181,27 @@ class RunOptions:
         trace: Path | None = None,
         faults: Sequence[Path] = (),
         environ: Mapping[str, str] | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        tls_ca: Path | None = None,
+        tls_insecure: bool = False,
         **settings: Any,
     ) -> RunOptions:
         """The options of ``acp-proxy run`` from the values its command line gave, checked.
 
         Addresses are parsed, the Host and origin allowances checked, the control API's address
         and token checked (the token from ``admin_token``, ``admin_token_file`` or the variable
-        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), and
-        options that exclude each other refused: :class:`~proxy.core.errors.OptionError` says
-        what is wrong, before anything starts. ``settings`` are the other fields, as given.
+        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), the
+        TLS files read and checked (:mod:`proxy.shell.tls`), and options that exclude each other
+        refused: :class:`~proxy.core.errors.OptionError` says what is wrong, before anything
+        starts. ``settings`` are the other fields, as given.
         """
         try:
             listen_at = parse_address(listen, option="--listen")
             upstream_at = parse_address(upstream, option="--upstream")
+            listen_tls, upstream_tls = _tls_contexts(
+                listen_at, upstream_at, tls_cert, tls_key, tls_ca, insecure=tls_insecure
+            )
             for host in allow_hosts:
                 parse_allowed_host(host)
             for origin in allow_origins:
@@ -182,6 +213,8 @@ class RunOptions:
                 admin_at = parse_host_port(admin, option="--admin")
                 check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
                 admin_token = admin_token_from(admin_token, admin_token_file, environ)
+        except OptionError:
+            raise
         except ConfigError as exc:
             raise OptionError(str(exc)) from None
         if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
@@ -207,7 +240,58 @@ class RunOptions:
             admin_allow_origins=tuple(admin_allow_origins),
             trace=trace,
             faults=tuple(faults),
+            listen_tls=listen_tls,
+            upstream_tls=upstream_tls,
             **settings,
+        )
+
+
+def _tls_contexts(
+    listen: Address,
+    upstream: Address,
+    cert: Path | None,
+    key: Path | None,
+    ca: Path | None,
+    *,
+    insecure: bool,
+) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """The TLS of the listener and toward the Agent, from the TLS options: each only where its
+    address is in TLS, and each file checked (:mod:`proxy.shell.tls`)."""
+    if (cert is None) != (key is None):
+        given, missing = (CERT_OPTION, KEY_OPTION) if key is None else (KEY_OPTION, CERT_OPTION)
+        raise OptionError(f"{given} needs {missing} too")
+    if ca is not None and insecure:
+        raise OptionError(f"{CA_OPTION} and {INSECURE_OPTION} exclude each other")
+    served = cert is not None and key is not None
+    verified = ca is not None or insecure
+    _check_tls_pairing(listen, upstream, served=served, verified=verified)
+    listen_tls = upstream_tls = None
+    if cert is not None and key is not None:
+        listen_tls = server_context(cert, key, now=datetime.now(UTC))
+    if verified:
+        upstream_tls = client_context(ca, verify=not insecure)
+    return listen_tls, upstream_tls
+
+
+def _check_tls_pairing(listen: Address, upstream: Address, *, served: bool, verified: bool) -> None:
+    """Refuse TLS options without the address in TLS they are for, and a listener in TLS
+    without its certificate (``served``: one is given; ``verified``: the Agent's trust is)."""
+    if listen.secure and not served:
+        raise OptionError(
+            f"a listener in TLS ({listen.url}) needs {CERT_OPTION} and {KEY_OPTION}",
+            option=CERT_OPTION,
+        )
+    if served and not listen.secure:
+        raise OptionError(
+            f"{CERT_OPTION} and {KEY_OPTION} serve a listener in TLS: "
+            "--listen https://HOST:PORT/PATH or wss://HOST:PORT/PATH",
+            option=CERT_OPTION,
+        )
+    if verified and not upstream.secure:
+        raise OptionError(
+            f"{CA_OPTION} and {INSECURE_OPTION} are for an Agent in TLS: "
+            "--upstream https://HOST:PORT/PATH or wss://HOST:PORT/PATH",
+            option=CA_OPTION,
         )
 
 
@@ -353,7 +437,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         max_sessions=options.limits.max_sessions,
         observer=fanout,
         parser=parser,
+        tls=options.upstream_tls,
     )
+    warn_insecure(options.upstream_tls, options.upstream.url)
     fanout.extend(observers)
     return _Experiment(
         faults,
@@ -501,6 +587,7 @@ async def run_network(
         max_pending=options.limits.max_pending,
         inflight=experiment.inflight,
         parser=experiment.parser,
+        tls=options.listen_tls,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
