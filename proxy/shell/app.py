@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +64,7 @@ from proxy.shell.server import (
     upstream_factory,
 )
 from proxy.shell.state import StateFile, StateSaver
-from proxy.shell.tls import (
-    CA_OPTION,
-    CERT_OPTION,
-    INSECURE_OPTION,
-    KEY_OPTION,
-    client_context,
-    server_context,
-    warn_insecure,
-)
+from proxy.shell.tls import agent_tls, check_listener, check_upstream, listener_tls, warn_insecure
 from proxy.shell.trace import EventFeed, TraceWriter
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
 
@@ -151,12 +142,10 @@ class RunOptions:
     None: the system's trust store); refused with any other upstream."""
 
     def __post_init__(self) -> None:
-        _check_tls_pairing(
-            self.listen,
-            self.upstream,
-            served=self.listen_tls is not None,
-            verified=self.upstream_tls is not None,
+        check_listener(
+            self.listen.url, secure=self.listen.secure, served=self.listen_tls is not None
         )
+        check_upstream(secure=self.upstream.secure, verified=self.upstream_tls is not None)
         at_least("--max-message-bytes", self.max_message_bytes, 1)
         at_least("--agent-grace", self.agent_grace, 0)
         at_least("--connect-timeout", self.connect_timeout, MIN_TIMEOUT)
@@ -199,9 +188,10 @@ class RunOptions:
         try:
             listen_at = parse_address(listen, option="--listen")
             upstream_at = parse_address(upstream, option="--upstream")
-            listen_tls, upstream_tls = _tls_contexts(
-                listen_at, upstream_at, tls_cert, tls_key, tls_ca, insecure=tls_insecure
+            listen_tls = listener_tls(
+                listen_at.url, secure=listen_at.secure, cert=tls_cert, key=tls_key
             )
+            upstream_tls = agent_tls(secure=upstream_at.secure, ca=tls_ca, insecure=tls_insecure)
             for host in allow_hosts:
                 parse_allowed_host(host)
             for origin in allow_origins:
@@ -243,55 +233,6 @@ class RunOptions:
             listen_tls=listen_tls,
             upstream_tls=upstream_tls,
             **settings,
-        )
-
-
-def _tls_contexts(
-    listen: Address,
-    upstream: Address,
-    cert: Path | None,
-    key: Path | None,
-    ca: Path | None,
-    *,
-    insecure: bool,
-) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
-    """The TLS of the listener and toward the Agent, from the TLS options: each only where its
-    address is in TLS, and each file checked (:mod:`proxy.shell.tls`)."""
-    if (cert is None) != (key is None):
-        given, missing = (CERT_OPTION, KEY_OPTION) if key is None else (KEY_OPTION, CERT_OPTION)
-        raise OptionError(f"{given} needs {missing} too")
-    if ca is not None and insecure:
-        raise OptionError(f"{CA_OPTION} and {INSECURE_OPTION} exclude each other")
-    served = cert is not None and key is not None
-    verified = ca is not None or insecure
-    _check_tls_pairing(listen, upstream, served=served, verified=verified)
-    listen_tls = upstream_tls = None
-    if cert is not None and key is not None:
-        listen_tls = server_context(cert, key, now=datetime.now(UTC))
-    if verified:
-        upstream_tls = client_context(ca, verify=not insecure)
-    return listen_tls, upstream_tls
-
-
-def _check_tls_pairing(listen: Address, upstream: Address, *, served: bool, verified: bool) -> None:
-    """Refuse TLS options without the address in TLS they are for, and a listener in TLS
-    without its certificate (``served``: one is given; ``verified``: the Agent's trust is)."""
-    if listen.secure and not served:
-        raise OptionError(
-            f"a listener in TLS ({listen.url}) needs {CERT_OPTION} and {KEY_OPTION}",
-            option=CERT_OPTION,
-        )
-    if served and not listen.secure:
-        raise OptionError(
-            f"{CERT_OPTION} and {KEY_OPTION} serve a listener in TLS: "
-            "--listen https://HOST:PORT/PATH or wss://HOST:PORT/PATH",
-            option=CERT_OPTION,
-        )
-    if verified and not upstream.secure:
-        raise OptionError(
-            f"{CA_OPTION} and {INSECURE_OPTION} are for an Agent in TLS: "
-            "--upstream https://HOST:PORT/PATH or wss://HOST:PORT/PATH",
-            option=CA_OPTION,
         )
 
 

@@ -20,10 +20,10 @@ Files are bounded before they are read: :data:`MAX_PEM_BYTES` for a certificate 
 from __future__ import annotations
 
 import ssl
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
-from proxy.core.errors import ConfigError, os_cause
+from proxy.core.errors import ConfigError, OptionError, os_cause
 from proxy.core.x509 import first_certificate, validity
 from proxy.shell.log import get_logger
 
@@ -34,8 +34,12 @@ __all__ = [
     "KEY_OPTION",
     "MAX_BUNDLE_BYTES",
     "MAX_PEM_BYTES",
+    "agent_tls",
+    "check_listener",
+    "check_upstream",
     "client_context",
     "insecure",
+    "listener_tls",
     "log_connected",
     "server_context",
     "warn_insecure",
@@ -54,6 +58,68 @@ CERT_OPTION = "--tls-cert"
 KEY_OPTION = "--tls-key"
 CA_OPTION = "--tls-ca"
 INSECURE_OPTION = "--tls-insecure"
+
+
+def listener_tls(
+    url: str, *, secure: bool, cert: Path | None, key: Path | None, now: datetime | None = None
+) -> ssl.SSLContext | None:
+    """The TLS of a listener at ``url`` (``secure``: in TLS) from ``--tls-cert`` and
+    ``--tls-key``, checked at ``now`` (default: the clock's); None for a plain one. An
+    :class:`~proxy.core.errors.OptionError` for options without their listener, or a file
+    that cannot be used."""
+    if (cert is None) != (key is None):
+        given, missing = (CERT_OPTION, KEY_OPTION) if key is None else (KEY_OPTION, CERT_OPTION)
+        raise OptionError(f"{given} needs {missing} too", option=given)
+    check_listener(url, secure=secure, served=cert is not None)
+    if cert is None or key is None:
+        return None
+    try:
+        return server_context(cert, key, now=now or datetime.now(UTC))
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+
+
+def check_listener(url: str, *, secure: bool, served: bool) -> None:
+    """Refuse a listener in TLS without a certificate (``served``), or one given for a plain
+    listener: an :class:`~proxy.core.errors.OptionError`."""
+    if secure and not served:
+        raise OptionError(
+            f"a listener in TLS ({url}) needs {CERT_OPTION} and {KEY_OPTION}", option=CERT_OPTION
+        )
+    if served and not secure:
+        raise OptionError(
+            f"{CERT_OPTION} and {KEY_OPTION} serve a listener in TLS: "
+            "--listen https://HOST:PORT/PATH or wss://HOST:PORT/PATH",
+            option=CERT_OPTION,
+        )
+
+
+def agent_tls(*, secure: bool, ca: Path | None, insecure: bool = False) -> ssl.SSLContext | None:
+    """How an Agent (``secure``: in TLS) is verified, from ``--tls-ca`` and ``--tls-insecure``;
+    None for the system's trust store, or a plain Agent. An
+    :class:`~proxy.core.errors.OptionError` for options without their Agent in TLS, both
+    given, or a bundle that cannot be used."""
+    if ca is not None and insecure:
+        raise OptionError(f"{CA_OPTION} and {INSECURE_OPTION} exclude each other", option=CA_OPTION)
+    verified = ca is not None or insecure
+    check_upstream(secure=secure, verified=verified)
+    if not verified:
+        return None
+    try:
+        return client_context(ca, verify=not insecure)
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+
+
+def check_upstream(*, secure: bool, verified: bool) -> None:
+    """Refuse the Agent's trust (``verified``: given) for an Agent that is not in TLS: an
+    :class:`~proxy.core.errors.OptionError`."""
+    if verified and not secure:
+        raise OptionError(
+            f"{CA_OPTION} and {INSECURE_OPTION} are for an Agent in TLS: "
+            "https://HOST:PORT/PATH or wss://HOST:PORT/PATH",
+            option=CA_OPTION,
+        )
 
 
 def _read(path: Path, option: str, bound: int) -> bytes:

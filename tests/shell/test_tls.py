@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 from certs import Pki, make_pki
-from harness import SDK_AGENT, TIMEOUT
+from harness import SDK_AGENT, TIMEOUT, ProxyProcess
 from peers.sdk_remote_client import (
     NODE_AGENT,
     NODE_AGENT_MISSING,
@@ -220,6 +220,63 @@ async def post_initialize(url: str, *, tls: ssl.SSLContext | None = None) -> int
     """The status of an ``initialize`` POSTed to ``url``."""
     status, _ = await initialize(url, tls=tls)
     return status
+
+
+# -- the reference Client and Agent -----------------------------------------------------------
+
+
+async def test_reference_client_and_agent_through_tls(pki: Pki) -> None:
+    """``acp-proxy client --connect https:// --tls-ca`` through the proxy (HTTPS toward the
+    Client, WSS toward the Agent) to ``acp-proxy agent --listen wss:// --tls-cert --tls-key``:
+    the prompt is inserted once and confirmed (exit 0)."""
+    agent = ProxyProcess(
+        await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "proxy", "agent", "--listen", "wss://127.0.0.1:0/acp"),
+            *("--tls-cert", str(pki.cert), "--tls-key", str(pki.key)),
+            *("--log-format", "json", "--log-level", "info"),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    )
+    try:
+        agent_url = str((await agent.logged("listening"))["url"])
+        assert agent_url.startswith("wss://")
+        options = [*serving(pki), "--upstream", agent_url, "--tls-ca", str(pki.ca)]
+        async with listening_proxy("https://127.0.0.1:0/acp", *options) as (_proxy, url):
+            client = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "proxy", "client", "--connect", url),
+                *("--tls-ca", str(pki.ca), "--prompt", "hello", "--json"),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            async with asyncio.timeout(TIMEOUT):
+                out, err = await client.communicate()
+        assert client.returncode == 0, err.decode()
+        report = json.loads(out)
+        assert report["ok"], report
+        assert report["transport"] == "http"
+        assert len(report["userMessageIds"]) == 1  # inserted once
+    finally:
+        await agent.stop()
+
+
+def test_reference_tools_refuse_tls_options_without_tls(pki: Pki) -> None:
+    """The reference Client's ``--tls-ca`` needs a ``wss://`` or ``https://`` URL, the reference
+    Agent's listener in TLS its certificate: usage errors (exit 2)."""
+    client = acp_proxy("client", "--connect", "ws://127.0.0.1:9/acp", "--tls-ca", str(pki.ca))
+    assert client.returncode == 2
+    assert "are for an Agent in TLS" in " ".join(client.stderr.split())
+    agent = acp_proxy("agent", "--listen", "https://127.0.0.1:0/acp")
+    assert agent.returncode == 2
+    assert "needs --tls-cert and --tls-key" in " ".join(agent.stderr.split())
+    expired = acp_proxy(
+        *("agent", "--listen", "https://127.0.0.1:0/acp", "--tls-cert", str(pki.expired)),
+        *("--tls-key", str(pki.expired_key)),
+    )
+    assert expired.returncode == 2
+    assert "the certificate expired on" in " ".join(expired.stderr.split())
 
 
 # -- the TypeScript SDK on Node ----------------------------------------------------------------
