@@ -69,7 +69,7 @@ def listener_tls(
     that cannot be used."""
     if (cert is None) != (key is None):
         given, missing = (CERT_OPTION, KEY_OPTION) if key is None else (KEY_OPTION, CERT_OPTION)
-        raise OptionError(f"{given} needs {missing} too", option=given)
+        raise OptionError(f"{given} needs {missing} too")
     check_listener(url, secure=secure, served=cert is not None)
     if cert is None or key is None:
         return None
@@ -83,14 +83,11 @@ def check_listener(url: str, *, secure: bool, served: bool) -> None:
     """Refuse a listener in TLS without a certificate (``served``), or one given for a plain
     listener: an :class:`~proxy.core.errors.OptionError`."""
     if secure and not served:
-        raise OptionError(
-            f"a listener in TLS ({url}) needs {CERT_OPTION} and {KEY_OPTION}", option=CERT_OPTION
-        )
+        raise OptionError(f"a listener in TLS ({url}) needs {CERT_OPTION} and {KEY_OPTION}")
     if served and not secure:
         raise OptionError(
             f"{CERT_OPTION} and {KEY_OPTION} serve a listener in TLS: "
-            "--listen https://HOST:PORT/PATH or wss://HOST:PORT/PATH",
-            option=CERT_OPTION,
+            "--listen https://HOST:PORT/PATH or wss://HOST:PORT/PATH"
         )
 
 
@@ -100,7 +97,7 @@ def agent_tls(*, secure: bool, ca: Path | None, insecure: bool = False) -> ssl.S
     :class:`~proxy.core.errors.OptionError` for options without their Agent in TLS, both
     given, or a bundle that cannot be used."""
     if ca is not None and insecure:
-        raise OptionError(f"{CA_OPTION} and {INSECURE_OPTION} exclude each other", option=CA_OPTION)
+        raise OptionError(f"{CA_OPTION} and {INSECURE_OPTION} exclude each other")
     verified = ca is not None or insecure
     check_upstream(secure=secure, verified=verified)
     if not verified:
@@ -117,8 +114,7 @@ def check_upstream(*, secure: bool, verified: bool) -> None:
     if verified and not secure:
         raise OptionError(
             f"{CA_OPTION} and {INSECURE_OPTION} are for an Agent in TLS: "
-            "https://HOST:PORT/PATH or wss://HOST:PORT/PATH",
-            option=CA_OPTION,
+            "https://HOST:PORT/PATH or wss://HOST:PORT/PATH"
         )
 
 
