@@ -22,17 +22,21 @@ from typing import Any
 import aiohttp
 import pytest
 from certs import Pki, make_pki
-from harness import SDK_AGENT, TIMEOUT, ProxyProcess
+from harness import SDK_AGENT, TIMEOUT, reference_agent
+from peers.sdk_agent import big_text, digest
 from peers.sdk_remote_client import (
     NODE_AGENT,
     NODE_AGENT_MISSING,
     HttpAgent,
     SimpleClient,
+    connect_ws,
     exercise,
     listening_proxy,
+    open_session,
     run_node_agent,
     run_sdk_http_agent,
     sdk_client,
+    sdk_prompt,
     stdio_client,
     ws_url,
 )
@@ -84,6 +88,24 @@ async def test_tls_on_both_sides(pki: Pki, downstream: str, upstream: str) -> No
             client = SimpleClient()
             async with sdk_client(downstream, url, client, tls=trusting(pki)) as conn:
                 await exercise(conn, client)
+
+
+async def test_large_messages_both_ways_through_wss(pki: Pki) -> None:
+    """Messages of megabytes each way through WSS on both sides: the listener's own reading and
+    writing of large frames (its reader ahead of aiohttp's, its writes on the transport) work on
+    a TLS transport as on a plain one."""
+    size = 3 * 1024 * 1024
+    async with tls_agent(pki.cert, pki.key) as agent:
+        options = [*serving(pki), "--upstream", ws_url(agent.url), "--tls-ca", str(pki.ca)]
+        async with listening_proxy("wss://127.0.0.1:0/acp", *options) as (_proxy, url):
+            client = SimpleClient()
+            async with connect_ws(url, client, tls=trusting(pki), max_size=2 * size) as conn:
+                session = await open_session(conn)
+                text = big_text(size)
+                assert await sdk_prompt(conn, session, text) == "end_turn"
+                assert await sdk_prompt(conn, session, f"big {size}") == "end_turn"
+                await client.until(lambda: len(client.texts()) == 2)
+    assert client.texts() == [digest(text), text]
 
 
 @pytest.mark.parametrize("downstream", ["http", "ws"])
@@ -229,18 +251,8 @@ async def test_reference_client_and_agent_through_tls(pki: Pki) -> None:
     """``acp-proxy client --connect https:// --tls-ca`` through the proxy (HTTPS toward the
     Client, WSS toward the Agent) to ``acp-proxy agent --listen wss:// --tls-cert --tls-key``:
     the prompt is inserted once and confirmed (exit 0)."""
-    agent = ProxyProcess(
-        await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "proxy", "agent", "--listen", "wss://127.0.0.1:0/acp"),
-            *("--tls-cert", str(pki.cert), "--tls-key", str(pki.key)),
-            *("--log-format", "json", "--log-level", "info"),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-    )
-    try:
-        agent_url = str((await agent.logged("listening"))["url"])
+    agent = reference_agent("wss://127.0.0.1:0/acp", *serving(pki))
+    async with agent as agent_url:
         assert agent_url.startswith("wss://")
         options = [*serving(pki), "--upstream", agent_url, "--tls-ca", str(pki.ca)]
         async with listening_proxy("https://127.0.0.1:0/acp", *options) as (_proxy, url):
@@ -253,13 +265,11 @@ async def test_reference_client_and_agent_through_tls(pki: Pki) -> None:
             )
             async with asyncio.timeout(TIMEOUT):
                 out, err = await client.communicate()
-        assert client.returncode == 0, err.decode()
-        report = json.loads(out)
-        assert report["ok"], report
-        assert report["transport"] == "http"
-        assert len(report["userMessageIds"]) == 1  # inserted once
-    finally:
-        await agent.stop()
+    assert client.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["ok"], report
+    assert report["transport"] == "http"
+    assert len(report["userMessageIds"]) == 1  # inserted once
 
 
 def test_reference_tools_refuse_tls_options_without_tls(pki: Pki) -> None:

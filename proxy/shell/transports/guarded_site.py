@@ -9,7 +9,9 @@ aiohttp itself, given ``keepalive_timeout=header_timeout``: a connection waiting
 for its next request head after a response is closed, bytes of a partial head or not, so an idle
 keep-alive socket is closed after as long. A request whose head has arrived (a long SSE stream, a
 WebSocket) is never cut by either. The heads themselves are bounded by aiohttp's parser (lines of
-8,190 bytes, 128 headers).
+8,190 bytes, 128 headers). On a site in TLS the handshake comes first, and has ``header_timeout``
+too (asyncio's ``ssl_handshake_timeout`` closes a connection that has not completed it); the
+head's clock runs from the accept all the same.
 
 **Descriptors.** When ``accept()`` fails for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM),
 asyncio stops accepting on that socket for a second and tries again, reporting every failure to

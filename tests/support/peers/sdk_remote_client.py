@@ -34,6 +34,7 @@ from typing import Any, cast
 
 import httpx2
 from acp import PROTOCOL_VERSION, Client, connect_to_agent, spawn_agent_process
+from acp._transport import Transport
 from acp.client.connection import ClientSideConnection
 from acp.connection import StreamObserver
 from acp.http import create_http_stream
@@ -170,15 +171,8 @@ async def connect_http(
             http_client = httpx2.AsyncClient(http2=True, timeout=None, verify=tls)
             stack.push_async_callback(http_client.aclose)
         transport = create_http_stream(url, client=http_client, headers=headers)
-        conn = connect_to_agent(
-            cast(Client, client if client is not None else SimpleClient()),
-            transport,
-            observers=list(observers),
-        )
-        try:
+        async with _connected(transport, client, observers) as conn:
             yield conn
-        finally:
-            await conn.close()
 
 
 @contextlib.asynccontextmanager
@@ -216,6 +210,15 @@ async def connect_ws(
             ssl=tls,
         )
         transport = _WebSocketTransport(socket)
+    async with _connected(transport, client, observers) as conn:
+        yield conn
+
+
+@contextlib.asynccontextmanager
+async def _connected(
+    transport: Transport, client: Any, observers: Sequence[StreamObserver]
+) -> AsyncIterator[ClientSideConnection]:
+    """The SDK Client (``client``, or a :class:`SimpleClient`) on ``transport``, closed on exit."""
     conn = connect_to_agent(
         cast(Client, client if client is not None else SimpleClient()),
         transport,
