@@ -22,7 +22,8 @@ from typing import Any
 import aiohttp
 import pytest
 from certs import Pki, make_pki
-from harness import SDK_AGENT, TIMEOUT, reference_agent
+from control_calls import off
+from harness import SDK_AGENT, TIMEOUT, Controlled, reference_agent
 from peers.sdk_agent import big_text, digest
 from peers.sdk_remote_client import (
     NODE_AGENT,
@@ -242,6 +243,22 @@ async def post_initialize(url: str, *, tls: ssl.SSLContext | None = None) -> int
     """The status of an ``initialize`` POSTed to ``url``."""
     status, _ = await initialize(url, tls=tls)
     return status
+
+
+async def test_the_control_api_stays_plain_and_restart_brings_tls_back(
+    pki: Pki, controlled: Controlled
+) -> None:
+    """With a listener in TLS the control API still answers plain HTTP on its loopback port, and
+    ``restart_proxy`` brings the listener back in TLS, with the same certificate."""
+    listen = ["--listen", "https://127.0.0.1:0/acp", *serving(pki)]
+    proxy, control = await controlled(SDK_AGENT, *listen)
+    assert control.base_url.startswith("http://")
+    assert (await off(control.health))["status"] == "ok"
+    url = (await proxy.logged("listening"))["url"]
+    assert await post_initialize(url, tls=trusting(pki)) == 200
+    await off(control.restart_proxy, downtime_ms=0)
+    assert (await proxy.logged("listening", 2))["url"] == url
+    assert await post_initialize(url, tls=trusting(pki)) == 200
 
 
 # -- the reference Client and Agent -----------------------------------------------------------
