@@ -49,6 +49,7 @@ from proxy.shell.limits import (
 )
 from proxy.shell.log import configure_logging, get_logger
 from proxy.shell.plugins import load_plugin_actions
+from proxy.shell.tls import agent_tls
 
 if TYPE_CHECKING:
     from typer import _click as click  # the click typer carries (0.29)
@@ -179,7 +180,8 @@ def run(
         typer.Option(
             metavar="ADDRESS",
             help="Where Clients connect: stdio, http://HOST:PORT/PATH (also accepts the "
-            "WebSocket upgrade) or ws://HOST:PORT/PATH. Port 0 picks a free port (logged).",
+            "WebSocket upgrade) or ws://HOST:PORT/PATH; https:// or wss:// for TLS (with "
+            "--tls-cert and --tls-key). Port 0 picks a free port (logged).",
         ),
     ] = "stdio",
     upstream: Annotated[
@@ -187,9 +189,41 @@ def run(
         typer.Option(
             metavar="ADDRESS",
             help="Where the Agent is: stdio (spawn AGENT_CMD for each Client connection), "
-            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH.",
+            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH; https:// or wss:// for TLS (verified "
+            "against the system's trust store, or --tls-ca).",
         ),
     ] = "stdio",
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The listener's certificate in PEM (then any intermediates), for --listen "
+            "https:// or wss://; checked before anything starts (readable, not expired).",
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The private key of --tls-cert in PEM, without a passphrase.",
+        ),
+    ] = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Verify an https:// or wss:// Agent's certificate against the CAs of this PEM "
+            "bundle (not the system's trust store).",
+        ),
+    ] = None,
+    tls_insecure: Annotated[
+        bool,
+        typer.Option(
+            "--tls-insecure",
+            help="Do not verify an https:// or wss:// Agent's certificate nor its name "
+            "(logged as a warning): for a test Agent with a throwaway certificate only.",
+        ),
+    ] = False,
     keep_upstream: Annotated[
         bool,
         typer.Option(
@@ -460,6 +494,10 @@ def run(
         agent_argv=agent_cmd or (),
         listen=listen,
         upstream=upstream,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        tls_insecure=tls_insecure,
         keep_upstream=keep_upstream,
         admin=admin,
         admin_token=admin_token,
@@ -521,7 +559,9 @@ def agent(
     listen: Annotated[
         str,
         typer.Option(
-            metavar="ADDRESS", help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH."
+            metavar="ADDRESS",
+            help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH (wss://, https:// for "
+            "TLS, with --tls-cert and --tls-key).",
         ),
     ] = "stdio",
     store: Annotated[
@@ -538,6 +578,16 @@ def agent(
     turn_ms: Annotated[
         float, typer.Option(metavar="MS", min=0, help="How long a turn runs.")
     ] = 50.0,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", help="The certificate in PEM, for --listen https:// or wss://."
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="The private key of --tls-cert in PEM."),
+    ] = None,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> int:
@@ -546,7 +596,12 @@ def agent(
 
     configure_logging(log_format.value, log_level.value)
     options = AgentOptions.from_command_line(
-        listen=listen, store=store, dedupe=not no_dedupe, turn_ms=turn_ms
+        listen=listen,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        store=store,
+        dedupe=not no_dedupe,
+        turn_ms=turn_ms,
     )
     return agent_main(options)
 
@@ -638,7 +693,16 @@ def client(
         str | None,
         typer.Option(
             metavar="ADDRESS",
-            help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead.",
+            help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead (wss://, "
+            "https:// in TLS).",
+        ),
+    ] = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Verify a wss:// or https:// Agent against the CAs of this PEM bundle (not "
+            "the system's trust store).",
         ),
     ] = None,
     prompt: Annotated[
@@ -679,9 +743,11 @@ def client(
     from proxy.tools.lab.client import ClientOptions, client_main
 
     configure_logging(log_format.value, log_level.value)
+    secure = connect is not None and connect.startswith(("wss://", "https://"))
     options = ClientOptions(
         agent_argv=tuple(agent_cmd or ()),
         connect=connect,
+        tls=agent_tls(secure=secure, ca=tls_ca),
         prompts=tuple(prompt or ("hello",)),
         answer_timeout=answer_timeout,
         max_attempts=max_attempts,

@@ -14,6 +14,7 @@ import itertools
 import random
 import secrets
 import signal
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -63,6 +64,7 @@ from proxy.shell.server import (
     upstream_factory,
 )
 from proxy.shell.state import StateFile, StateSaver
+from proxy.shell.tls import agent_tls, check_listener, check_upstream, listener_tls, warn_insecure
 from proxy.shell.trace import EventFeed, TraceWriter
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
 
@@ -139,8 +141,18 @@ class RunOptions:
     """A span per request, exported over OTLP/HTTP (:mod:`proxy.shell.otel`)."""
     otel_propagate: bool = False
     """Each forwarded request carries its span's ``traceparent`` in ``params._meta``."""
+    listen_tls: ssl.SSLContext | None = None
+    """The listener's certificate (``--tls-cert``, ``--tls-key``): required by an ``https://`` or
+    ``wss://`` listener, refused with any other."""
+    upstream_tls: ssl.SSLContext | None = None
+    """How an ``https://`` or ``wss://`` Agent is verified (``--tls-ca``, ``--tls-insecure``;
+    None: the system's trust store); refused with any other upstream."""
 
     def __post_init__(self) -> None:
+        check_listener(
+            self.listen.url, secure=self.listen.secure, served=self.listen_tls is not None
+        )
+        check_upstream(secure=self.upstream.secure, verified=self.upstream_tls is not None)
         at_least("--max-message-bytes", self.max_message_bytes, 1)
         at_least("--agent-grace", self.agent_grace, 0)
         at_least("--connect-timeout", self.connect_timeout, MIN_TIMEOUT)
@@ -165,19 +177,28 @@ class RunOptions:
         trace: Path | None = None,
         faults: Sequence[Path] = (),
         environ: Mapping[str, str] | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        tls_ca: Path | None = None,
+        tls_insecure: bool = False,
         **settings: Any,
     ) -> RunOptions:
         """The options of ``acp-proxy run`` from the values its command line gave, checked.
 
         Addresses are parsed, the Host and origin allowances checked, the control API's address
         and token checked (the token from ``admin_token``, ``admin_token_file`` or the variable
-        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), and
-        options that exclude each other refused: :class:`~proxy.core.errors.OptionError` says
-        what is wrong, before anything starts. ``settings`` are the other fields, as given.
+        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), the
+        TLS files read and checked (:mod:`proxy.shell.tls`), and options that exclude each other
+        refused: :class:`~proxy.core.errors.OptionError` says what is wrong, before anything
+        starts. ``settings`` are the other fields, as given.
         """
         try:
             listen_at = parse_address(listen, option="--listen")
             upstream_at = parse_address(upstream, option="--upstream")
+            listen_tls = listener_tls(
+                listen_at.url, secure=listen_at.secure, cert=tls_cert, key=tls_key
+            )
+            upstream_tls = agent_tls(secure=upstream_at.secure, ca=tls_ca, insecure=tls_insecure)
             for host in allow_hosts:
                 parse_allowed_host(host)
             for origin in allow_origins:
@@ -189,6 +210,8 @@ class RunOptions:
                 admin_at = parse_host_port(admin, option="--admin")
                 check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
                 admin_token = admin_token_from(admin_token, admin_token_file, environ)
+        except OptionError:
+            raise
         except ConfigError as exc:
             raise OptionError(str(exc)) from None
         if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
@@ -214,6 +237,8 @@ class RunOptions:
             admin_allow_origins=tuple(admin_allow_origins),
             trace=trace,
             faults=tuple(faults),
+            listen_tls=listen_tls,
+            upstream_tls=upstream_tls,
             **settings,
         )
 
@@ -373,7 +398,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         max_sessions=options.limits.max_sessions,
         observer=fanout,
         parser=parser,
+        tls=options.upstream_tls,
     )
+    warn_insecure(options.upstream_tls, options.upstream.url)
     fanout.extend(observers)
     return _Experiment(
         faults,
@@ -535,6 +562,7 @@ async def run_network(
         inflight=experiment.inflight,
         parser=experiment.parser,
         meta_for=experiment.meta_for,
+        tls=options.listen_tls,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:

@@ -37,7 +37,7 @@ async def open_endpoint(options: ClientOptions) -> Endpoint:
             return await spawn_agent(
                 options.agent_argv, limit=options.max_message_bytes, grace=options.grace
             )
-        return await connect(options.connect, limit=options.max_message_bytes)
+        return await connect(options.connect, limit=options.max_message_bytes, tls=options.tls)
     except Exception as exc:
         raise Failure(f"cannot connect: {exc}") from exc
 
