@@ -49,6 +49,7 @@ from proxy.shell.limits import (
 )
 from proxy.shell.log import configure_logging, get_logger
 from proxy.shell.plugins import load_plugin_actions
+from proxy.shell.tls import agent_tls
 
 if TYPE_CHECKING:
     from typer import _click as click  # the click typer carries (0.29)
@@ -88,6 +89,22 @@ LogFormatOption = Annotated[
     LogFormatChoice, typer.Option(help="Log rendering (logs always go to stderr).")
 ]
 LogLevelOption = Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")]
+TlsCertOption = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="The certificate in PEM, for --listen https:// or wss://."),
+]
+TlsKeyOption = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="The private key of --tls-cert in PEM."),
+]
+TlsCaOption = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help="Verify a wss:// or https:// Agent against the CAs of this PEM bundle (not "
+        "the system's trust store).",
+    ),
+]
 
 
 Options = ParamSpec("Options")
@@ -179,7 +196,8 @@ def run(
         typer.Option(
             metavar="ADDRESS",
             help="Where Clients connect: stdio, http://HOST:PORT/PATH (also accepts the "
-            "WebSocket upgrade) or ws://HOST:PORT/PATH. Port 0 picks a free port (logged).",
+            "WebSocket upgrade) or ws://HOST:PORT/PATH; https:// or wss:// for TLS (with "
+            "--tls-cert and --tls-key). Port 0 picks a free port (logged).",
         ),
     ] = "stdio",
     upstream: Annotated[
@@ -187,9 +205,41 @@ def run(
         typer.Option(
             metavar="ADDRESS",
             help="Where the Agent is: stdio (spawn AGENT_CMD for each Client connection), "
-            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH.",
+            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH; https:// or wss:// for TLS (verified "
+            "against the system's trust store, or --tls-ca).",
         ),
     ] = "stdio",
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The listener's certificate in PEM (then any intermediates), for --listen "
+            "https:// or wss://; checked before anything starts (readable, not expired).",
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The private key of --tls-cert in PEM, without a passphrase.",
+        ),
+    ] = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Verify an https:// or wss:// Agent's certificate against the CAs of this PEM "
+            "bundle (not the system's trust store).",
+        ),
+    ] = None,
+    tls_insecure: Annotated[
+        bool,
+        typer.Option(
+            "--tls-insecure",
+            help="Do not verify an https:// or wss:// Agent's certificate nor its name "
+            "(logged as a warning): for a test Agent with a throwaway certificate only.",
+        ),
+    ] = False,
     keep_upstream: Annotated[
         bool,
         typer.Option(
@@ -306,6 +356,20 @@ def run(
             "repeatable.",
         ),
     ] = None,
+    otel: Annotated[
+        bool,
+        typer.Option(
+            "--otel",
+            help="Export a span per request over OTLP/HTTP (OTEL_* variables; the otel extra).",
+        ),
+    ] = False,
+    otel_propagate: Annotated[
+        bool,
+        typer.Option(
+            "--otel-propagate",
+            help="--otel, and each forwarded request carries its span in _meta.traceparent.",
+        ),
+    ] = False,
     max_message_bytes: Annotated[
         int,
         typer.Option(
@@ -464,6 +528,10 @@ def run(
         agent_argv=agent_cmd or (),
         listen=listen,
         upstream=upstream,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        tls_insecure=tls_insecure,
         keep_upstream=keep_upstream,
         admin=admin,
         admin_token=admin_token,
@@ -475,6 +543,8 @@ def run(
         trace=trace,
         record=record,
         redact=redact or (),
+        otel=otel,
+        otel_propagate=otel_propagate,
         max_message_bytes=max_message_bytes,
         strict=strict,
         allow_client_faults=allow_client_faults,
@@ -525,7 +595,9 @@ def agent(
     listen: Annotated[
         str,
         typer.Option(
-            metavar="ADDRESS", help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH."
+            metavar="ADDRESS",
+            help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH (wss://, https:// for "
+            "TLS, with --tls-cert and --tls-key).",
         ),
     ] = "stdio",
     store: Annotated[
@@ -542,6 +614,8 @@ def agent(
     turn_ms: Annotated[
         float, typer.Option(metavar="MS", min=0, help="How long a turn runs.")
     ] = 50.0,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> int:
@@ -550,7 +624,12 @@ def agent(
 
     configure_logging(log_format.value, log_level.value)
     options = AgentOptions.from_command_line(
-        listen=listen, store=store, dedupe=not no_dedupe, turn_ms=turn_ms
+        listen=listen,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        store=store,
+        dedupe=not no_dedupe,
+        turn_ms=turn_ms,
     )
     return agent_main(options)
 
@@ -642,9 +721,11 @@ def client(
         str | None,
         typer.Option(
             metavar="ADDRESS",
-            help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead.",
+            help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead (wss://, "
+            "https:// in TLS).",
         ),
     ] = None,
+    tls_ca: TlsCaOption = None,
     prompt: Annotated[
         list[str] | None,
         typer.Option(
@@ -683,9 +764,11 @@ def client(
     from proxy.tools.lab.client import ClientOptions, client_main
 
     configure_logging(log_format.value, log_level.value)
+    secure = connect is not None and connect.startswith(("wss://", "https://"))
     options = ClientOptions(
         agent_argv=tuple(agent_cmd or ()),
         connect=connect,
+        tls=agent_tls(secure=secure, ca=tls_ca),
         prompts=tuple(prompt or ("hello",)),
         answer_timeout=answer_timeout,
         max_attempts=max_attempts,
@@ -927,6 +1010,8 @@ def replay_agent(
         ),
     ] = False,
     speed: SpeedOption = 1.0,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> int:
@@ -943,6 +1028,8 @@ def replay_agent(
     options = ReplayAgentOptions.from_command_line(
         recording=recording,
         listen=listen,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
         ignore=tuple(ignore or ()),
         strict_order=strict_order,
         dedupe=dedupe,
@@ -968,8 +1055,12 @@ def replay_client(
     ] = None,
     connect: Annotated[
         str | None,
-        typer.Option(metavar="URL", help="Reach the Agent at this ws:// or http:// URL instead."),
+        typer.Option(
+            metavar="URL",
+            help="Reach the Agent at this ws:// or http:// URL instead (wss://, https:// in TLS).",
+        ),
     ] = None,
+    tls_ca: TlsCaOption = None,
     ignore: IgnoreOption = None,
     speed: SpeedOption = 0.0,
     timeout: Annotated[
@@ -994,11 +1085,12 @@ def replay_client(
     from proxy.tools.replay.client import ReplayClientOptions, replay_client_main
 
     configure_logging(log_format.value, log_level.value)
-    argv = list(agent_cmd or ())
+    secure = connect is not None and connect.startswith(("wss://", "https://"))
     options = ReplayClientOptions(
         recording=recording,
-        agent_argv=tuple(argv),
+        agent_argv=tuple(agent_cmd or ()),
         connect=connect,
+        tls=agent_tls(secure=secure, ca=tls_ca),
         ignore=tuple(ignore or ()),
         speed=speed,
         timeout=timeout,

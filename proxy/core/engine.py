@@ -31,6 +31,7 @@ from proxy.core.events import Direction
 from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
 from proxy.core.held import HeldBound, HeldIds
 from proxy.core.jsonrpc import Kind, session_of
+from proxy.core.search import contains
 from proxy.core.values import value
 
 __all__ = ["ActiveFaults", "Decision", "FaultEngine", "RuleState", "matches_params"]
@@ -351,7 +352,7 @@ class FaultEngine:
             return False
         for compiled in candidates:
             needles = compiled.needles
-            if not needles or all(needle in data for needle in needles):
+            if not needles or all(contains(data, needle) for needle in needles):
                 return False
         return True
 

@@ -243,6 +243,8 @@ class Stopped(Observation):
     forwarded_id: bytes | None
     rule: str
     disposition: Stopping
+    message: Message | None = field(default=None, compare=False, repr=False)
+    """The message as it arrived, for observers that judge content."""
 
 
 @value(kw_only=True)
@@ -388,6 +390,8 @@ class FaultInjected(Observation):
     request_id: bytes | None = None
     """For an answer, its request's id as the requester wrote it (the proxy rewrites ids hop by
     hop: an Agent answers the id the proxy gave, the Client knows its own)."""
+    message: Message | None = field(default=None, compare=False, repr=False)
+    """The message as it arrived, for observers that judge content."""
 
 
 @value(kw_only=True)

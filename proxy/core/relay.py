@@ -162,9 +162,15 @@ from proxy.core.observations import (
     Unroutable,
     relayed_notification,
 )
-from proxy.core.splice import Span, splice
+from proxy.core.splice import Span, meta_edits, splice
 
-__all__ = ["DEFAULT_MAX_PENDING", "Relay"]
+__all__ = ["DEFAULT_MAX_PENDING", "MetaFor", "Relay"]
+
+MetaFor = Callable[[Direction, Message], Sequence[tuple[str, str]]]
+"""What to set in a request's ``params._meta`` as it is forwarded (name, string value), asked
+of each request the relay forwards, before its :class:`Relayed` is observed: the shell's
+OpenTelemetry tracing, told to propagate, gives each its ``traceparent`` (DESIGN 5.2's one
+exception to the bytes left alone, which the user asks for)."""
 
 _REQUEST_ID_PATH = ("params", "requestId")
 _SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
@@ -241,6 +247,7 @@ class Relay:
         "_keep_upstream",
         "_maps",
         "_max_pending",
+        "_meta_for",
         "_origin",
         "_paused",
         "_paused_tokens",
@@ -271,6 +278,7 @@ class Relay:
         initialize_timeout: float | None = None,
         max_pending: int | None = None,
         fast_path: bool = True,
+        meta_for: MetaFor | None = None,
     ) -> None:
         """``origin``: the time the proxy started (rules' ``start_ms``/``stop_ms`` count from it).
 
@@ -286,7 +294,8 @@ class Relay:
         ``max_pending``: requests each direction may have pending; past it a request is refused
         (rule 9; None: no bound). ``fast_path``: a plain notification that no rule can match is
         relayed without the steps that cannot change it (:meth:`_plain`); ``False`` sends every
-        message through all of them (the tests compare both).
+        message through all of them (the tests compare both). ``meta_for``: members set in each
+        forwarded request's ``params._meta`` (:data:`MetaFor`; None: the bytes stay).
         """
         self._downstream = downstream
         self._keep_upstream = keep_upstream
@@ -298,6 +307,7 @@ class Relay:
         """The faults in progress, counted by the shell as their timers start and end (the
         engine's: shared by every link)."""
         self._fast_path = fast_path
+        self._meta_for = meta_for
         self._origin = origin
         counters = ids or {}
         self._maps = {direction: IdMap(counters.get(direction)) for direction in Direction}
@@ -667,6 +677,7 @@ class Relay:
                     session=subject.session,
                     id=message.id_token,
                     request_id=request_id,
+                    message=message,
                 )
             )
             for effect in effects:
@@ -900,6 +911,7 @@ class Relay:
             forwarded_id=forwarded,
             rule=rule,
             disposition=how,
+            message=message,
         )
 
     def _unanswerable(self, direction: Direction, message: Message, count: int) -> None:
@@ -1330,6 +1342,7 @@ class Relay:
             forwarded_id=relayed.forwarded_id,
             rule=held.rule,
             disposition="dropped",
+            message=relayed.message,
         )
 
     def _overtaken(self, direction: Direction, out: list[Command], at: float) -> None:
@@ -1495,6 +1508,10 @@ class Relay:
             out.append(StartTimer(self._initialize_timeout, deadline, fault=False))
         edits = [(span, pending.forwarded_id) for span in message.id_spans]
         edits.extend(self._tied(direction, message))
+        if self._meta_for is not None:
+            fields = self._meta_for(direction, message)
+            if fields:
+                edits.extend(meta_edits(message.raw, fields))
         out.append(
             Relayed(
                 direction=direction,

@@ -36,6 +36,7 @@ __all__ = [
     "find_member",
     "member_spans",
     "members",
+    "meta_edits",
     "splice",
     "without_member",
 ]
@@ -347,6 +348,42 @@ def without_member(raw: bytes, path: Sequence[str], key: str) -> bytes | None:
     if not found:
         return None
     return splice(raw, [(span, b"{" + b",".join(kept) + b"}")])
+
+
+def meta_edits(raw: bytes, fields: Sequence[tuple[str, str]]) -> list[tuple[Span, bytes]]:
+    """The edits (for :func:`splice`) that set each string member ``(name, value)`` of
+    ``fields`` in the message's ``params._meta``: a member already there has its value
+    replaced, a missing one is added first in ``_meta``, a missing ``_meta`` is added first in
+    ``params``; every other byte stays. No edits when ``params`` or ``_meta`` is there but not
+    an object, or the message is too deep to walk."""
+    try:
+        params = find_member(raw, ("params",))
+        if params is None or raw[params[0] : params[0] + 1] != b"{":
+            return []
+        meta = find_member(raw, ("_meta",), params[0])
+        if meta is not None and raw[meta[0] : meta[0] + 1] != b"{":
+            return []  # a _meta that is not an object is the sender's business: left alone
+        edits: list[tuple[Span, bytes]] = []
+        added: list[bytes] = []
+        for name, value in fields:
+            encoded = json.dumps(value).encode()
+            found = None if meta is None else find_member(raw, (name,), meta[0])
+            if found is None:
+                added.append(json.dumps(name).encode() + b":" + encoded)
+            else:
+                edits.append((found, encoded))
+    except ScanLimit:
+        return []
+    if added:
+        opening = params[0] if meta is None else meta[0]
+        inserted = b",".join(added)
+        if meta is None:
+            inserted = b'"_meta":{' + inserted + b"}"
+        first = _skip_ws(raw, opening + 1)
+        if raw[first : first + 1] != b"}":  # members follow
+            inserted += b","
+        edits.append(((opening + 1, opening + 1), inserted))
+    return edits
 
 
 def _entries(raw: bytes, pos: int, steps: _Steps) -> Iterator[tuple[str, int, int]]:

@@ -14,12 +14,13 @@ import itertools
 import random
 import secrets
 import signal
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.commands import Restart
 from proxy.core.engine import FaultEngine
@@ -28,7 +29,7 @@ from proxy.core.events import Direction, Side
 from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
 from proxy.core.redact import Redactor
-from proxy.core.relay import Relay
+from proxy.core.relay import MetaFor, Relay
 from proxy.shell.admin import AdminServer, Runtime, admin_token_from, check_admin_host
 from proxy.shell.defaults import (
     AGENT_GRACE,
@@ -65,8 +66,12 @@ from proxy.shell.server import (
     upstream_factory,
 )
 from proxy.shell.state import StateFile, StateSaver
+from proxy.shell.tls import agent_tls, check_listener, check_upstream, listener_tls, warn_insecure
 from proxy.shell.trace import EventFeed, TraceWriter
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
+
+if TYPE_CHECKING:  # imported only with --otel (the optional extra)
+    from proxy.shell.otel import Tracing
 
 __all__ = [
     "Ready",
@@ -138,8 +143,22 @@ class RunOptions:
     limits: Limits = DEFAULT_LIMITS
     """What one peer can make the proxy hold (links, idle time, sessions, header time, event
     subscribers, pending requests, bytes in flight)."""
+    otel: bool = False
+    """A span per request, exported over OTLP/HTTP (:mod:`proxy.shell.otel`)."""
+    otel_propagate: bool = False
+    """Each forwarded request carries its span's ``traceparent`` in ``params._meta``."""
+    listen_tls: ssl.SSLContext | None = None
+    """The listener's certificate (``--tls-cert``, ``--tls-key``): required by an ``https://`` or
+    ``wss://`` listener, refused with any other."""
+    upstream_tls: ssl.SSLContext | None = None
+    """How an ``https://`` or ``wss://`` Agent is verified (``--tls-ca``, ``--tls-insecure``;
+    None: the system's trust store); refused with any other upstream."""
 
     def __post_init__(self) -> None:
+        check_listener(
+            self.listen.url, secure=self.listen.secure, served=self.listen_tls is not None
+        )
+        check_upstream(secure=self.upstream.secure, verified=self.upstream_tls is not None)
         at_least("--max-message-bytes", self.max_message_bytes, 1)
         at_least("--agent-grace", self.agent_grace, 0)
         at_least("--connect-timeout", self.connect_timeout, MIN_TIMEOUT)
@@ -166,19 +185,28 @@ class RunOptions:
         redact: Sequence[str] = (),
         faults: Sequence[Path] = (),
         environ: Mapping[str, str] | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        tls_ca: Path | None = None,
+        tls_insecure: bool = False,
         **settings: Any,
     ) -> RunOptions:
         """The options of ``acp-proxy run`` from the values its command line gave, checked.
 
         Addresses are parsed, the Host and origin allowances checked, the control API's address
         and token checked (the token from ``admin_token``, ``admin_token_file`` or the variable
-        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), and
-        options that exclude each other refused: :class:`~proxy.core.errors.OptionError` says
-        what is wrong, before anything starts. ``settings`` are the other fields, as given.
+        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), the
+        TLS files read and checked (:mod:`proxy.shell.tls`), and options that exclude each other
+        refused: :class:`~proxy.core.errors.OptionError` says what is wrong, before anything
+        starts. ``settings`` are the other fields, as given.
         """
         try:
             listen_at = parse_address(listen, option="--listen")
             upstream_at = parse_address(upstream, option="--upstream")
+            listen_tls = listener_tls(
+                listen_at.url, secure=listen_at.secure, cert=tls_cert, key=tls_key
+            )
+            upstream_tls = agent_tls(secure=upstream_at.secure, ca=tls_ca, insecure=tls_insecure)
             for host in allow_hosts:
                 parse_allowed_host(host)
             for origin in allow_origins:
@@ -190,6 +218,8 @@ class RunOptions:
                 admin_at = parse_host_port(admin, option="--admin")
                 check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
                 admin_token = admin_token_from(admin_token, admin_token_file, environ)
+        except OptionError:
+            raise
         except ConfigError as exc:
             raise OptionError(str(exc)) from None
         if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
@@ -222,6 +252,8 @@ class RunOptions:
             record=record,
             redact=tuple(redact),
             faults=tuple(faults),
+            listen_tls=listen_tls,
+            upstream_tls=upstream_tls,
             **settings,
         )
 
@@ -306,14 +338,24 @@ class _Experiment:
     saver: StateSaver | None
     inflight: InflightBytes
     parser: Parser
+    tracing: Tracing | None = None
+    propagate: bool = False
+    """Each forwarded request carries its span's ``traceparent`` (``--otel-propagate``)."""
+
+    @property
+    def meta_for(self) -> MetaFor | None:
+        """What each relay writes into the ``_meta`` of the requests it forwards, if anything."""
+        return self.tracing.meta_for if self.tracing is not None and self.propagate else None
 
     def close(self) -> None:
-        """Close the trace (again: it may be) and stop the parsing workers."""
+        """Close the trace (again: it may be), stop the parsing workers, send the last spans."""
         if self.trace is not None:
             self.trace.close()
         if self.recorder is not None:
             self.recorder.close()
         self.parser.close()
+        if self.tracing is not None:
+            self.tracing.close()
 
     def degraded(self) -> dict[str, str]:
         """What no longer works as asked, and why (``/healthz``): the trace, the state file."""
@@ -370,6 +412,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         observers.append(recorder)
     if saver is not None:
         observers.append(saver)
+    tracing = _tracing() if options.otel or options.otel_propagate else None
+    if tracing is not None:
+        observers.append(tracing)
     if observer is not None:
         observers.append(observer)
     connect = upstream_factory(
@@ -382,7 +427,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         max_sessions=options.limits.max_sessions,
         observer=fanout,
         parser=parser,
+        tls=options.upstream_tls,
     )
+    warn_insecure(options.upstream_tls, options.upstream.url)
     fanout.extend(observers)
     return _Experiment(
         faults,
@@ -399,7 +446,20 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         saver,
         inflight,
         parser,
+        tracing,
+        options.otel_propagate,
     )
+
+
+def _tracing() -> Tracing:
+    """The run's OpenTelemetry tracing; :class:`StartupError` without the optional extra."""
+    try:
+        from proxy.shell.otel import Tracing  # noqa: PLC0415 - only with --otel
+    except ImportError as exc:
+        raise StartupError(
+            "--otel", "needs OpenTelemetry", f"pip install 'acp-fault-proxy[otel]' ({exc})"
+        ) from None
+    return Tracing()
 
 
 @contextlib.asynccontextmanager
@@ -531,6 +591,8 @@ async def run_network(
         max_pending=options.limits.max_pending,
         inflight=experiment.inflight,
         parser=experiment.parser,
+        meta_for=experiment.meta_for,
+        tls=options.listen_tls,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
@@ -611,6 +673,7 @@ async def _relay_stdio_link(
             tokens=tokens,
             initialize_timeout=options.initialize_timeout,
             max_pending=options.limits.max_pending,
+            meta_for=experiment.meta_for,
         ),
         {Side.CLIENT: client, Side.AGENT: agent},
         experiment.observer,

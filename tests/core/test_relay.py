@@ -752,3 +752,33 @@ class TestMaxPending:
 
 def observed_timers(commands: list[Command]) -> list[StartTimer]:
     return [c for c in commands if isinstance(c, StartTimer)]
+
+
+class TestMetaFor:
+    """``meta_for`` (``--otel-propagate``): members written into each forwarded request's
+    ``params._meta``; notifications and answers pass as they came."""
+
+    def test_each_forwarded_request_gets_the_members_it_is_given(self) -> None:
+        asked: list[tuple[Direction, bytes | None]] = []
+
+        def meta_for(direction: Direction, message: object) -> list[tuple[str, str]]:
+            asked.append((direction, getattr(message, "id_token", None)))
+            return [("traceparent", f"tp-{len(asked)}")]
+
+        relay = Relay(meta_for=meta_for)
+        forwarded = only_send(feed(relay, CLIENT, request(b'"c1"', params=b'{"a":1}')), AGENT)
+        assert forwarded == request(b"0", params=b'{"_meta":{"traceparent":"tp-1"},"a":1}')
+        asked_back = only_send(feed(relay, AGENT, request(b"7", "fs/read_text_file")), CLIENT)
+        assert json.loads(asked_back)["params"] == {"_meta": {"traceparent": "tp-2"}}
+        answer = result(b"0", b'{"_meta":{}}')
+        assert only_send(feed(relay, AGENT, answer), CLIENT) == result(b'"c1"', b'{"_meta":{}}')
+        update = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s"}}'
+        assert only_send(feed(relay, AGENT, update), CLIENT) == update
+        assert asked == [(Direction.TO_AGENT, b'"c1"'), (Direction.TO_CLIENT, b"7")]
+
+    def test_nothing_given_nothing_written(self) -> None:
+        relay = Relay(meta_for=lambda _direction, _message: [])
+        sent = request(b"1", params=b'{"_meta":{"x":1}}')
+        assert only_send(feed(relay, CLIENT, sent), AGENT) == request(
+            b"0", params=b'{"_meta":{"x":1}}'
+        )

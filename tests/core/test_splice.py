@@ -14,6 +14,7 @@ from proxy.core.splice import (
     array_elements,
     find_member,
     member_spans,
+    meta_edits,
     splice,
 )
 
@@ -269,3 +270,49 @@ def test_any_value_is_spanned_exactly_however_deep(value: object, wrap: int, spa
         (1, 1 + len(encoded)),
         (2 + len(encoded), 2 + 2 * len(encoded)),
     ]
+
+
+class TestMetaEdits:
+    """``meta_edits``: string members set in ``params._meta``, every other byte as it was."""
+
+    FIELDS = (("traceparent", "00-ab-cd-01"), ("tracestate", "k=v"))
+
+    @pytest.mark.parametrize(
+        ("raw", "expected"),
+        [
+            (
+                b'{"id":1,"params":{"a":1}}',
+                b'{"id":1,"params":{"_meta":{"traceparent":"00-ab-cd-01","tracestate":"k=v"},"a":1}}',
+            ),
+            (
+                b'{"id":1,"params":{ }}',
+                b'{"id":1,"params":{"_meta":{"traceparent":"00-ab-cd-01","tracestate":"k=v"} }}',
+            ),
+            (
+                b'{"id":1,"params":{"_meta":{"traceparent":"old", "x":1e400}}}',
+                b'{"id":1,"params":{"_meta":{"tracestate":"k=v","traceparent":"00-ab-cd-01", "x":1e400}}}',
+            ),
+            (
+                b'{"id":1,"params":{"_meta":{}}}',
+                b'{"id":1,"params":{"_meta":{"traceparent":"00-ab-cd-01","tracestate":"k=v"}}}',
+            ),
+            (  # the last duplicate is the one parsers read
+                b'{"params":{"a":1},"params":{"_meta":{"traceparent":"x"}}}',
+                b'{"params":{"a":1},"params":{"_meta":{"tracestate":"k=v","traceparent":"00-ab-cd-01"}}}',
+            ),
+        ],
+    )
+    def test_members_set_in_place(self, raw: bytes, expected: bytes) -> None:
+        assert splice(raw, meta_edits(raw, self.FIELDS)) == expected
+
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            b'{"id":1,"params":[1]}',
+            b'{"id":1}',
+            b'{"id":1,"params":{"_meta":null}}',
+            b'{"id":1,"params":{"_meta":"text"}}',
+        ],
+    )
+    def test_nothing_set_where_there_is_no_object_for_it(self, raw: bytes) -> None:
+        assert meta_edits(raw, self.FIELDS) == []

@@ -24,7 +24,8 @@ session it keeps a history of messages and the keys recorded with the user messa
   and restarted Agent still recognises the keys of the messages it stored.
 * ``--no-dedupe``: keys are ignored (every prompt is a new submission): a known-bad Agent.
 
-It speaks on stdio, or serves WebSocket and Streamable HTTP with the proxy's own transports.
+It speaks on stdio, or serves WebSocket and Streamable HTTP with the proxy's own transports (in
+TLS too: ``--listen https://`` or ``wss://`` with ``--tls-cert`` and ``--tls-key``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import functools
 import json
 import os
 import signal
+import ssl
 import sys
 import tempfile
 import uuid
@@ -53,6 +55,7 @@ from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Fanout
 from proxy.shell.server import STDIO, Address, parse_address
+from proxy.shell.tls import check_listener, listener_tls
 from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refused
 from proxy.shell.transports.stdio import open_client_stdio
 from proxy.tools.rpc import encode
@@ -81,20 +84,32 @@ class AgentOptions:
     dedupe: bool = True
     turn_ms: float = 50.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    tls: ssl.SSLContext | None = None
+    """The certificate served on an ``https://`` or ``wss://`` listener (:mod:`proxy.shell.tls`)."""
 
     def __post_init__(self) -> None:
+        check_listener(self.listen.url, secure=self.listen.secure, served=self.tls is not None)
         at_least("--turn-ms", self.turn_ms, 0)
         at_least("max_message_bytes", self.max_message_bytes, 1)
 
     @classmethod
-    def from_command_line(cls, *, listen: str = "stdio", **settings: Any) -> AgentOptions:
-        """The options of ``acp-proxy agent``: ``listen`` parsed (an
-        :class:`~proxy.core.errors.OptionError` when it is no address), the others as given."""
+    def from_command_line(
+        cls,
+        *,
+        listen: str = "stdio",
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        **settings: Any,
+    ) -> AgentOptions:
+        """The options of ``acp-proxy agent``: ``listen`` parsed and its certificate's files
+        read (an :class:`~proxy.core.errors.OptionError` when it is no address, or they cannot
+        be used), the others as given."""
         try:
             address = parse_address(listen, option="--listen")
         except ConfigError as exc:
             raise OptionError(str(exc)) from None
-        return cls(listen=address, **settings)
+        tls = listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
+        return cls(listen=address, tls=tls, **settings)
 
 
 @dataclass
@@ -522,7 +537,11 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
     except OSError as exc:
         raise StartupError("--store", str(options.store), os_cause(exc)) from None
     return await serve_connections(
-        options.listen, agent.serve, max_message_bytes=options.max_message_bytes, stop=stop
+        options.listen,
+        agent.serve,
+        max_message_bytes=options.max_message_bytes,
+        tls=options.tls,
+        stop=stop,
     )
 
 
@@ -531,12 +550,13 @@ async def serve_connections(
     serve: Callable[[Endpoint], Coroutine[Any, Any, None]],
     *,
     max_message_bytes: int,
+    tls: ssl.SSLContext | None = None,
     stop: asyncio.Event | None = None,
 ) -> int:
     """Hand each Client connection to ``serve``: the one on stdio (until it ends), or every one
-    a listener on ``listen`` accepts, WebSocket or Streamable HTTP (until ``stop``; then the
-    connections still served are cancelled). :class:`~proxy.core.errors.StartupError` when the
-    address cannot be listened on."""
+    a listener on ``listen`` accepts, WebSocket or Streamable HTTP, in TLS with ``tls`` (until
+    ``stop``; then the connections still served are cancelled).
+    :class:`~proxy.core.errors.StartupError` when the address cannot be listened on."""
     if listen.scheme == "stdio":
         endpoint = await open_client_stdio(limit=max_message_bytes)
         await serve(endpoint)
@@ -558,6 +578,7 @@ async def serve_connections(
             websocket_only=listen.scheme == "ws",
             max_message_bytes=max_message_bytes,
             allowances=None,  # a test peer: no Host or Origin checks
+            tls=tls,
         ),
         on_connection,
         Fanout([]),

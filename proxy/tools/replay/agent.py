@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ssl
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger, shorten
 from proxy.shell.server import STDIO, Address, parse_address
+from proxy.shell.tls import check_listener, listener_tls
 from proxy.tools.lab.agent import run_served, serve_connections
 from proxy.tools.replay.files import load_recording
 
@@ -48,19 +50,31 @@ class ReplayAgentOptions:
     dedupe: bool = False
     speed: float = 1.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    tls: ssl.SSLContext | None = None
+    """The certificate served on an ``https://`` or ``wss://`` listener (:mod:`proxy.shell.tls`)."""
 
     def __post_init__(self) -> None:
+        check_listener(self.listen.url, secure=self.listen.secure, served=self.tls is not None)
         at_least("--speed", self.speed, 0)
         Ignore(self.ignore)  # each path checked now
 
     @classmethod
-    def from_command_line(cls, *, listen: str = "stdio", **settings: Any) -> ReplayAgentOptions:
-        """The options as the command line gave them (the address parsed)."""
+    def from_command_line(
+        cls,
+        *,
+        listen: str = "stdio",
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        **settings: Any,
+    ) -> ReplayAgentOptions:
+        """The options as the command line gave them (the address parsed, its certificate's
+        files read), as the reference Agent's are."""
         try:
             address = parse_address(listen, option="--listen")
         except ConfigError as exc:
             raise OptionError(str(exc)) from None
-        return cls(listen=address, **settings)
+        tls = listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
+        return cls(listen=address, tls=tls, **settings)
 
 
 def replay_agent_main(options: ReplayAgentOptions) -> int:
@@ -89,6 +103,7 @@ def replay_agent_main(options: ReplayAgentOptions) -> int:
         options.listen,
         functools.partial(serve_replay, agent),
         max_message_bytes=options.max_message_bytes,
+        tls=options.tls,
     )
     return run_served("replay agent", options.listen, lambda stop: serve(stop=stop))
 

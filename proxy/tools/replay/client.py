@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from proxy.core.splice import splice
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
+from proxy.shell.tls import check_upstream
 from proxy.tools.lab.client.connection import Failure, open_endpoint
 from proxy.tools.replay.agent import EXIT_BAD_RECORDING
 from proxy.tools.replay.files import load_recording
@@ -60,6 +62,9 @@ class ReplayClientOptions:
     """Seconds to wait for each message the recording says the Agent sent."""
     grace: float = 5.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    tls: ssl.SSLContext | None = None
+    """How a ``wss://`` or ``https://`` Agent is verified (``--tls-ca``; None: the system's
+    trust store)."""
 
     def __post_init__(self) -> None:
         if bool(self.agent_argv) == (self.connect is not None):
@@ -68,6 +73,8 @@ class ReplayClientOptions:
             ("ws://", "wss://", "http://", "https://")
         ):
             raise OptionError(f"expected a ws:// or http:// URL, got {self.connect!r}", "--connect")
+        secure = self.connect is not None and self.connect.startswith(("wss://", "https://"))
+        check_upstream(secure=secure, verified=self.tls is not None)
         at_least("--speed", self.speed, 0)
         at_least("--timeout", self.timeout, MIN_TIMEOUT)
         Ignore(self.ignore)

@@ -9,6 +9,7 @@ before its answer count as its replay, and hands every ``session/update`` to the
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -41,6 +42,8 @@ class Reach(Protocol):
     def max_message_bytes(self) -> int: ...
     @property
     def grace(self) -> float: ...
+    @property
+    def tls(self) -> ssl.SSLContext | None: ...
 
 
 async def open_endpoint(options: Reach) -> Endpoint:
@@ -51,7 +54,7 @@ async def open_endpoint(options: Reach) -> Endpoint:
             return await spawn_agent(
                 options.agent_argv, limit=options.max_message_bytes, grace=options.grace
             )
-        return await connect(options.connect, limit=options.max_message_bytes)
+        return await connect(options.connect, limit=options.max_message_bytes, tls=options.tls)
     except Exception as exc:
         raise Failure(f"cannot connect: {exc}") from exc
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.core.errors import OptionError, at_least
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
+from proxy.shell.tls import check_upstream
 
 __all__ = ["ClientOptions"]
 
@@ -43,6 +45,9 @@ class ClientOptions:
     Agent the proxy replaced) counts as timed out at once, and the final replay waits
     (``answer_timeout`` at most) until the proxy has nothing held for the Agent or outstanding
     there."""
+    tls: ssl.SSLContext | None = None
+    """How a ``wss://`` or ``https://`` Agent is verified (``--tls-ca``; None: the system's
+    trust store)."""
 
     def __post_init__(self) -> None:
         if bool(self.agent_argv) == (self.connect is not None):
@@ -51,6 +56,8 @@ class ClientOptions:
             ("ws://", "wss://", "http://", "https://")
         ):
             raise OptionError(f"expected a ws:// or http:// URL, got {self.connect!r}")
+        secure = self.connect is not None and self.connect.startswith(("wss://", "https://"))
+        check_upstream(secure=secure, verified=self.tls is not None)
         at_least("--answer-timeout", self.answer_timeout, MIN_TIMEOUT)
         at_least("--max-attempts", self.max_attempts, 1)
         at_least("setup_timeout", self.setup_timeout, MIN_TIMEOUT)

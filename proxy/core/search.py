@@ -1,0 +1,45 @@
+"""Substring search over large byte strings, at the C library's speed where it is available.
+
+CPython's ``needle in data`` steps a few bytes at a time when the needle's last byte is common
+in the text (a JSON needle ends with a quote, and JSON is full of them): about 2.7 GB/s for
+``b'"tool_call"'`` in a MiB of notifications, where the C library's ``memmem`` scans at 15 GB/s
+(62 ns against 10 per notification of 170 bytes: what 12 rules that match nothing cost a stream
+of notifications, judged from the bytes, was mostly this). :func:`contains` calls ``memmem``
+through :mod:`ctypes` for texts of :data:`MEMMEM_FROM` bytes or more (a call costs about half a
+microsecond) and falls back to ``in`` where the C library has none (Windows). Pure: no I/O, the
+same answer as ``needle in data`` always.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+
+__all__ = ["MEMMEM_FROM", "contains"]
+
+MEMMEM_FROM = 8192
+"""Texts this long or longer are searched by ``memmem``; shorter ones by ``in`` (cheaper than
+the foreign call for them)."""
+
+
+def _memmem() -> Callable[[bytes, int, bytes, int], int | None] | None:
+    """The C library's ``memmem``, typed for :mod:`ctypes`; ``None`` where there is none."""
+    try:
+        function = ctypes.CDLL(None).memmem
+    except (AttributeError, OSError, TypeError):  # no C library by that name (Windows)
+        return None
+    function.restype = ctypes.c_void_p
+    function.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    found: Callable[[bytes, int, bytes, int], int | None] = function
+    return found
+
+
+_MEMMEM = _memmem()
+
+
+def contains(data: bytes, needle: bytes) -> bool:
+    """Whether ``needle`` occurs in ``data`` (``needle in data``, faster for long texts)."""
+    if _MEMMEM is None or len(data) < MEMMEM_FROM or not needle:
+        return needle in data
+    # ctypes hands the bytes objects' own buffers to C (no copy); they live through the call.
+    return _MEMMEM(data, len(data), needle, len(needle)) is not None
