@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from certs import make_pki
 from harness import ROOT, TIMEOUT
 from tool_runs import check_agent, command, session_run
 
@@ -80,10 +81,10 @@ async def test_a_request_that_matches_nothing_names_the_nearest(recorded: Path) 
         await peer.close(TIMEOUT)
 
 
-@pytest.mark.parametrize("scheme", ["ws", "http"])
-async def test_over_the_network(recorded: Path, scheme: str) -> None:
-    """--listen ws:// or http://: the reference Client, over WebSocket or Streamable HTTP, gets
-    its prompt confirmed."""
+@pytest.mark.parametrize("scheme", ["ws", "http", "wss"])
+async def test_over_the_network(recorded: Path, tmp_path: Path, scheme: str) -> None:
+    """--listen ws://, http:// or wss:// (with --tls-cert and --tls-key): the reference Client,
+    over WebSocket or Streamable HTTP (trusting the test's CA), gets its prompt confirmed."""
     listen = [
         "--listen",
         f"{scheme}://127.0.0.1:0/acp",
@@ -92,13 +93,18 @@ async def test_over_the_network(recorded: Path, scheme: str) -> None:
         "--log-level",
         "info",
     ]
+    trust: list[str] = []
+    if scheme == "wss":
+        pki = make_pki(tmp_path)
+        listen += ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)]
+        trust = ["--tls-ca", str(pki.ca)]
     process = await asyncio.create_subprocess_exec(
         *command("replay", "agent", str(recorded), "--speed", "0", *listen),
         stderr=asyncio.subprocess.PIPE,
     )
     try:
         url = await listening(process)
-        done = await asyncio.to_thread(session_run, "client", "--connect", url)
+        done = await asyncio.to_thread(session_run, "client", "--connect", url, *trust)
         assert done.returncode == 0, done.stdout + done.stderr
     finally:
         process.terminate()
