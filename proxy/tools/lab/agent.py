@@ -67,6 +67,7 @@ __all__ = [
     "run_served",
     "serve_agent",
     "serve_connections",
+    "served_at",
 ]
 
 log = get_logger("proxy.agent")
@@ -104,12 +105,21 @@ class AgentOptions:
         """The options of ``acp-proxy agent``: ``listen`` parsed and its certificate's files
         read (an :class:`~proxy.core.errors.OptionError` when it is no address, or they cannot
         be used), the others as given."""
-        try:
-            address = parse_address(listen, option="--listen")
-        except ConfigError as exc:
-            raise OptionError(str(exc)) from None
-        tls = listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
+        address, tls = served_at(listen, tls_cert, tls_key)
         return cls(listen=address, tls=tls, **settings)
+
+
+def served_at(
+    listen: str, tls_cert: Path | None, tls_key: Path | None
+) -> tuple[Address, ssl.SSLContext | None]:
+    """Where a tool serves Clients (``--listen``, parsed) and the certificate it serves there
+    (its files read); an :class:`~proxy.core.errors.OptionError` when the address is none or
+    the files cannot be used."""
+    try:
+        address = parse_address(listen, option="--listen")
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+    return address, listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
 
 
 @dataclass

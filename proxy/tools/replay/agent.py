@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.core.errors import ConfigError, OptionError, at_least
+from proxy.core.errors import at_least
 from proxy.core.jsonrpc import Batch, ErrorCode, Invalid, Message, error_response, parse
 from proxy.core.matching import Ignore
 from proxy.core.recording import RecordingError
@@ -26,9 +26,9 @@ from proxy.core.replay import Outgoing, ReplayAgent, ReplayConnection
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger, shorten
-from proxy.shell.server import STDIO, Address, parse_address
-from proxy.shell.tls import check_listener, listener_tls
-from proxy.tools.lab.agent import run_served, serve_connections
+from proxy.shell.server import STDIO, Address
+from proxy.shell.tls import check_listener
+from proxy.tools.lab.agent import run_served, serve_connections, served_at
 from proxy.tools.replay.files import load_recording
 
 __all__ = ["EXIT_BAD_RECORDING", "ReplayAgentOptions", "replay_agent_main", "serve_replay"]
@@ -69,11 +69,7 @@ class ReplayAgentOptions:
     ) -> ReplayAgentOptions:
         """The options as the command line gave them (the address parsed, its certificate's
         files read), as the reference Agent's are."""
-        try:
-            address = parse_address(listen, option="--listen")
-        except ConfigError as exc:
-            raise OptionError(str(exc)) from None
-        tls = listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
+        address, tls = served_at(listen, tls_cert, tls_key)
         return cls(listen=address, tls=tls, **settings)
 
 

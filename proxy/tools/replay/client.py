@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.errors import OptionError, at_least
+from proxy.core.errors import at_least
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import Kind, Message, parse
 from proxy.core.matching import MISSING, Difference, Ignore, differences
@@ -39,8 +39,8 @@ from proxy.core.splice import splice
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
-from proxy.shell.tls import check_upstream
 from proxy.tools.lab.client.connection import Failure, open_endpoint
+from proxy.tools.lab.client.options import check_reach
 from proxy.tools.replay.agent import EXIT_BAD_RECORDING
 from proxy.tools.replay.files import load_recording
 
@@ -67,14 +67,7 @@ class ReplayClientOptions:
     trust store)."""
 
     def __post_init__(self) -> None:
-        if bool(self.agent_argv) == (self.connect is not None):
-            raise OptionError("give either an agent command or a URL to connect to, not both")
-        if self.connect is not None and not self.connect.startswith(
-            ("ws://", "wss://", "http://", "https://")
-        ):
-            raise OptionError(f"expected a ws:// or http:// URL, got {self.connect!r}", "--connect")
-        secure = self.connect is not None and self.connect.startswith(("wss://", "https://"))
-        check_upstream(secure=secure, verified=self.tls is not None)
+        check_reach(self.agent_argv, self.connect, self.tls)
         at_least("--speed", self.speed, 0)
         at_least("--timeout", self.timeout, MIN_TIMEOUT)
         Ignore(self.ignore)
