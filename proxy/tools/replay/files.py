@@ -24,8 +24,9 @@ __all__ = ["MAX_LINE_BYTES", "MAX_RECORDING_BYTES", "load_recording"]
 MAX_LINE_BYTES = DEFAULT_MAX_MESSAGE_BYTES + 64 * 1024
 """The longest line read: the largest message the proxy relays, with room for the line's own
 fields."""
-MAX_RECORDING_BYTES = 1024 * 1024 * 1024
-"""Bytes of lines a replay holds in memory at most (1 GiB)."""
+MAX_RECORDING_BYTES = 256 * 1024 * 1024
+"""Bytes of lines a replay holds in memory at most (256 MiB): each message is kept parsed, which
+costs a few times its bytes, so a replay stays within a couple of GB whatever the file holds."""
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
