@@ -149,3 +149,10 @@ def test_check_agent_runs_against_a_replayed_agent(tmp_path: Path) -> None:
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "T1  PASS" in replayed.stdout
     assert "T4  PASS" in replayed.stdout
+
+
+def test_strict_order_serves_a_session_in_its_recorded_order(recorded: Path) -> None:
+    """--strict-order: the same Client, sending what it sent then in the same order, is served."""
+    agent = command("replay", "agent", str(recorded), "--speed", "0", "--strict-order")
+    done = session_run("client", "--", *agent)
+    assert done.returncode == 0, done.stdout + done.stderr

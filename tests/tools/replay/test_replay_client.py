@@ -3,11 +3,14 @@ is reported with where, what was recorded and what came."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 from pathlib import Path
 
+import pytest
 from harness import fault_file
+from peers.sdk_remote_client import listening_proxy
 from tool_runs import command, session_run
 
 
@@ -83,3 +86,22 @@ def test_through_the_proxy_with_faults(recorded: Path, tmp_path: Path) -> None:
     agent = command("run", "--faults", str(faults), "--", *command("agent"))
     done = session_run("replay", "client", str(recorded), "--", *agent)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+async def test_a_session_recorded_over_the_network_replays(tmp_path: Path, scheme: str) -> None:
+    """Recorded by a proxy listening on Streamable HTTP or WebSocket (the Client's messages
+    came as POST bodies or frames), the session replays against a new Agent with no
+    difference."""
+    path = tmp_path / "network.jsonl"
+    options = ("--record", str(path))
+    async with listening_proxy(f"{scheme}://127.0.0.1:0/acp", *options, agent=command("agent")) as (
+        _,
+        url,
+    ):
+        done = await asyncio.to_thread(session_run, "client", "--connect", url)
+        assert done.returncode == 0, done.stdout + done.stderr
+    replayed = await asyncio.to_thread(
+        session_run, "replay", "client", str(path), "--", *command("agent")
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
