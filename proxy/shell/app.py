@@ -28,6 +28,7 @@ from proxy.core.errors import ConfigError, OptionError, StartupError, at_least, 
 from proxy.core.events import Direction, Side
 from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
+from proxy.core.redact import Redactor
 from proxy.core.relay import MetaFor, Relay
 from proxy.shell.admin import AdminServer, Runtime, admin_token_from, check_admin_host
 from proxy.shell.defaults import (
@@ -55,6 +56,7 @@ from proxy.shell.metrics import Metrics
 from proxy.shell.observers import Fanout, LogObserver, Observer, Tally
 from proxy.shell.origin_policy import Allowances, parse_allowed_host, parse_allowed_origin
 from proxy.shell.parsing import Parser
+from proxy.shell.recorder import RecordWriter
 from proxy.shell.server import (
     STDIO,
     Address,
@@ -126,6 +128,10 @@ class RunOptions:
     """Web origins admitted by the control API beyond its own."""
     trace: Path | None = None
     """The JSONL trace file (appended to; ``-`` is stdout)."""
+    record: Path | None = None
+    """The recording of every message's body (:mod:`proxy.shell.recorder`); ``.gz``: compressed."""
+    redact: tuple[str, ...] = ()
+    """Patterns of what the recording replaces before writing (:mod:`proxy.core.redact`)."""
     connect_timeout: float = CONNECT_TIMEOUT
     """Seconds to reach a network Agent (TCP connect, WebSocket handshake)."""
     initialize_timeout: float = INITIALIZE_TIMEOUT
@@ -175,6 +181,8 @@ class RunOptions:
         allow_origins: Sequence[str] = (),
         admin_allow_origins: Sequence[str] = (),
         trace: Path | None = None,
+        record: Path | None = None,
+        redact: Sequence[str] = (),
         faults: Sequence[Path] = (),
         environ: Mapping[str, str] | None = None,
         tls_cert: Path | None = None,
@@ -219,6 +227,11 @@ class RunOptions:
                 "in stdio mode stdout is the protocol channel; give the trace a file",
                 option="--trace",
             )
+        if record is not None and str(record) == "-":
+            raise OptionError("give the recording a file", option="--record")
+        if redact and record is None:
+            raise OptionError("--redact applies to a recording: give --record FILE", "--redact")
+        Redactor.of(redact)  # each pattern checked now
         if upstream_at.scheme == "stdio" and not agent_argv:
             raise OptionError("give the Agent command after --", option="AGENT_CMD")
         if upstream_at.scheme != "stdio" and agent_argv:
@@ -236,6 +249,8 @@ class RunOptions:
             allow_origins=tuple(allow_origins),
             admin_allow_origins=tuple(admin_allow_origins),
             trace=trace,
+            record=record,
+            redact=tuple(redact),
             faults=tuple(faults),
             listen_tls=listen_tls,
             upstream_tls=upstream_tls,
@@ -318,6 +333,7 @@ class _Experiment:
     feed: EventFeed
     links: _Links
     trace: TraceWriter | None
+    recorder: RecordWriter | None
     ledger: Ledger
     saver: StateSaver | None
     inflight: InflightBytes
@@ -335,6 +351,8 @@ class _Experiment:
         """Close the trace (again: it may be), stop the parsing workers, send the last spans."""
         if self.trace is not None:
             self.trace.close()
+        if self.recorder is not None:
+            self.recorder.close()
         self.parser.close()
         if self.tracing is not None:
             self.tracing.close()
@@ -343,6 +361,7 @@ class _Experiment:
         """What no longer works as asked, and why (``/healthz``): the trace, the state file."""
         failures = {
             "trace": self.trace.failure if self.trace is not None else None,
+            "record": self.recorder.failure if self.recorder is not None else None,
             "state": self.saver.failure if self.saver is not None else None,
         }
         return {name: failure for name, failure in failures.items() if failure is not None}
@@ -378,9 +397,19 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     trace = None
     if options.trace is not None:
         trace = TraceWriter(options.trace, on_failure=failed("trace"))
+    recorder = None
+    if options.record is not None:
+        recorder = RecordWriter(
+            options.record,
+            Redactor.of(options.redact),
+            observer=metrics,
+            on_failure=failed("record"),
+        )
     observers: list[Observer] = [LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
+    if recorder is not None:
+        observers.append(recorder)
     if saver is not None:
         observers.append(saver)
     tracing = _tracing() if options.otel or options.otel_propagate else None
@@ -412,6 +441,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         feed,
         links,
         trace,
+        recorder,
         ledger,
         saver,
         inflight,

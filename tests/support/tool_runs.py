@@ -14,7 +14,16 @@ from typing import Any
 import pytest
 from harness import TIMEOUT
 
-__all__ = ["acp_proxy", "bench", "check_agent", "latency_figures", "positive", "short_bench"]
+__all__ = [
+    "acp_proxy",
+    "bench",
+    "check_agent",
+    "command",
+    "latency_figures",
+    "positive",
+    "session_run",
+    "short_bench",
+]
 
 
 CHECK_AGENT_BOUND = TIMEOUT * 8
@@ -23,21 +32,32 @@ CHECK_AGENT_BOUND = TIMEOUT * 8
 and a CPU hog sharing the cores."""
 
 
+def command(*args: str) -> list[str]:
+    """The argv of ``acp-proxy ARGS`` (this interpreter's), e.g. an Agent command after ``--``."""
+    return [sys.executable, "-m", "proxy", *args]
+
+
 def acp_proxy(
-    *args: str, env: dict[str, str] | None = None, stdin: str = ""
+    *args: str, env: dict[str, str] | None = None, stdin: str = "", timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
     """``acp-proxy ARGS`` (a command that ends by itself: ``validate``, ``schema``, ``run``
-    whose stdin ends), finished, its output captured; ``stdin``: all it reads (never the
-    test's own); ``env``: the whole environment it runs in."""
+    whose stdin ends, ``client``), finished within ``timeout``, its output captured; ``stdin``:
+    all it reads (never the test's own); ``env``: the whole environment it runs in."""
     return subprocess.run(
-        [sys.executable, "-m", "proxy", *args],
+        command(*args),
         input=stdin,
         capture_output=True,
         text=True,
         env=env,
-        timeout=TIMEOUT,
+        timeout=timeout,
         check=False,
     )
+
+
+def session_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``acp-proxy ARGS`` that runs a whole session (a Client and its Agent, a replay): bounded
+    by four waits."""
+    return acp_proxy(*args, timeout=TIMEOUT * 4)
 
 
 def check_agent(*args: str) -> subprocess.CompletedProcess[str]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -39,6 +40,7 @@ import ssl
 import sys
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,15 @@ from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refus
 from proxy.shell.transports.stdio import open_client_stdio
 from proxy.tools.rpc import encode
 
-__all__ = ["AgentOptions", "ReferenceAgent", "agent_main", "serve_agent"]
+__all__ = [
+    "AgentOptions",
+    "ReferenceAgent",
+    "agent_main",
+    "run_served",
+    "serve_agent",
+    "serve_connections",
+    "served_at",
+]
 
 log = get_logger("proxy.agent")
 
@@ -95,12 +105,21 @@ class AgentOptions:
         """The options of ``acp-proxy agent``: ``listen`` parsed and its certificate's files
         read (an :class:`~proxy.core.errors.OptionError` when it is no address, or they cannot
         be used), the others as given."""
-        try:
-            address = parse_address(listen, option="--listen")
-        except ConfigError as exc:
-            raise OptionError(str(exc)) from None
-        tls = listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
+        address, tls = served_at(listen, tls_cert, tls_key)
         return cls(listen=address, tls=tls, **settings)
+
+
+def served_at(
+    listen: str, tls_cert: Path | None, tls_key: Path | None
+) -> tuple[Address, ssl.SSLContext | None]:
+    """Where a tool serves Clients (``--listen``, parsed) and the certificate it serves there
+    (its files read); an :class:`~proxy.core.errors.OptionError` when the address is none or
+    the files cannot be used."""
+    try:
+        address = parse_address(listen, option="--listen")
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+    return address, listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
 
 
 @dataclass
@@ -484,24 +503,35 @@ def agent_main(options: AgentOptions) -> int:
     """``acp-proxy agent``: serve on stdio until EOF, or on a listener until SIGINT or SIGTERM;
     the exit status (0), or 1 with one line on stderr when it cannot start (its store cannot be
     made, its address cannot be listened on)."""
+    return run_served("agent", options.listen, functools.partial(serve_agent, options))
+
+
+def run_served(
+    name: str, listen: Address, serve: Callable[[asyncio.Event | None], Awaitable[int]]
+) -> int:
+    """Run ``serve`` (a tool that serves Clients on ``listen``) until it ends: on stdio until EOF,
+    on a listener until SIGINT or SIGTERM; its exit status, or 1 with one line on stderr naming
+    the tool ``acp-proxy NAME`` when it cannot start."""
     try:
-        return asyncio.run(_serve_until_signalled(options))
+        return asyncio.run(_serve_until_signalled(listen, serve))
     except StartupError as exc:
-        sys.stderr.write(f"acp-proxy agent: {exc}\n")
+        sys.stderr.write(f"acp-proxy {name}: {exc}\n")
         return 1
 
 
-async def _serve_until_signalled(options: AgentOptions) -> int:
+async def _serve_until_signalled(
+    listen: Address, serve: Callable[[asyncio.Event | None], Awaitable[int]]
+) -> int:
     loop = asyncio.get_running_loop()
-    if options.listen.scheme == "stdio":
+    if listen.scheme == "stdio":
         # Ctrl-C ends it as it ends any command: it dies of the signal (130 in a shell), as it
         # does of SIGTERM, instead of asyncio's cancelling its main task.
         loop.add_signal_handler(signal.SIGINT, _die_of, signal.SIGINT)
-        return await serve_agent(options)
+        return await serve(None)
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    return await serve_agent(options, stop)
+    return await serve(stop)
 
 
 def _die_of(signum: int) -> None:
@@ -516,28 +546,49 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
         agent = ReferenceAgent(options)
     except OSError as exc:
         raise StartupError("--store", str(options.store), os_cause(exc)) from None
-    if options.listen.scheme == "stdio":
-        endpoint = await open_client_stdio(limit=options.max_message_bytes)
-        await agent.serve(endpoint)
+    return await serve_connections(
+        options.listen,
+        agent.serve,
+        max_message_bytes=options.max_message_bytes,
+        tls=options.tls,
+        stop=stop,
+    )
+
+
+async def serve_connections(
+    listen: Address,
+    serve: Callable[[Endpoint], Coroutine[Any, Any, None]],
+    *,
+    max_message_bytes: int,
+    tls: ssl.SSLContext | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Hand each Client connection to ``serve``: the one on stdio (until it ends), or every one
+    a listener on ``listen`` accepts, WebSocket or Streamable HTTP, in TLS with ``tls`` (until
+    ``stop``; then the connections still served are cancelled).
+    :class:`~proxy.core.errors.StartupError` when the address cannot be listened on."""
+    if listen.scheme == "stdio":
+        endpoint = await open_client_stdio(limit=max_message_bytes)
+        await serve(endpoint)
         return 0
     stop = stop or asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 
     async def on_connection(endpoint: Endpoint, headers: Any, cookies: Any) -> Refused | None:
-        task = asyncio.get_running_loop().create_task(agent.serve(endpoint))
+        task = asyncio.get_running_loop().create_task(serve(endpoint))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         return None
 
     listener = Listener(
         ListenerConfig(
-            host=options.listen.host,
-            port=options.listen.port,
-            path=options.listen.path,
-            websocket_only=options.listen.scheme == "ws",
-            max_message_bytes=options.max_message_bytes,
+            host=listen.host,
+            port=listen.port,
+            path=listen.path,
+            websocket_only=listen.scheme == "ws",
+            max_message_bytes=max_message_bytes,
             allowances=None,  # a test peer: no Host or Origin checks
-            tls=options.tls,
+            tls=tls,
         ),
         on_connection,
         Fanout([]),
@@ -545,7 +596,7 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
     try:
         await listener.start()
     except OSError as exc:
-        raise StartupError("--listen", options.listen.url, os_cause(exc)) from None
+        raise StartupError("--listen", listen.url, os_cause(exc)) from None
     await stop.wait()
     await listener.stop()
     for task in list(tasks):
