@@ -53,6 +53,7 @@ from proxy.shell.observers import Fanout
 from proxy.shell.server import STDIO, Address, parse_address
 from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refused
 from proxy.shell.transports.stdio import open_client_stdio
+from proxy.shell.writable import cannot_write_in
 from proxy.tools.rpc import encode
 
 __all__ = ["AgentOptions", "ReferenceAgent", "agent_main", "serve_agent"]
@@ -123,12 +124,23 @@ class Session:
 
 
 class SessionStore:
-    """Sessions in memory, or one JSON file each in a directory, written atomically."""
+    """Sessions in memory, or one JSON file each in a directory, written atomically.
+
+    The directory is made if missing, and a file is made in it at once: one it cannot write stops
+    the Agent as it starts (:class:`~proxy.core.errors.StartupError`), not at its first session.
+    """
 
     def __init__(self, directory: Path | None) -> None:
         self._directory = directory
-        if directory is not None:
+        if directory is None:
+            return
+        try:
             directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartupError("--store", str(directory), os_cause(exc)) from None
+        cause = cannot_write_in(directory, prefix=".session.")
+        if cause is not None:
+            raise StartupError("--store", str(directory), f"cannot be written: {cause}")
 
     def load(self, session_id: str) -> Session | None:
         if self._directory is None:
@@ -497,10 +509,7 @@ def _die_of(signum: int) -> None:
 
 async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
     """Run the reference Agent on stdio (until EOF) or on a listener (until ``stop``)."""
-    try:
-        agent = ReferenceAgent(options)
-    except OSError as exc:
-        raise StartupError("--store", str(options.store), os_cause(exc)) from None
+    agent = ReferenceAgent(options)
     if options.listen.scheme == "stdio":
         endpoint = await open_client_stdio(limit=options.max_message_bytes)
         await agent.serve(endpoint)
