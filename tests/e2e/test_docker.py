@@ -9,16 +9,17 @@ What runs, in order (the image is built once, for the module):
 * ``docker build`` of ``docker/Dockerfile``, tagged as the compose files name it;
 * every package in the image is the version ``docker/constraints.txt`` pins (the build is
   reproducible);
-* ``acp-proxy demo`` inside the image: the lab's clean verdict;
+* ``acp-proxy demo`` inside the image, confined as ``deploy/kubernetes/`` runs it (a read-only
+  root, no capability): the lab's clean verdict;
 * a ``/data`` volume the image's user cannot write: one line and its exit status, no traceback;
-* ``docker/compose.yaml`` up with Compose v2, else v1 (``docker-compose``), with a random
-  ``ACP_PROXY_ADMIN_TOKEN``: the control API refuses a request without it; the reference Client
-  goes through the proxy (whose fault file loses the first prompt's answer) and is confirmed;
-  Prometheus, which has only the token's file to scrape with, reports the fault counter through
-  its HTTP API; the stack stops cleanly (every container exits 0) and is removed with its
-  volumes.
+* ``docker/compose.yaml`` up with Compose v2, else v1 (``docker-compose``), alone and with
+  ``docker/compose.replicas.yaml``, with a random ``ACP_PROXY_ADMIN_TOKEN``: each proxy's control
+  API refuses a request without it; the reference Client goes through each proxy (whose fault
+  file loses the first prompt's answer) and is confirmed; Prometheus, which has only the token's
+  file to scrape with, reports one fault per proxy through its HTTP API, every target up; the
+  stack stops cleanly (every container exits 0) and is removed with its volumes.
 
-The published ports are the compose file's own (127.0.0.1:8000, 9090 and 9091).
+The published ports are the compose files' own (127.0.0.1:8000, 8001, 9090, 9092 and 9091).
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ BUILD_TIMEOUT = 1800.0
 """A build on a slow engine (the sandbox's vfs storage, two CPUs) takes minutes."""
 PROJECT = "acp-fault-proxy-test"
 """The compose project of the test (its containers, network and volumes; removed at the end)."""
-LISTENER = "http://127.0.0.1:8000/acp"
-ADMIN = "http://127.0.0.1:9090"
 PROMETHEUS = "http://127.0.0.1:9091"
 SCRAPED_WITHIN = 90.0
 """Prometheus scrapes every 5 s: the counter is there within a few scrapes."""
@@ -71,7 +70,8 @@ def _engine() -> str | None:
     except subprocess.TimeoutExpired:
         return "docker info did not answer"
     if done.returncode != 0:
-        return f"no Docker engine reachable ({done.stderr.strip().splitlines()[-1:]})"
+        said = done.stderr.strip().splitlines()
+        return f"no Docker engine reachable ({said[-1] if said else 'docker info failed'})"
     return None
 
 
@@ -131,7 +131,10 @@ def test_every_package_in_the_image_is_the_pinned_version(image: str) -> None:
 
 
 def test_the_demo_runs_clean_in_the_image(image: str) -> None:
-    done = docker("run", "--rm", image, "demo", timeout=TIMEOUT * 4)
+    """As deploy/kubernetes/ runs it: a read-only root, a memory /tmp, no capability at all."""
+    confined = ["--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL"]
+    confined += ["--security-opt", "no-new-privileges"]
+    done = docker("run", "--rm", *confined, image, "demo", timeout=TIMEOUT * 4)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "every lost answer was retried with its key" in done.stdout
 
@@ -183,10 +186,11 @@ def http(url: str, token: str | None = None) -> tuple[int, Any]:
 
 
 class Stack:
-    """docker/compose.yaml as a project of its own, driven by one Compose command."""
+    """Compose files as a project of their own, driven by one Compose command."""
 
-    def __init__(self, compose: list[str], token: str) -> None:
-        self.compose = [*compose, "-f", str(ROOT / "docker" / "compose.yaml"), "-p", PROJECT]
+    def __init__(self, compose: list[str], files: tuple[str, ...], token: str) -> None:
+        named = [word for name in files for word in ("-f", str(ROOT / "docker" / name))]
+        self.compose = [*compose, *named, "-p", PROJECT]
         self.env = {**os.environ, "ACP_PROXY_ADMIN_TOKEN": token}
 
     def __call__(self, *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -205,21 +209,36 @@ class Stack:
         return done.stdout.strip()
 
 
-@pytest.fixture
-def stack(image: str) -> Iterator[tuple[Stack, str]]:
+# Each file set: its proxies' published ports (the listener, the control API), as the compose
+# files publish them.
+FILE_SETS = {
+    "single": (("compose.yaml",), {"proxy": (8000, 9090)}),
+    "replicas": (
+        ("compose.yaml", "compose.replicas.yaml"),
+        {"proxy": (8000, 9090), "proxy-2": (8001, 9092)},
+    ),
+}
+
+
+@pytest.fixture(params=list(FILE_SETS.values()), ids=list(FILE_SETS))
+def stack(
+    image: str, request: pytest.FixtureRequest
+) -> Iterator[tuple[Stack, str, dict[str, Any]]]:
     compose = _compose()
     if compose is None:
         pytest.skip("no Compose: neither docker compose (v2) nor docker-compose (v1)")
+    files, proxies = request.param
     token = secrets.token_urlsafe(32)
-    stack = Stack(compose, token)
+    stack = Stack(compose, files, token)
     try:
-        yield stack, token
+        yield stack, token, proxies
     finally:
         stack("down", "--volumes", "--timeout", "20")
 
 
 def scraped_faults() -> float | None:
-    """The fault counter as Prometheus last scraped it (None before a scrape saw a fault)."""
+    """The fault counter as Prometheus last scraped it, over every proxy (None before a scrape
+    saw a fault)."""
     query = urllib.parse.urlencode({"query": "sum(acp_proxy_faults_injected_total)"})
     status, body = http(f"{PROMETHEUS}/api/v1/query?{query}")
     assert status == 200, body
@@ -228,43 +247,47 @@ def scraped_faults() -> float | None:
 
 
 def test_the_compose_stack_relays_a_client_and_prometheus_counts_the_fault(
-    stack: tuple[Stack, str],
+    stack: tuple[Stack, str, dict[str, tuple[int, int]]],
 ) -> None:
-    compose, token = stack
-    up = compose("up", "-d")  # returns once the proxy is healthy and Prometheus started
+    compose, token, proxies = stack
+    up = compose("up", "-d")  # returns once the proxies are healthy and Prometheus started
     assert up.returncode == 0, up.stdout + up.stderr
 
-    # The token reached the proxy: the control API refuses a request without it.
-    assert http(f"{ADMIN}/api/rules")[0] == 401
-    status, rules = http(f"{ADMIN}/api/rules", token)
-    assert status == 200
-    assert [rule["name"] for rule in rules["rules"]]
+    for listener, admin in proxies.values():
+        # The token reached the proxy: the control API refuses a request without it.
+        assert http(f"http://127.0.0.1:{admin}/api/rules")[0] == 401
+        status, rules = http(f"http://127.0.0.1:{admin}/api/rules", token)
+        assert status == 200
+        assert [rule["name"] for rule in rules["rules"]]
 
-    # The reference Client through the proxy: the first prompt's answer is lost, and retried.
-    client = subprocess.run(
-        [sys.executable, "-m", "proxy", "client", "--connect", LISTENER, "-p", "hello"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT * 4,
-        check=False,
-    )
-    assert client.returncode == 0, client.stdout + client.stderr
+        # The reference Client through the proxy: the first prompt's answer is lost, retried.
+        url = f"http://127.0.0.1:{listener}/acp"
+        client = subprocess.run(
+            [sys.executable, "-m", "proxy", "client", "-p", "hello", "--connect", url],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT * 4,
+            check=False,
+        )
+        assert client.returncode == 0, client.stdout + client.stderr
 
-    # Prometheus scrapes /metrics with the token (its only way in) and counts the fault.
+    # Prometheus scrapes each /metrics with the token (its only way in) and counts the faults.
     deadline = time.monotonic() + SCRAPED_WITHIN
-    while (faults := scraped_faults()) is None or faults < 1:
-        assert time.monotonic() < deadline, "Prometheus never saw the fault counter"
+    while (faults := scraped_faults()) is None or faults < len(proxies):
+        assert time.monotonic() < deadline, f"Prometheus saw {faults} faults"
         time.sleep(0.5)  # Prometheus' API has nothing to wait on: asked again
+    assert faults == len(proxies)  # one lost answer per proxy
     status, targets = http(f"{PROMETHEUS}/api/v1/targets")
-    (target,) = targets["data"]["activeTargets"]
-    assert target["health"] == "up", target
+    healths = {t["labels"]["instance"]: t["health"] for t in targets["data"]["activeTargets"]}
+    assert healths == {f"{name}:9090": "up" for name in proxies}
 
     # Stopped cleanly: SIGTERM through init, every process exits 0, nothing crashed.
-    containers = {name: compose.container(name) for name in ("agent", "proxy", "prometheus")}
+    services = compose("config", "--services").stdout.split()
+    containers = {name: compose.container(name) for name in services}
     stop = compose("stop", "--timeout", "20")
     assert stop.returncode == 0, stop.stderr
     for name, container in containers.items():
         state = docker("inspect", "--format", "{{.State.ExitCode}}", container)
         assert state.stdout.strip() == "0", f"{name}: {state.stdout}{state.stderr}"
-    logs = compose("logs", "--no-color", "proxy", "agent")
+    logs = compose("logs", "--no-color")
     assert "Traceback" not in logs.stdout
