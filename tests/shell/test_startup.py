@@ -306,26 +306,43 @@ def test_a_good_state_file_still_starts(tmp_path: Path) -> None:
 # -- a directory the other commands write into -------------------------------------------------
 
 
+AGENT = [sys.executable, "-m", "proxy", "agent"]
+
+
 @pytest.mark.parametrize(
-    ("command", "exit_status", "prefix"),
+    ("command", "exit_status", "said"),
     [
-        (["agent", "--listen", "ws://127.0.0.1:0/acp", "--store"], 1, "acp-proxy agent: --store"),
-        (["demo", "--keep"], 2, "error: --keep"),
+        (
+            ["agent", "--listen", "ws://127.0.0.1:0/acp", "--store", "{dir}"],
+            1,
+            "acp-proxy agent: --store {dir}: cannot be written: permission denied",
+        ),
+        (
+            ["demo", "--keep", "{dir}"],
+            2,
+            "error: --keep {dir}: cannot be written: permission denied",
+        ),
+        (
+            ["check-agent", "--junit", "{dir}/results.xml", "--", *AGENT],
+            2,
+            "error: --junit {dir}/results.xml: cannot be written: permission denied",
+        ),
     ],
-    ids=["agent-store", "demo-keep"],
+    ids=["agent-store", "demo-keep", "check-agent-junit"],
 )
 def test_an_existing_directory_that_cannot_be_written(
-    tmp_path: Path, unprivileged: Preexec, command: list[str], exit_status: int, prefix: str
+    tmp_path: Path, unprivileged: Preexec, command: list[str], exit_status: int, said: str
 ) -> None:
     """A folder that is there but not writable (a container's volume owned by another user) is
     refused as the command starts, in one line: the reference Agent once started, and ended its
-    first session with a traceback."""
+    first session with a traceback; check-agent ran every trace, then died writing its JUnit."""
     directory = tmp_path / "volume" / "sessions"
     directory.mkdir(parents=True)
     directory.chmod(0o500)
+    arguments = [word.replace("{dir}", str(directory)) for word in command]
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "proxy", *command, str(directory)],
+            [sys.executable, "-m", "proxy", *arguments],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=TIMEOUT,
@@ -337,7 +354,7 @@ def test_an_existing_directory_that_cannot_be_written(
     stderr = done.stderr.decode()
     assert done.returncode == exit_status, stderr
     assert done.stdout == b""
-    assert stderr == f"{prefix} {directory}: cannot be written: permission denied\n"
+    assert stderr == said.replace("{dir}", str(directory)) + "\n"
     assert list(directory.iterdir()) == []
 
 
