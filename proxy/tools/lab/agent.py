@@ -21,7 +21,10 @@ session it keeps a history of messages and the keys recorded with the user messa
   answers ``{}``.
 * Keys are never echoed: message ids are random.
 * ``--store DIR``: each session is a JSON file, replaced atomically on every change, so a killed
-  and restarted Agent still recognises the keys of the messages it stored.
+  and restarted Agent still recognises the keys of the messages it stored. A write that fails
+  (the folder gone or made read-only, a full disk) is logged in one line; the request it was for
+  is answered ``-32603`` and changes nothing (a prompt is not inserted, its key stays unused; a
+  new session is not made), an Agent's reply is kept in memory only.
 * ``--no-dedupe``: keys are ignored (every prompt is a new submission): a known-bad Agent.
 
 It speaks on stdio, or serves WebSocket and Streamable HTTP with the proxy's own transports (in
@@ -58,6 +61,7 @@ from proxy.shell.server import STDIO, Address, parse_address
 from proxy.shell.tls import check_listener, listener_tls
 from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refused
 from proxy.shell.transports.stdio import open_client_stdio
+from proxy.shell.writable import cannot_write_in
 from proxy.tools.rpc import encode
 
 __all__ = [
@@ -157,12 +161,23 @@ class Session:
 
 
 class SessionStore:
-    """Sessions in memory, or one JSON file each in a directory, written atomically."""
+    """Sessions in memory, or one JSON file each in a directory, written atomically.
+
+    The directory is made if missing, and a file is made in it at once: one it cannot write stops
+    the Agent as it starts (:class:`~proxy.core.errors.StartupError`), not at its first session.
+    """
 
     def __init__(self, directory: Path | None) -> None:
         self._directory = directory
-        if directory is not None:
+        if directory is None:
+            return
+        try:
             directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartupError("--store", str(directory), os_cause(exc)) from None
+        cause = cannot_write_in(directory, prefix=".session.")
+        if cause is not None:
+            raise StartupError("--store", str(directory), f"cannot be written: {cause}")
 
     def load(self, session_id: str) -> Session | None:
         if self._directory is None:
@@ -174,17 +189,28 @@ class SessionStore:
             return None
         return Session(data["id"], data["cwd"], data["messages"], data["keys"])
 
-    def save(self, session: Session) -> None:
-        """Message and key in one write: both are stored, or neither."""
+    def save(self, session: Session) -> str | None:
+        """Message and key in one write: both are stored, or neither. None when stored; why not
+        otherwise (logged), the file left as it was."""
         if self._directory is None:
-            return
+            return None
         path = self._path(session.id)
-        fd, temporary = tempfile.mkstemp(dir=self._directory, prefix=".session.")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(orjson.dumps(session.to_json()))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        temporary = None
+        try:
+            fd, temporary = tempfile.mkstemp(dir=self._directory, prefix=".session.")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(orjson.dumps(session.to_json()))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        except OSError as exc:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            cause = f"the session could not be stored: {os_cause(exc)}"
+            log.error(cause, session=session.id, store=str(self._directory))
+            return cause
+        return None
 
     def _path(self, session_id: str) -> Path:
         assert self._directory is not None
@@ -222,7 +248,17 @@ class ReferenceAgent:
         session.messages.append(item)
         if held.key is not None:
             session.keys[held.key] = message_id
-        self.store.save(session)  # the key with the message, in one write
+        failed = self.store.save(session)  # the key with the message, in one write
+        if failed is not None:  # neither is: not inserted, the key unused
+            session.messages.pop()
+            if held.key is not None:
+                del session.keys[held.key]
+            for waiter in held.waiters:
+                waiter.connection.answered(
+                    waiter.request_id, error=(ErrorCode.INTERNAL_ERROR, failed)
+                )
+            self.insert_next(session)
+            return
         session.state = "running"
         session.stop_reason = None
         target = session.connection
@@ -243,7 +279,7 @@ class ReferenceAgent:
                 "content": [{"type": "text", "text": f"done: {_text_of(held.prompt)[:200]}"}],
             }
             session.messages.append(reply)
-            self.store.save(session)
+            self.store.save(session)  # if it fails (logged), the reply is in memory only
             if session.connection is not None:
                 session.connection.update(session.id, reply)
         except asyncio.CancelledError:
@@ -386,8 +422,11 @@ class AgentConnection:
 
     def _new(self, request_id: Any, params: dict[str, Any]) -> None:
         session = Session(f"sess_{uuid.uuid4().hex[:16]}", str(params.get("cwd", "/")))
+        failed = self.agent.store.save(session)
+        if failed is not None:
+            self.error(request_id, ErrorCode.INTERNAL_ERROR, failed)
+            return
         self.agent.sessions[session.id] = session
-        self.agent.store.save(session)
         self._activate(session)
         self.result(request_id, {"sessionId": session.id})
 
@@ -542,10 +581,7 @@ def _die_of(signum: int) -> None:
 
 async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
     """Run the reference Agent on stdio (until EOF) or on a listener (until ``stop``)."""
-    try:
-        agent = ReferenceAgent(options)
-    except OSError as exc:
-        raise StartupError("--store", str(options.store), os_cause(exc)) from None
+    agent = ReferenceAgent(options)  # a --store it cannot write: StartupError (SessionStore)
     return await serve_connections(
         options.listen,
         agent.serve,
