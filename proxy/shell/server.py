@@ -45,7 +45,7 @@ from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances
 from proxy.shell.parsing import Parser
-from proxy.shell.tls import client_context
+from proxy.shell.tls import UNTRUSTED_HINT, client_context
 from proxy.shell.transports.cookies import CookieRoute, CookieSink, SetCookies
 from proxy.shell.transports.http_listener import (
     SHUTTING_DOWN,
@@ -371,6 +371,12 @@ class NetworkProxy:
         route = CookieRoute(cookies)
         try:
             upstream = await self._connect_upstream(passed, route)
+        except ssl.SSLCertVerificationError as exc:
+            log.error(
+                "could not connect to the agent: its certificate is not trusted",
+                error=f"{exc} ({UNTRUSTED_HINT})",
+            )
+            return UNREACHABLE
         except (OSError, ConnectionError, TimeoutError) as exc:
             log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
             return UNREACHABLE

@@ -34,6 +34,7 @@ __all__ = [
     "KEY_OPTION",
     "MAX_BUNDLE_BYTES",
     "MAX_PEM_BYTES",
+    "UNTRUSTED_HINT",
     "agent_tls",
     "check_listener",
     "check_upstream",
@@ -53,6 +54,9 @@ MAX_PEM_BYTES = 1024 * 1024
 """The largest certificate chain or key file read: a chain of a few certificates is a few KiB."""
 MAX_BUNDLE_BYTES = 16 * 1024 * 1024
 """The largest CA bundle read: the system's whole bundle is a few hundred KiB."""
+
+UNTRUSTED_HINT = "give its CA with --tls-ca, or --tls-insecure for a throwaway test certificate"
+"""What a user does about an Agent whose certificate the proxy (or a tool) does not trust."""
 
 CERT_OPTION = "--tls-cert"
 KEY_OPTION = "--tls-key"

@@ -144,12 +144,17 @@ async def test_an_agent_whose_certificate_is_not_trusted_is_not_reached(
             status, answer = await initialize(url)
             if upstream == "ws":
                 assert status == 502
-                event = await proxy.logged("could not connect to the agent")
+                event = await proxy.logged(
+                    "could not connect to the agent: its certificate is not trusted"
+                )
             else:
+                assert answer["error"]["message"] == "the agent's certificate is not trusted"
                 assert answer["error"]["data"]["status"] == 502, answer
                 assert "certificate verify failed" in answer["error"]["data"]["body"]
-                event = await proxy.logged("POST to the agent failed")
+                assert "give its CA with --tls-ca" in answer["error"]["data"]["body"]
+                event = await proxy.logged("the agent's certificate is not trusted")
             assert "certificate verify failed" in event["error"], event
+            assert "give its CA with --tls-ca" in event["error"], event
 
 
 @pytest.mark.parametrize("upstream", ["http", "ws"])

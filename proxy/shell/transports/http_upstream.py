@@ -60,6 +60,7 @@ from proxy.shell.limits import DEFAULT_MAX_SESSIONS, LimitReached
 from proxy.shell.log import get_logger, shorten
 from proxy.shell.observers import Observer
 from proxy.shell.parsing import Parser
+from proxy.shell.tls import UNTRUSTED_HINT
 from proxy.shell.transports.cookies import CookieSink
 from proxy.shell.transports.http_listener import CONNECTION_ID, SESSION_ID
 
@@ -323,6 +324,14 @@ class HttpUpstream:
             await self._failed(message, 504, detail.encode(), "the POST to the agent timed out")
             if self.connection_id is None:
                 self._end()  # initialize never got through: no connection to go on with
+            return
+        except aiohttp.ClientConnectorCertificateError as exc:
+            text = f"{exc.certificate_error} ({UNTRUSTED_HINT})"
+            log.warning("the agent's certificate is not trusted", error=text)
+            await self._failed(
+                message, 502, text.encode(), "the agent's certificate is not trusted"
+            )
+            self._end()
             return
         except aiohttp.ClientError as exc:
             log.warning("POST to the agent failed", error=str(exc) or type(exc).__name__)
