@@ -12,6 +12,11 @@ What runs, in order (the image is built once, for the module):
 * ``acp-proxy demo`` inside the image, confined as ``deploy/kubernetes/`` runs it (a read-only
   root, no capability): the lab's clean verdict;
 * a ``/data`` volume the image's user cannot write: one line and its exit status, no traceback;
+* ``acp-proxy run --otel`` in the image (the ``otel`` extra is in it), confined likewise: the
+  reference Client is answered through it, the collector (a tiny OTLP/HTTP receiver, run in the
+  image on a network of the test's own) receives the prompt's span under ``OTEL_SERVICE_NAME``;
+  with no collector to reach, the Client is answered all the same; the proxy stops with status
+  0 and no traceback either way;
 * ``docker/compose.yaml`` up with Compose v2, else v1 (``docker-compose``), alone and with
   ``docker/compose.replicas.yaml``, with a random ``ACP_PROXY_ADMIN_TOKEN``: each proxy's control
   API refuses a request without it; the reference Client goes through each proxy (whose fault
@@ -130,11 +135,16 @@ def test_every_package_in_the_image_is_the_pinned_version(image: str) -> None:
     assert {name: pinned.get(name) for name in installed} == installed
 
 
+CONFINED = [
+    *("--read-only", "--tmpfs", "/tmp"),
+    *("--cap-drop", "ALL", "--security-opt", "no-new-privileges"),
+]
+"""As deploy/kubernetes/ runs the image: a read-only root, a memory /tmp, no capability at all."""
+
+
 def test_the_demo_runs_clean_in_the_image(image: str) -> None:
-    """As deploy/kubernetes/ runs it: a read-only root, a memory /tmp, no capability at all."""
-    confined = ["--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL"]
-    confined += ["--security-opt", "no-new-privileges"]
-    done = docker("run", "--rm", *confined, image, "demo", timeout=TIMEOUT * 4)
+    """As deploy/kubernetes/ runs it: confined."""
+    done = docker("run", "--rm", *CONFINED, image, "demo", timeout=TIMEOUT * 4)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "every lost answer was retried with its key" in done.stdout
 
@@ -169,6 +179,114 @@ def test_a_data_volume_the_image_cannot_write_is_one_line(
     volume.chmod(0o755)
     done = docker("run", "--rm", "-v", f"{volume}:/data", image, *command)
     assert (done.returncode, done.stdout, done.stderr) == (1, "", line + "\n")
+
+
+# -- OpenTelemetry ---------------------------------------------------------------------------
+
+COLLECTOR = """
+import http.server, json
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest, ExportTraceServiceResponse)
+
+class Export(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+            named = {a.key: a.value.string_value for a in resource.resource.attributes}
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    said = {a.key: a.value.string_value for a in span.attributes}
+                    seen = [named.get("service.name"), span.name, said.get("acp.outcome")]
+                    print(json.dumps(seen), flush=True)
+        answer = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *arguments):
+        pass
+
+http.server.HTTPServer(("0.0.0.0", 4318), Export).serve_forever()
+"""
+"""An OTLP/HTTP trace receiver, run by the image's own Python (opentelemetry-proto comes with the
+extra): a line ``[service.name, span name, acp.outcome]`` on stdout for each span it receives."""
+SERVICE = "acp-proxy-in-docker"
+STOPPED_WITHIN = 60
+"""``docker stop``'s grace: with no collector, the exporter's retries (OTEL_EXPORTER_OTLP_TIMEOUT,
+10 s) hold the last batch's flush that long."""
+
+
+def logged(container: str, text: str, stream: str = "stderr") -> str:
+    """The container's log once it holds ``text`` (waiting for it)."""
+    deadline = time.monotonic() + TIMEOUT * 2
+    while True:
+        done = docker("logs", container)
+        said = done.stdout if stream == "stdout" else done.stderr
+        if text in said:
+            return said
+        assert time.monotonic() < deadline, (
+            f"{container}: no {text!r} in {done.stdout}{done.stderr}"
+        )
+        time.sleep(0.2)  # docker logs has nothing to wait on: asked again
+
+
+@pytest.mark.parametrize("collector", [True, False], ids=["collector", "no-collector"])
+def test_run_otel_in_the_image_exports_the_spans_and_never_costs_an_answer(
+    image: str, collector: bool
+) -> None:
+    suffix = secrets.token_hex(4)
+    network = f"acp-otel-{suffix}"
+    receiver, proxy = f"acp-otel-collector-{suffix}", f"acp-otel-proxy-{suffix}"
+    # No collector: a port nothing listens on (refused at once, as a collector that is down).
+    endpoint = f"http://{receiver}:4318" if collector else "http://127.0.0.1:9"
+    try:
+        assert docker("network", "create", network).returncode == 0
+        if collector:
+            run = ["run", "-d", "--name", receiver, "--network", network, *CONFINED]
+            started = docker(*run, "--entrypoint", "python", image, "-c", COLLECTOR)
+            assert started.returncode == 0, started.stderr
+        otel = [f"OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}", f"OTEL_SERVICE_NAME={SERVICE}"]
+        otel.append("OTEL_BSP_SCHEDULE_DELAY=100")
+        started = docker(
+            *["run", "-d", "--init", "--name", proxy, "--network", network, *CONFINED],
+            *["-p", "127.0.0.1::8000", *(word for pair in otel for word in ("-e", pair))],
+            *[image, "run", "--otel", "--listen", "ws://0.0.0.0:8000/acp"],
+            *["--", "acp-proxy", "agent"],
+        )
+        assert started.returncode == 0, started.stderr
+        logged(proxy, "listening")
+        published = docker("port", proxy, "8000/tcp")
+        assert published.returncode == 0, published.stderr
+        port = published.stdout.split()[0].rpartition(":")[2]
+
+        url = f"ws://127.0.0.1:{port}/acp"
+        client = subprocess.run(
+            [sys.executable, "-m", "proxy", "client", "-p", "hello", "--connect", url],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT * 4,
+            check=False,
+        )
+        assert client.returncode == 0, client.stdout + client.stderr
+
+        # SIGTERM through init: the spans still queued are sent (or given up) before the exit.
+        stop = docker("stop", "--time", str(STOPPED_WITHIN), proxy, timeout=STOPPED_WITHIN * 2)
+        assert stop.returncode == 0, stop.stderr
+        state = docker("inspect", "--format", "{{.State.ExitCode}}", proxy)
+        assert state.stdout.strip() == "0", state.stdout + state.stderr
+        logs = docker("logs", proxy)
+        assert "proxy finished" in logs.stderr
+        assert "Traceback" not in logs.stdout + logs.stderr
+        if collector:
+            received = logged(receiver, '"session/prompt"', "stdout")
+            spans = [json.loads(line) for line in received.splitlines()]
+            assert [SERVICE, "session/prompt", "answered"] in spans
+            assert {span[0] for span in spans} == {SERVICE}
+    finally:
+        docker("rm", "--force", proxy, receiver)
+        docker("network", "rm", network)
 
 
 # -- the compose stack -----------------------------------------------------------------------

@@ -372,12 +372,18 @@ def pinned() -> dict[str, str]:
     return pins
 
 
+IMAGE_EXTRAS = ("otel",)
+"""The extras the image installs with the wheel (``run --otel`` works in it); never ``test``."""
+
+
 def test_the_constraints_pin_every_dependency_and_the_build_uses_them() -> None:
-    """Every dependency of the project (and the build backend) has an exact version, one the
-    project accepts; the Dockerfile copies the file and points pip at it."""
+    """Every dependency of the project (with the image's extras, and the build backend) has an
+    exact version, one the project accepts; the Dockerfile copies the file and points pip at it."""
     pins = pinned()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     requirements = [Requirement(r) for r in project["project"]["dependencies"]]
+    for extra in IMAGE_EXTRAS:
+        requirements += [Requirement(r) for r in project["project"]["optional-dependencies"][extra]]
     requirements += [Requirement(r) for r in project["build-system"]["requires"]]
     for requirement in requirements:
         name = canonicalize_name(requirement.name)
@@ -387,3 +393,14 @@ def test_the_constraints_pin_every_dependency_and_the_build_uses_them() -> None:
     assert ("COPY", "docker/constraints.txt ./") in instructions
     env = " ".join(arguments for instruction, arguments in instructions if instruction == "ENV")
     assert "PIP_CONSTRAINT=/src/constraints.txt" in env
+
+
+def test_the_image_and_the_constraints_install_the_wheel_with_its_extras() -> None:
+    """The Dockerfile installs the wheel with the image's extras, and docker/constraints.sh pins
+    what that install brings (the same extras)."""
+    wanted = f"[{','.join(IMAGE_EXTRAS)}]"
+    runs = [arguments for instruction, arguments in dockerfile() if instruction == "RUN"]
+    installs = [r for r in runs if "/opt/acp-proxy/bin/pip install" in r]
+    assert installs, "the Dockerfile installs the wheel into /opt/acp-proxy"
+    assert all(f'"${{wheel}}{wanted}"' in r for r in installs), installs
+    assert f'"/src{wanted}"' in (DOCKER / "constraints.sh").read_text()

@@ -231,8 +231,8 @@ def test_probes_metrics_and_services_name_the_admin_port(layout: str) -> None:
         f"{name}.$(POD_NAMESPACE).svc",
         f"{name}.$(POD_NAMESPACE).svc.cluster.local",
     ]
-    (env,) = container["env"]
-    assert env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    env = {variable["name"]: variable for variable in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -254,6 +254,22 @@ def test_every_container_has_resources_and_runs_unprivileged(layout: str) -> Non
             targets = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
             assert "/tmp" in targets
             assert "/data" in targets
+
+
+def test_the_sidecar_proxy_traces_to_the_collector_its_environment_names() -> None:
+    """--otel, with the standard variables (docs/opentelemetry.md's) naming the collector's
+    OTLP/HTTP endpoint and the service."""
+    ((_, proxy),) = proxy_containers("sidecar")
+    assert "--otel" in proxy["args"]
+    env = {variable["name"]: variable.get("value") for variable in proxy["env"]}
+    documented = set(re.findall(r"`(OTEL_\w+)`", (ROOT / "docs" / "opentelemetry.md").read_text()))
+    otel = {name for name in env if name.startswith("OTEL_")}
+    assert otel <= documented, otel - documented
+    endpoint = urlsplit(env["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    assert endpoint.scheme in {"http", "https"}
+    assert endpoint.hostname
+    assert endpoint.port == 4318, "OTLP/HTTP's port (4317 is OTLP/gRPC, which --otel does not send)"
+    assert env["OTEL_SERVICE_NAME"]
 
 
 def test_the_sidecar_keeps_its_agent_on_loopback() -> None:
