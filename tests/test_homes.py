@@ -66,7 +66,7 @@ ELSEWHERE: dict[str, str] = {
     "tools/check_agent/traces/invalid_keys.py": "tools/check_agent/test_check_agent_traces.py",
     "tools/check_agent/traces/key_scope.py": "tools/check_agent/test_check_agent_traces.py",
     "tools/check_agent/traces/lost_answers.py": "tools/check_agent/test_check_agent_traces.py",
-    "tools/check_agent/verdicts.py": "tools/check_agent/test_check_agent_output.py",
+    "tools/verdicts.py": "tools/check_agent/test_check_agent_output.py",
     "tools/lab/agent.py": "tools/lab/test_reference_agent.py",
     "tools/report/__init__.py": "tools/report/test_report.py",
     "tools/report/command.py": "tools/report/test_report_html.py",

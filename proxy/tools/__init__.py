@@ -4,6 +4,7 @@
 * :mod:`~proxy.tools.check_agent`: the RFD's conformance traces against any Agent;
 * :mod:`~proxy.tools.report`: what a run showed, read back from its traces (text, JSON, HTML);
 * :mod:`~proxy.tools.bench`: the proxy's cost, measured against the floor of any Python relay;
+* :mod:`~proxy.tools.verdicts`: the checkers' verdicts and how they are told;
 * :mod:`~proxy.tools.rpc`: the one JSON-RPC client the tools talk to Agents with.
 
 Each command's entry takes the options' model of its tool (built and checked from the command

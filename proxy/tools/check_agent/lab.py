@@ -27,8 +27,8 @@ from proxy.shell.endpoint import Endpoint
 from proxy.shell.transports.stdio import AgentProcess, send_signal, spawn_agent
 from proxy.tools.check_agent.conversation import Conversation
 from proxy.tools.check_agent.options import CheckOptions, Transport
-from proxy.tools.check_agent.verdicts import Error
 from proxy.tools.rpc import connect
+from proxy.tools.verdicts import Error
 
 __all__ = ["Lab", "open_lab"]
 
