@@ -538,6 +538,14 @@ def agent(
     turn_ms: Annotated[
         float, typer.Option(metavar="MS", min=0, help="How long a turn runs.")
     ] = 50.0,
+    fail_prompts: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=0,
+            help="Answer the first N prompts -32603, inserting nothing (the keys stay unused).",
+        ),
+    ] = 0,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> int:
@@ -546,7 +554,11 @@ def agent(
 
     configure_logging(log_format.value, log_level.value)
     options = AgentOptions.from_command_line(
-        listen=listen, store=store, dedupe=not no_dedupe, turn_ms=turn_ms
+        listen=listen,
+        store=store,
+        dedupe=not no_dedupe,
+        turn_ms=turn_ms,
+        fail_prompts=fail_prompts,
     )
     return agent_main(options)
 
@@ -614,6 +626,75 @@ def check_agent_command(
     return check_agent_main(options, as_json=as_json, junit=junit)
 
 
+@_command("check-client", context_settings={"allow_interspersed_args": False})
+def check_client_command(
+    client_cmd: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="-- CLIENT_CMD",
+            help="The Client to check; {agent} (or {agent-json}, or {url} with --listen) names "
+            "the Agent it is given.",
+        ),
+    ],
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Serve the Agent at http://127.0.0.1:0/acp or ws://... for a network Client "
+            "({url} in its command).",
+        ),
+    ] = None,
+    prompts: Annotated[
+        int, typer.Option(metavar="N", min=1, help="How many prompts the Client sends in a run.")
+    ] = 1,
+    retry_window: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS", min=0.1, help="Seconds after a loss within which a resend counts."
+        ),
+    ] = 30.0,
+    client_timeout: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            min=0.1,
+            help="Seconds a run of the Client may last before it is stopped and judged.",
+        ),
+    ] = 60.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    junit: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Also write JUnit XML to this file.", dir_okay=False),
+    ] = None,
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            metavar="C0..C7",
+            help="Check only this scenario; repeatable: --only C1 --only C5.",
+        ),
+    ] = None,
+    log_level: LogLevelOption = LogLevelChoice.error,
+) -> int:
+    """Run a Client through the idempotency RFD's Client scenarios C0-C7 and judge its retries.
+
+    Exit 0 when no scenario failed, 1 on a FAIL, 2 when nothing could be checked (every scenario
+    skipped or not checkable).
+    """
+    from proxy.tools.check_client import ClientCheckOptions, check_client_main
+
+    configure_logging("console", log_level.value)
+    options = ClientCheckOptions.from_command_line(
+        client_argv=client_cmd,
+        listen=listen,
+        prompts=prompts,
+        retry_window=retry_window,
+        client_timeout=client_timeout,
+        scenarios=scenario or (),
+    )
+    return check_client_main(options, as_json=as_json, junit=junit)
+
+
 @_command(
     context_settings={"allow_interspersed_args": False},
     no_args_is_help=False,
@@ -673,12 +754,42 @@ def client(
         ),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    no_key: Annotated[
+        bool,
+        typer.Option(
+            "--no-key", help="Misbehave on purpose (for check-client's tests): send no key."
+        ),
+    ] = False,
+    reuse_key: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-key",
+            help="Misbehave on purpose (for check-client's tests): one key for every prompt.",
+        ),
+    ] = False,
+    key_from_text: Annotated[
+        bool,
+        typer.Option(
+            "--key-from-text",
+            help="Misbehave on purpose (for check-client's tests): a key derived from the "
+            "prompt's text.",
+        ),
+    ] = False,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> int:
     from proxy.tools.lab.client import ClientOptions, client_main
+    from proxy.tools.lab.client.options import KeyMode
 
     configure_logging(log_format.value, log_level.value)
+    flags: list[tuple[str, KeyMode, bool]] = [
+        ("--no-key", "none", no_key),
+        ("--reuse-key", "reuse", reuse_key),
+        ("--key-from-text", "from_text", key_from_text),
+    ]
+    misbehaviours = [(flag, mode) for flag, mode, given in flags if given]
+    if len(misbehaviours) > 1:
+        raise OptionError(f"{' and '.join(flag for flag, _ in misbehaviours)}: give one at most")
     options = ClientOptions(
         agent_argv=tuple(agent_cmd or ()),
         connect=connect,
@@ -687,6 +798,7 @@ def client(
         max_attempts=max_attempts,
         cwd=cwd or str(Path.cwd()),
         follow_trace=follow_trace,
+        keys=misbehaviours[0][1] if misbehaviours else "fresh",
     )
     return client_main(options, as_json=json_output)
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 __all__ = ["cannot_run"]
 
 
-def cannot_run(agent_argv: Sequence[str]) -> str | None:
-    """Why the Agent command ``agent_argv`` cannot be run (its program is not an executable),
-    as the text of an ``error: ...`` line; None when it can be."""
+def cannot_run(agent_argv: Sequence[str], what: str = "Agent") -> str | None:
+    """Why the command ``agent_argv`` (of the Agent, or ``what``) cannot be run (its program is
+    not an executable), as the text of an ``error: ...`` line; None when it can be."""
     if shutil.which(agent_argv[0]) is None:
-        return f"cannot run the Agent: {agent_argv[0]!r} is not an executable"
+        return f"cannot run the {what}: {agent_argv[0]!r} is not an executable"
     return None

@@ -23,6 +23,9 @@ session it keeps a history of messages and the keys recorded with the user messa
 * ``--store DIR``: each session is a JSON file, replaced atomically on every change, so a killed
   and restarted Agent still recognises the keys of the messages it stored.
 * ``--no-dedupe``: keys are ignored (every prompt is a new submission): a known-bad Agent.
+* ``--fail-prompts N``: the first N valid prompts of the process are answered ``-32603`` and
+  insert nothing (their keys stay unused): an Agent's own error, which the proxy relays and its
+  ledger records with the key (``acp-proxy check-client``'s C4).
 
 It speaks on stdio, or serves WebSocket and Streamable HTTP with the proxy's own transports.
 """
@@ -71,10 +74,13 @@ class AgentOptions:
     store: Path | None = None
     dedupe: bool = True
     turn_ms: float = 50.0
+    fail_prompts: int = 0
+    """The first valid prompts of the process answered ``-32603``, nothing inserted."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         at_least("--turn-ms", self.turn_ms, 0)
+        at_least("--fail-prompts", self.fail_prompts, 0)
         at_least("max_message_bytes", self.max_message_bytes, 1)
 
     @classmethod
@@ -165,6 +171,8 @@ class ReferenceAgent:
         self.options = options
         self.store = SessionStore(options.store)
         self.sessions: dict[str, Session] = {}
+        self.failures_left = options.fail_prompts
+        """Prompts still to be answered ``-32603`` (``--fail-prompts``)."""
 
     def session(self, session_id: str) -> Session | None:
         session = self.sessions.get(session_id)
@@ -408,6 +416,10 @@ class AgentConnection:
                 self.error(request_id, ErrorCode.INVALID_PARAMS, message)
                 return
             key = value if self.agent.options.dedupe else None
+        if self.agent.failures_left > 0:  # --fail-prompts: not inserted, the key stays unused
+            self.agent.failures_left -= 1
+            self.error(request_id, ErrorCode.INTERNAL_ERROR, "failing on purpose (--fail-prompts)")
+            return
         waiter = _Waiter(self, request_id)
         if key is not None:
             recorded = session.keys.get(key)

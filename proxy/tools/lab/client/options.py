@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from proxy.core.errors import OptionError, at_least
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
 
-__all__ = ["ClientOptions"]
+__all__ = ["ClientOptions", "KeyMode"]
+
+KeyMode = Literal["fresh", "none", "reuse", "from_text"]
+"""How the Client makes its idempotency keys: ``fresh``, a UUID4 per submission (the RFD); the
+others break the RFD on purpose, for the tests of ``acp-proxy check-client``: ``none`` sends no
+key (``--no-key``), ``reuse`` one key for every submission of the run (``--reuse-key``),
+``from_text`` a key derived from the prompt's text (``--key-from-text``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +50,8 @@ class ClientOptions:
     Agent the proxy replaced) counts as timed out at once, and the final replay waits
     (``answer_timeout`` at most) until the proxy has nothing held for the Agent or outstanding
     there."""
+    keys: KeyMode = "fresh"
+    """How keys are made: anything but ``fresh`` misbehaves on purpose (:data:`KeyMode`)."""
 
     def __post_init__(self) -> None:
         if bool(self.agent_argv) == (self.connect is not None):
@@ -56,6 +65,8 @@ class ClientOptions:
         at_least("setup_timeout", self.setup_timeout, MIN_TIMEOUT)
         at_least("grace", self.grace, 0)
         at_least("max_message_bytes", self.max_message_bytes, 1)
+        if self.keys not in get_args(KeyMode):
+            raise OptionError(f"keys: expected one of {list(get_args(KeyMode))}, got {self.keys!r}")
 
     @property
     def transport(self) -> str:

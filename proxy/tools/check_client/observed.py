@@ -1,0 +1,152 @@
+"""What the proxy saw of one run of the Client, read back from its trace.
+
+The prompts are rebuilt by the report's :class:`~proxy.tools.report.prompts.Prompts` (each
+``session/prompt`` attempt, its key, its faults, its outcome, the attempt it retries); beside
+them the ledger's ``keyed`` records (a key with the digest of its prompt), the ``messageId`` s
+named for each key, the ledger's findings, and the Client's other messages to the Agent
+(``session/resume``, ``session/cancel``, ``$/cancel_request``) with the connection they came on.
+A connection is named by the proxy run in the file (a Client over stdio starts a new proxy for
+each connection) and the link.
+
+Keys are shown by digest (:func:`key_text`), as the trace shows prompts: a verdict never prints
+a key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from proxy.core.events import Direction, Side
+from proxy.core.records import (
+    ConnectionRecord,
+    FindingRecord,
+    KeyedMessageRecord,
+    KeyedRecord,
+    MessageRecord,
+    TraceHeader,
+)
+from proxy.tools.report.load import Entry, TraceReadError, read_trace
+from proxy.tools.report.prompts import Attempt, Prompts, wire_text
+
+__all__ = ["Keyed", "Observed", "Sent", "key_text", "observe"]
+
+Connection = tuple[int, int | None]
+"""A connection of the Client: the proxy run in the trace file, and the link."""
+
+
+def key_text(key: str) -> str:
+    """A key as a verdict shows it: ``key#`` and the first 8 hex digits of its SHA-256."""
+    return f"key#{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Keyed:
+    """A keyed ``session/prompt`` the ledger recorded: its key and its prompt's digest."""
+
+    time: float
+    session: str
+    key: str
+    prompt: str
+    connection: Connection
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A request or notification of the Client other than a prompt, as the proxy handled it."""
+
+    time: float
+    method: str
+    session: str | None
+    id: object
+    disposition: str
+    connection: Connection
+
+
+@dataclass
+class Observed:
+    """What one run's trace shows (empty when the Client never started the Agent)."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    keyed: list[Keyed] = field(default_factory=list)
+    messages: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    """The ``messageId`` s named for each (session, key), in order."""
+    findings: list[FindingRecord] = field(default_factory=list)
+    sent: list[Sent] = field(default_factory=list)
+    start: float | None = None
+    open_links: int = 0
+    """Client connections opened and not yet closed in the trace."""
+    unreadable: str | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Every Client connection the trace opened was closed."""
+        return self.start is not None and self.open_links == 0
+
+    def at(self, time: float) -> str:
+        """``t+1.234s``: a time from the run's first record."""
+        return f"t+{time - (self.start or time):.3f}s"
+
+    def attempt_text(self, attempt: Attempt) -> str:
+        """``id 3 (key#1a2b3c4d) at t+0.5s``: an attempt as a verdict names it."""
+        key = "no key" if attempt.key is None else key_text(attempt.key)
+        return f"id {wire_text(attempt.id)} ({key}) at {self.at(attempt.time)}"
+
+    def connection_of(self, attempt: Attempt) -> Connection:
+        return (attempt.run, attempt.link)
+
+
+def observe(trace: Path) -> Observed:
+    """What ``trace`` shows so far (a missing file: nothing)."""
+    observed = Observed()
+    try:
+        data = trace.read_bytes()
+    except FileNotFoundError:
+        return observed
+    try:
+        entries, _ = read_trace(str(trace), data)
+    except TraceReadError as exc:
+        observed.unreadable = str(exc)
+        return observed
+    prompts = Prompts()
+    open_links: set[Connection] = set()
+    for entry in entries:
+        prompts.step(entry)
+        _take(observed, entry, open_links)
+    with contextlib.suppress(ValueError):
+        observed.start = min(entry.time for entry in entries)
+    prompts.retries(observed.start)  # marks each attempt's retry_of
+    observed.attempts = sorted(prompts.attempts, key=lambda attempt: attempt.time)
+    observed.open_links = len(open_links)
+    return observed
+
+
+def _take(observed: Observed, entry: Entry, open_links: set[Connection]) -> None:
+    record = entry.record
+    connection = (entry.run, getattr(record, "link", None))
+    match record:
+        case KeyedRecord():
+            observed.keyed.append(
+                Keyed(record.time, record.session, record.key, record.prompt, connection)
+            )
+        case KeyedMessageRecord():
+            named = observed.messages.setdefault((record.session, record.key), [])
+            if record.message_id not in named:
+                named.append(record.message_id)
+        case FindingRecord():
+            observed.findings.append(record)
+        case TraceHeader():  # a new proxy process: the links of the one before are gone
+            open_links.clear()
+        case ConnectionRecord(side=Side.CLIENT):
+            if record.state == "open":
+                open_links.add(connection)
+            else:
+                open_links.discard(connection)
+        case MessageRecord(direction=Direction.TO_AGENT, method=str(method)) if (
+            method != "session/prompt"
+        ):
+            observed.sent.append(
+                Sent(record.time, method, record.session, record.id, record.disposition, connection)
+            )

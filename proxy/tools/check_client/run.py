@@ -1,0 +1,122 @@
+"""One run of the Client under test: started in a process group of its own, in front of the
+Agent the checker controls, bounded in time, always reaped (its whole group, even when the check
+is interrupted), and its trace read back (:mod:`proxy.tools.check_client.observed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from proxy.tools.check_client.agent import CheckedAgent
+from proxy.tools.check_client.observed import Observed, observe
+from proxy.tools.check_client.options import ClientCheckOptions
+from proxy.tools.lab.trace_follow import POLL
+from proxy.tools.verdicts import Error
+
+__all__ = ["Run", "run_once"]
+
+STOP_GRACE = 2.0
+"""Seconds a Client past its time has between SIGTERM and SIGKILL (its process group)."""
+TRACE_SETTLE = 5.0
+"""Seconds the proxies a Client spawned have, once it exited, to close their links in the trace
+(they see their stdin end when the Client does)."""
+SAID_BYTES = 400
+"""How much of the end of the Client's output a verdict quotes."""
+
+
+@dataclass
+class Run:
+    """What one run of the Client did, as the proxy saw it."""
+
+    setup: str
+    exit_status: int | None
+    """The Client's exit status; None when it was stopped (``--client-timeout``)."""
+    seconds: float
+    observed: Observed
+    said: str
+    """The end of what the Client wrote on stdout and stderr (for a verdict's reason)."""
+
+    def how_it_ended(self, timeout: float) -> str:
+        """``the Client exited with status 1``, or was stopped after ``timeout`` seconds."""
+        if self.exit_status is None:
+            return f"the Client was stopped after {timeout:g} s (--client-timeout)"
+        return f"the Client exited with status {self.exit_status}"
+
+
+async def run_once(
+    options: ClientCheckOptions,
+    setup: str,
+    rules: list[dict[str, Any]],
+    directory: Path,
+    agent_args: Sequence[str] = (),
+) -> Run:
+    """Run the Client once with ``rules`` in the proxy in front of the reference Agent (with
+    ``agent_args``), in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a local folder, once
+    agent = CheckedAgent(directory, rules, options.listen, agent_args)
+    output = directory / "client.out"
+    started = time.monotonic()
+    try:
+        await agent.start()
+        argv = agent.client_argv(options.client_argv)
+        with output.open("wb") as out:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                    process_group=0,
+                )  # fmt: skip
+            except OSError as exc:
+                raise Error(f"cannot run the Client: {exc}") from None
+            try:
+                status = await _bounded(process, options.client_timeout)
+                if status is None:
+                    await _stop_group(process)
+                if options.listen is None:
+                    await _settled(agent.trace)
+            finally:
+                await _stop_group(process)
+        seconds = time.monotonic() - started
+    finally:
+        await agent.stop()
+    said = output.read_bytes()[-SAID_BYTES:].decode(errors="replace").strip()
+    return Run(setup, status, round(seconds, 3), observe(agent.trace), said)
+
+
+async def _bounded(process: asyncio.subprocess.Process, seconds: float) -> int | None:
+    """The Client's exit status, or None when it ran past ``seconds``."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await process.wait()
+    except TimeoutError:
+        return None
+
+
+async def _stop_group(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM the Client's process group (what is left of it), SIGKILL it after
+    :data:`STOP_GRACE`; reap the Client. Run on the way out whatever happened, Ctrl-C included."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signum)
+        if signum == signal.SIGTERM:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(process.wait()), STOP_GRACE)
+    await process.wait()
+
+
+async def _settled(trace: Path) -> None:
+    """Wait (:data:`TRACE_SETTLE` at most) until every link in ``trace`` was closed: the proxies
+    the Client spawned have seen it go and written their last records."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(TRACE_SETTLE):
+            while True:  # the trace is a file: looked at as the proxy's Clients do (POLL)
+                if observe(trace).settled:
+                    return
+                await asyncio.sleep(POLL)
