@@ -14,6 +14,7 @@ a key.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 from dataclasses import dataclass, field
@@ -33,8 +34,10 @@ from proxy.tools.report.prompts import Attempt, Prompts, wire_text
 
 __all__ = ["Keyed", "Observed", "Sent", "key_text", "observe"]
 
-Connection = tuple[int, int | None]
-"""A connection of the Client: the proxy run in the trace file, and the link."""
+Connection = tuple[int, int | None, int]
+"""A connection of the Client: the proxy run in the trace file, the link, and how many Client
+connections that link had opened by then (in conductor mode, ``--keep-upstream``, the link
+stays when the Client connects again)."""
 
 
 def key_text(key: str) -> str:
@@ -79,6 +82,14 @@ class Observed:
     open_links: int = 0
     """Client connections opened and not yet closed in the trace."""
     unreadable: str | None = None
+    opened: dict[tuple[int, int | None], list[float]] = field(default_factory=dict)
+    """When each (proxy run, link) saw a Client connection open."""
+    prompts: dict[int, str] = field(default_factory=dict)
+    """The digest of each keyed attempt's prompt, by the attempt's ``id()`` (:meth:`prompt_of`)."""
+
+    def prompt_of(self, attempt: Attempt) -> str | None:
+        """The digest of a keyed attempt's prompt (from the ledger's ``keyed`` record)."""
+        return self.prompts.get(id(attempt))
 
     @property
     def settled(self) -> bool:
@@ -95,7 +106,12 @@ class Observed:
         return f"id {wire_text(attempt.id)} ({key}) at {self.at(attempt.time)}"
 
     def connection_of(self, attempt: Attempt) -> Connection:
-        return (attempt.run, attempt.link)
+        """The Client connection ``attempt`` came on."""
+        return self.connection_at(attempt.run, attempt.link, attempt.time)
+
+    def connection_at(self, run: int, link: int | None, time: float) -> Connection:
+        """The Client connection of ``link`` in proxy ``run`` at ``time``."""
+        return (run, link, bisect.bisect_right(self.opened.get((run, link), []), time))
 
 
 def observe(trace: Path) -> Observed:
@@ -111,10 +127,14 @@ def observe(trace: Path) -> Observed:
         observed.unreadable = str(exc)
         return observed
     prompts = Prompts()
-    open_links: set[Connection] = set()
+    open_links: set[tuple[int, int | None]] = set()
     for entry in entries:
         prompts.step(entry)
         _take(observed, entry, open_links)
+        if isinstance(entry.record, MessageRecord) and observed.keyed:
+            for attempt in prompts.attempts:  # the attempt this record gave its key, if any
+                if attempt.key is not None and id(attempt) not in observed.prompts:
+                    observed.prompts[id(attempt)] = observed.keyed[-1].prompt
     with contextlib.suppress(ValueError):
         observed.start = min(entry.time for entry in entries)
     prompts.retries(observed.start)  # marks each attempt's retry_of
@@ -123,9 +143,10 @@ def observe(trace: Path) -> Observed:
     return observed
 
 
-def _take(observed: Observed, entry: Entry, open_links: set[Connection]) -> None:
+def _take(observed: Observed, entry: Entry, open_links: set[tuple[int, int | None]]) -> None:
     record = entry.record
-    connection = (entry.run, getattr(record, "link", None))
+    link = (entry.run, getattr(record, "link", None))
+    connection = observed.connection_at(*link, record.time)
     match record:
         case KeyedRecord():
             observed.keyed.append(
@@ -141,9 +162,10 @@ def _take(observed: Observed, entry: Entry, open_links: set[Connection]) -> None
             open_links.clear()
         case ConnectionRecord(side=Side.CLIENT):
             if record.state == "open":
-                open_links.add(connection)
+                open_links.add(link)
+                observed.opened.setdefault(link, []).append(record.time)
             else:
-                open_links.discard(connection)
+                open_links.discard(link)
         case MessageRecord(direction=Direction.TO_AGENT, method=str(method)) if (
             method != "session/prompt"
         ):

@@ -121,22 +121,15 @@ def _struck(context: Context) -> Attempt:
 
 
 def _later(seen: Observed, attempt: Attempt) -> list[Attempt]:
-    """The attempts after ``attempt`` with its session and key."""
+    """The attempts after ``attempt`` with its session, key and prompt: its resends."""
     return [
         other
         for other in seen.attempts
         if other.time > attempt.time
         and other.key == attempt.key
         and other.session == attempt.session
+        and seen.prompt_of(other) == seen.prompt_of(attempt)
     ]
-
-
-def _prompt_of(seen: Observed, attempt: Attempt) -> str | None:
-    """The digest of a keyed attempt's prompt (the ledger's ``keyed`` record)."""
-    for keyed in seen.keyed:
-        if keyed.key == attempt.key and keyed.session == attempt.session:
-            return keyed.prompt
-    return None
 
 
 def _answered_at(attempt: Attempt) -> float | None:
@@ -158,10 +151,11 @@ def _resend(context: Context, lost: Attempt, how: str) -> Attempt:
                 f"{told}; it was resent without a key ({seen.attempt_text(again[0])}): the Agent "
                 "cannot tell it from a new prompt"
             )
-        raise Fail(f"{told}; it carried no key and was not resent with one")
+        ended = context.run.how_it_ended(context.client_timeout)
+        raise Fail(f"{told}; it carried no key and was not resent ({ended})")
     same = _later(seen, lost)
     if not same:
-        prompt = _prompt_of(seen, lost)
+        prompt = seen.prompt_of(lost)
         other = [
             keyed
             for keyed in seen.keyed
@@ -197,7 +191,8 @@ def _accepted(seen: Observed, lost: Attempt, same: list[Attempt]) -> None:
     if after:
         raise Fail(
             f"{seen.attempt_text(answered)} was answered at {seen.at(at)}, yet the Client sent "
-            f"the key again ({seen.attempt_text(after[0])}): it did not accept the answer"
+            f"its prompt with its key again ({seen.attempt_text(after[0])}): it did not accept "
+            "the answer, or took the key for a new submission's"
         )
 
 
@@ -220,17 +215,6 @@ def c0(context: Context) -> str:
             f"not a 1-255 character string), the first {run.observed.attempt_text(attempt)} in "
             f"the {run.setup} run"
         )
-    for run in context.runs:
-        seen = run.observed
-        for attempt in seen.attempts:
-            at = _answered_at(attempt)
-            again = [a for a in _later(seen, attempt) if at is not None and a.time > at]
-            if again:
-                raise Fail(
-                    f"{key_text(attempt.key or '')} was sent again ({seen.attempt_text(again[0])})"
-                    f" after its prompt was answered at {seen.at(at or 0)} in the {run.setup} run:"
-                    " a new submission needs a new key"
-                )
     first: dict[tuple[str, str], str] = {}
     for run in context.runs:
         for keyed in run.observed.keyed:
@@ -240,6 +224,23 @@ def c0(context: Context) -> str:
                     f"the same prompt came with the same key ({key_text(keyed.key)}) in the "
                     f"{earlier} and the {run.setup} runs: the key is derived from the text, "
                     "not random"
+                )
+    for run in context.runs:
+        seen = run.observed
+        for attempt in seen.attempts:
+            at = _answered_at(attempt)
+            again = [
+                a
+                for a in seen.attempts
+                if at is not None
+                and a.time > at
+                and (a.session, a.key) == (attempt.session, attempt.key)
+            ]
+            if again:
+                raise Fail(
+                    f"{key_text(attempt.key or '')} was sent again ({seen.attempt_text(again[0])})"
+                    f" after its prompt was answered at {seen.at(at or 0)} in the {run.setup} run:"
+                    " a new submission needs a new key"
                 )
     keys = {keyed.key for run in context.runs for keyed in run.observed.keyed}
     texts = {keyed.prompt for run in context.runs for keyed in run.observed.keyed}
@@ -303,7 +304,7 @@ def c4(context: Context) -> str:
         raise Skip(f"{seen.attempt_text(refused)} carried no key: no key to keep unused (see C0)")
     if refused.outcome() != "error":
         raise Skip(f"{seen.attempt_text(refused)} was not answered with the Agent's error")
-    prompt = _prompt_of(seen, refused)
+    prompt = seen.prompt_of(refused)
     for keyed in seen.keyed:
         if keyed.key == refused.key and keyed.prompt != prompt:
             raise Fail(
