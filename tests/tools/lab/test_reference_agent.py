@@ -211,6 +211,20 @@ async def test_an_error_leaves_the_key_unused(agents: Any) -> None:
     assert len(agent.user_messages(session)) == 2
 
 
+async def test_fail_prompts_refuses_the_first_prompts_and_leaves_their_keys_unused(
+    agents: Any,
+) -> None:
+    """--fail-prompts 1: the first prompt is -32603 and inserts nothing; its resend with the
+    same key is inserted (the key was unused)."""
+    agent = await agents("--fail-prompts", "1", "--turn-ms", "1")
+    session = await agent.open()
+    refused = await agent.request("session/prompt", prompt(session, "R", "K8"))
+    assert refused["error"]["code"] == -32603
+    assert agent.user_messages(session) == []
+    resent = await agent.request("session/prompt", prompt(session, "R", "K8"))
+    assert agent.user_messages(session) == [resent["result"]["messageId"]]
+
+
 async def test_the_same_key_in_another_session_is_unrelated(agents: Any) -> None:
     """T6: keys are scoped to their session."""
     agent = await agents("--turn-ms", "1")
