@@ -679,7 +679,8 @@ def check_client_command(
     """Run a Client through the idempotency RFD's Client scenarios C0-C7 and judge its retries.
 
     Exit 0 when no scenario failed, 1 on a FAIL, 2 when nothing could be checked (every scenario
-    skipped or not checkable).
+    skipped or not checkable) or on a usage error (the Client's command names no Agent, or cannot
+    be run).
     """
     from proxy.tools.check_client import ClientCheckOptions, check_client_main
 

@@ -46,7 +46,7 @@ async def check_client(options: ClientCheckOptions) -> list[Result]:
             result.status, result.reason = Status.ERROR, failed[scenario.setup]
             results.append(result)
             continue
-        context = Context(run, every, options.retry_window, options.client_timeout)
+        context = Context(run, every, options.retry_window, options.client_timeout, options.prompts)
         try:
             result.reason = scenario.judge(context)
         except Fail as exc:

@@ -86,6 +86,8 @@ class Context:
     runs: list[Run]
     retry_window: float
     client_timeout: float
+    prompts: int = 1
+    """How many prompts the Client sends in a run (``--prompts``)."""
 
     @property
     def seen(self) -> Observed:
@@ -214,6 +216,14 @@ def c0(context: Context) -> str:
             f"{len(unkeyed)} of {len(attempts)} prompts carried no valid idempotencyKey (none, or "
             f"not a 1-255 character string), the first {run.observed.attempt_text(attempt)} in "
             f"the {run.setup} run"
+        )
+    seen = context.seen
+    submitted = {(keyed.session, keyed.key, keyed.prompt) for keyed in seen.keyed}
+    if len(submitted) < context.prompts:
+        raise Fail(
+            f"{plural(len(submitted), 'submission')} in the {context.run.setup} run, where "
+            f"--prompts says {context.prompts} "
+            f"({context.run.how_it_ended(context.client_timeout)})"
         )
     first: dict[tuple[str, str], str] = {}
     for run in context.runs:

@@ -151,3 +151,11 @@ def test_usage_errors_are_told_before_anything_runs(tmp_path: Path) -> None:
     refused = check_client("--junit", str(junit), "--", *REFERENCE, "--", "{agent}")
     assert (refused.returncode, refused.stdout) == (2, "")
     assert "does not exist" in refused.stderr
+
+
+def test_a_client_that_sends_fewer_prompts_than_announced_fails_c0() -> None:
+    """--prompts 2 and a Client that sends one: C0 says how many submissions the run held."""
+    results = verdicts(
+        "--only", "C0", "--prompts", "2", *BOUNDS, "--", *REFERENCE, "--", "{agent}", status=1
+    )
+    assert "1 submission in the plain run, where --prompts says 2" in results["C0"]["reason"]
