@@ -88,6 +88,13 @@ LogFormatOption = Annotated[
     LogFormatChoice, typer.Option(help="Log rendering (logs always go to stderr).")
 ]
 LogLevelOption = Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")]
+ResultsJsonOption = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
+"""The checkers' ``--json``."""
+JunitOption = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="Also write JUnit XML to this file.", dir_okay=False),
+]
+"""The checkers' ``--junit FILE``."""
 
 
 Options = ParamSpec("Options")
@@ -579,11 +586,8 @@ def check_agent_command(
     transport: Annotated[
         TransportChoice, typer.Option(help="Between the checker and the proxy.")
     ] = TransportChoice.stdio,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-    junit: Annotated[
-        Path | None,
-        typer.Option(metavar="FILE", help="Also write JUnit XML to this file.", dir_okay=False),
-    ] = None,
+    as_json: ResultsJsonOption = False,
+    junit: JunitOption = None,
     trace: Annotated[
         list[str] | None,
         typer.Option(
@@ -661,11 +665,8 @@ def check_client_command(
             help="Seconds a run of the Client may last before it is stopped and judged.",
         ),
     ] = 60.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-    junit: Annotated[
-        Path | None,
-        typer.Option(metavar="FILE", help="Also write JUnit XML to this file.", dir_okay=False),
-    ] = None,
+    as_json: ResultsJsonOption = False,
+    junit: JunitOption = None,
     scenario: Annotated[
         list[str] | None,
         typer.Option(

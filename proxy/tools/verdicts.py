@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import enum
 import json
+import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from xml.etree import ElementTree
+
+from proxy.tools import cannot_run
 
 __all__ = [
     "Error",
@@ -22,7 +27,9 @@ __all__ = [
     "Skip",
     "Status",
     "exit_status",
+    "refusal",
     "render",
+    "tell",
     "to_json",
     "to_junit",
 ]
@@ -133,3 +140,22 @@ def to_junit(results: list[Result], suite: str) -> bytes:
             ElementTree.SubElement(case, "skipped", message=result.reason)
     xml: bytes = ElementTree.tostring(element, encoding="utf-8", xml_declaration=True)
     return xml
+
+
+def refusal(argv: Sequence[str], what: str, junit: Path | None) -> str | None:
+    """Why a checker cannot start (told before anything runs, exit status 2): the command of
+    the peer under test (``what``: ``Agent``, ``Client``) cannot be run, or ``junit``'s folder
+    does not exist; None when it can."""
+    why = cannot_run(argv, what)
+    if why is None and junit is not None and not junit.parent.is_dir():
+        why = f"--junit {junit}: its folder {junit.parent} does not exist"
+    return why
+
+
+def tell(results: list[Result], text: str, junit: Path | None, junit_xml: bytes) -> int:
+    """Print ``text`` (the table, or JSON), write ``junit_xml`` to ``junit`` if given; the exit
+    status."""
+    sys.stdout.write(text + "\n")
+    if junit is not None:
+        junit.write_bytes(junit_xml)
+    return exit_status(results)

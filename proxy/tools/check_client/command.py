@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from proxy.tools import cannot_run, verdicts
+from proxy.tools import verdicts
 from proxy.tools.check_client.options import ClientCheckOptions
 from proxy.tools.check_client.runner import check_client
 
@@ -20,9 +20,7 @@ def check_client_main(options: ClientCheckOptions, *, as_json: bool, junit: Path
     table, or JSON), write them as JUnit XML to ``junit`` if given; the exit status
     (:func:`~proxy.tools.verdicts.exit_status`), 2 when ``junit`` cannot be written (told before
     anything runs, as a Client command that cannot be run is)."""
-    why = cannot_run(options.client_argv, "Client")
-    if why is None and junit is not None and not junit.parent.is_dir():
-        why = f"--junit {junit}: its folder {junit.parent} does not exist"
+    why = verdicts.refusal(options.client_argv, "Client", junit)
     if why is not None:
         sys.stderr.write(f"error: {why}\n")
         return 2
@@ -32,7 +30,5 @@ def check_client_main(options: ClientCheckOptions, *, as_json: bool, junit: Path
     else:
         heading = f"check-client over {options.transport}: {shlex.join(options.client_argv)}"
         text = verdicts.render(results, heading, what="scenario")
-    sys.stdout.write(text + "\n")
-    if junit is not None:
-        junit.write_bytes(verdicts.to_junit(results, f"acp-check-client-{options.transport}"))
-    return verdicts.exit_status(results)
+    suite = f"acp-check-client-{options.transport}"
+    return verdicts.tell(results, text, junit, verdicts.to_junit(results, suite))

@@ -59,5 +59,6 @@ async def main(agent: list[str]) -> int:
 
 if __name__ == "__main__":
     separator, *agent = sys.argv[1:]
-    assert separator == "--" and agent, "usage: cancelling_client.py -- AGENT_CMD ..."
+    if separator != "--" or not agent:
+        sys.exit("usage: cancelling_client.py -- AGENT_CMD ...")
     sys.exit(asyncio.run(main(agent)))

@@ -15,35 +15,13 @@ import sys
 from typing import Any
 
 from acp import PROTOCOL_VERSION, spawn_agent_process
-from acp.schema import (
-    AllowedOutcome,
-    Implementation,
-    PermissionOption,
-    RequestPermissionResponse,
-    TextContentBlock,
-    ToolCallUpdate,
-)
+from acp.schema import Implementation, TextContentBlock
 
 
 class QuietClient:
-    """A Client that allows every permission and ignores the updates."""
+    """A Client that ignores the Agent's updates (the reference Agent asks nothing else)."""
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        return None
-
-    async def request_permission(
-        self,
-        session_id: str,
-        tool_call: ToolCallUpdate,
-        options: list[PermissionOption],
-        **kwargs: Any,
-    ) -> RequestPermissionResponse:
-        return RequestPermissionResponse(outcome=AllowedOutcome(option_id=options[0].option_id))
-
-    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        return {}
-
-    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
         return None
 
 
@@ -57,11 +35,12 @@ async def main(text: str, agent: list[str]) -> int:
         answer = await conn.prompt(
             session_id=session.session_id, prompt=[TextContentBlock(text=text)]
         )
-        print(f"stop reason: {answer.stop_reason}")
+        sys.stdout.write(f"stop reason: {answer.stop_reason}\n")
     return 0
 
 
 if __name__ == "__main__":
     text, separator, *agent = sys.argv[1:]
-    assert separator == "--" and agent, "usage: sdk_client.py TEXT -- AGENT_CMD ..."
+    if separator != "--" or not agent:
+        sys.exit("usage: sdk_client.py TEXT -- AGENT_CMD ...")
     sys.exit(asyncio.run(main(text, agent)))
