@@ -1,12 +1,17 @@
 """One run of the Client under test: started in a process group of its own, in front of the
 Agent the checker controls, bounded in time, always reaped (its whole group, even when the check
 is interrupted), and its trace read back (:mod:`proxy.tools.check_client.observed`).
+
+The Client is spawned as the proxy spawns an Agent (:func:`~proxy.shell.transports.stdio.in_child`:
+SIGINT and SIGTERM at their defaults, killed with the checker's thread on Linux) and its group is
+watched by the proxy's orphan guard, which stops it if the checker itself is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.shell.transports.stdio import OrphanGuard, in_child
 from proxy.tools.check_client.agent import CheckedAgent
 from proxy.tools.check_client.observed import Observed, observe
 from proxy.tools.check_client.options import ClientCheckOptions
@@ -71,10 +77,12 @@ async def run_once(
             try:
                 process = await asyncio.create_subprocess_exec(
                     *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                    process_group=0,
+                    process_group=0, preexec_fn=functools.partial(in_child, os.getpid()),
                 )  # fmt: skip
             except OSError as exc:
                 raise Error(f"cannot run the Client: {exc}") from None
+            guard = OrphanGuard.shared()
+            guard.watch(process.pid, STOP_GRACE)  # stopped even if the checker is killed
             try:
                 status = await _bounded(process, options.client_timeout)
                 if status is None:
@@ -83,6 +91,7 @@ async def run_once(
                     await _settled(agent.trace)
             finally:
                 await _stop_group(process)
+                guard.forget(process.pid)
         seconds = time.monotonic() - started
     finally:
         await agent.stop()

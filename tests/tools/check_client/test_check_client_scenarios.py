@@ -6,6 +6,10 @@ scenarios concerned, with the evidence; the JUnit file parses; a Client that han
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,7 +17,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
-from harness import PEERS
+from harness import PEERS, TIMEOUT
 from tool_runs import check_client
 
 pytestmark = pytest.mark.slow
@@ -159,3 +163,64 @@ def test_a_client_that_sends_fewer_prompts_than_announced_fails_c0() -> None:
         "--only", "C0", "--prompts", "2", *BOUNDS, "--", *REFERENCE, "--", "{agent}", status=1
     )
     assert "1 submission in the plain run, where --prompts says 2" in results["C0"]["reason"]
+
+
+HANGING_CLIENT = """
+import os, subprocess, sys, time
+child = subprocess.Popen(["sleep", "600"])
+with open(sys.argv[1], "w") as fifo:
+    fifo.write(f"{os.getpid()} {child.pid}")
+time.sleep(600)
+"""
+"""A Client that starts a child in its process group, says both pids, and hangs."""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_an_interrupted_check_stops_the_clients_whole_process_group(
+    signum: int, tmp_path: Path
+) -> None:
+    """Ctrl-C (or SIGTERM) during a run: the checker stops the Client and what it started
+    (its process group), says so, and exits 130; killed outright, its orphan guard stops them."""
+    fifo = tmp_path / "pids"
+    os.mkfifo(fifo)
+    checker = subprocess.Popen(
+        [*PROXY, "check-client", "--only", "C0", "--", sys.executable, "-c", HANGING_CLIENT,
+         str(fifo), "{agent}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            assert select.select([reader], [], [], TIMEOUT)[0], "the Client never started"
+            pids = [int(pid) for pid in _read_all(reader).split()]
+        finally:
+            os.close(reader)
+        ends = [os.pidfd_open(pid) for pid in pids]  # readable once the process has ended
+        checker.send_signal(signum)
+        _, err = checker.communicate(timeout=TIMEOUT)
+    finally:
+        if checker.poll() is None:
+            checker.kill()
+            checker.wait()
+    try:
+        if signum == signal.SIGKILL:
+            assert checker.returncode == -signal.SIGKILL
+        else:
+            assert checker.returncode == 130, err
+            assert "interrupted; the Client was stopped" in err
+        for end in ends:  # the Client and its child
+            assert select.select([end], [], [], TIMEOUT)[0], "a process of the Client is left"
+    finally:
+        for end in ends:
+            os.close(end)
+
+
+def _read_all(fd: int) -> str:
+    """What the writer of the FIFO ``fd`` wrote, up to its closing (each read waited for)."""
+    data = b""
+    while select.select([fd], [], [], TIMEOUT)[0]:
+        chunk = os.read(fd, 100)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
