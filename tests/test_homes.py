@@ -62,7 +62,6 @@ ELSEWHERE: dict[str, str] = {
     "tools/bench/ws_relay.py": "tools/bench/test_bench_ws_targets.py",
     "tools/check_agent/options.py": "tools/test_tool_options.py",
     "tools/check_client/command.py": "tools/check_client/test_check_client_scenarios.py",
-    "tools/check_client/observed.py": "tools/check_client/test_check_client_scenarios.py",
     "tools/check_client/options.py": "tools/test_tool_options.py",
     "tools/check_client/run.py": "tools/check_client/test_check_client_scenarios.py",
     "tools/check_client/runner.py": "tools/check_client/test_check_client_scenarios.py",
