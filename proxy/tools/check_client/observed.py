@@ -27,12 +27,17 @@ from proxy.core.records import (
     KeyedMessageRecord,
     KeyedRecord,
     MessageRecord,
+    Record,
     TraceHeader,
 )
 from proxy.tools.report.load import Entry, TraceReadError, read_trace
 from proxy.tools.report.prompts import Attempt, Prompts, wire_text
 
-__all__ = ["Keyed", "Observed", "Sent", "key_text", "observe"]
+__all__ = ["MAX_TRACE_BYTES", "ClientLinks", "Keyed", "Observed", "Sent", "key_text", "observe"]
+
+MAX_TRACE_BYTES = 64 << 20
+"""The largest trace a run's judgement reads (a Client flooding its Agent makes a larger one:
+that run is not judged, and the verdict says why)."""
 
 Connection = tuple[int, int | None, int]
 """A connection of the Client: the proxy run in the trace file, the link, and how many Client
@@ -79,8 +84,8 @@ class Observed:
     findings: list[FindingRecord] = field(default_factory=list)
     sent: list[Sent] = field(default_factory=list)
     start: float | None = None
-    open_links: int = 0
-    """Client connections opened and not yet closed in the trace."""
+    settled: bool = False
+    """Every Client connection the trace opened was closed (:class:`ClientLinks`)."""
     unreadable: str | None = None
     opened: dict[tuple[int, int | None], list[float]] = field(default_factory=dict)
     """When each (proxy run, link) saw a Client connection open."""
@@ -90,11 +95,6 @@ class Observed:
     def prompt_of(self, attempt: Attempt) -> str | None:
         """The digest of a keyed attempt's prompt (from the ledger's ``keyed`` record)."""
         return self.prompts.get(id(attempt))
-
-    @property
-    def settled(self) -> bool:
-        """Every Client connection the trace opened was closed."""
-        return self.start is not None and self.open_links == 0
 
     def at(self, time: float) -> str:
         """``t+1.234s``: a time from the run's first record."""
@@ -114,12 +114,41 @@ class Observed:
         return (run, link, bisect.bisect_right(self.opened.get((run, link), []), time))
 
 
+class ClientLinks:
+    """The Client connections open in a trace, fed record by record in file order."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.open: set[tuple[int, int | None]] = set()
+
+    def feed(self, record: Record) -> None:
+        if isinstance(record, TraceHeader):  # a new proxy process: the links before it are gone
+            self.runs += 1
+            self.open.clear()
+        elif isinstance(record, ConnectionRecord) and record.side is Side.CLIENT:
+            link = (self.runs, record.link)
+            if record.state == "open":
+                self.open.add(link)
+            else:
+                self.open.discard(link)
+
+    @property
+    def settled(self) -> bool:
+        """A proxy wrote the trace, and every Client connection it opened was closed."""
+        return self.runs > 0 and not self.open
+
+
 def observe(trace: Path) -> Observed:
-    """What ``trace`` shows so far (a missing file: nothing)."""
+    """What ``trace`` shows so far (a missing file: nothing; one over :data:`MAX_TRACE_BYTES`:
+    nothing but why)."""
     observed = Observed()
     try:
-        data = trace.read_bytes()
+        with trace.open("rb") as file:
+            data = file.read(MAX_TRACE_BYTES + 1)
     except FileNotFoundError:
+        return observed
+    if len(data) > MAX_TRACE_BYTES:
+        observed.unreadable = f"the run's trace is over {MAX_TRACE_BYTES >> 20} MiB: not judged"
         return observed
     try:
         entries, _ = read_trace(str(trace), data)
@@ -127,10 +156,11 @@ def observe(trace: Path) -> Observed:
         observed.unreadable = str(exc)
         return observed
     prompts = Prompts()
-    open_links: set[tuple[int, int | None]] = set()
+    links = ClientLinks()
     for entry in entries:
         prompts.step(entry)
-        _take(observed, entry, open_links)
+        links.feed(entry.record)
+        _take(observed, entry)
         if isinstance(entry.record, MessageRecord) and observed.keyed:
             for attempt in prompts.attempts:  # the attempt this record gave its key, if any
                 if attempt.key is not None and id(attempt) not in observed.prompts:
@@ -139,11 +169,11 @@ def observe(trace: Path) -> Observed:
         observed.start = min(entry.time for entry in entries)
     prompts.retries(observed.start)  # marks each attempt's retry_of
     observed.attempts = sorted(prompts.attempts, key=lambda attempt: attempt.time)
-    observed.open_links = len(open_links)
+    observed.settled = links.settled
     return observed
 
 
-def _take(observed: Observed, entry: Entry, open_links: set[tuple[int, int | None]]) -> None:
+def _take(observed: Observed, entry: Entry) -> None:
     record = entry.record
     link = (entry.run, getattr(record, "link", None))
     connection = observed.connection_at(*link, record.time)
@@ -158,14 +188,8 @@ def _take(observed: Observed, entry: Entry, open_links: set[tuple[int, int | Non
                 named.append(record.message_id)
         case FindingRecord():
             observed.findings.append(record)
-        case TraceHeader():  # a new proxy process: the links of the one before are gone
-            open_links.clear()
-        case ConnectionRecord(side=Side.CLIENT):
-            if record.state == "open":
-                open_links.add(link)
-                observed.opened.setdefault(link, []).append(record.time)
-            else:
-                open_links.discard(link)
+        case ConnectionRecord(side=Side.CLIENT, state="open"):
+            observed.opened.setdefault(link, []).append(record.time)
         case MessageRecord(direction=Direction.TO_AGENT, method=str(method)) if (
             method != "session/prompt"
         ):

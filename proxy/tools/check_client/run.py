@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.core.records import decode
 from proxy.shell.transports.stdio import OrphanGuard, in_child
 from proxy.tools.check_client.agent import CheckedAgent
-from proxy.tools.check_client.observed import Observed, observe
+from proxy.tools.check_client.observed import ClientLinks, Observed, observe
 from proxy.tools.check_client.options import ClientCheckOptions
 from proxy.tools.lab.trace_follow import POLL
 from proxy.tools.verdicts import Error
@@ -35,7 +36,9 @@ TRACE_SETTLE = 5.0
 """Seconds the proxies a Client spawned have, once it exited, to close their links in the trace
 (they see their stdin end when the Client does)."""
 SAID_BYTES = 400
-"""How much of the end of the Client's output a verdict quotes."""
+"""How much of the end of the Client's output is kept (a verdict quotes its last line)."""
+READ_CHUNK = 1 << 16
+"""Bytes read at most at a time, of the Client's output or of the trace."""
 
 
 @dataclass
@@ -68,35 +71,60 @@ async def run_once(
     ``agent_args``), in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a local folder, once
     agent = CheckedAgent(directory, rules, options.listen, agent_args)
-    output = directory / "client.out"
     started = time.monotonic()
     try:
         await agent.start()
         argv = agent.client_argv(options.client_argv)
-        with output.open("wb") as out:
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                    process_group=0, preexec_fn=functools.partial(in_child, os.getpid()),
-                )  # fmt: skip
-            except OSError as exc:
-                raise Error(f"cannot run the Client: {exc}") from None
-            guard = OrphanGuard.shared()
-            guard.watch(process.pid, STOP_GRACE)  # stopped even if the checker is killed
-            try:
-                status = await _bounded(process, options.client_timeout)
-                if status is None:
-                    await _stop_group(process)
-                if options.listen is None:
-                    await _settled(agent.trace)
-            finally:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, process_group=0,
+                preexec_fn=functools.partial(in_child, os.getpid()),
+            )  # fmt: skip
+        except OSError as exc:
+            raise Error(f"cannot run the Client: {exc}") from None
+        guard = OrphanGuard.shared()
+        guard.watch(process.pid, STOP_GRACE)  # stopped even if the checker is killed
+        assert process.stdout is not None
+        tail = _Tail(process.stdout)
+        try:
+            status = await _bounded(process, options.client_timeout)
+            if status is None:
                 await _stop_group(process)
-                guard.forget(process.pid)
+            if options.listen is None:
+                await _settled(agent.trace)
+        finally:
+            await _stop_group(process)
+            guard.forget(process.pid)
+            said = await tail.end()
         seconds = time.monotonic() - started
     finally:
         await agent.stop()
-    said = output.read_bytes()[-SAID_BYTES:].decode(errors="replace").strip()
     return Run(setup, status, round(seconds, 3), observe(agent.trace), said)
+
+
+class _Tail:
+    """The end of what the Client writes (:data:`SAID_BYTES`), read as it comes: a Client that
+    writes without end costs no more than that."""
+
+    def __init__(self, stream: asyncio.StreamReader) -> None:
+        self._stream = stream
+        self._kept = b""
+        self._reading = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        while chunk := await self._stream.read(READ_CHUNK):
+            self._kept = (self._kept + chunk)[-SAID_BYTES:]
+
+    async def end(self) -> str:
+        """What was kept, once the output ended (or :data:`STOP_GRACE` after the Client's group
+        was stopped: a child of it in another group may hold the pipe open)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._reading), STOP_GRACE)
+        self._reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reading
+        return self._kept.decode(errors="replace").strip()
 
 
 async def _bounded(process: asyncio.subprocess.Process, seconds: float) -> int | None:
@@ -121,11 +149,26 @@ async def _stop_group(process: asyncio.subprocess.Process) -> None:
 
 
 async def _settled(trace: Path) -> None:
-    """Wait (:data:`TRACE_SETTLE` at most) until every link in ``trace`` was closed: the proxies
-    the Client spawned have seen it go and written their last records."""
+    """Wait (:data:`TRACE_SETTLE` at most) until every Client connection in ``trace`` was closed:
+    the proxies the Client spawned have seen it go and written their last records. The file is
+    read as it grows, as the proxy's Clients follow it (:data:`POLL`)."""
+    links, offset, partial = ClientLinks(), 0, b""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(TRACE_SETTLE):
-            while True:  # the trace is a file: looked at as the proxy's Clients do (POLL)
-                if observe(trace).settled:
-                    return
-                await asyncio.sleep(POLL)
+            while True:
+                try:
+                    with trace.open("rb") as file:
+                        file.seek(offset)
+                        data = file.read(READ_CHUNK)
+                except FileNotFoundError:
+                    data = b""
+                offset += len(data)
+                *lines, partial = (partial + data).split(b"\n")
+                for line in lines:
+                    record = decode(line) if line.strip() else None
+                    if record is not None:
+                        links.feed(record)
+                if not data:
+                    if links.settled:
+                        return
+                    await asyncio.sleep(POLL)

@@ -46,6 +46,11 @@ async def check_client(options: ClientCheckOptions) -> list[Result]:
             result.status, result.reason = Status.ERROR, failed[scenario.setup]
             results.append(result)
             continue
+        if run.observed.unreadable is not None:  # a trace too large (or no trace) to judge
+            result.status, result.reason = Status.ERROR, run.observed.unreadable
+            result.seconds = run.seconds
+            results.append(result)
+            continue
         context = Context(run, every, options.retry_window, options.client_timeout, options.prompts)
         try:
             result.reason = scenario.judge(context)

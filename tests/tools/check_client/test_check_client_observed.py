@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from proxy.tools.check_client import observed
 from proxy.tools.check_client.observed import key_text, observe
 from proxy.tools.check_client.run import Run
 from proxy.tools.check_client.scenarios import Context, c0, c1, c2, c6
@@ -170,3 +171,12 @@ def test_the_trace_is_settled_when_every_client_connection_closed(trace: Trace) 
     trace.header(2.0)
     trace.connection(2.0, "open")  # a new proxy process: the links before it are gone
     assert not observe(trace.path).settled
+
+
+def test_a_trace_too_large_is_not_judged(trace: Trace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Client flooding its Agent makes a trace past the bound: read no further, said why."""
+    trace.prompt(1.0, (3, 2), "K1")
+    monkeypatch.setattr(observed, "MAX_TRACE_BYTES", 100)
+    seen = observe(trace.path)
+    assert seen.attempts == []
+    assert seen.unreadable == "the run's trace is over 0 MiB: not judged"

@@ -140,6 +140,15 @@ def test_a_client_that_hangs_is_stopped_and_nothing_is_checked() -> None:
     assert "nothing was checked: every scenario was skipped (exit status 2)" in done.stdout
 
 
+def test_a_client_that_writes_without_end_is_quoted_by_its_last_line() -> None:
+    """Megabytes of output cost the checker the last few hundred bytes: the verdict quotes the
+    last line."""
+    loud = [sys.executable, "-c", "print('x' * 5_000_000); print('my last words')", "{agent}"]
+    done = check_client("--only", "C0", "--", *loud)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "its last words: my last words" in done.stdout
+
+
 def test_usage_errors_are_told_before_anything_runs(tmp_path: Path) -> None:
     """No Agent named, an unknown scenario, a Client that is not there: exit 2, one line."""
     unnamed = check_client("--", *REFERENCE)
