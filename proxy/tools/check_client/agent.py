@@ -10,12 +10,8 @@ fault strikes once). With ``--listen`` the checker runs the proxy as a listener
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import os
 import shlex
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,17 +19,12 @@ from typing import Any
 
 import yaml
 
-from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
-from proxy.shell.transports.stdio import send_signal
 from proxy.tools.check_client.options import AGENT, AGENT_JSON, URL
+from proxy.tools.listener import ListeningProxy, NotListening
 from proxy.tools.verdicts import Error
 
 __all__ = ["CheckedAgent", "expand"]
 
-PROXY_START_TIMEOUT = 30.0
-"""Seconds a listening proxy has to say where it listens."""
-PROXY_STOP_TIMEOUT = 10.0
-"""Seconds a listening proxy has to finish its trace and exit after SIGTERM."""
 _NOOP = [{"name": "none", "when": {"method": "_check-client/never"}, "do": {"action": "drop"}}]
 
 
@@ -77,8 +68,7 @@ class CheckedAgent:
         self.command += agent_args
         """The Agent's command (over stdio: what ``{agent}`` becomes)."""
         self.url: str | None = None
-        self._proxy: asyncio.subprocess.Process | None = None
-        self._copying: asyncio.Task[None] | None = None
+        self._proxy: ListeningProxy | None = None
 
     def client_argv(self, template: Sequence[str]) -> list[str]:
         """The Client's command for this run."""
@@ -90,48 +80,13 @@ class CheckedAgent:
         if self.listen is None:
             return
         log = (self.directory / "proxy.log").open("ab", buffering=0)
-        self._proxy = process = await asyncio.create_subprocess_exec(
-            *self.command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, limit=DEFAULT_MAX_MESSAGE_BYTES, process_group=0,
-        )  # fmt: skip
-        assert process.stderr is not None
         try:
-            async with asyncio.timeout(PROXY_START_TIMEOUT):
-                while self.url is None:
-                    line = await process.stderr.readline()
-                    log.write(line)
-                    if not line:
-                        raise Error("the proxy in front of the Agent did not start")
-                    with contextlib.suppress(ValueError, TypeError, KeyError):
-                        record = json.loads(line)
-                        if record.get("event") == "listening":
-                            self.url = str(record["url"])
-        except TimeoutError:
-            log.close()
-            raise Error(f"the proxy did not listen within {PROXY_START_TIMEOUT:g} s") from None
-        except Error:
-            log.close()
-            raise
-        self._copying = asyncio.get_running_loop().create_task(self._copy(process.stderr, log))
-
-    @staticmethod
-    async def _copy(stream: asyncio.StreamReader, into: Any) -> None:
-        with into:
-            while line := await stream.readline():
-                into.write(line)
+            self._proxy = await ListeningProxy.start(self.command, log)
+        except NotListening as exc:
+            raise Error(f"the proxy in front of the Agent: {exc}") from None
+        self.url = self._proxy.url
 
     async def stop(self) -> None:
-        """Stop the listening proxy (SIGTERM: it finishes its trace; then SIGKILL)."""
-        process = self._proxy
-        if process is None:
-            return
-        if process.returncode is None:
-            send_signal(process, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(asyncio.shield(process.wait()), PROXY_STOP_TIMEOUT)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
-        if self._copying is not None:
-            await self._copying
+        """Stop the listening proxy, if any (it finishes its trace first)."""
+        if self._proxy is not None:
+            await self._proxy.stop()
