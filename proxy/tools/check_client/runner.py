@@ -58,6 +58,8 @@ async def check_client(options: ClientCheckOptions) -> list[Result]:
             result.status, result.reason = Status.FAIL, str(exc)
         except Skip as exc:
             result.status, result.reason = Status.SKIP, str(exc)
+        except Error as exc:
+            result.status, result.reason = Status.ERROR, str(exc)
         except Exception as exc:  # a bug of the checker (or what a Client did that it missed)
             log.exception("the judgement itself failed", scenario=name)
             result.status = Status.ERROR

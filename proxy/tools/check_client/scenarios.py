@@ -30,7 +30,7 @@ from proxy.tools.check_client.observed import Observed, key_text
 from proxy.tools.check_client.run import Run
 from proxy.tools.report import plural
 from proxy.tools.report.prompts import Attempt, wire_text
-from proxy.tools.verdicts import Fail, Skip
+from proxy.tools.verdicts import Error, Fail, Skip
 
 __all__ = ["SCENARIOS", "SETUPS", "Scenario", "Setup"]
 
@@ -99,6 +99,8 @@ Judge = Callable[[Context], str]
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
+    """A scenario: its title, the setup of its run (a key of :data:`SETUPS`), its judge."""
+
     title: str
     setup: str
     judge: Judge
@@ -117,9 +119,19 @@ def _prompted(context: Context) -> list[Attempt]:
     )
 
 
-def _struck(context: Context) -> Attempt:
-    """The prompt the run's fault struck (the first one); :class:`Skip` without prompts."""
-    return _prompted(context)[0]
+def _struck(context: Context, *, refused: bool = False) -> Attempt:
+    """The first prompt the run's fault struck: lost (or, ``refused``, answered with the
+    Agent's error). :class:`Skip` without prompts; :class:`Error` when the fault struck none
+    (the setup did not do what it is for: nothing to judge the Client on)."""
+    attempts = _prompted(context)
+    for attempt in attempts:
+        if (attempt.outcome() == "error") if refused else (attempt.loss() is not None):
+            return attempt
+    what = "answered with an error" if refused else "lost"
+    raise Error(
+        f"the run's fault struck no prompt ({plural(len(attempts), 'prompt')}, none {what}): "
+        "nothing to judge"
+    )
 
 
 def _later(seen: Observed, attempt: Attempt) -> list[Attempt]:
@@ -144,7 +156,7 @@ def _answered_at(attempt: Attempt) -> float | None:
 def _resend(context: Context, lost: Attempt, how: str) -> Attempt:
     """The resend of ``lost`` with its key within the retry window, or :class:`Fail`."""
     seen = context.seen
-    at, cause = lost.loss() or (lost.time, how)
+    at, cause = lost.loss() or (lost.time, how)  # lost: _struck found it so
     told = f"{seen.attempt_text(lost)} lost its answer ({cause}) at {seen.at(at)}"
     if lost.key is None:
         again = [other for other in seen.attempts if other.retry_of is lost]
@@ -212,10 +224,11 @@ def c0(context: Context) -> str:
     unkeyed = [(run, a) for run, a in attempts if a.key is None]
     if unkeyed:
         run, attempt = unkeyed[0]
+        none = " (a Client of ACP v1, which has no keys, or one ignoring the RFD)"
         raise Fail(
             f"{len(unkeyed)} of {len(attempts)} prompts carried no valid idempotencyKey (none, or "
             f"not a 1-255 character string), the first {run.observed.attempt_text(attempt)} in "
-            f"the {run.setup} run"
+            f"the {run.setup} run" + (none if len(unkeyed) == len(attempts) else "")
         )
     seen = context.seen
     submitted = {(keyed.session, keyed.key, keyed.prompt) for keyed in seen.keyed}
@@ -308,12 +321,10 @@ def c3(context: Context) -> str:
 
 
 def c4(context: Context) -> str:
-    refused = _struck(context)
+    refused = _struck(context, refused=True)
     seen = context.seen
     if refused.key is None:
         raise Skip(f"{seen.attempt_text(refused)} carried no key: no key to keep unused (see C0)")
-    if refused.outcome() != "error":
-        raise Skip(f"{seen.attempt_text(refused)} was not answered with the Agent's error")
     prompt = seen.prompt_of(refused)
     for keyed in seen.keyed:
         if keyed.key == refused.key and keyed.prompt != prompt:

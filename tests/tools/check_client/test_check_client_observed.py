@@ -16,7 +16,7 @@ from proxy.tools.check_client import observed
 from proxy.tools.check_client.observed import key_text, observe
 from proxy.tools.check_client.run import Run
 from proxy.tools.check_client.scenarios import Context, c0, c1, c2, c6
-from proxy.tools.verdicts import Fail
+from proxy.tools.verdicts import Error, Fail
 
 SESSION = "sess_1"
 START = 1000.0
@@ -180,3 +180,12 @@ def test_a_trace_too_large_is_not_judged(trace: Trace, monkeypatch: pytest.Monke
     seen = observe(trace.path)
     assert seen.attempts == []
     assert seen.unreadable == "the run's trace is over 0 MiB: not judged"
+
+
+def test_a_fault_that_struck_nothing_is_not_the_clients_fault(trace: Trace) -> None:
+    """No prompt lost in the run of a lost answer: the check could not be made (ERROR), never a
+    FAIL of the Client for not resending."""
+    trace.prompt(1.0, (3, 2), "K1")
+    trace.answer(1.1, (3, 2))
+    with pytest.raises(Error, match="the run's fault struck no prompt \\(1 prompt, none lost\\)"):
+        c1(context(trace))
