@@ -64,8 +64,8 @@ class CheckedAgent:
             proxy += ["--listen", listen, "--keep-upstream", "--log-level", "info"]
         else:
             proxy += ["--log-level", "error"]
-        self.command = [*proxy, "--", *python, "agent", "--store", str(directory / "store")]
-        self.command += agent_args
+        store = str(directory / "store")
+        self.command = [*proxy, "--", *python, "agent", "--store", store, *agent_args]
         """The Agent's command (over stdio: what ``{agent}`` becomes)."""
         self.url: str | None = None
         self._proxy: ListeningProxy | None = None

@@ -5,8 +5,9 @@ The prompts are rebuilt by the report's :class:`~proxy.tools.report.prompts.Prom
 them the ledger's ``keyed`` records (a key with the digest of its prompt), the ``messageId`` s
 named for each key, the ledger's findings, and the Client's other messages to the Agent
 (``session/resume``, ``session/cancel``, ``$/cancel_request``) with the connection they came on.
-A connection is named by the proxy run in the file (a Client over stdio starts a new proxy for
-each connection) and the link.
+A Client connection is named by the proxy run in the file (a Client over stdio starts a new
+proxy for each connection), the link, and how many Client connections the link had opened by
+then (a listening proxy in conductor mode keeps the link when the Client connects again).
 
 Keys are shown by digest (:func:`key_text`), as the trace shows prompts: a verdict never prints
 a key.
