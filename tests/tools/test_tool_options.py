@@ -59,7 +59,7 @@ def test_check_client_needs_the_agent_named_in_the_clients_command() -> None:
     )
     served = ClientCheckOptions(client_argv=("c", "{url}"), listen="ws://127.0.0.1:0/acp")
     assert served.transport == "ws"
-    refusals = [
+    refusals: list[tuple[dict[str, Any], str]] = [
         ({"client_argv": ("client", "--", "agent")}, "must name its Agent with {agent}"),
         ({"client_argv": ("c", "{agent}"), "listen": "ws://h:1/a"}, "must name the URL with"),
         ({"client_argv": ("c", "{url}"), "listen": "tcp://h:1"}, "expected an http:// or ws://"),
