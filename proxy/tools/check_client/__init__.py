@@ -7,7 +7,8 @@ so that it keeps its sessions across restarts). Its command names that Agent wit
 send its prompts on its own (a CLI Client given one on its command line). Each run is bounded in
 time (``--client-timeout``) and its process group always reaped. Then each scenario (C0-C7) is
 judged from what the proxy saw (the trace, the ledger's findings in it): PASS, FAIL with the
-evidence, SKIP with the reason, ERROR when the run could not be carried out.
+evidence, SKIP with the reason (every one for a v1 Client: the reference Agent's store says which
+version ``initialize`` agreed on), ERROR when the run could not be carried out.
 
 The package, one concern a module:
 

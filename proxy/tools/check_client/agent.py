@@ -10,6 +10,7 @@ fault strikes once). With ``--listen`` the checker runs the proxy as a listener
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -25,6 +26,10 @@ from proxy.tools.verdicts import Error
 
 __all__ = ["CheckedAgent", "expand"]
 
+MAX_SESSIONS = 64
+"""Session files of the reference Agent's store read at most, for the Client's version."""
+MAX_SESSION_BYTES = 16 << 20
+"""The largest session file read (a larger one holds huge prompts, and says nothing more)."""
 _NOOP = [{"name": "none", "when": {"method": "_check-client/never"}, "do": {"action": "drop"}}]
 
 
@@ -69,6 +74,19 @@ class CheckedAgent:
         """The Agent's command (over stdio: what ``{agent}`` becomes)."""
         self.url: str | None = None
         self._proxy: ListeningProxy | None = None
+
+    def client_versions(self) -> set[int]:
+        """The protocol versions the Agent agreed with the Client for the sessions it created
+        (its store says; at most :data:`MAX_SESSIONS` files of :data:`MAX_SESSION_BYTES` read)."""
+        versions: set[int] = set()
+        with contextlib.suppress(OSError):
+            for path in sorted((self.directory / "store").glob("*.json"))[:MAX_SESSIONS]:
+                with contextlib.suppress(OSError, ValueError):
+                    if path.stat().st_size <= MAX_SESSION_BYTES:
+                        version = json.loads(path.read_bytes()).get("protocolVersion")
+                        if isinstance(version, int):
+                            versions.add(version)
+        return versions
 
     def client_argv(self, template: Sequence[str]) -> list[str]:
         """The Client's command for this run."""

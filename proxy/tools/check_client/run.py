@@ -16,7 +16,7 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ class Run:
     observed: Observed
     said: str
     """The end of what the Client wrote on stdout and stderr (for a verdict's reason)."""
+    versions: set[int] = field(default_factory=set)
+    """The protocol versions the Agent agreed with the Client (1: a v1 Client, without keys)."""
 
     def how_it_ended(self, timeout: float) -> str:
         """``the Client exited with status 1``, or was stopped after ``timeout`` seconds."""
@@ -100,7 +102,8 @@ async def run_once(
         seconds = time.monotonic() - started
     finally:
         await agent.stop()
-    return Run(setup, status, round(seconds, 3), observe(agent.trace), said)
+    seen = observe(agent.trace)
+    return Run(setup, status, round(seconds, 3), seen, said, agent.client_versions())
 
 
 class _Tail:

@@ -34,6 +34,8 @@ from proxy.tools.verdicts import Error, Fail, Skip
 
 __all__ = ["SCENARIOS", "SETUPS", "Scenario", "Setup"]
 
+V2 = 2
+"""The protocol version that brings idempotency keys."""
 RESUMES = frozenset({acp.RESUME_SESSION, "session/load"})
 """What a Client sends to take up its session on a new connection."""
 
@@ -107,8 +109,14 @@ class Scenario:
 
 
 def _prompted(context: Context) -> list[Attempt]:
-    """The run's prompts; :class:`Skip` when the Client sent none."""
+    """The run's prompts; :class:`Skip` when the Client sent none, or is a v1 Client."""
     seen, run = context.seen, context.run
+    old = sorted(version for version in run.versions if version < V2)
+    if old:
+        raise Skip(
+            f"a Client of ACP v{old[0]}: it asked initialize for protocol version {old[0]}, and "
+            f"idempotency keys are v{V2}'s"
+        )
     if seen.attempts:
         return seen.attempts
     said = run.said.splitlines()[-1][:200] if run.said.strip() else "nothing"
@@ -224,7 +232,7 @@ def c0(context: Context) -> str:
     unkeyed = [(run, a) for run, a in attempts if a.key is None]
     if unkeyed:
         run, attempt = unkeyed[0]
-        none = " (a Client of ACP v1, which has no keys, or one ignoring the RFD)"
+        none = ": a v2 Client that sends no keys"
         raise Fail(
             f"{len(unkeyed)} of {len(attempts)} prompts carried no valid idempotencyKey (none, or "
             f"not a 1-255 character string), the first {run.observed.attempt_text(attempt)} in "

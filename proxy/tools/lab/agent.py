@@ -123,9 +123,18 @@ class Session:
     stop_reason: str | None = None
     turn: asyncio.Task[None] | None = None
     connection: AgentConnection | None = None
+    protocol_version: int | None = None
+    """The protocol version agreed with the Client that created it (in the store: what
+    ``acp-proxy check-client`` reads to tell a v1 Client)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "cwd": self.cwd, "messages": self.messages, "keys": self.keys}
+        return {
+            "id": self.id,
+            "cwd": self.cwd,
+            "messages": self.messages,
+            "keys": self.keys,
+            "protocolVersion": self.protocol_version,
+        }
 
 
 class SessionStore:
@@ -144,7 +153,10 @@ class SessionStore:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        return Session(data["id"], data["cwd"], data["messages"], data["keys"])
+        session = Session(data["id"], data["cwd"], data["messages"], data["keys"])
+        version = data.get("protocolVersion")
+        session.protocol_version = version if isinstance(version, int) else None
+        return session
 
     def save(self, session: Session) -> None:
         """Message and key in one write: both are stored, or neither."""
@@ -240,6 +252,8 @@ class AgentConnection:
         self.agent = agent
         self.endpoint = endpoint
         self.initialized = False
+        self.protocol_version: int | None = None
+        """The version ``initialize`` agreed on."""
         self.active: set[str] = set()
         self._pending: dict[Any, tuple[str, _Held]] = {}
         """Pending prompt requests by id (as JSON value): their session and held prompt."""
@@ -348,6 +362,7 @@ class AgentConnection:
         requested = params.get("protocolVersion")
         version = min(requested, PROTOCOL_VERSION) if isinstance(requested, int) else 2
         self.initialized = True
+        self.protocol_version = version
         self.result(
             request_id,
             {
@@ -360,6 +375,7 @@ class AgentConnection:
 
     def _new(self, request_id: Any, params: dict[str, Any]) -> None:
         session = Session(f"sess_{uuid.uuid4().hex[:16]}", str(params.get("cwd", "/")))
+        session.protocol_version = self.protocol_version
         self.agent.sessions[session.id] = session
         self.agent.store.save(session)
         self._activate(session)
