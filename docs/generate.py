@@ -1,6 +1,7 @@
 """The generated parts of the docs, from the code that defines them.
 
-* ``docs/cli.md``: each command's ``--help``, as typer prints it (at 100 columns).
+* ``docs/cli.md``: each command's ``--help``, as typer prints it (at 100 columns); a
+  subcommand's part is named with colons (``help:replay:agent``).
 * ``docs/fault-files.md``: the fault file's fields and every registered action (its name, its
   summary, its fields with their types, defaults and descriptions), from the pydantic models and
   the action registry (:data:`proxy.core.actions.actions`).
@@ -195,8 +196,8 @@ def fault_file_fields(model_name: str) -> str:
 def generator(name: str) -> Callable[[], str]:
     """What generates the part named ``name``."""
     kind, _, argument = name.partition(":")
-    if kind == "help":
-        return lambda: command_help(argument)
+    if kind == "help":  # help:replay:agent is acp-proxy replay agent --help
+        return lambda: command_help(argument.replace(":", " "))
     if kind == "fields":
         return lambda: fault_file_fields(argument)
     if name == "actions":

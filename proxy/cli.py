@@ -49,6 +49,7 @@ from proxy.shell.limits import (
 )
 from proxy.shell.log import configure_logging, get_logger
 from proxy.shell.plugins import load_plugin_actions
+from proxy.shell.tls import agent_tls
 
 if TYPE_CHECKING:
     from typer import _click as click  # the click typer carries (0.29)
@@ -95,6 +96,22 @@ JunitOption = Annotated[
     typer.Option(metavar="FILE", help="Also write JUnit XML to this file.", dir_okay=False),
 ]
 """The checkers' ``--junit FILE``."""
+TlsCertOption = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="The certificate in PEM, for --listen https:// or wss://."),
+]
+TlsKeyOption = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="The private key of --tls-cert in PEM."),
+]
+TlsCaOption = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help="Verify a wss:// or https:// Agent against the CAs of this PEM bundle (not "
+        "the system's trust store).",
+    ),
+]
 
 
 Options = ParamSpec("Options")
@@ -121,7 +138,7 @@ class _Command(TyperCommand):
 
 
 def _command(
-    name: str | None = None, **settings: Any
+    name: str | None = None, *, on: typer.Typer = app, **settings: Any
 ) -> Callable[[Callable[Options, int]], Callable[Options, NoReturn]]:
     """Register a command of ``acp-proxy`` (typer's ``app.command``) that runs a tool: the status
     its function returns is the exit status, and an :class:`~proxy.core.errors.OptionError` raised
@@ -137,7 +154,7 @@ def _command(
                 raise typer.BadParameter(str(exc), param_hint=exc.option) from None
             raise typer.Exit(status)
 
-        app.command(name, cls=_Command, **settings)(run_tool)
+        on.command(name, cls=_Command, **settings)(run_tool)
         return run_tool
 
     return register
@@ -186,7 +203,8 @@ def run(
         typer.Option(
             metavar="ADDRESS",
             help="Where Clients connect: stdio, http://HOST:PORT/PATH (also accepts the "
-            "WebSocket upgrade) or ws://HOST:PORT/PATH. Port 0 picks a free port (logged).",
+            "WebSocket upgrade) or ws://HOST:PORT/PATH; https:// or wss:// for TLS (with "
+            "--tls-cert and --tls-key). Port 0 picks a free port (logged).",
         ),
     ] = "stdio",
     upstream: Annotated[
@@ -194,9 +212,41 @@ def run(
         typer.Option(
             metavar="ADDRESS",
             help="Where the Agent is: stdio (spawn AGENT_CMD for each Client connection), "
-            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH.",
+            "http://HOST:PORT/PATH or ws://HOST:PORT/PATH; https:// or wss:// for TLS (verified "
+            "against the system's trust store, or --tls-ca).",
         ),
     ] = "stdio",
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The listener's certificate in PEM (then any intermediates), for --listen "
+            "https:// or wss://; checked before anything starts (readable, not expired).",
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The private key of --tls-cert in PEM, without a passphrase.",
+        ),
+    ] = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Verify an https:// or wss:// Agent's certificate against the CAs of this PEM "
+            "bundle (not the system's trust store).",
+        ),
+    ] = None,
+    tls_insecure: Annotated[
+        bool,
+        typer.Option(
+            "--tls-insecure",
+            help="Do not verify an https:// or wss:// Agent's certificate nor its name "
+            "(logged as a warning): for a test Agent with a throwaway certificate only.",
+        ),
+    ] = False,
     keep_upstream: Annotated[
         bool,
         typer.Option(
@@ -293,6 +343,24 @@ def run(
             metavar="FILE",
             help="Append a JSON line per message, fault and connection event to this file.",
             dir_okay=False,
+        ),
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Record every message both ways, body included, to this JSON Lines file "
+            "(gzip-compressed when its name ends in .gz), for acp-proxy replay.",
+            dir_okay=False,
+        ),
+    ] = None,
+    redact: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="PATTERN",
+            help="Replace what this names in the recording: a JSON path such as "
+            "params.prompt[*].text, or a regular expression searched in string values; "
+            "repeatable.",
         ),
     ] = None,
     otel: Annotated[
@@ -467,6 +535,10 @@ def run(
         agent_argv=agent_cmd or (),
         listen=listen,
         upstream=upstream,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        tls_insecure=tls_insecure,
         keep_upstream=keep_upstream,
         admin=admin,
         admin_token=admin_token,
@@ -476,6 +548,8 @@ def run(
         allow_origins=allow_origin or (),
         admin_allow_origins=admin_allow_origin or (),
         trace=trace,
+        record=record,
+        redact=redact or (),
         otel=otel,
         otel_propagate=otel_propagate,
         max_message_bytes=max_message_bytes,
@@ -528,7 +602,9 @@ def agent(
     listen: Annotated[
         str,
         typer.Option(
-            metavar="ADDRESS", help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH."
+            metavar="ADDRESS",
+            help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH (wss://, https:// for "
+            "TLS, with --tls-cert and --tls-key).",
         ),
     ] = "stdio",
     store: Annotated[
@@ -545,6 +621,8 @@ def agent(
     turn_ms: Annotated[
         float, typer.Option(metavar="MS", min=0, help="How long a turn runs.")
     ] = 50.0,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
     fail_prompts: Annotated[
         int,
         typer.Option(
@@ -562,6 +640,8 @@ def agent(
     configure_logging(log_format.value, log_level.value)
     options = AgentOptions.from_command_line(
         listen=listen,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
         store=store,
         dedupe=not no_dedupe,
         turn_ms=turn_ms,
@@ -721,9 +801,11 @@ def client(
         str | None,
         typer.Option(
             metavar="ADDRESS",
-            help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead.",
+            help="ws://HOST:PORT/PATH or http://HOST:PORT/PATH of an Agent instead (wss://, "
+            "https:// in TLS).",
         ),
     ] = None,
+    tls_ca: TlsCaOption = None,
     prompt: Annotated[
         list[str] | None,
         typer.Option(
@@ -792,9 +874,11 @@ def client(
     misbehaviours = [(flag, mode) for flag, mode, given in flags if given]
     if len(misbehaviours) > 1:
         raise OptionError(f"{' and '.join(flag for flag, _ in misbehaviours)}: give one at most")
+    secure = connect is not None and connect.startswith(("wss://", "https://"))
     options = ClientOptions(
         agent_argv=tuple(agent_cmd or ()),
         connect=connect,
+        tls=agent_tls(secure=secure, ca=tls_ca),
         prompts=tuple(prompt or ("hello",)),
         answer_timeout=answer_timeout,
         max_attempts=max_attempts,
@@ -984,6 +1068,145 @@ def schema() -> int:
     """Print the JSON Schema of fault files (for editors)."""
     _plugins()
     return schema_main()
+
+
+replay_app = typer.Typer(
+    help="Play a recorded session again (acp-proxy run --record FILE): as the Agent, or as the "
+    "Client against a live Agent.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(replay_app, name="replay")
+
+IgnoreOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="PATH",
+        help="A JSON path not compared (params.cwd, result._meta.*), besides ids, session and "
+        "message ids, idempotency keys, times and cwd; repeatable.",
+    ),
+]
+SpeedOption = Annotated[
+    float,
+    typer.Option(
+        metavar="N",
+        min=0,
+        help="Replay at N times the recorded pace; 0: every message at once.",
+    ),
+]
+
+
+@_command("agent", on=replay_app)
+def replay_agent(
+    recording: Annotated[
+        Path, typer.Argument(metavar="FILE", help="The recording (.jsonl or .jsonl.gz).")
+    ],
+    listen: Annotated[
+        str,
+        typer.Option(
+            metavar="ADDRESS", help="stdio, ws://HOST:PORT/PATH or http://HOST:PORT/PATH."
+        ),
+    ] = "stdio",
+    ignore: IgnoreOption = None,
+    strict_order: Annotated[
+        bool,
+        typer.Option("--strict-order", help="Requests must come in the recorded order."),
+    ] = False,
+    dedupe: Annotated[
+        bool,
+        typer.Option(
+            "--dedupe",
+            help="Honour idempotencyKey as the RFD asks: a retried prompt gets the original "
+            "messageId and inserts nothing.",
+        ),
+    ] = False,
+    speed: SpeedOption = 1.0,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    log_format: LogFormatOption = LogFormatChoice.console,
+    log_level: LogLevelOption = LogLevelChoice.warning,
+) -> int:
+    """An Agent that answers as the recorded one did.
+
+    Each request is matched to a recorded request of the same method by its params (what
+    changes between runs aside); the recorded answer, and what the Agent sent after it, go back
+    with this run's ids. A request that matches none gets a JSON-RPC error naming the nearest
+    recorded request and the difference. Exit 2 when the recording cannot be used.
+    """
+    from proxy.tools.replay.agent import ReplayAgentOptions, replay_agent_main
+
+    configure_logging(log_format.value, log_level.value)
+    options = ReplayAgentOptions.from_command_line(
+        recording=recording,
+        listen=listen,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        ignore=tuple(ignore or ()),
+        strict_order=strict_order,
+        dedupe=dedupe,
+        speed=speed,
+    )
+    return replay_agent_main(options)
+
+
+@_command(
+    "client",
+    on=replay_app,
+    no_args_is_help=False,  # options may follow FILE; the Agent's command follows --
+)
+def replay_client(
+    recording: Annotated[
+        Path, typer.Argument(metavar="FILE", help="The recording (.jsonl or .jsonl.gz).")
+    ],
+    agent_cmd: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="-- AGENT_CMD", help="The Agent to spawn over stdio, once per recorded link."
+        ),
+    ] = None,
+    connect: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Reach the Agent at this ws:// or http:// URL instead (wss://, https:// in TLS).",
+        ),
+    ] = None,
+    tls_ca: TlsCaOption = None,
+    ignore: IgnoreOption = None,
+    speed: SpeedOption = 0.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            min=MIN_TIMEOUT,
+            help="Seconds to wait for each message the recorded Agent sent.",
+        ),
+    ] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the differences as JSON.")] = False,
+    log_format: LogFormatOption = LogFormatChoice.console,
+    log_level: LogLevelOption = LogLevelChoice.warning,
+) -> int:
+    """Drive a live Agent with the recorded Client's messages and say where its answers differ.
+
+    Requests of the Agent are answered as recorded. Each difference is a line: the recorded
+    line, the method, the path, the recorded value and the new one. Exit 0 when nothing differs
+    (ids, session and message ids, keys, times, cwd and --ignore paths aside), 1 when something
+    does, 2 when the recording cannot be used or the Agent cannot be reached.
+    """
+    from proxy.tools.replay.client import ReplayClientOptions, replay_client_main
+
+    configure_logging(log_format.value, log_level.value)
+    secure = connect is not None and connect.startswith(("wss://", "https://"))
+    options = ReplayClientOptions(
+        recording=recording,
+        agent_argv=tuple(agent_cmd or ()),
+        connect=connect,
+        tls=agent_tls(secure=secure, ca=tls_ca),
+        ignore=tuple(ignore or ()),
+        speed=speed,
+        timeout=timeout,
+    )
+    return replay_client_main(options, as_json=as_json)
 
 
 def main() -> None:

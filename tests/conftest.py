@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from harness import Controlled, ProxyProcess, Start
+from tool_runs import command, session_run
 
 from proxy.control import ControlClient
 
@@ -53,3 +54,15 @@ def controlled(start: Start) -> Controlled:
 def capture(tmp_path: Path) -> Path:
     """The file the scripted raw Agent (``harness.raw_agent``) records every line it reads into."""
     return tmp_path / "agent-saw.jsonl"
+
+
+@pytest.fixture(scope="session")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session of the reference Client and Agent, recorded through the proxy (gzip), for the
+    replay tests (``tests/tools/replay``)."""
+    path = tmp_path_factory.mktemp("record") / "session.jsonl.gz"
+    done = session_run(
+        "client", "--", *command("run", "--record", str(path), "--", *command("agent"))
+    )
+    assert done.returncode == 0, done.stderr
+    return path

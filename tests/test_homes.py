@@ -42,6 +42,7 @@ ELSEWHERE: dict[str, str] = {
     "shell/observers.py": "shell/test_metrics.py",
     "shell/server.py": "shell/test_shutdown.py",
     "shell/state.py": "shell/test_startup.py",
+    "shell/writable.py": "shell/test_startup.py",
     "shell/transports/cookies.py": "shell/test_network.py",
     "shell/transports/guarded_site.py": "shell/test_limits.py",
     "shell/transports/http_listener.py": "shell/test_http_listener.py",

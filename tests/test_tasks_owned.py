@@ -55,9 +55,13 @@ OWNERS = {
     "proxy/tools/lab/agent.py::ReferenceAgent.insert_next": (
         "the session's turn (Session.turn): cancelled by session/cancel and session/close"
     ),
-    "proxy/tools/lab/agent.py::serve_agent.on_connection": (
-        "serve_agent's connections: cancelled when it stops"
+    "proxy/tools/lab/agent.py::serve_connections.on_connection": (
+        "serve_connections's connections: cancelled when it stops"
     ),
+    "proxy/tools/replay/agent.py::serve_replay": (
+        "the connection's sender: cancelled and awaited as the connection ends"
+    ),
+    "proxy/tools/replay/client.py::_Link.play": "the link's reader: cancelled and awaited by play",
     "proxy/tools/rpc.py::Peer.__init__": "the reader: awaited or cancelled by close",
     "proxy/tools/lab/client/retry.py::_answered": (
         "the wait on the followed trace: cancelled before it returns"

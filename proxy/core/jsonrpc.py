@@ -43,6 +43,7 @@ __all__ = [
     "classify",
     "error_response",
     "id_key",
+    "load",
     "notification",
     "parse",
     "session_of",
@@ -250,6 +251,15 @@ def _load(raw: bytes) -> tuple[Any, Invalid | None]:
             return json.loads(text, parse_constant=_reject_constant, parse_int=_integer), None
         except (ValueError, RecursionError):
             return None, Invalid(raw, InvalidReason.INVALID_JSON, str(first))
+
+
+def load(raw: bytes) -> Any:
+    """The JSON value of ``raw``, read as the relay reads a message (numbers beyond a double and
+    lone surrogates taken); :class:`ValueError` saying why when it is not JSON."""
+    value, invalid = _load(raw)
+    if invalid is not None:
+        raise ValueError(invalid.detail)
+    return value
 
 
 def _classify(raw: bytes, value: Any) -> Message | Invalid:

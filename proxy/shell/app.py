@@ -14,6 +14,7 @@ import itertools
 import random
 import secrets
 import signal
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ from proxy.core.errors import ConfigError, OptionError, StartupError, at_least, 
 from proxy.core.events import Direction, Side
 from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
+from proxy.core.redact import Redactor
 from proxy.core.relay import MetaFor, Relay
 from proxy.shell.admin import AdminServer, Runtime, admin_token_from, check_admin_host
 from proxy.shell.defaults import (
@@ -54,6 +56,7 @@ from proxy.shell.metrics import Metrics
 from proxy.shell.observers import Fanout, LogObserver, Observer, Tally
 from proxy.shell.origin_policy import Allowances, parse_allowed_host, parse_allowed_origin
 from proxy.shell.parsing import Parser
+from proxy.shell.recorder import RecordWriter
 from proxy.shell.server import (
     STDIO,
     Address,
@@ -63,6 +66,7 @@ from proxy.shell.server import (
     upstream_factory,
 )
 from proxy.shell.state import StateFile, StateSaver
+from proxy.shell.tls import agent_tls, check_listener, check_upstream, listener_tls, warn_insecure
 from proxy.shell.trace import EventFeed, TraceWriter
 from proxy.shell.transports.stdio import AgentProcess, open_client_stdio
 
@@ -124,6 +128,10 @@ class RunOptions:
     """Web origins admitted by the control API beyond its own."""
     trace: Path | None = None
     """The JSONL trace file (appended to; ``-`` is stdout)."""
+    record: Path | None = None
+    """The recording of every message's body (:mod:`proxy.shell.recorder`); ``.gz``: compressed."""
+    redact: tuple[str, ...] = ()
+    """Patterns of what the recording replaces before writing (:mod:`proxy.core.redact`)."""
     connect_timeout: float = CONNECT_TIMEOUT
     """Seconds to reach a network Agent (TCP connect, WebSocket handshake)."""
     initialize_timeout: float = INITIALIZE_TIMEOUT
@@ -139,8 +147,18 @@ class RunOptions:
     """A span per request, exported over OTLP/HTTP (:mod:`proxy.shell.otel`)."""
     otel_propagate: bool = False
     """Each forwarded request carries its span's ``traceparent`` in ``params._meta``."""
+    listen_tls: ssl.SSLContext | None = None
+    """The listener's certificate (``--tls-cert``, ``--tls-key``): required by an ``https://`` or
+    ``wss://`` listener, refused with any other."""
+    upstream_tls: ssl.SSLContext | None = None
+    """How an ``https://`` or ``wss://`` Agent is verified (``--tls-ca``, ``--tls-insecure``;
+    None: the system's trust store); refused with any other upstream."""
 
     def __post_init__(self) -> None:
+        check_listener(
+            self.listen.url, secure=self.listen.secure, served=self.listen_tls is not None
+        )
+        check_upstream(secure=self.upstream.secure, verified=self.upstream_tls is not None)
         at_least("--max-message-bytes", self.max_message_bytes, 1)
         at_least("--agent-grace", self.agent_grace, 0)
         at_least("--connect-timeout", self.connect_timeout, MIN_TIMEOUT)
@@ -163,21 +181,32 @@ class RunOptions:
         allow_origins: Sequence[str] = (),
         admin_allow_origins: Sequence[str] = (),
         trace: Path | None = None,
+        record: Path | None = None,
+        redact: Sequence[str] = (),
         faults: Sequence[Path] = (),
         environ: Mapping[str, str] | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        tls_ca: Path | None = None,
+        tls_insecure: bool = False,
         **settings: Any,
     ) -> RunOptions:
         """The options of ``acp-proxy run`` from the values its command line gave, checked.
 
         Addresses are parsed, the Host and origin allowances checked, the control API's address
         and token checked (the token from ``admin_token``, ``admin_token_file`` or the variable
-        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), and
-        options that exclude each other refused: :class:`~proxy.core.errors.OptionError` says
-        what is wrong, before anything starts. ``settings`` are the other fields, as given.
+        :data:`~proxy.shell.admin.ADMIN_TOKEN_ENV` of ``environ``, default ``os.environ``), the
+        TLS files read and checked (:mod:`proxy.shell.tls`), and options that exclude each other
+        refused: :class:`~proxy.core.errors.OptionError` says what is wrong, before anything
+        starts. ``settings`` are the other fields, as given.
         """
         try:
             listen_at = parse_address(listen, option="--listen")
             upstream_at = parse_address(upstream, option="--upstream")
+            listen_tls = listener_tls(
+                listen_at.url, secure=listen_at.secure, cert=tls_cert, key=tls_key
+            )
+            upstream_tls = agent_tls(secure=upstream_at.secure, ca=tls_ca, insecure=tls_insecure)
             for host in allow_hosts:
                 parse_allowed_host(host)
             for origin in allow_origins:
@@ -189,6 +218,8 @@ class RunOptions:
                 admin_at = parse_host_port(admin, option="--admin")
                 check_admin_host(admin_at[0], allow_remote=admin_allow_remote)
                 admin_token = admin_token_from(admin_token, admin_token_file, environ)
+        except OptionError:
+            raise
         except ConfigError as exc:
             raise OptionError(str(exc)) from None
         if trace is not None and str(trace) == "-" and listen_at.scheme == "stdio":
@@ -196,6 +227,11 @@ class RunOptions:
                 "in stdio mode stdout is the protocol channel; give the trace a file",
                 option="--trace",
             )
+        if record is not None and str(record) == "-":
+            raise OptionError("give the recording a file", option="--record")
+        if redact and record is None:
+            raise OptionError("--redact applies to a recording: give --record FILE", "--redact")
+        Redactor.of(redact)  # each pattern checked now
         if upstream_at.scheme == "stdio" and not agent_argv:
             raise OptionError("give the Agent command after --", option="AGENT_CMD")
         if upstream_at.scheme != "stdio" and agent_argv:
@@ -213,7 +249,11 @@ class RunOptions:
             allow_origins=tuple(allow_origins),
             admin_allow_origins=tuple(admin_allow_origins),
             trace=trace,
+            record=record,
+            redact=tuple(redact),
             faults=tuple(faults),
+            listen_tls=listen_tls,
+            upstream_tls=upstream_tls,
             **settings,
         )
 
@@ -293,6 +333,7 @@ class _Experiment:
     feed: EventFeed
     links: _Links
     trace: TraceWriter | None
+    recorder: RecordWriter | None
     ledger: Ledger
     saver: StateSaver | None
     inflight: InflightBytes
@@ -310,6 +351,8 @@ class _Experiment:
         """Close the trace (again: it may be), stop the parsing workers, send the last spans."""
         if self.trace is not None:
             self.trace.close()
+        if self.recorder is not None:
+            self.recorder.close()
         self.parser.close()
         if self.tracing is not None:
             self.tracing.close()
@@ -318,6 +361,7 @@ class _Experiment:
         """What no longer works as asked, and why (``/healthz``): the trace, the state file."""
         failures = {
             "trace": self.trace.failure if self.trace is not None else None,
+            "record": self.recorder.failure if self.recorder is not None else None,
             "state": self.saver.failure if self.saver is not None else None,
         }
         return {name: failure for name, failure in failures.items() if failure is not None}
@@ -353,9 +397,19 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     trace = None
     if options.trace is not None:
         trace = TraceWriter(options.trace, on_failure=failed("trace"))
+    recorder = None
+    if options.record is not None:
+        recorder = RecordWriter(
+            options.record,
+            Redactor.of(options.redact),
+            observer=metrics,
+            on_failure=failed("record"),
+        )
     observers: list[Observer] = [LogObserver(), metrics, feed, ledger]
     if trace is not None:
         observers.append(trace)
+    if recorder is not None:
+        observers.append(recorder)
     if saver is not None:
         observers.append(saver)
     tracing = _tracing() if options.otel or options.otel_propagate else None
@@ -373,7 +427,9 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         max_sessions=options.limits.max_sessions,
         observer=fanout,
         parser=parser,
+        tls=options.upstream_tls,
     )
+    warn_insecure(options.upstream_tls, options.upstream.url)
     fanout.extend(observers)
     return _Experiment(
         faults,
@@ -385,6 +441,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         feed,
         links,
         trace,
+        recorder,
         ledger,
         saver,
         inflight,
@@ -535,6 +592,7 @@ async def run_network(
         inflight=experiment.inflight,
         parser=experiment.parser,
         meta_for=experiment.meta_for,
+        tls=options.listen_tls,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:

@@ -5,7 +5,10 @@ parses them) and keeps what it read, so that the run loads its files once: the e
 control API's first rules and the watcher all start from that one reading.
 
 ``--watch`` polls the files (a stat every ``interval`` seconds; no extra dependency, works on
-every file system); when a stat changes, the contents are compared with those last loaded (each
+every file system); the stat follows symbolic links, so a Kubernetes ConfigMap volume, whose
+``DIR/NAME`` is a link through ``..data`` that the kubelet swaps to a new folder on each update,
+is seen to change as a replaced file is (tests/e2e/test_faults_e2e.py builds that layout); when
+a stat changes, the contents are compared with those last loaded (each
 read no further than the largest fault file): the first comparison is with what the run loaded,
 so an edit made while the proxy was starting is seen too. The files are parsed in a worker
 thread, so the relay keeps going meanwhile; a reload that validates replaces the engine's rules

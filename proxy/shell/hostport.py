@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Literal
 from urllib.parse import urlsplit
 
 from proxy.core.errors import ConfigError
 
-__all__ = ["authority", "parse_host_port"]
+__all__ = ["authority", "parse_host_port", "url_scheme"]
 
 
 def authority(host: str, port: int) -> str:
     """``HOST:PORT`` as a URL writes it (``[::1]:9090``, ``127.0.0.1:9090``)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def url_scheme(scheme: Literal["http", "ws"], *, secure: bool) -> str:
+    """The scheme a URL writes for a transport: ``http``, ``ws``, or ``https``, ``wss`` in TLS."""
+    return f"{scheme}s" if secure else scheme
 
 
 def parse_host_port(text: str, *, option: str) -> tuple[str, int]:

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_LINKS",
     "DEFAULT_MAX_SESSIONS",
     "EVENT_BACKLOG",
+    "RECORD_BACKLOG",
     "RETRY_AFTER_SECONDS",
     "LimitName",
     "LimitReached",
@@ -46,6 +47,7 @@ LimitName = Literal[
     "event_backlog",
     "pending",
     "inflight_bytes",
+    "record_backlog",
 ]
 """Which bound: ``links`` (a Client refused for ``--max-links``), ``idle`` (an HTTP Client
 connection ended after ``--idle-timeout``), ``sessions`` (a session over ``--max-sessions`` on
@@ -53,7 +55,8 @@ one connection), ``header_time`` (a TCP connection closed for ``--header-timeout
 ``descriptors`` (an ``accept()`` that failed for want of file descriptors),
 ``event_subscribers`` (an ``/api/events`` subscriber refused for ``--max-event-subscribers``),
 ``event_backlog`` (a subscriber dropped for not reading), ``pending`` (a request answered -32603
-for ``--max-pending``), ``inflight_bytes`` (a POST answered 503 for ``--max-inflight-bytes``)."""
+for ``--max-pending``), ``inflight_bytes`` (a POST answered 503 for ``--max-inflight-bytes``),
+``record_backlog`` (a message left out of ``--record``'s recording: its writer fell behind)."""
 
 Where = Literal["listener", "admin", "upstream", "link"]
 """Where it was reached: the Clients' listener, the control API, toward an HTTP Agent, or in a
@@ -72,6 +75,7 @@ COUNTED: tuple[tuple[LimitName, Where], ...] = (
     ("event_backlog", "admin"),
     ("pending", "link"),
     ("inflight_bytes", "listener"),
+    ("record_backlog", "link"),
 )
 """Every pair that can be counted (scraped at 0 until it happens)."""
 
@@ -106,6 +110,10 @@ DEFAULT_MAX_EVENT_SUBSCRIBERS = 32
 harnesses, a few at a time; each costs the relay a copy of every record."""
 EVENT_BACKLOG = 1024
 """Trace records waiting for one ``/api/events`` subscriber; one more and it is dropped."""
+RECORD_BACKLOG = 10_000
+"""Messages waiting for the recording's writer (``--record``); one more is left out of the
+recording (counted, logged), so a disk slower than the relay costs the relay this many bodies'
+memory and then nothing."""
 RETRY_AFTER_SECONDS = 5
 """``Retry-After`` of a 503 for a limit that frees itself when another peer leaves."""
 

@@ -230,7 +230,8 @@ class Metrics:
         )
         self.write_failures = Counter(
             "acp_proxy_write_failures",
-            "Writes of the trace (which then stops) or of the state file that failed.",
+            "Writes of the trace or the recording (which then stop) or of the state file that "
+            "failed.",
             ["file"],
             registry=registry,
         )
@@ -249,7 +250,7 @@ class Metrics:
                 registry=registry,
             ).set_function(held)
         self._durations: dict[str | None, Any] = {}
-        for file in ("trace", "state"):
+        for file in ("trace", "state", "record"):
             self.write_failures.labels(file)
 
     def observe(self, observation: Observation, link: int | None = None) -> None:

@@ -14,9 +14,11 @@ refused one):
   changes the port a Client uses, and only a page served by this server could send its name with
   the bound port anyway (the ``Origin`` check names the port). More names are given with
   ``--allow-host NAME`` (any port) or ``NAME:PORT``; they are names of this machine, so the
-  listener and the control API share them.
+  listener and the control API share them. A ``Host`` without a port names the scheme's default
+  one (80, or 443 for a listener in TLS).
 * ``Origin``, when present (a browser sends it on every WebSocket upgrade, on POST and on
-  cross-origin requests), must be the server's own (``http://`` and the request's ``Host``) or
+  cross-origin requests), must be the server's own (``http://`` and the request's ``Host``;
+  ``https://`` for a listener in TLS, :mod:`proxy.shell.tls`) or
   one given with ``--allow-origin`` (``--admin-allow-origin`` for the control API: trusting a web
   Client with ACP must not hand it the faults); ``*`` admits every page, which is dangerous.
   Requests without an ``Origin`` (the SDKs, curl) do not come from a page, and are accepted.
@@ -190,12 +192,16 @@ class OriginPolicy:
         bind_host: str,
         allowances: Allowances = NO_ALLOWANCES,
         observer: Observer | None = None,
+        *,
+        secure: bool = False,
     ) -> None:
-        """``bind_host``: the host the server binds (as ``--listen`` or ``--admin`` gave it).
+        """``bind_host``: the host the server binds (as ``--listen`` or ``--admin`` gave it);
+        ``secure``: it serves TLS (its own pages are ``https://``).
 
         Raises :class:`~proxy.core.errors.ConfigError` for an allowance that does not parse.
         """
         self.server = server
+        self._scheme = "https" if secure else "http"
         self._origin_option = ORIGIN_OPTIONS[server]
         bind = _canonical(bind_host)
         self._wildcard = bind in WILDCARDS
@@ -230,7 +236,7 @@ class OriginPolicy:
         return None
 
     def _host_allowed(self, name: str, port: int | None) -> bool:
-        given = DEFAULT_PORTS["http"] if port is None else port
+        given = DEFAULT_PORTS[self._scheme] if port is None else port
         if (name, None) in self._hosts or (name, given) in self._hosts:
             return True
         if self._wildcard:
@@ -243,7 +249,7 @@ class OriginPolicy:
         canonical = _origin(origin)
         if canonical is None:
             return False
-        return canonical in self._origins or canonical == _origin(f"http://{host}")
+        return canonical in self._origins or canonical == _origin(f"{self._scheme}://{host}")
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

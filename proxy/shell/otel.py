@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -44,9 +45,12 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import proxy
+from proxy.core import acp
+from proxy.core.errors import StartupError
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.observations import (
+    Connected,
     Disconnected,
     FaultInjected,
     Held,
@@ -58,12 +62,19 @@ from proxy.core.observations import (
 )
 from proxy.shell.log import get_logger
 
-__all__ = ["MAX_OPEN_SPANS", "Tracing"]
+__all__ = ["FLUSH_SECONDS", "MAX_OPEN_SPANS", "Tracing"]
 
 log = get_logger("proxy.otel")
 
 MAX_OPEN_SPANS = 10_000
 """Spans open at once (requests not yet answered, over every link); past it the oldest ends."""
+
+FLUSH_SECONDS = 3.0
+"""How long the proxy, stopping, waits for its last spans to be sent (a collector that does not
+answer, or a refused port the exporter retries, would hold its exit for the export timeout)."""
+
+_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+"""The variables that choose the OTLP protocol: only ``http/protobuf`` is exported."""
 
 _SERVICE = "acp-fault-proxy"
 """``service.name`` unless ``OTEL_SERVICE_NAME`` or ``OTEL_RESOURCE_ATTRIBUTES`` names one."""
@@ -77,6 +88,8 @@ _Key = tuple[int | None, Direction, bytes]
 @dataclass(slots=True)
 class _Open:
     span: Span
+    turn: tuple[int | None, str] | None = None
+    """For a ``session/prompt``: its link and session (see :attr:`Tracing._prompts`)."""
 
 
 def _key_digest(key: str) -> str:
@@ -96,7 +109,17 @@ class Tracing:
     def __init__(
         self, exporter: SpanExporter | None = None, *, max_open: int = MAX_OPEN_SPANS
     ) -> None:
-        """``exporter``: where spans go (default: OTLP/HTTP, configured by ``OTEL_*``)."""
+        """``exporter``: where spans go (default: OTLP/HTTP, configured by ``OTEL_*``);
+        :class:`~proxy.core.errors.StartupError` when ``OTEL_*`` asks for another protocol."""
+        for variable in _PROTOCOLS:
+            protocol = os.environ.get(variable, "").strip()
+            if protocol and protocol != "http/protobuf":
+                raise StartupError(
+                    "--otel",
+                    f"with {variable}={protocol}",
+                    "only OTLP over HTTP (http/protobuf) is exported; unset it, and point "
+                    "OTEL_EXPORTER_OTLP_ENDPOINT at the collector's HTTP port (4318)",
+                )
         attributes: dict[str, str] = {"service.version": proxy.__version__}
         named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
             "OTEL_RESOURCE_ATTRIBUTES", ""
@@ -112,6 +135,11 @@ class Tracing:
         of that message gives them their link (in the same turn of the loop)."""
         self._max_open = max_open
         self.evicted = 0
+        self._gone: dict[int | None, set[Side]] = {}
+        """Each link's connections that left (a link whose two left has ended)."""
+        self._prompts: dict[tuple[int | None, str], _Key] = {}
+        """The last ``session/prompt`` of each link and session still open: an Agent's request
+        of that session without a ``traceparent`` of its own is a child of that prompt's span."""
 
     # -- the relay's question ------------------------------------------------------------------
 
@@ -122,7 +150,8 @@ class Tracing:
         self._started[id(message)] = (message, span)
         if len(self._started) > self._max_open:  # observed at once, always: only after a bug
             _, lost = self._started.pop(next(iter(self._started)))
-            self._finish(lost, "unobserved", error=True)
+            lost.set_attribute("acp.outcome", "unobserved")
+            lost.end()
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         return [(name, carrier[name]) for name in ("traceparent", "tracestate") if name in carrier]
@@ -148,34 +177,55 @@ class Tracing:
                 if observation.kind is Kind.REQUEST:
                     self._span(link, observation.direction, observation.original_id, observation)
                     key = (link, observation.direction, observation.original_id)
-                    self._end(key, observation.disposition, error=True)
+                    self._end(key, observation.disposition)
                 else:  # an answer stopped: its request's span ends unanswered
                     key = (link, observation.direction.reverse, observation.original_id)
-                    self._end(key, f"answer_{observation.disposition}", error=True)
+                    self._end(key, f"answer_{observation.disposition}")
             case Undeliverable() if observation.original_id is not None:
                 if observation.kind is Kind.REQUEST:
                     key = (link, observation.direction, observation.original_id)
                 else:
                     key = (link, observation.direction.reverse, observation.original_id)
-                self._end(key, "undeliverable", error=True)
+                self._end(key, "undeliverable")
             case PeerGone(side=side):
                 self._end_where(link, side.other.outbound, "peer_gone")
-            case Disconnected(side=Side.CLIENT):
-                self._end_where(link, None, "link_end")
+            case Connected(side=side):
+                self._gone.get(link, set()).discard(side)
+            case Disconnected(side=side):
+                # A Client that closed its stdin still reads its answers (a half-close): only a
+                # link both of whose connections left ends its spans.
+                gone = self._gone.setdefault(link, set())
+                gone.add(side)
+                if len(gone) == len(Side):
+                    del self._gone[link]
+                    self._end_where(link, None, "link_end")
             case _:
                 pass
 
     # -- spans ---------------------------------------------------------------------------------
 
-    def _start(self, direction: Direction, message: Message | None, **names: Any) -> Span:
+    def _start(
+        self,
+        direction: Direction,
+        message: Message | None,
+        *,
+        method: str | None = None,
+        under: Span | None = None,
+    ) -> Span:
+        """A request's span: the child of its ``_meta.traceparent``, else of ``under``."""
         meta = _meta_of(message)
         carrier = {
             name: value
             for name in ("traceparent", "tracestate")
             if isinstance(value := meta.get(name), str)
         }
-        parent = _PROPAGATOR.extract(carrier) if "traceparent" in carrier else None
-        method = names.get("method") or (message.method if message is not None else None)
+        if "traceparent" in carrier:
+            parent = _PROPAGATOR.extract(carrier)
+        elif under is not None:
+            parent = trace.set_span_in_context(under)
+        else:
+            parent = None
+        method = method or (message.method if message is not None else None)
         attributes: dict[str, Any] = {
             "rpc.system": "jsonrpc",
             "rpc.jsonrpc.version": "2.0",
@@ -217,17 +267,34 @@ class Tracing:
         if started is not None and started[0] is message:
             span = started[1]
         else:
-            span = self._start(direction, message, method=seen.method)
+            span = self._start(
+                direction, message, method=seen.method, under=self._turn(link, direction, seen)
+            )
         if link is not None:
             span.set_attribute("acp.link", link)
         if seen.session is not None:
             span.set_attribute("acp.session", seen.session)
-        opened = self._open[key] = _Open(span)
+        turn = None
+        if seen.method == acp.PROMPT and seen.session is not None:
+            turn = (link, seen.session)
+            self._prompts[turn] = key
+        opened = self._open[key] = _Open(span, turn)
         if len(self._open) > self._max_open:
-            _, oldest = self._open.popitem(last=False)
-            self._finish(oldest.span, "evicted", error=True)
+            oldest_key, oldest = self._open.popitem(last=False)
+            self._finish(oldest_key, oldest, "evicted", error=True)
             self.evicted += 1
         return opened
+
+    def _turn(
+        self, link: int | None, direction: Direction, seen: Relayed | Stopped | FaultInjected
+    ) -> Span | None:
+        """The span of the prompt whose turn an Agent's request belongs to: the last prompt of
+        its session on its link, still open."""
+        if direction is not Direction.TO_CLIENT or seen.session is None:
+            return None
+        key = self._prompts.get((link, seen.session))
+        opened = None if key is None else self._open.get(key)
+        return None if opened is None else opened.span
 
     def _fault(self, link: int | None, fault: FaultInjected) -> None:
         opened: _Open | None
@@ -252,20 +319,19 @@ class Tracing:
         opened = self._open.pop(key, None)
         if opened is None:
             return
-        span = opened.span
         if answer.kind is Kind.ERROR:
             error = answer.message.body.get("error") if answer.message is not None else None
             code = error.get("code") if isinstance(error, dict) else None
             if isinstance(code, int):
-                span.set_attribute("rpc.jsonrpc.error_code", code)
-            self._finish(span, "error", error=True)
+                opened.span.set_attribute("rpc.jsonrpc.error_code", code)
+            self._finish(key, opened, "error", error=True)
         else:
-            self._finish(span, "answered")
+            self._finish(key, opened, "answered")
 
-    def _end(self, key: _Key, outcome: str, *, error: bool = False) -> None:
+    def _end(self, key: _Key, outcome: str) -> None:
         opened = self._open.pop(key, None)
         if opened is not None:
-            self._finish(opened.span, outcome, error=error)
+            self._finish(key, opened, outcome, error=True)
 
     def _end_where(self, link: int | None, direction: Direction | None, outcome: str) -> None:
         """End the spans of ``link``'s requests (travelling ``direction``; None: all)."""
@@ -275,19 +341,31 @@ class Tracing:
             if key[0] == link and (direction is None or key[1] is direction)
         ]
         for key in ending:
-            self._end(key, outcome, error=True)
+            self._end(key, outcome)
 
-    @staticmethod
-    def _finish(span: Span, outcome: str, *, error: bool = False) -> None:
+    def _finish(self, key: _Key, opened: _Open, outcome: str, *, error: bool = False) -> None:
+        """End a span the caller took out of :attr:`_open`."""
+        span = opened.span
         span.set_attribute("acp.outcome", outcome)
         if error:
             span.set_status(Status(StatusCode.ERROR, outcome))
         span.end()
+        if opened.turn is not None and self._prompts.get(opened.turn) == key:
+            del self._prompts[opened.turn]
 
     def close(self) -> None:
         """End what is open (``acp.outcome`` ``proxy_stopped``) and send the last spans."""
         self._started.clear()
         while self._open:
-            _, opened = self._open.popitem(last=False)
-            self._finish(opened.span, "proxy_stopped", error=True)
-        self._provider.shutdown()
+            key, opened = self._open.popitem(last=False)
+            self._finish(key, opened, "proxy_stopped", error=True)
+        # The SDK's worker is a daemon thread: a collector that does not answer loses the last
+        # spans after FLUSH_SECONDS, and never holds the proxy's exit.
+        flushing = threading.Thread(target=self._provider.shutdown, daemon=True)
+        flushing.start()
+        flushing.join(FLUSH_SECONDS)
+        if flushing.is_alive():
+            log.warning(
+                "the last spans were not sent: the collector did not answer in time",
+                seconds=FLUSH_SECONDS,
+            )

@@ -1,7 +1,8 @@
 """Addresses, upstream connections, and the proxy with a network listener (one link per Client).
 
 ``--listen`` and ``--upstream`` take ``stdio``, ``http://HOST:PORT/PATH`` or
-``ws://HOST:PORT/PATH``. Each Client connection on a listener gets its own link and its own
+``ws://HOST:PORT/PATH``, and ``https://`` or ``wss://`` for the same over TLS
+(:mod:`proxy.shell.tls`). Each Client connection on a listener gets its own link and its own
 upstream connection (a stdio upstream spawns one Agent per link). ``restart_proxy`` on a listener
 closes every connection and link, takes the listener down for the downtime and brings it back on
 the same port; the experiment (rules, counters, random stream, id counters) carries over.
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import ssl
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -35,7 +37,7 @@ from proxy.shell.defaults import (
     SHUTDOWN_TIMEOUT,
 )
 from proxy.shell.endpoint import Endpoint
-from proxy.shell.hostport import authority
+from proxy.shell.hostport import authority, url_scheme
 from proxy.shell.inflight import InflightBytes
 from proxy.shell.limits import DEFAULT_LIMITS, DEFAULT_MAX_SESSIONS, LimitReached, Limits
 from proxy.shell.link import Link
@@ -43,6 +45,7 @@ from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 from proxy.shell.origin_policy import NO_ALLOWANCES, Allowances
 from proxy.shell.parsing import Parser
+from proxy.shell.tls import client_context
 from proxy.shell.transports.cookies import CookieRoute, CookieSink, SetCookies
 from proxy.shell.transports.http_listener import (
     SHUTTING_DOWN,
@@ -90,35 +93,49 @@ def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class Address:
-    """Where a side of the proxy is: ``stdio``, or a host, port and path over http or ws."""
+    """Where a side of the proxy is: ``stdio``, or a host, port and path over http or ws, in
+    TLS when ``secure`` (``https://``, ``wss://``)."""
 
     scheme: Literal["stdio", "http", "ws"]
     host: str = ""
     port: int = 0
     path: str = "/acp"
+    secure: bool = False
 
     @property
     def url(self) -> str:
         """The address as a URL (``stdio`` for stdio)."""
         if self.scheme == "stdio":
             return "stdio"
-        return f"{self.scheme}://{authority(self.host, self.port)}{self.path}"
+        scheme = url_scheme(self.scheme, secure=self.secure)
+        return f"{scheme}://{authority(self.host, self.port)}{self.path}"
 
 
 STDIO = Address("stdio")
 
 
+SCHEMES: dict[str, tuple[Literal["http", "ws"], bool]] = {
+    "http": ("http", False),
+    "ws": ("ws", False),
+    "https": ("http", True),
+    "wss": ("ws", True),
+}
+"""Each URL scheme an address takes: its transport, and whether it is in TLS."""
+
+
 def parse_address(text: str, *, option: str) -> Address:
-    """Parse ``stdio``, ``http://HOST:PORT/PATH`` or ``ws://HOST:PORT/PATH`` (path: /acp)."""
+    """Parse ``stdio``, ``http://HOST:PORT/PATH`` or ``ws://HOST:PORT/PATH``, or ``https://``
+    and ``wss://`` (path: /acp)."""
     if text == "stdio":
         return Address("stdio")
     try:
         parts = urlsplit(text)
     except ValueError:  # an unclosed '[' of an IPv6 address
         parts = urlsplit("")
-    if parts.scheme not in ("http", "ws") or not parts.hostname:
+    if parts.scheme not in SCHEMES or not parts.hostname:
         raise ConfigError(
-            f"{option}: expected stdio, http://HOST:PORT/PATH or ws://HOST:PORT/PATH, got {text!r}"
+            f"{option}: expected stdio, http://HOST:PORT/PATH or ws://HOST:PORT/PATH "
+            f"(https:// and wss:// for TLS), got {text!r}"
         )
     try:
         port = parts.port
@@ -126,8 +143,8 @@ def parse_address(text: str, *, option: str) -> Address:
         raise ConfigError(f"{option}: invalid port in {text!r}") from None
     if port is None:
         raise ConfigError(f"{option}: give a port in {text!r} (0 picks a free one)")
-    scheme: Literal["http", "ws"] = "http" if parts.scheme == "http" else "ws"
-    return Address(scheme, parts.hostname, port, parts.path or "/acp")
+    scheme, secure = SCHEMES[parts.scheme]
+    return Address(scheme, parts.hostname, port, parts.path or "/acp", secure)
 
 
 def upstream_factory(
@@ -141,10 +158,16 @@ def upstream_factory(
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     observer: Observer | None = None,
     parser: Parser | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> UpstreamFactory:
     """How each link connects to the Agent (``max_sessions``: the session streams one
     connection to an HTTP Agent holds; ``observer`` hears when that bound is reached;
-    ``parser`` parses an HTTP Agent's large messages off the event loop)."""
+    ``parser`` parses an HTTP Agent's large messages off the event loop; ``tls``: how an
+    ``https://`` or ``wss://`` Agent is verified, default the system's trust store)."""
+    if address.secure and tls is None:
+        tls = client_context()
+    elif not address.secure:
+        tls = None
 
     async def connect(headers: Mapping[str, str], cookies: CookieSink | None) -> Endpoint:
         if address.scheme == "stdio":
@@ -156,6 +179,7 @@ def upstream_factory(
                 headers=headers,
                 open_timeout=connect_timeout,
                 cookies=cookies,
+                tls=tls,
             )
         return await connect_http(
             address.url,
@@ -167,6 +191,7 @@ def upstream_factory(
             max_sessions=max_sessions,
             observer=observer,
             parser=parser,
+            tls=tls,
         )
 
     return connect
@@ -204,11 +229,14 @@ class NetworkProxy:
         inflight: InflightBytes | None = None,
         parser: Parser | None = None,
         meta_for: MetaFor | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``allowances``: the hosts and origins admitted beyond the listener's own
         (:mod:`proxy.shell.origin_policy`); ``limits``: what one peer can make the proxy hold;
         ``parser``: the proxy's parser of large messages; ``meta_for``: what each relay writes
-        into the ``_meta`` of the requests it forwards (:data:`~proxy.core.relay.MetaFor`)."""
+        into the ``_meta`` of the requests it forwards (:data:`~proxy.core.relay.MetaFor`);
+        ``tls``: the listener's certificate, for an ``https://`` or ``wss://`` address
+        (:func:`proxy.shell.tls.server_context`)."""
         self._meta_for = meta_for
         self._listen = listen
         self._max_links = limits.max_links
@@ -249,6 +277,7 @@ class NetworkProxy:
                 idle_timeout=limits.idle_timeout,
                 max_sessions=limits.max_sessions,
                 header_timeout=limits.header_timeout,
+                tls=tls,
             ),
             self._on_connection,
             observer,

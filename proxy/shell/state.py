@@ -35,6 +35,7 @@ from proxy.core.observations import (
     RulesCounted,
 )
 from proxy.shell.log import get_logger
+from proxy.shell.writable import cannot_write_in
 
 __all__ = ["StateFile", "StateSaver"]
 
@@ -81,12 +82,9 @@ class StateFile:
     def check_writable(self) -> None:
         """Make and remove a temporary file where :meth:`save` makes its own (the directory):
         :class:`StartupError` when that fails."""
-        try:
-            fd, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        except OSError as exc:
-            raise self.refused(f"cannot be written: {os_cause(exc)}") from None
-        os.close(fd)
-        Path(temporary).unlink(missing_ok=True)
+        cause = cannot_write_in(self.path.parent, prefix=f".{self.path.name}.")
+        if cause is not None:
+            raise self.refused(f"cannot be written: {cause}")
 
     def save(self, data: dict[str, Any]) -> None:
         """Replace the file with ``data`` in one step; a crash leaves the old or the new file."""

@@ -42,7 +42,15 @@ from proxy.shell.limits import DEFAULT_MAX_EVENT_SUBSCRIBERS, EVENT_BACKLOG, Lim
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
 
-__all__ = ["SHOWN_BODY", "STDOUT", "EventFeed", "Subscription", "TraceWriter", "open_trace"]
+__all__ = [
+    "SHOWN_BODY",
+    "STDOUT",
+    "EventFeed",
+    "Subscription",
+    "TraceWriter",
+    "open_trace",
+    "relayed_of",
+]
 
 log = get_logger("proxy.trace")
 
@@ -52,16 +60,16 @@ SHOWN_BODY = 16 * 1024
 """The bytes of a message's body a live subscriber that asks for bodies gets (the rest is cut)."""
 
 
-def open_trace(path: str | Path) -> int:
+def open_trace(path: str | Path, option: str = "--trace", mode: int = 0o644) -> int:
     """A file descriptor to append the trace to; :class:`~proxy.core.errors.StartupError` (naming
-    ``--trace``, the path and why) when ``path`` is a symbolic link, neither a regular file nor
+    ``option``, the path and why) when ``path`` is a symbolic link, neither a regular file nor
     ``/dev/null`` (a FIFO, a socket, a terminal), or cannot be opened for writing. ``-`` is
-    stdout, whatever it is."""
+    stdout, whatever it is. A file made anew gets ``mode``."""
     if str(path) == STDOUT:
         return os.dup(1)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, flags, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             cause = "a symbolic link; give the file itself"
@@ -69,10 +77,10 @@ def open_trace(path: str | Path) -> int:
             cause = "not a regular file"
         else:
             cause = os_cause(exc)
-        raise StartupError("--trace", str(path), cause) from None
+        raise StartupError(option, str(path), cause) from None
     try:
         if not (stat.S_ISREG(os.fstat(fd).st_mode) or os.path.samefile(path, os.devnull)):
-            raise StartupError("--trace", str(path), "not a regular file")
+            raise StartupError(option, str(path), "not a regular file")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -219,17 +227,24 @@ class EventFeed:
         log.warning("event subscriber dropped: it did not read its backlog", backlog=self.backlog)
 
 
+def relayed_of(observation: Observation) -> list[Relayed]:
+    """The messages an observation says left the proxy, each as its :class:`Relayed` (a run's
+    one by one); none for another observation."""
+    match observation:
+        case Relayed():
+            return [observation]
+        case RelayedRun():
+            return observation.each()
+    return []
+
+
 def _messages(observation: Observation) -> list[Message | None] | None:
     """The messages whose records :func:`~proxy.core.records.records_of` gives for
     ``observation``, in order; None for an observation of no message."""
-    match observation:
-        case Relayed():
-            return [observation.message]
-        case Held():
-            return [observation.relayed.message]
-        case RelayedRun():
-            return [relayed.message for relayed in observation.each()]
-    return None
+    if isinstance(observation, Held):
+        return [observation.relayed.message]
+    relayed = relayed_of(observation)
+    return [each.message for each in relayed] if relayed else None
 
 
 def _with_body(line: bytes, message: Message | None) -> bytes:

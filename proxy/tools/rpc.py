@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -56,13 +57,14 @@ def encode(message: Message) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", **message})
 
 
-async def connect(url: str, *, limit: int) -> Endpoint:
+async def connect(url: str, *, limit: int, tls: ssl.SSLContext | None = None) -> Endpoint:
     """A connection to ``url``: ``ws://`` or ``wss://`` a WebSocket, ``http://`` or ``https://``
-    Streamable HTTP; ``limit`` bounds one incoming message."""
+    Streamable HTTP; ``limit`` bounds one incoming message; ``tls`` verifies a ``wss://`` or
+    ``https://`` peer (default: the system's trust store)."""
     if url.startswith(("ws://", "wss://")):
-        return await connect_ws(url, limit=limit)
+        return await connect_ws(url, limit=limit, tls=tls)
     if url.startswith(("http://", "https://")):
-        return await connect_http(url, limit=limit)
+        return await connect_http(url, limit=limit, tls=tls)
     raise ValueError(f"expected a ws:// or http:// URL, got {url!r}")
 
 

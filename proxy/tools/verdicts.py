@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
+from proxy.core.errors import os_cause
+from proxy.shell.writable import cannot_write_in
 from proxy.tools import cannot_run
 
 __all__ = [
@@ -144,18 +146,26 @@ def to_junit(results: list[Result], suite: str) -> bytes:
 
 def refusal(argv: Sequence[str], what: str, junit: Path | None) -> str | None:
     """Why a checker cannot start (told before anything runs, exit status 2): the command of
-    the peer under test (``what``: ``Agent``, ``Client``) cannot be run, or ``junit``'s folder
-    does not exist; None when it can."""
+    the peer under test (``what``: ``Agent``, ``Client``) cannot be run, or no ``junit`` file
+    can be written in its folder; None when it can."""
     why = cannot_run(argv, what)
-    if why is None and junit is not None and not junit.parent.is_dir():
-        why = f"--junit {junit}: its folder {junit.parent} does not exist"
+    if why is None and junit is not None:
+        if not junit.parent.is_dir():
+            why = f"--junit {junit}: its folder {junit.parent} does not exist"
+        elif (cause := cannot_write_in(junit.parent)) is not None:
+            why = f"--junit {junit}: cannot be written: {cause}"
     return why
 
 
 def tell(results: list[Result], text: str, junit: Path | None, junit_xml: bytes) -> int:
     """Print ``text`` (the table, or JSON), write ``junit_xml`` to ``junit`` if given; the exit
-    status."""
+    status (2, with one line, when the JUnit file cannot be written after all: the file itself
+    read-only, the disk full)."""
     sys.stdout.write(text + "\n")
     if junit is not None:
-        junit.write_bytes(junit_xml)
+        try:
+            junit.write_bytes(junit_xml)
+        except OSError as exc:
+            sys.stderr.write(f"error: --junit {junit}: cannot be written: {os_cause(exc)}\n")
+            return 2
     return exit_status(results)

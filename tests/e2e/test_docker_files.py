@@ -15,12 +15,16 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).parents[2]
 DOCKER = ROOT / "docker"
@@ -29,7 +33,8 @@ REPLICAS = "compose.replicas.yaml"
 # Each compose file set, with the Prometheus configuration its prometheus service mounts.
 FILE_SETS = {"single": (BASE,), "replicas": (BASE, REPLICAS)}
 # What the Dockerfile may copy from the build context (the repository root).
-COPIED = {"pyproject.toml", "README.md", "proxy/", "config/"}
+COPIED = {"pyproject.toml", "README.md", "proxy/", "config/", "docker/constraints.txt"}
+TOKEN = "ACP_PROXY_ADMIN_TOKEN"
 EXACT_VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 
@@ -322,3 +327,63 @@ def test_dockerfile_copies_only_the_project_files_and_no_test_dependencies() -> 
     assert copied <= COPIED, copied - COPIED
     for source in copied:
         assert (ROOT / source).exists(), source
+
+
+def test_the_compose_files_suit_compose_v1_and_v2() -> None:
+    """No top-level ``name:`` (Compose v1 refuses it): docker/.env names the project, for both."""
+    for name in (BASE, REPLICAS):
+        assert "name" not in load(name), f"{name}: a top-level name: is refused by Compose v1"
+    settings = dict(
+        line.split("=", 1)
+        for line in (DOCKER / ".env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert settings == {"COMPOSE_PROJECT_NAME": "acp-fault-proxy"}
+
+
+@pytest.mark.parametrize("files", FILE_SETS.values(), ids=FILE_SETS.keys())
+def test_the_admin_token_reaches_every_proxy_and_prometheus(files: tuple[str, ...]) -> None:
+    """The token is required (compose stops without it), passed into each proxy, and handed to
+    Prometheus as the file its scrape configuration reads."""
+    services = merge(files)
+    required = re.compile(rf"^\$\{{{TOKEN}:\?[^}}]+\}}$")
+    for name, config in proxies(services).items():
+        assert required.match(config["environment"][TOKEN]), f"{name}: {TOKEN} not required"
+    prometheus = services["prometheus"]
+    assert required.match(prometheus["environment"][TOKEN])
+    (job,) = prometheus_config(services)["scrape_configs"]
+    token_file = job["authorization"]["credentials_file"]
+    assert job["authorization"]["type"] == "Bearer"
+    entrypoint = " ".join(prometheus["entrypoint"])
+    assert f"printf '%s' \"$${TOKEN}\" > {token_file}" in entrypoint
+    assert "exec /bin/prometheus" in entrypoint
+    assert str(Path(token_file).parent) in prometheus["tmpfs"]
+
+
+def pinned() -> dict[str, str]:
+    """docker/constraints.txt: each package's normalised name and its exact version."""
+    pins: dict[str, str] = {}
+    for line in (DOCKER / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, separator, version = line.partition("==")
+            assert separator, f"{line}: pin an exact version"
+            assert str(Version(version)) == version, f"{line}: pin an exact version"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_the_constraints_pin_every_dependency_and_the_build_uses_them() -> None:
+    """Every dependency of the project (and the build backend) has an exact version, one the
+    project accepts; the Dockerfile copies the file and points pip at it."""
+    pins = pinned()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    requirements = [Requirement(r) for r in project["project"]["dependencies"]]
+    requirements += [Requirement(r) for r in project["build-system"]["requires"]]
+    for requirement in requirements:
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement}: not pinned"
+        assert requirement.specifier.contains(pins[name]), f"{requirement}: {pins[name]}"
+    instructions = dockerfile()
+    assert ("COPY", "docker/constraints.txt ./") in instructions
+    env = " ".join(arguments for instruction, arguments in instructions if instruction == "ENV")
+    assert "PIP_CONSTRAINT=/src/constraints.txt" in env

@@ -42,6 +42,8 @@ PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 NOT_RUN = {
     "agent": "it needs a real Agent (node my-agent.js, python my_agent.py)",
     "docker": "it needs a Docker engine",
+    "kubernetes": "it needs a Kubernetes cluster; tests/e2e/test_kubernetes_files.py checks the "
+    "manifests",
     "install": "it installs packages into a virtual environment",
     "activate": "it changes the calling shell's PATH; the tests put the environment's commands on "
     "the PATH themselves",

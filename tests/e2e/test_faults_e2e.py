@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -899,6 +901,67 @@ async def test_watch_sees_an_edit_that_keeps_the_size_and_the_mtime(
     await proxy.send(say(a, b))
     assert await barrier(proxy, "2") == [a]
     assert len(log_events(proxy.stderr, "fault files reloaded")) == 1
+
+
+class ConfigMapVolume:
+    """A folder laid out and updated as the kubelet lays out a ConfigMap volume (its atomic
+    writer): each key is a symbolic link ``NAME -> ..data/NAME``; ``..data`` is a link to a
+    timestamped folder that holds the files. An update writes a new timestamped folder, points a
+    new link ``..data_tmp`` at it, renames that over ``..data`` in one step, then removes the old
+    folder: the path a program was given (``DIR/NAME``) never changes, what it leads to does."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir()
+
+    def data(self) -> Path:
+        return self.path / os.readlink(self.path / "..data")
+
+    def update(self, files: dict[str, str]) -> None:
+        old = self.data() if (self.path / "..data").is_symlink() else None
+        stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime())
+        folder = Path(tempfile.mkdtemp(prefix=stamp, dir=self.path))
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        (self.path / "..data_tmp").symlink_to(folder.name)
+        os.rename(self.path / "..data_tmp", self.path / "..data")
+        for name in files:
+            if not (self.path / name).is_symlink():
+                (self.path / name).symlink_to(f"..data/{name}")
+        if old is not None:
+            shutil.rmtree(old)
+
+
+async def test_watch_follows_a_configmap_volume_through_the_kubelets_data_link_swaps(
+    start: Start, capture: Path, tmp_path: Path
+) -> None:
+    """``--watch --faults DIR/NAME`` on a ConfigMap volume: each update of the ConfigMap (the
+    ``..data`` link swapped, the old folder removed) is reloaded, as a file replaced is."""
+    a, b = notification("_x/a"), notification("_x/b")
+
+    def dropping(method: str) -> dict[str, str]:
+        rules = [rule("drop-it", {"action": "drop"}, None, method=method)]
+        return {"faults.yaml": yaml.safe_dump({"version": 1, "rules": rules})}
+
+    volume = ConfigMapVolume(tmp_path / "faults")
+    volume.update(dropping("_x/a"))
+    faults = volume.path / "faults.yaml"
+    proxy = await start(raw_agent(capture), "--faults", str(faults), "--watch")
+    await proxy.send(say(a, b))
+    assert await barrier(proxy, "1") == [b]
+
+    first = volume.data()
+    volume.update(dropping("_x/b"))
+    assert not first.exists()
+    assert os.readlink(faults) == "..data/faults.yaml"  # the path given is the same link
+    await until_logged(proxy, "fault files reloaded")
+    await proxy.send(say(a, b))
+    assert await barrier(proxy, "2") == [a]
+
+    volume.update(dropping("_x/a"))  # and again: the watcher follows every swap
+    await until_logged(proxy, "fault files reloaded", count=2)
+    await proxy.send(say(a, b))
+    assert await barrier(proxy, "3") == [b]
 
 
 # == a bad fault file ==============================================================================

@@ -1,6 +1,6 @@
-"""A failing trace or state file degrades the proxy, never stops it.
+"""A failing trace, recording or state file degrades the proxy, never stops it.
 
-Real failures, in a real proxy process: the trace meets a file size limit (``RLIMIT_FSIZE`` set
+Real failures, in a real proxy process: the trace (or the recording) meets a file size limit (``RLIMIT_FSIZE`` set
 in the proxy's process, ``SIGXFSZ`` ignored, so that a write past it fails with ``EFBIG``), and
 the state file's directory is moved away in the middle of the run (and back). Each time: the
 failure is logged once, counted in ``acp_proxy_write_failures_total{file}``, ``/healthz`` says
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+import pytest
 from harness import TIMEOUT, ProxyProcess, log_events, request
 
 from proxy.control import ControlClient
@@ -36,6 +37,7 @@ ECHO_AGENT = (
 )
 """An Agent that answers every request and writes no file (the size limit is its too)."""
 TRACE_FAILED = "writing the trace failed; tracing stopped"
+RECORD_FAILED = "writing the recording failed; recording stopped"
 STATE_FAILED = "saving the state failed"
 
 
@@ -58,39 +60,43 @@ async def exchange(proxy: ProxyProcess, number: int) -> None:
     assert answer == {"jsonrpc": "2.0", "id": number, "result": {}}
 
 
-async def test_a_trace_that_cannot_grow_stops_and_the_relay_goes_on(
-    proxies: list[ProxyProcess], tmp_path: Path
+@pytest.mark.parametrize("file", ["trace", "record"])
+async def test_a_file_that_cannot_grow_stops_and_the_relay_goes_on(
+    proxies: list[ProxyProcess], tmp_path: Path, file: str
 ) -> None:
-    trace = tmp_path / "trace.jsonl"
+    """The trace, or the recording: past the size limit its writes fail; it stops (logged once,
+    counted, /healthz degraded), the relay goes on."""
+    path = tmp_path / f"{file}.jsonl"
+    failed, first = {"trace": (TRACE_FAILED, "event"), "record": (RECORD_FAILED, "format")}[file]
     proxy = await ProxyProcess.start(
         [sys.executable, "-c", ECHO_AGENT],
-        *("--log-format", "json", "--admin", "127.0.0.1:0", "--trace", str(trace)),
+        *("--log-format", "json", "--admin", "127.0.0.1:0", f"--{file}", str(path)),
         preexec_fn=limit_file_size,
     )
     proxies.append(proxy)
     control = ControlClient((await proxy.logged("control API listening"))["url"])
     assert await off(control.health) == {"status": "ok", "links": 1}
     number = 0
-    while not log_events(proxy.stderr, TRACE_FAILED):
+    while not log_events(proxy.stderr, failed):
         number += 1
-        assert number < TRACE_LIMIT, "the trace never reached its limit"
+        assert number < TRACE_LIMIT, f"the {file} never reached its limit"
         await exchange(proxy, number)
     for after in range(number + 1, number + 21):  # messages still flow, both ways
         await exchange(proxy, after)
-    [failed] = log_events(proxy.stderr, TRACE_FAILED)
-    assert failed["level"] == "error"
-    assert failed["error"] == "file too large"
-    assert failed["path"] == str(trace)
-    assert await off(control.metric, "acp_proxy_write_failures_total", file="trace") == 1
+    [logged] = log_events(proxy.stderr, failed)
+    assert logged["level"] == "error"
+    assert logged["error"] == "file too large"
+    assert logged["path"] == str(path)
+    assert await off(control.metric, "acp_proxy_write_failures_total", file=file) == 1
     assert await off(control.metric, "acp_proxy_write_failures_total", file="state") == 0
     assert await off(control.health) == {
         "status": "degraded",
         "links": 1,
-        "degraded": {"trace": "file too large"},
+        "degraded": {file: "file too large"},
     }
-    assert trace.stat().st_size <= TRACE_LIMIT
-    lines = trace.read_bytes().split(b"\n")
-    assert [json.loads(line)["event"] for line in lines[:1]] == ["trace"]
+    assert path.stat().st_size <= TRACE_LIMIT
+    lines = path.read_bytes().split(b"\n")
+    assert first in json.loads(lines[0])
     assert all(json.loads(line) for line in lines[1:-1])  # complete lines; the last may be cut
     await proxy.close_stdin()
     assert await proxy.wait() == 0

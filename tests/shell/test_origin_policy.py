@@ -138,6 +138,24 @@ def test_an_origin_is_refused_unless_it_is_the_servers_own_or_allowed() -> None:
         )
 
 
+def test_a_listener_in_tls_takes_https_as_its_own_origin_and_443_as_its_default_port() -> None:
+    """Served over TLS, the listener's own pages are ``https://`` and its Host (its address, as
+    ``http://`` pages are a plain listener's); ``http://`` with that Host is another origin. A
+    ``Host`` without a port names 443, which ``--allow-host NAME:443`` admits."""
+    policy = OriginPolicy("listener", "127.0.0.1", Allowances(hosts=("proxy:443",)), secure=True)
+    host = f"127.0.0.1:{PORT}"
+    assert policy.refusal(host, f"https://127.0.0.1:{PORT}") is None
+    assert policy.refusal(host, f"HTTPS://127.0.0.1:{PORT}") is None
+    assert policy.refusal("127.0.0.1", "https://127.0.0.1:443") is None
+    assert policy.refusal(host, f"http://127.0.0.1:{PORT}") is not None
+    assert policy.refusal(host, f"https://localhost:{PORT}") is not None
+    assert not host_refused(policy, "proxy")
+    assert not host_refused(policy, "proxy:443")
+    assert host_refused(policy, "proxy:80")
+    plain = OriginPolicy("listener", "127.0.0.1", Allowances(hosts=("proxy:443",)))
+    assert host_refused(plain, "proxy")  # port 80 on a plain listener
+
+
 def test_the_refusal_names_the_option_of_its_server_and_shortens_what_it_repeats() -> None:
     """The control API's refusals name --admin-allow-origin; a long value is cut."""
     admin = OriginPolicy("admin", "127.0.0.1")

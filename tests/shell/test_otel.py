@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -18,7 +19,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from harness import ProxyProcess, captured, fault_file, raw_agent, request
+from harness import ProxyProcess, captured, encode, fault_file, raw_agent, request, say
+from listener_client import WS_LISTEN, compact, serving, ws_initialize, ws_recv
+from listener_client import request as request_of
+from websockets.asyncio.client import connect as ws_connect
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
@@ -211,6 +215,126 @@ async def test_spans_still_open_end_when_the_proxy_stops(
     hang = await receiver.span("_x/hang")
     assert _attributes(hang.attributes)["acp.outcome"] in {"peer_gone", "link_end", "proxy_stopped"}
     assert hang.status.code == Status.STATUS_CODE_ERROR
+
+
+async def test_two_websocket_links_with_the_same_ids_have_their_own_spans(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    async with (
+        serving(tmp_path, "--otel", listen=WS_LISTEN) as setup,
+        ws_connect(setup.url, proxy=None) as first,
+        ws_connect(setup.url, proxy=None) as second,
+    ):
+        for ws, session in ((first, "s-first"), (second, "s-second")):
+            await ws_initialize(ws)
+            await ws.send(compact(request_of("r1", "_x/work", {"sessionId": session})).decode())
+            assert (await ws_recv(ws))["id"] == "r1"
+        async with asyncio.timeout(30):
+            while len([s for s in receiver.spans if s.name == "_x/work"]) < 2:
+                receiver.arrived.clear()
+                await receiver.arrived.wait()
+    work = [_attributes(s.attributes) for s in receiver.spans if s.name == "_x/work"]
+    assert {(a["acp.session"], a["acp.outcome"]) for a in work} == {
+        ("s-first", "answered"),
+        ("s-second", "answered"),
+    }
+    assert len({a["acp.link"] for a in work}) == 2
+
+
+async def test_a_client_that_closed_its_stdin_still_gets_answered_spans(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    """``head -3 | acp-proxy run``: the Client's half-close ends no span; its answers do."""
+    proxy = await ProxyProcess.start(raw_agent(tmp_path / "agent.jsonl"), "--otel")
+    await proxy.send(*(request(f"h-{n}", "_x/work", {"sessionId": "s"}) for n in range(3)))
+    await proxy.close_stdin()
+    answers = [json.loads(await proxy.recv())["id"] for _ in range(3)]
+    assert sorted(answers) == ["h-0", "h-1", "h-2"]
+    assert await proxy.wait() == 0
+    async with asyncio.timeout(30):
+        while len([s for s in receiver.spans if s.name == "_x/work"]) < 3:
+            receiver.arrived.clear()
+            await receiver.arrived.wait()
+    outcomes = [_attributes(s.attributes)["acp.outcome"] for s in receiver.spans]
+    assert outcomes.count("answered") == 3, outcomes
+
+
+async def test_an_agents_request_in_a_turn_is_a_child_of_the_prompt(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    """The Agent's ``session/request_permission`` during a prompt of its session, with no
+    ``traceparent`` of its own, joins the prompt's trace."""
+    capture = tmp_path / "agent.jsonl"
+    proxy = await ProxyProcess.start(raw_agent(capture, "--no-answer", "session/prompt"), "--otel")
+    try:
+        await proxy.send(_prompt("p-3"))
+        asking = request("agent-ask", "session/request_permission", {"sessionId": "sess-otel"})
+        other = request("agent-other", "session/request_permission", {"sessionId": "elsewhere"})
+        await proxy.send(say(asking, other))
+        asked = [json.loads(await proxy.recv())["id"] for _ in range(2)]
+        for agent_id in asked:
+            await proxy.send(encode({"jsonrpc": "2.0", "id": agent_id, "result": {}}))
+        await proxy.close_stdin()
+        assert await proxy.wait() == 0
+        async with asyncio.timeout(30):
+            while len([s for s in receiver.spans if s.name == "session/request_permission"]) < 2:
+                receiver.arrived.clear()
+                await receiver.arrived.wait()
+        prompt = await receiver.span("session/prompt")
+        permissions = {
+            _attributes(s.attributes)["acp.session"]: s
+            for s in receiver.spans
+            if s.name == "session/request_permission"
+        }
+        inside = permissions["sess-otel"]
+        assert inside.trace_id == prompt.trace_id
+        assert inside.parent_span_id == prompt.span_id
+        assert permissions["elsewhere"].trace_id != prompt.trace_id  # not this prompt's turn
+    finally:
+        await proxy.stop()
+
+
+async def test_a_collector_that_never_answers_does_not_hold_the_exit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    silent_connections: list[asyncio.StreamWriter] = []
+
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        silent_connections.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "600")  # the exporter alone would wait
+    try:
+        proxy = await ProxyProcess.start(
+            raw_agent(tmp_path / "agent.jsonl"), "--otel", "--log-format", "json"
+        )
+        await proxy.send(request("w-1", "_x/work"))
+        assert json.loads(await proxy.recv())["id"] == "w-1"
+        await proxy.close_stdin()
+        assert await proxy.wait() == 0
+        assert "the last spans were not sent" in proxy.stderr
+    finally:
+        for writer in silent_connections:
+            writer.close()
+        server.close()
+
+
+def test_the_grpc_protocol_is_refused_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "run", "--otel", "--", *raw_agent(tmp_path / "a")],
+        input=b"",
+        capture_output=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+    )
+    assert done.returncode == 1
+    assert done.stdout == b""
+    err = done.stderr.decode()
+    assert "Traceback" not in err
+    assert "--otel with OTEL_EXPORTER_OTLP_PROTOCOL=grpc: only OTLP over HTTP" in err
 
 
 def test_without_otel_nothing_of_opentelemetry_is_imported() -> None:

@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 from harness import TIMEOUT
 
+from proxy.shell.writable import cannot_write_in
+
 EXIT_CANNOT_START = 1
 PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_NET_BIND_SERVICE = 1, 2, 10
@@ -299,3 +301,70 @@ def test_a_good_state_file_still_starts(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(path.read_text())["version"] == 1
+
+
+# -- a directory the other commands write into -------------------------------------------------
+
+
+AGENT = [sys.executable, "-m", "proxy", "agent"]
+
+
+@pytest.mark.parametrize(
+    ("command", "exit_status", "said"),
+    [
+        (
+            ["agent", "--listen", "ws://127.0.0.1:0/acp", "--store", "{dir}"],
+            1,
+            "acp-proxy agent: --store {dir}: cannot be written: permission denied",
+        ),
+        (
+            ["demo", "--keep", "{dir}"],
+            2,
+            "error: --keep {dir}: cannot be written: permission denied",
+        ),
+        (
+            ["check-agent", "--junit", "{dir}/results.xml", "--", *AGENT],
+            2,
+            "error: --junit {dir}/results.xml: cannot be written: permission denied",
+        ),
+    ],
+    ids=["agent-store", "demo-keep", "check-agent-junit"],
+)
+def test_an_existing_directory_that_cannot_be_written(
+    tmp_path: Path, unprivileged: Preexec, command: list[str], exit_status: int, said: str
+) -> None:
+    """A folder that is there but not writable (a container's volume owned by another user) is
+    refused as the command starts, in one line: the reference Agent once started, and ended its
+    first session with a traceback; check-agent ran every trace, then died writing its JUnit."""
+    directory = tmp_path / "volume" / "sessions"
+    directory.mkdir(parents=True)
+    directory.chmod(0o500)
+    arguments = [word.replace("{dir}", str(directory)) for word in command]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "proxy", *arguments],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=TIMEOUT,
+            check=False,
+            preexec_fn=unprivileged,
+        )
+    finally:
+        directory.chmod(0o700)
+    stderr = done.stderr.decode()
+    assert done.returncode == exit_status, stderr
+    assert done.stdout == b""
+    assert stderr == said.replace("{dir}", str(directory)) + "\n"
+    assert list(directory.iterdir()) == []
+
+
+def test_cannot_write_in_asks_the_file_system(tmp_path: Path) -> None:
+    """None where a file can be made (and none is left behind); the cause where it cannot."""
+    directory = tmp_path / "dir"
+    assert cannot_write_in(directory) == "no such file or directory"
+    directory.mkdir()
+    assert cannot_write_in(directory) is None
+    assert list(directory.iterdir()) == []
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    assert cannot_write_in(a_file) == "not a directory"

@@ -48,3 +48,14 @@ def ranged_options(command: str) -> list[Ranged]:
 def option_defaults(command: str) -> dict[str, Any]:
     """The defaults of the options of ``acp-proxy COMMAND`` that have one, by parameter name."""
     return {param.name: param.default for param in _params(command) if param.default is not None}
+
+
+def option_flags(command: str) -> dict[str, bool]:
+    """Every flag of ``acp-proxy COMMAND`` (``--trace``, ``--watch``...): whether it takes a value
+    (False: a switch)."""
+    flags = {}
+    for param in _params(command):
+        for flag in (*param.opts, *getattr(param, "secondary_opts", ())):
+            if flag.startswith("-"):
+                flags[flag] = not getattr(param, "is_flag", False)
+    return flags

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,25 @@ class ProxyProcess:
             unread = [self.process.stdout.read()] if self.process.stdout is not None else []
             await asyncio.gather(self.process.wait(), *unread)
         self._stderr_task.cancel()
+
+
+@contextlib.asynccontextmanager
+async def reference_agent(listen: str, *options: str) -> AsyncIterator[str]:
+    """``acp-proxy agent --listen LISTEN OPTIONS`` in a subprocess for the block: the URL it
+    serves, as it logged it (port 0 resolved)."""
+    server = ProxyProcess(
+        await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "proxy", "agent", "--listen", listen, *options),
+            *("--log-format", "json", "--log-level", "info"),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    )
+    try:
+        yield str((await server.logged("listening"))["url"])
+    finally:
+        await server.stop()
 
 
 def raw_agent(capture: Path, *flags: str) -> list[str]:

@@ -19,8 +19,10 @@ __all__ = [
     "bench",
     "check_agent",
     "check_client",
+    "command",
     "latency_figures",
     "positive",
+    "session_run",
     "short_bench",
 ]
 
@@ -31,21 +33,32 @@ CHECK_AGENT_BOUND = TIMEOUT * 8
 and a CPU hog sharing the cores."""
 
 
+def command(*args: str) -> list[str]:
+    """The argv of ``acp-proxy ARGS`` (this interpreter's), e.g. an Agent command after ``--``."""
+    return [sys.executable, "-m", "proxy", *args]
+
+
 def acp_proxy(
-    *args: str, env: dict[str, str] | None = None, stdin: str = ""
+    *args: str, env: dict[str, str] | None = None, stdin: str = "", timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
     """``acp-proxy ARGS`` (a command that ends by itself: ``validate``, ``schema``, ``run``
-    whose stdin ends), finished, its output captured; ``stdin``: all it reads (never the
-    test's own); ``env``: the whole environment it runs in."""
+    whose stdin ends, ``client``), finished within ``timeout``, its output captured; ``stdin``:
+    all it reads (never the test's own); ``env``: the whole environment it runs in."""
     return subprocess.run(
-        [sys.executable, "-m", "proxy", *args],
+        command(*args),
         input=stdin,
         capture_output=True,
         text=True,
         env=env,
-        timeout=TIMEOUT,
+        timeout=timeout,
         check=False,
     )
+
+
+def session_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``acp-proxy ARGS`` that runs a whole session (a Client and its Agent, a replay): bounded
+    by four waits."""
+    return acp_proxy(*args, timeout=TIMEOUT * 4)
 
 
 def check_agent(*args: str) -> subprocess.CompletedProcess[str]:
@@ -65,10 +78,10 @@ def check_client(*args: str) -> subprocess.CompletedProcess[str]:
     return _checker("check-client", CHECK_CLIENT_BOUND, args)
 
 
-def _checker(command: str, bound: float, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+def _checker(name: str, bound: float, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
-            [sys.executable, "-m", "proxy", command, *args],
+            command(name, *args),
             capture_output=True,
             text=True,
             timeout=bound,
@@ -76,7 +89,7 @@ def _checker(command: str, bound: float, args: tuple[str, ...]) -> subprocess.Co
         )
     except subprocess.TimeoutExpired as exc:
         printed = [_text(exc.stdout), _text(exc.stderr)]
-        pytest.fail(f"{command} ran past {bound:g} s; it printed:\n" + "\n".join(printed))
+        pytest.fail(f"{name} ran past {bound:g} s; it printed:\n" + "\n".join(printed))
 
 
 def _text(output: str | bytes | None) -> str:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import TIMEOUT, ProxyProcess, captured, encode, notification, raw_agent, say
+from harness import TIMEOUT, captured, encode, notification, raw_agent, reference_agent, say
 
 from proxy.shell.transports.stdio import spawn_agent
 from proxy.tools.rpc import Message, NoAnswer, Peer, connect
@@ -148,25 +147,13 @@ def test_encode_puts_the_version_first() -> None:
 @pytest.mark.parametrize("scheme", ["ws", "http"])
 async def test_connect_reaches_an_agent_by_url(scheme: str) -> None:
     """ws:// is a WebSocket, http:// Streamable HTTP: the reference Agent answers initialize."""
-    server = ProxyProcess(
-        await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "proxy", "agent", "--listen", f"{scheme}://127.0.0.1:0/acp"),
-            *("--log-format", "json", "--log-level", "info"),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-    )
-    try:
-        url = str((await server.logged("listening"))["url"])
+    async with reference_agent(f"{scheme}://127.0.0.1:0/acp") as url:
         peer = Peer(await connect(url, limit=1 << 20))
         try:
             answer = await peer.call("initialize", {"protocolVersion": 2}, TIMEOUT)
             assert answer["result"]["protocolVersion"] == 2
         finally:
             await peer.close(grace=TIMEOUT)
-    finally:
-        await server.stop()
 
 
 async def test_connect_refuses_other_schemes() -> None:

@@ -9,7 +9,9 @@ aiohttp itself, given ``keepalive_timeout=header_timeout``: a connection waiting
 for its next request head after a response is closed, bytes of a partial head or not, so an idle
 keep-alive socket is closed after as long. A request whose head has arrived (a long SSE stream, a
 WebSocket) is never cut by either. The heads themselves are bounded by aiohttp's parser (lines of
-8,190 bytes, 128 headers).
+8,190 bytes, 128 headers). On a site in TLS the handshake comes first, and has ``header_timeout``
+too (asyncio's ``ssl_handshake_timeout`` closes a connection that has not completed it); the
+head's clock runs from the accept all the same.
 
 **Descriptors.** When ``accept()`` fails for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM),
 asyncio stops accepting on that socket for a second and tries again, reporting every failure to
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import resource
+import ssl
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,7 +36,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from proxy.shell.hostport import authority
+from proxy.shell.hostport import authority, url_scheme
 from proxy.shell.limits import LimitName, LimitReached, Where
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
@@ -153,10 +156,19 @@ class HeadGuard:
 
 
 class GuardedSite(web.BaseSite):
-    """A TCP site whose connections a :class:`HeadGuard` watches (see the module)."""
+    """A TCP site whose connections a :class:`HeadGuard` watches (see the module); in TLS with
+    ``tls``, each connection's handshake bounded by the guard's ``header_timeout`` too."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: HeadGuard) -> None:
-        super().__init__(runner)
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        guard: HeadGuard,
+        *,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(runner, ssl_context=tls)
         self._host = host
         self._port = port
         self._guard = guard
@@ -165,7 +177,8 @@ class GuardedSite(web.BaseSite):
     @property
     def name(self) -> str:
         """The site's URL."""
-        return f"http://{authority(self._host, self._port)}"
+        scheme = url_scheme("http", secure=self._ssl_context is not None)
+        return f"{scheme}://{authority(self._host, self._port)}"
 
     async def start(self, *, serve: bool = True) -> None:
         """Bind (with ``SO_REUSEADDR``) and serve (``serve`` false: listen, and leave the
@@ -188,6 +201,8 @@ class GuardedSite(web.BaseSite):
             backlog=self._backlog,
             reuse_address=True,
             start_serving=serve,
+            ssl=self._ssl_context,
+            ssl_handshake_timeout=self._guard.header_timeout if self._ssl_context else None,
         )
         self._fds = [sock.fileno() for sock in self._server.sockets]
         guards = _guards_of(loop)

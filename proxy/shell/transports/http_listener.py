@@ -42,7 +42,8 @@ response (the ``initialize`` answer, a 202, a stream's headers); a WebSocket upg
 only once the Agent is connected, so that its ``101`` carries the cookies of the Agent's handshake.
 
 Before any of this, every request (the upgrade too) passes the ``Host`` and ``Origin`` checks of
-:mod:`proxy.shell.origin_policy` (403 otherwise).
+:mod:`proxy.shell.origin_policy` (403 otherwise). With a certificate (``ListenerConfig.tls``) the
+listener serves all of it over TLS (``https://``, ``wss://``), and nothing in plain.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -81,7 +83,7 @@ from proxy.shell.defaults import (
     STREAM_HIGH_WATER,
 )
 from proxy.shell.endpoint import Endpoint, Received, Severed, Sliced, joined
-from proxy.shell.hostport import authority
+from proxy.shell.hostport import authority, url_scheme
 from proxy.shell.inflight import INFLIGHT_RETRY_AFTER_SECONDS, InflightBytes, Reservation
 from proxy.shell.limits import (
     DEFAULT_HEADER_TIMEOUT,
@@ -568,7 +570,10 @@ class ListenerConfig:
     max_sessions: int = DEFAULT_MAX_SESSIONS
     """Sessions one HTTP Client connection may name (``--max-sessions``)."""
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
-    """Seconds a TCP connection has for each request head (``--header-timeout``)."""
+    """Seconds a TCP connection has for each request head (``--header-timeout``), and for its
+    TLS handshake before that."""
+    tls: ssl.SSLContext | None = None
+    """The certificate served (``https://``, ``wss://``: :mod:`proxy.shell.tls`); None: plain."""
 
 
 SHUTTING_DOWN = "the proxy is shutting down"
@@ -625,7 +630,9 @@ class Listener:
         self._sessions_logged = False
         allowances = config.allowances
         self._policy = (
-            OriginPolicy("listener", config.host, allowances, observer)
+            OriginPolicy(
+                "listener", config.host, allowances, observer, secure=config.tls is not None
+            )
             if allowances is not None
             else None
         )
@@ -654,7 +661,9 @@ class Listener:
             keepalive_timeout=self.config.header_timeout,
         )
         await self._runner.setup()
-        self._site = GuardedSite(self._runner, self.config.host, self.port, guard)
+        self._site = GuardedSite(
+            self._runner, self.config.host, self.port, guard, tls=self.config.tls
+        )
         await self._site.start()
         self.port = self._runner.addresses[0][1]
         log.info("listening", url=self.url)
@@ -662,7 +671,9 @@ class Listener:
     @property
     def url(self) -> str:
         """The address served (with the bound port)."""
-        scheme = "ws" if self.config.websocket_only else "http"
+        scheme = url_scheme(
+            "ws" if self.config.websocket_only else "http", secure=self.config.tls is not None
+        )
         return f"{scheme}://{authority(self.config.host, self.port)}{self.config.path}"
 
     async def stop_accepting(self) -> None:

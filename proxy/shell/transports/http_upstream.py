@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -509,12 +510,16 @@ async def connect_http(
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     observer: Observer | None = None,
     parser: Parser | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> HttpUpstream:
     """An HTTP connection to ``url`` (nothing is sent until the Client's initialize); the cookies
     the Agent sets go to ``cookies`` as well; at most ``max_sessions`` session streams
-    (``observer`` hears when more are named); ``parser`` parses large messages off the loop."""
+    (``observer`` hears when more are named); ``parser`` parses large messages off the loop;
+    an ``https://`` URL is verified by ``tls`` (default: the system's trust store)."""
     session = aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=None), cookie_jar=aiohttp.CookieJar(unsafe=True)
+        timeout=aiohttp.ClientTimeout(total=None),
+        cookie_jar=aiohttp.CookieJar(unsafe=True),
+        connector=aiohttp.TCPConnector(ssl=tls if tls is not None else True),
     )
     return HttpUpstream(
         url,

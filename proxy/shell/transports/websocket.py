@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -57,6 +58,7 @@ from proxy.core.commands import FailPost
 from proxy.shell.defaults import CONNECT_TIMEOUT, WEBSOCKET_HIGH_WATER
 from proxy.shell.endpoint import Received, Sliced, joined
 from proxy.shell.log import get_logger
+from proxy.shell.tls import log_connected
 from proxy.shell.transports.cookies import CookieSink
 
 __all__ = [
@@ -719,11 +721,13 @@ async def connect_ws(
     headers: Mapping[str, str] | None = None,
     open_timeout: float = CONNECT_TIMEOUT,
     cookies: CookieSink | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> WsClientEndpoint:
     """Open a WebSocket to an Agent; ``limit`` bounds the size of one incoming message.
 
-    The cookies the Agent sets on its handshake response go to ``cookies``. Raises
-    ``TimeoutError`` when the TCP connection and the handshake take over ``open_timeout`` seconds.
+    The cookies the Agent sets on its handshake response go to ``cookies``; a ``wss://`` URL is
+    verified by ``tls`` (default: the system's trust store). Raises ``TimeoutError`` when the TCP
+    connection and the handshakes take over ``open_timeout`` seconds.
     """
     connection = await websockets.connect(
         url,
@@ -733,8 +737,9 @@ async def connect_ws(
         open_timeout=open_timeout,
         proxy=None,
         compression=None,
+        ssl=(tls or True) if url.startswith("wss://") else None,
     )
-    log.info("connected to the agent", url=url)
+    log_connected(url, tls)
     if cookies is not None and connection.response is not None:
         cookies.add(connection.response.headers.get_all("Set-Cookie"))
     return WsClientEndpoint(connection)

@@ -21,25 +21,32 @@ session it keeps a history of messages and the keys recorded with the user messa
   answers ``{}``.
 * Keys are never echoed: message ids are random.
 * ``--store DIR``: each session is a JSON file, replaced atomically on every change, so a killed
-  and restarted Agent still recognises the keys of the messages it stored.
+  and restarted Agent still recognises the keys of the messages it stored. A write that fails
+  (the folder gone or made read-only, a full disk) is logged in one line; the request it was for
+  is answered ``-32603`` and changes nothing (a prompt is not inserted, its key stays unused; a
+  new session is not made), an Agent's reply is kept in memory only.
 * ``--no-dedupe``: keys are ignored (every prompt is a new submission): a known-bad Agent.
 * ``--fail-prompts N``: the first N valid prompts of the process are answered ``-32603`` and
   insert nothing (their keys stay unused): an Agent's own error, which the proxy relays and its
   ledger records with the key (``acp-proxy check-client``'s C4).
 
-It speaks on stdio, or serves WebSocket and Streamable HTTP with the proxy's own transports.
+It speaks on stdio, or serves WebSocket and Streamable HTTP with the proxy's own transports (in
+TLS too: ``--listen https://`` or ``wss://`` with ``--tls-cert`` and ``--tls-key``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
+import ssl
 import sys
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,11 +61,21 @@ from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Fanout
 from proxy.shell.server import STDIO, Address, parse_address
+from proxy.shell.tls import check_listener, listener_tls
 from proxy.shell.transports.http_listener import Listener, ListenerConfig, Refused
 from proxy.shell.transports.stdio import open_client_stdio
+from proxy.shell.writable import cannot_write_in
 from proxy.tools.rpc import encode
 
-__all__ = ["AgentOptions", "ReferenceAgent", "agent_main", "serve_agent"]
+__all__ = [
+    "AgentOptions",
+    "ReferenceAgent",
+    "agent_main",
+    "run_served",
+    "serve_agent",
+    "serve_connections",
+    "served_at",
+]
 
 log = get_logger("proxy.agent")
 
@@ -77,21 +94,42 @@ class AgentOptions:
     fail_prompts: int = 0
     """The first valid prompts of the process answered ``-32603``, nothing inserted."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    tls: ssl.SSLContext | None = None
+    """The certificate served on an ``https://`` or ``wss://`` listener (:mod:`proxy.shell.tls`)."""
 
     def __post_init__(self) -> None:
+        check_listener(self.listen.url, secure=self.listen.secure, served=self.tls is not None)
         at_least("--turn-ms", self.turn_ms, 0)
         at_least("--fail-prompts", self.fail_prompts, 0)
         at_least("max_message_bytes", self.max_message_bytes, 1)
 
     @classmethod
-    def from_command_line(cls, *, listen: str = "stdio", **settings: Any) -> AgentOptions:
-        """The options of ``acp-proxy agent``: ``listen`` parsed (an
-        :class:`~proxy.core.errors.OptionError` when it is no address), the others as given."""
-        try:
-            address = parse_address(listen, option="--listen")
-        except ConfigError as exc:
-            raise OptionError(str(exc)) from None
-        return cls(listen=address, **settings)
+    def from_command_line(
+        cls,
+        *,
+        listen: str = "stdio",
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        **settings: Any,
+    ) -> AgentOptions:
+        """The options of ``acp-proxy agent``: ``listen`` parsed and its certificate's files
+        read (an :class:`~proxy.core.errors.OptionError` when it is no address, or they cannot
+        be used), the others as given."""
+        address, tls = served_at(listen, tls_cert, tls_key)
+        return cls(listen=address, tls=tls, **settings)
+
+
+def served_at(
+    listen: str, tls_cert: Path | None, tls_key: Path | None
+) -> tuple[Address, ssl.SSLContext | None]:
+    """Where a tool serves Clients (``--listen``, parsed) and the certificate it serves there
+    (its files read); an :class:`~proxy.core.errors.OptionError` when the address is none or
+    the files cannot be used."""
+    try:
+        address = parse_address(listen, option="--listen")
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+    return address, listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
 
 
 @dataclass
@@ -138,12 +176,23 @@ class Session:
 
 
 class SessionStore:
-    """Sessions in memory, or one JSON file each in a directory, written atomically."""
+    """Sessions in memory, or one JSON file each in a directory, written atomically.
+
+    The directory is made if missing, and a file is made in it at once: one it cannot write stops
+    the Agent as it starts (:class:`~proxy.core.errors.StartupError`), not at its first session.
+    """
 
     def __init__(self, directory: Path | None) -> None:
         self._directory = directory
-        if directory is not None:
+        if directory is None:
+            return
+        try:
             directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartupError("--store", str(directory), os_cause(exc)) from None
+        cause = cannot_write_in(directory, prefix=".session.")
+        if cause is not None:
+            raise StartupError("--store", str(directory), f"cannot be written: {cause}")
 
     def load(self, session_id: str) -> Session | None:
         if self._directory is None:
@@ -158,17 +207,28 @@ class SessionStore:
         session.protocol_version = version if isinstance(version, int) else None
         return session
 
-    def save(self, session: Session) -> None:
-        """Message and key in one write: both are stored, or neither."""
+    def save(self, session: Session) -> str | None:
+        """Message and key in one write: both are stored, or neither. None when stored; why not
+        otherwise (logged), the file left as it was."""
         if self._directory is None:
-            return
+            return None
         path = self._path(session.id)
-        fd, temporary = tempfile.mkstemp(dir=self._directory, prefix=".session.")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(orjson.dumps(session.to_json()))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        temporary = None
+        try:
+            fd, temporary = tempfile.mkstemp(dir=self._directory, prefix=".session.")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(orjson.dumps(session.to_json()))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        except OSError as exc:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            cause = f"the session could not be stored: {os_cause(exc)}"
+            log.error(cause, session=session.id, store=str(self._directory))
+            return cause
+        return None
 
     def _path(self, session_id: str) -> Path:
         assert self._directory is not None
@@ -208,7 +268,17 @@ class ReferenceAgent:
         session.messages.append(item)
         if held.key is not None:
             session.keys[held.key] = message_id
-        self.store.save(session)  # the key with the message, in one write
+        failed = self.store.save(session)  # the key with the message, in one write
+        if failed is not None:  # neither is: not inserted, the key unused
+            session.messages.pop()
+            if held.key is not None:
+                del session.keys[held.key]
+            for waiter in held.waiters:
+                waiter.connection.answered(
+                    waiter.request_id, error=(ErrorCode.INTERNAL_ERROR, failed)
+                )
+            self.insert_next(session)
+            return
         session.state = "running"
         session.stop_reason = None
         target = session.connection
@@ -229,7 +299,7 @@ class ReferenceAgent:
                 "content": [{"type": "text", "text": f"done: {_text_of(held.prompt)[:200]}"}],
             }
             session.messages.append(reply)
-            self.store.save(session)
+            self.store.save(session)  # if it fails (logged), the reply is in memory only
             if session.connection is not None:
                 session.connection.update(session.id, reply)
         except asyncio.CancelledError:
@@ -376,8 +446,11 @@ class AgentConnection:
     def _new(self, request_id: Any, params: dict[str, Any]) -> None:
         session = Session(f"sess_{uuid.uuid4().hex[:16]}", str(params.get("cwd", "/")))
         session.protocol_version = self.protocol_version
+        failed = self.agent.store.save(session)
+        if failed is not None:
+            self.error(request_id, ErrorCode.INTERNAL_ERROR, failed)
+            return
         self.agent.sessions[session.id] = session
-        self.agent.store.save(session)
         self._activate(session)
         self.result(request_id, {"sessionId": session.id})
 
@@ -497,24 +570,35 @@ def agent_main(options: AgentOptions) -> int:
     """``acp-proxy agent``: serve on stdio until EOF, or on a listener until SIGINT or SIGTERM;
     the exit status (0), or 1 with one line on stderr when it cannot start (its store cannot be
     made, its address cannot be listened on)."""
+    return run_served("agent", options.listen, functools.partial(serve_agent, options))
+
+
+def run_served(
+    name: str, listen: Address, serve: Callable[[asyncio.Event | None], Awaitable[int]]
+) -> int:
+    """Run ``serve`` (a tool that serves Clients on ``listen``) until it ends: on stdio until EOF,
+    on a listener until SIGINT or SIGTERM; its exit status, or 1 with one line on stderr naming
+    the tool ``acp-proxy NAME`` when it cannot start."""
     try:
-        return asyncio.run(_serve_until_signalled(options))
+        return asyncio.run(_serve_until_signalled(listen, serve))
     except StartupError as exc:
-        sys.stderr.write(f"acp-proxy agent: {exc}\n")
+        sys.stderr.write(f"acp-proxy {name}: {exc}\n")
         return 1
 
 
-async def _serve_until_signalled(options: AgentOptions) -> int:
+async def _serve_until_signalled(
+    listen: Address, serve: Callable[[asyncio.Event | None], Awaitable[int]]
+) -> int:
     loop = asyncio.get_running_loop()
-    if options.listen.scheme == "stdio":
+    if listen.scheme == "stdio":
         # Ctrl-C ends it as it ends any command: it dies of the signal (130 in a shell), as it
         # does of SIGTERM, instead of asyncio's cancelling its main task.
         loop.add_signal_handler(signal.SIGINT, _die_of, signal.SIGINT)
-        return await serve_agent(options)
+        return await serve(None)
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    return await serve_agent(options, stop)
+    return await serve(stop)
 
 
 def _die_of(signum: int) -> None:
@@ -525,31 +609,50 @@ def _die_of(signum: int) -> None:
 
 async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) -> int:
     """Run the reference Agent on stdio (until EOF) or on a listener (until ``stop``)."""
-    try:
-        agent = ReferenceAgent(options)
-    except OSError as exc:
-        raise StartupError("--store", str(options.store), os_cause(exc)) from None
-    if options.listen.scheme == "stdio":
-        endpoint = await open_client_stdio(limit=options.max_message_bytes)
-        await agent.serve(endpoint)
+    agent = ReferenceAgent(options)  # a --store it cannot write: StartupError (SessionStore)
+    return await serve_connections(
+        options.listen,
+        agent.serve,
+        max_message_bytes=options.max_message_bytes,
+        tls=options.tls,
+        stop=stop,
+    )
+
+
+async def serve_connections(
+    listen: Address,
+    serve: Callable[[Endpoint], Coroutine[Any, Any, None]],
+    *,
+    max_message_bytes: int,
+    tls: ssl.SSLContext | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Hand each Client connection to ``serve``: the one on stdio (until it ends), or every one
+    a listener on ``listen`` accepts, WebSocket or Streamable HTTP, in TLS with ``tls`` (until
+    ``stop``; then the connections still served are cancelled).
+    :class:`~proxy.core.errors.StartupError` when the address cannot be listened on."""
+    if listen.scheme == "stdio":
+        endpoint = await open_client_stdio(limit=max_message_bytes)
+        await serve(endpoint)
         return 0
     stop = stop or asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 
     async def on_connection(endpoint: Endpoint, headers: Any, cookies: Any) -> Refused | None:
-        task = asyncio.get_running_loop().create_task(agent.serve(endpoint))
+        task = asyncio.get_running_loop().create_task(serve(endpoint))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         return None
 
     listener = Listener(
         ListenerConfig(
-            host=options.listen.host,
-            port=options.listen.port,
-            path=options.listen.path,
-            websocket_only=options.listen.scheme == "ws",
-            max_message_bytes=options.max_message_bytes,
+            host=listen.host,
+            port=listen.port,
+            path=listen.path,
+            websocket_only=listen.scheme == "ws",
+            max_message_bytes=max_message_bytes,
             allowances=None,  # a test peer: no Host or Origin checks
+            tls=tls,
         ),
         on_connection,
         Fanout([]),
@@ -557,7 +660,7 @@ async def serve_agent(options: AgentOptions, stop: asyncio.Event | None = None) 
     try:
         await listener.start()
     except OSError as exc:
-        raise StartupError("--listen", options.listen.url, os_cause(exc)) from None
+        raise StartupError("--listen", listen.url, os_cause(exc)) from None
     await stop.wait()
     await listener.stop()
     for task in list(tasks):

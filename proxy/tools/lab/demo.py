@@ -27,7 +27,6 @@ could not be run, or is not an ACP v2 Agent).
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from proxy.core.errors import OptionError, at_least, os_cause
 from proxy.shell.defaults import MIN_TIMEOUT
+from proxy.shell.writable import cannot_write_in
 from proxy.tools import cannot_run
 from proxy.tools.lab.client import ClientOptions, ClientReport, run_client
 from proxy.tools.lab.client import render as render_client
@@ -154,9 +154,8 @@ def cannot_keep(directory: Path) -> str | None:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"--keep {directory}: {os_cause(exc)}"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"--keep {directory}: not writable"
-    return None
+    cause = cannot_write_in(directory)
+    return None if cause is None else f"--keep {directory}: cannot be written: {cause}"
 
 
 async def run_demo(options: DemoOptions) -> DemoResult:

@@ -1,6 +1,7 @@
 """The scripted SDK Agent of ``sdk_agent.py``, served over Streamable HTTP and WebSocket; a script.
 
-``python tests/support/peers/sdk_http_agent.py [--port N] [--path /acp] [--require-session-header]``
+``python tests/support/peers/sdk_http_agent.py [--port N] [--path /acp] [--require-session-header]
+[--tls-cert FILE --tls-key FILE]``
 
 The official SDK's ASGI app (``acp.http.asgi.create_asgi_app``: POST, GET and DELETE for
 Streamable HTTP and the WebSocket upgrade, all on one path) runs under uvicorn on 127.0.0.1,
@@ -9,6 +10,9 @@ connection gets its own :class:`ScriptedAgent`, so prompts behave as on stdio (`
 ``permission``, ``wait``, ``big N``, anything else: ``len=N sha256=HEX``; see ``sdk_agent.py``),
 including the ids recorded for ``wait`` and ``_sdk_agent/state`` (one record for the process,
 shared by all connections).
+
+With ``--tls-cert`` and ``--tls-key`` (PEM) it serves HTTPS and WSS instead, and says so in its
+``LISTENING https://...`` line.
 
 With ``--require-session-header`` the app sits behind :class:`SessionHeaderGate`, which refuses
 a POST without ``Acp-Session-Id`` as the TypeScript SDK's server does.
@@ -150,21 +154,28 @@ class AnnouncingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, path: str) -> None:
         super().__init__(config)
         self.path = path
+        self.scheme = "https" if config.ssl_certfile else "http"
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if not self.started:
             return
         port = self.servers[0].sockets[0].getsockname()[1]
-        sys.stdout.write(f"LISTENING http://{HOST}:{port}{self.path}\n")
+        sys.stdout.write(f"LISTENING {self.scheme}://{HOST}:{port}{self.path}\n")
         sys.stdout.flush()
 
 
 def make_server(
-    port: int = 0, path: str = "/acp", grace: int = 0, *, require_session_header: bool = False
+    port: int = 0,
+    path: str = "/acp",
+    grace: int = 0,
+    *,
+    require_session_header: bool = False,
+    tls: tuple[str, str] | None = None,
 ) -> AnnouncingServer:
     """uvicorn serving the SDK's ASGI app on ``HOST:port`` at ``path`` (behind
-    :class:`SessionHeaderGate` when ``require_session_header``)."""
+    :class:`SessionHeaderGate` when ``require_session_header``; in TLS with ``tls``, the
+    certificate's and the key's files)."""
     app: ASGIApp = create_asgi_app(new_agent, path=path)
     if require_session_header:
         app = SessionHeaderGate(app)
@@ -178,6 +189,8 @@ def make_server(
         lifespan="on",
         log_config=None,  # uvicorn's default config would print access lines to stdout
         timeout_graceful_shutdown=grace,  # SSE streams never end by themselves
+        ssl_certfile=tls[0] if tls else None,
+        ssl_keyfile=tls[1] if tls else None,
     )
     return AnnouncingServer(config, path)
 
@@ -192,10 +205,16 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="refuse a POST with params.sessionId and no Acp-Session-Id (as the TS server does)",
     )
+    parser.add_argument("--tls-cert", help="serve TLS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="the certificate's key (PEM)")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="sdk_http_agent: %(message)s")
     server = make_server(
-        args.port, args.path, args.grace, require_session_header=args.require_session_header
+        args.port,
+        args.path,
+        args.grace,
+        require_session_header=args.require_session_header,
+        tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
     )
     asyncio.run(server.serve())
     if not server.started:

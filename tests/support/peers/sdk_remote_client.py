@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import shutil
+import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any, cast
 
 import httpx2
 from acp import PROTOCOL_VERSION, Client, connect_to_agent, spawn_agent_process
+from acp._transport import Transport
 from acp.client.connection import ClientSideConnection
 from acp.connection import StreamObserver
 from acp.http import create_http_stream
@@ -155,23 +157,22 @@ async def connect_http(
     headers: dict[str, str] | None = None,
     observers: Sequence[StreamObserver] = (),
     http_client: httpx2.AsyncClient | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[ClientSideConnection]:
     """The SDK Client over Streamable HTTP to ``url`` (e.g. ``http://127.0.0.1:PORT/acp``).
 
     Nothing is sent until the first call (``initialize`` must come first). ``http_client``
     replaces the SDK's own ``httpx2.AsyncClient(http2=True, timeout=None)``, which speaks
-    HTTP/1.1 on ``http://``; ``headers`` go on every request.
+    HTTP/1.1 on ``http://`` (and offers HTTP/2 on ``https://``); ``tls``: the trust of that
+    same client toward an ``https://`` URL; ``headers`` go on every request.
     """
-    transport = create_http_stream(url, client=http_client, headers=headers)
-    conn = connect_to_agent(
-        cast(Client, client if client is not None else SimpleClient()),
-        transport,
-        observers=list(observers),
-    )
-    try:
-        yield conn
-    finally:
-        await conn.close()
+    async with contextlib.AsyncExitStack() as stack:
+        if http_client is None and tls is not None:  # closed here: the SDK closes only its own
+            http_client = httpx2.AsyncClient(http2=True, timeout=None, verify=tls)
+            stack.push_async_callback(http_client.aclose)
+        transport = create_http_stream(url, client=http_client, headers=headers)
+        async with _connected(transport, client, observers) as conn:
+            yield conn
 
 
 @contextlib.asynccontextmanager
@@ -183,16 +184,18 @@ async def connect_ws(
     observers: Sequence[StreamObserver] = (),
     cookie_store: MemoryAcpCookieStore | None = None,
     max_size: int | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[ClientSideConnection]:
-    """The SDK Client over WebSocket to ``url`` (``ws://`` or ``http://``, converted).
+    """The SDK Client over WebSocket to ``url`` (``ws://`` or ``http://``, converted; ``wss://``
+    or ``https://`` in TLS).
 
     The handshake happens on entry (a refused upgrade raises here); ``initialize`` must still be
     the first call. The SDK's WebSocket client keeps the ``websockets`` default of at most 1 MiB
     per received message (a larger one closes the socket with 1009): pass ``max_size`` to raise
-    it, which builds the transport from the SDK's private ``_WebSocketTransport`` and skips the
-    cookie store.
+    it, or ``tls`` to trust a CA of the test's own, which builds the transport from the SDK's
+    private ``_WebSocketTransport`` and skips the cookie store.
     """
-    if max_size is None:
+    if max_size is None and tls is None:
         transport = await create_websocket_stream(
             ws_url(url), headers=headers, cookie_store=cookie_store
         )
@@ -200,8 +203,22 @@ async def connect_ws(
         from acp.ws.client import _WebSocketTransport
         from websockets.asyncio.client import connect as ws_connect
 
-        socket = await ws_connect(ws_url(url), additional_headers=headers, max_size=max_size)
+        socket = await ws_connect(
+            ws_url(url),
+            additional_headers=headers,
+            max_size=max_size if max_size is not None else 2**20,
+            ssl=tls,
+        )
         transport = _WebSocketTransport(socket)
+    async with _connected(transport, client, observers) as conn:
+        yield conn
+
+
+@contextlib.asynccontextmanager
+async def _connected(
+    transport: Transport, client: Any, observers: Sequence[StreamObserver]
+) -> AsyncIterator[ClientSideConnection]:
+    """The SDK Client (``client``, or a :class:`SimpleClient`) on ``transport``, closed on exit."""
     conn = connect_to_agent(
         cast(Client, client if client is not None else SimpleClient()),
         transport,
@@ -230,11 +247,12 @@ async def listening_proxy(
 
 @contextlib.asynccontextmanager
 async def sdk_client(
-    kind: str, url: str, client: SimpleClient
+    kind: str, url: str, client: SimpleClient, *, tls: ssl.SSLContext | None = None
 ) -> AsyncIterator[ClientSideConnection]:
-    """The SDK Client over ``kind`` (http or ws) to ``url``."""
+    """The SDK Client over ``kind`` (http or ws) to ``url`` (``tls``: its trust for a URL in
+    TLS)."""
     connect = connect_ws if kind == "ws" else connect_http
-    async with connect(url, client) as conn:
+    async with connect(url, client, tls=tls) as conn:
         yield conn
 
 
@@ -281,10 +299,10 @@ def run_sdk_http_agent(*args: str) -> contextlib.AbstractAsyncContextManager[Htt
     return _run_listening_agent(sys.executable, str(HTTP_AGENT), *args)
 
 
-def run_node_agent() -> contextlib.AbstractAsyncContextManager[HttpAgent]:
-    """Start the TypeScript SDK's Agent, ``node/agent.mjs``, as :func:`run_sdk_http_agent` does
-    (only where :data:`NODE_AGENT_MISSING` is None)."""
-    return _run_listening_agent("node", str(NODE_AGENT))
+def run_node_agent(*args: str) -> contextlib.AbstractAsyncContextManager[HttpAgent]:
+    """Start the TypeScript SDK's Agent, ``node/agent.mjs ARGS``, as :func:`run_sdk_http_agent`
+    does (only where :data:`NODE_AGENT_MISSING` is None)."""
+    return _run_listening_agent("node", str(NODE_AGENT), *args)
 
 
 @contextlib.asynccontextmanager

@@ -36,6 +36,7 @@ class Agent:
             *options,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,  # a few log lines: read once it has exited
         )
         return cls(process)
 
@@ -93,6 +94,11 @@ class Agent:
         assert self.process.stdin is not None
         self.process.stdin.close()
         return await asyncio.wait_for(self.process.wait(), TIMEOUT)
+
+    async def stderr_text(self) -> str:
+        """What it logged (once it has exited)."""
+        assert self.process.stderr is not None
+        return (await self.process.stderr.read()).decode()
 
 
 def is_update(message: dict[str, Any], session: str, kind: str) -> bool:
@@ -369,3 +375,32 @@ def test_a_start_that_fails_is_one_line(tmp_path: Path) -> None:
                 f"acp-proxy agent: {line}\n",
                 "",
             )
+
+
+async def test_a_store_that_fails_later_answers_an_error_and_changes_nothing(
+    agents: Any, tmp_path: Path
+) -> None:
+    """The store's folder replaced by a file while the Agent runs: a prompt and a new session
+    are answered -32603 in one logged line (no traceback), nothing is inserted, the key stays
+    unused; once the folder is back, the same key is a fresh submission."""
+    store = tmp_path / "store"
+    agent = await agents("--store", str(store), "--turn-ms", "1")
+    session = await agent.open()
+    store.rename(tmp_path / "moved")
+    store.write_text("")  # mkstemp in it: not a directory
+
+    failed = await agent.request("session/prompt", prompt(session, "C", "K"))
+    assert failed["error"]["code"] == -32603
+    assert failed["error"]["message"] == "the session could not be stored: not a directory"
+    refused = await agent.request("session/new", {"cwd": "/p", "mcpServers": []})
+    assert refused["error"]["code"] == -32603
+    assert agent.user_messages(session) == []
+
+    store.unlink()
+    (tmp_path / "moved").rename(store)
+    inserted = await agent.request("session/prompt", prompt(session, "C", "K"))
+    assert inserted["result"]["messageId"] == agent.user_messages(session)[0]
+    assert await agent.stop() == 0
+    stderr = await agent.stderr_text()
+    assert "Traceback" not in stderr
+    assert stderr.count("the session could not be stored") == 2

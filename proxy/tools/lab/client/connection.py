@@ -9,19 +9,19 @@ before its answer count as its replay, and hands every ``session/update`` to the
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.core import acp
 from proxy.shell.defaults import AGENT_EXIT_WAIT
 from proxy.shell.endpoint import Endpoint, ExitReporter
 from proxy.shell.log import get_logger
 from proxy.shell.transports.stdio import spawn_agent
-from proxy.tools.lab.client.options import ClientOptions
 from proxy.tools.lab.client.report import Resume
 from proxy.tools.rpc import Answer, Message, NoAnswer, Peer, connect
 
-__all__ = ["Connection", "Failure", "open_endpoint"]
+__all__ = ["Connection", "Failure", "Reach", "open_endpoint"]
 
 log = get_logger("proxy.client")
 
@@ -30,14 +30,31 @@ class Failure(Exception):
     """The connection failed or did not answer in time: connect again and go on."""
 
 
-async def open_endpoint(options: ClientOptions) -> Endpoint:
-    """A new connection to the Agent: the command spawned over stdio, or the URL connected."""
+class Reach(Protocol):
+    """How to reach an Agent, as a tool's options say it (:class:`ClientOptions`, the replay
+    client's)."""
+
+    @property
+    def agent_argv(self) -> tuple[str, ...]: ...
+    @property
+    def connect(self) -> str | None: ...
+    @property
+    def max_message_bytes(self) -> int: ...
+    @property
+    def grace(self) -> float: ...
+    @property
+    def tls(self) -> ssl.SSLContext | None: ...
+
+
+async def open_endpoint(options: Reach) -> Endpoint:
+    """A new connection to the Agent: the command spawned over stdio, or the URL connected;
+    :class:`Failure` saying why when it cannot be made."""
     try:
         if options.connect is None:
             return await spawn_agent(
                 options.agent_argv, limit=options.max_message_bytes, grace=options.grace
             )
-        return await connect(options.connect, limit=options.max_message_bytes)
+        return await connect(options.connect, limit=options.max_message_bytes, tls=options.tls)
     except Exception as exc:
         raise Failure(f"cannot connect: {exc}") from exc
 

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
 from proxy.core.errors import OptionError, at_least
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
+from proxy.shell.tls import check_upstream
 
-__all__ = ["ClientOptions", "KeyMode"]
+__all__ = ["ClientOptions", "KeyMode", "check_reach"]
+
+
+def check_reach(
+    agent_argv: tuple[str, ...], connect: str | None, tls: ssl.SSLContext | None
+) -> None:
+    """Refuse a way to reach the Agent that is none or two (a command and a URL), a URL that is
+    no ``ws://`` or ``http://`` (``wss://``, ``https://``) one, or a trust for an Agent not in
+    TLS: an :class:`~proxy.core.errors.OptionError`."""
+    if bool(agent_argv) == (connect is not None):
+        raise OptionError("give either an agent command or a URL to connect to, not both")
+    if connect is not None and not connect.startswith(("ws://", "wss://", "http://", "https://")):
+        raise OptionError(f"expected a ws:// or http:// URL, got {connect!r}")
+    secure = connect is not None and connect.startswith(("wss://", "https://"))
+    check_upstream(secure=secure, verified=tls is not None)
+
 
 KeyMode = Literal["fresh", "none", "reuse", "from_text"]
 """How the Client makes its idempotency keys: ``fresh``, a UUID4 per submission (the RFD); the
@@ -50,16 +67,14 @@ class ClientOptions:
     Agent the proxy replaced) counts as timed out at once, and the final replay waits
     (``answer_timeout`` at most) until the proxy has nothing held for the Agent or outstanding
     there."""
+    tls: ssl.SSLContext | None = None
+    """How a ``wss://`` or ``https://`` Agent is verified (``--tls-ca``; None: the system's
+    trust store)."""
     keys: KeyMode = "fresh"
     """How keys are made: anything but ``fresh`` misbehaves on purpose (:data:`KeyMode`)."""
 
     def __post_init__(self) -> None:
-        if bool(self.agent_argv) == (self.connect is not None):
-            raise OptionError("give either an agent command or a URL to connect to, not both")
-        if self.connect is not None and not self.connect.startswith(
-            ("ws://", "wss://", "http://", "https://")
-        ):
-            raise OptionError(f"expected a ws:// or http:// URL, got {self.connect!r}")
+        check_reach(self.agent_argv, self.connect, self.tls)
         at_least("--answer-timeout", self.answer_timeout, MIN_TIMEOUT)
         at_least("--max-attempts", self.max_attempts, 1)
         at_least("setup_timeout", self.setup_timeout, MIN_TIMEOUT)

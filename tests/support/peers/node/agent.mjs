@@ -1,6 +1,6 @@
 // An ACP Agent on the official TypeScript SDK's Streamable HTTP server; a script for the tests.
 //
-//   node tests/support/peers/node/agent.mjs
+//   node tests/support/peers/node/agent.mjs [--tls-cert FILE --tls-key FILE]
 //
 // The SDK's `AcpServer` (`@agentclientprotocol/sdk/experimental/server`) behind its Node adapter
 // serves POST, GET and DELETE on /acp, on 127.0.0.1 and a port the system picks. It is the
@@ -20,11 +20,16 @@
 //   "permission: selected OPTION_ID" (or "permission: cancelled"); anything else: a chunk
 //   "unknown prompt". Every prompt's chunk joins the session's history. Then `end_turn`.
 //
-// Once listening it writes exactly one line to stdout, `LISTENING http://127.0.0.1:PORT/acp`, and
-// nothing else; it stops on SIGTERM or SIGINT.
+// With `--tls-cert` and `--tls-key` (PEM) it serves HTTPS (`node:https`) instead.
+//
+// Once listening it writes exactly one line to stdout, `LISTENING http://127.0.0.1:PORT/acp`
+// (`https://` in TLS), and nothing else; it stops on SIGTERM or SIGINT.
 
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
+import { createServer as createTlsServer } from "node:https";
+import { parseArgs } from "node:util";
 
 import { RequestError, agent, methods } from "@agentclientprotocol/sdk";
 import { AcpServer } from "@agentclientprotocol/sdk/experimental/server";
@@ -32,6 +37,14 @@ import { createNodeHttpHandler } from "@agentclientprotocol/sdk/experimental/nod
 
 const HOST = "127.0.0.1";
 const PATH = "/acp";
+
+const { values: args } = parseArgs({
+  options: { "tls-cert": { type: "string" }, "tls-key": { type: "string" } },
+});
+const tls =
+  args["tls-cert"] === undefined
+    ? undefined
+    : { cert: readFileSync(args["tls-cert"]), key: readFileSync(args["tls-key"]) };
 
 /** Chunks said in each session, by session id, for every connection. */
 const histories = new Map();
@@ -111,17 +124,19 @@ const app = agent({ name: "ts-sdk-agent" })
 
 const acp = new AcpServer({ agent: app });
 const handle = createNodeHttpHandler(acp);
-const server = createServer((req, res) => {
+function serve(req, res) {
   const path = new URL(req.url ?? "/", `http://${HOST}`).pathname;
   if (path !== PATH) {
     res.writeHead(404, { "Content-Type": "text/plain" }).end("Not Found");
     return;
   }
   handle(req, res);
-});
+}
+const server = tls === undefined ? createServer(serve) : createTlsServer(tls, serve);
 
 server.listen(0, HOST, () => {
-  process.stdout.write(`LISTENING http://${HOST}:${server.address().port}${PATH}\n`);
+  const scheme = tls === undefined ? "http" : "https";
+  process.stdout.write(`LISTENING ${scheme}://${HOST}:${server.address().port}${PATH}\n`);
 });
 
 function stop() {

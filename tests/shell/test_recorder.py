@@ -1,0 +1,199 @@
+"""The recording writer: what it writes (plain or gzip), what it leaves out, redaction, and a
+queue that never makes the relay wait."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from harness import TIMEOUT
+from tool_runs import acp_proxy, command, session_run
+
+from proxy.core.errors import StartupError
+from proxy.core.events import Direction, Side
+from proxy.core.jsonrpc import Message, parse
+from proxy.core.observations import Connected, Disconnected, Observation, Relayed, RelayedRun
+from proxy.core.redact import Redactor
+from proxy.shell.limits import LimitReached
+from proxy.shell.recorder import RecordWriter
+from proxy.tools.replay.files import load_recording  # what reads it back
+
+SECRET = "sk-live-0123456789"
+PROMPT = (
+    b'{"jsonrpc":"2.0","id":"c1","method":"session/prompt","params":{"sessionId":"s",'
+    b'"prompt":[{"type":"text","text":"use ' + SECRET.encode() + b'"}],"n":1.10}}'
+)
+ANSWER = b'{"jsonrpc":"2.0","id":0,"result":{"messageId":"m","big":123456789012345678901234567890}}'
+UPDATE = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{}}}'
+
+
+def parsed(raw: bytes) -> Message:
+    message = parse(raw)
+    assert isinstance(message, Message)
+    return message
+
+
+def relayed(
+    raw: bytes, direction: Direction, ids: tuple[bytes | None, bytes | None], *, copy: bool = False
+) -> Relayed:
+    message = parsed(raw)
+    return Relayed(
+        direction=direction,
+        kind=message.kind,
+        method=message.method,
+        session=message.session,
+        size=len(raw),
+        original_id=ids[0],
+        forwarded_id=ids[1],
+        message=message,
+        copy=copy,
+    )
+
+
+def conversation() -> list[Observation]:
+    return [
+        Connected(Side.CLIENT, "stdio"),
+        relayed(PROMPT, Direction.TO_AGENT, (b'"c1"', b"0")),
+        relayed(PROMPT, Direction.TO_AGENT, (b'"c1"', b"1"), copy=True),  # a duplicate rule's
+        RelayedRun(
+            direction=Direction.TO_CLIENT,
+            method="session/update",
+            size=2 * len(UPDATE),
+            raws=[UPDATE, UPDATE],
+            bodies=[parsed(UPDATE).body, parsed(UPDATE).body],
+        ),
+        relayed(ANSWER, Direction.TO_CLIENT, (b'"c1"', b"0")),
+        Disconnected(Side.CLIENT, "stdio"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["session.jsonl", "session.jsonl.gz"])
+def test_every_message_both_ways_is_recorded(tmp_path: Path, name: str) -> None:
+    """Bodies byte for byte with their link, direction and ids; a run of notifications a line
+    each; an injected copy left out; gzip when the name says so."""
+    path = tmp_path / name
+    writer = RecordWriter(path, clock=lambda: 12.5)
+    for observation in conversation():
+        writer.observe(observation, 4)
+    writer.close()
+    assert (path.read_bytes()[:2] == b"\x1f\x8b") == name.endswith(".gz")
+    recording = load_recording(path)
+    assert [r.message.raw for r in recording.messages] == [PROMPT, UPDATE, UPDATE, ANSWER]
+    assert [r.direction for r in recording.messages] == [
+        Direction.TO_AGENT,
+        Direction.TO_CLIENT,
+        Direction.TO_CLIENT,
+        Direction.TO_CLIENT,
+    ]
+    assert recording.messages[0].pair == recording.messages[3].pair == (b'"c1"', b"0")
+    assert {r.link for r in recording.messages} == {4}
+    assert [(e.event, e.side) for e in recording.links] == [
+        ("open", Side.CLIENT),
+        ("close", Side.CLIENT),
+    ]
+    assert writer.written == 7  # the header, two link lines, four messages
+    assert path.stat().st_mode & 0o777 == 0o600  # what the peers said: its owner's alone
+
+
+def test_redaction_leaves_no_secret_in_the_file(tmp_path: Path) -> None:
+    """The secret is nowhere in the file's bytes; the file says what was redacted, and where."""
+    path = tmp_path / "session.jsonl"
+    writer = RecordWriter(path, Redactor.of([r"sk-live-\w+"]))
+    for observation in conversation():
+        writer.observe(observation, 1)
+    writer.close()
+    data = path.read_bytes()
+    assert SECRET.encode() not in data
+    recording = load_recording(path)
+    assert recording.redactions == (r"sk-live-\w+",)
+    prompt = recording.messages[0]
+    assert prompt.redacted == ("params.prompt[0].text",)
+    assert prompt.message.raw == PROMPT.replace(SECRET.encode(), b"[redacted]")
+
+
+class StalledRedactor(Redactor):
+    """A redactor whose first call waits until the test lets it go (the disk of a slow writer)."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def redact(self, raw: bytes) -> tuple[bytes, list[str]]:
+        self.entered.set()
+        assert self.go.wait(TIMEOUT)
+        return raw, []
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.observations: list[Observation] = []
+
+    def observe(self, observation: Observation, link: int | None = None) -> None:
+        self.observations.append(observation)
+
+
+def test_a_writer_behind_drops_and_counts_never_waits(tmp_path: Path) -> None:
+    """A full queue: the message is left out, counted and observed; the relay goes on; what
+    was queued is written once the writer catches up."""
+    path = tmp_path / "session.jsonl"
+    redactor = StalledRedactor()
+    seen = Seen()
+    writer = RecordWriter(path, redactor, backlog=2, observer=seen)
+    answer = relayed(ANSWER, Direction.TO_CLIENT, (b"1", b"0"))
+    writer.observe(answer, 1)
+    assert redactor.entered.wait(TIMEOUT)  # the thread holds the first one
+    for _ in range(5):
+        writer.observe(answer, 1)  # two queued, three left out: none of it waits
+    assert writer.dropped == 3
+    assert seen.observations == [LimitReached("record_backlog", "link")] * 3
+    redactor.go.set()
+    writer.close()
+    assert len(load_recording(path).messages) == 3
+
+
+def test_the_file_is_opened_as_the_trace_is(tmp_path: Path) -> None:
+    """A symbolic link or a FIFO in its place is refused, naming --record."""
+    target = tmp_path / "target"
+    target.write_text("")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    with pytest.raises(StartupError, match=r"--record .*symbolic link"):
+        RecordWriter(link)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(StartupError, match=r"--record .*not a regular file"):
+        RecordWriter(fifo)
+
+
+def test_a_run_records_both_ways_and_redacts(tmp_path: Path) -> None:
+    """``acp-proxy run --record --redact``: the reference Client's session, both ways, and the
+    prompt's text nowhere in the file's bytes (nor in the Agent's echo of it)."""
+    path = tmp_path / "session.jsonl"
+    agent = command("run", "--record", str(path), "--redact", "hel+o", "--", *command("agent"))
+    done = session_run("client", "--", *agent)
+    assert done.returncode == 0, done.stderr
+    data = path.read_bytes()
+    assert b"hello" not in data
+    assert b"[redacted]" in data
+    recording = load_recording(path)
+    assert recording.redactions == ("hel+o",)
+    assert {r.direction for r in recording.messages} == {Direction.TO_AGENT, Direction.TO_CLIENT}
+    assert any(r.redacted == ("params.prompt[0].text",) for r in recording.messages)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--record", "r.jsonl", "--redact", "re:("], "not a regular expression"),
+        (["--redact", "secret"], "give --record FILE"),
+        (["--record", "-"], "give the recording a file"),
+    ],
+)
+def test_record_options_are_checked(tmp_path: Path, options: list[str], says: str) -> None:
+    """A bad pattern, --redact without --record, a recording to stdout: a usage error (2)."""
+    done = acp_proxy("run", *options, "--", "true")
+    assert done.returncode == 2
+    assert says in done.stderr

@@ -1,0 +1,158 @@
+"""``acp-proxy replay agent`` as a user runs it: a session of the reference Agent recorded through
+the proxy, then replayed in the Agent's place, with faults in front, over stdio and WebSocket,
+and checked by check-agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from certs import make_pki
+from harness import ROOT, TIMEOUT
+from tool_runs import check_agent, command, session_run
+
+from proxy.shell.transports.stdio import spawn_agent
+from proxy.tools.rpc import Peer
+
+LOSE_FIRST_ANSWER = ROOT / "config" / "lose-first-prompt-response.yaml"
+
+
+def findings(trace: Path) -> list[str]:
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    return [r["check"] for r in records if r.get("event") == "finding"]
+
+
+@pytest.mark.parametrize("dedupe", [True, False], ids=["dedupe", "no-dedupe"])
+def test_a_lost_answer_retried_against_the_replay(
+    recorded: Path, tmp_path: Path, dedupe: bool
+) -> None:
+    """A drop rule in front, the reference Client retrying with its key: with --dedupe the
+    retry gets the original messageId (no finding); without it, a second insert, which the
+    proxy's ledger finds."""
+    trace = tmp_path / "trace.jsonl"
+    agent = command("replay", "agent", str(recorded), "--speed", "0", *(["--dedupe"] * dedupe))
+    front = command("run", "--faults", str(LOSE_FIRST_ANSWER), "--trace", str(trace), "--", *agent)
+    done = session_run("client", "--follow-trace", str(trace), "--", *front)
+    if dedupe:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert findings(trace) == []
+        assert "none inserted twice" in done.stdout
+    else:
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert findings(trace) == ["duplicate_insert"]
+    assert "#3@1 timeout, #4@1 answered" in done.stdout  # the first answer lost, then a retry
+
+
+async def open_session(peer: Peer) -> str:
+    await peer.call("initialize", {"protocolVersion": 2, "capabilities": {}, "info": INFO}, TIMEOUT)
+    answer = await peer.call("session/new", {"cwd": "/elsewhere", "mcpServers": []}, TIMEOUT)
+    return str(answer["result"]["sessionId"])
+
+
+INFO = {"name": "acp-proxy-reference-client", "version": "0.1.0"}
+
+
+async def test_a_request_that_matches_nothing_names_the_nearest(recorded: Path) -> None:
+    """Another prompt: a JSON-RPC error naming the recorded prompt, its line and the text that
+    differs; the connection goes on."""
+    endpoint = await spawn_agent(command("replay", "agent", str(recorded)), limit=1 << 20)
+    peer = Peer(endpoint)
+    try:
+        session = await open_session(peer)
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "goodbye"}]}
+        answer = await peer.call("session/prompt", prompt, TIMEOUT)
+        error = answer["error"]
+        assert error["code"] == -32603
+        assert (
+            "no recorded request matches this session/prompt; the nearest is line"
+            in (error["message"])
+        )
+        assert 'params.prompt[0].text: recorded "hello", got "goodbye"' in error["message"]
+        assert error["data"]["nearest"]["method"] == "session/prompt"
+        assert {"path": "params.prompt[0].text", "recorded": "hello", "got": "goodbye"} in (
+            error["data"]["differences"]
+        )
+        again = await peer.call("session/new", {"cwd": "/", "mcpServers": []}, TIMEOUT)
+        assert again["result"]["sessionId"] != session  # served again, as another session
+    finally:
+        await peer.close(TIMEOUT)
+
+
+@pytest.mark.parametrize("scheme", ["ws", "http", "wss"])
+async def test_over_the_network(recorded: Path, tmp_path: Path, scheme: str) -> None:
+    """--listen ws://, http:// or wss:// (with --tls-cert and --tls-key): the reference Client,
+    over WebSocket or Streamable HTTP (trusting the test's CA), gets its prompt confirmed."""
+    listen = [
+        "--listen",
+        f"{scheme}://127.0.0.1:0/acp",
+        "--log-format",
+        "json",
+        "--log-level",
+        "info",
+    ]
+    trust: list[str] = []
+    if scheme == "wss":
+        pki = make_pki(tmp_path)
+        listen += ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)]
+        trust = ["--tls-ca", str(pki.ca)]
+    process = await asyncio.create_subprocess_exec(
+        *command("replay", "agent", str(recorded), "--speed", "0", *listen),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        url = await listening(process)
+        done = await asyncio.to_thread(session_run, "client", "--connect", url, *trust)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), TIMEOUT)
+
+
+async def listening(process: asyncio.subprocess.Process) -> str:
+    """The URL the replay listens on, from its log line."""
+    assert process.stderr is not None
+    async with asyncio.timeout(TIMEOUT):
+        while line := await process.stderr.readline():
+            event: dict[str, Any] = json.loads(line)
+            if event.get("event") == "listening":
+                return str(event["url"])
+    raise AssertionError("the replay ended without listening")
+
+
+def test_a_bad_recording_is_refused_with_where(tmp_path: Path) -> None:
+    """Exit 2, each problem on stderr with its line."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": "acp-recording", "version": 1, "time": 0}\n{"event": 1}\n')
+    done = session_run("replay", "agent", str(bad))
+    assert done.returncode == 2
+    assert f"{bad}: line 2: time is not a finite number" in done.stderr
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text('{"format": "acp-recording", "version": 9, "time": 0}\n')
+    done = session_run("replay", "client", str(newer), "--", "true")
+    assert done.returncode == 2
+    assert "recorded by a newer acp-proxy (format version 9" in done.stderr
+
+
+def test_check_agent_runs_against_a_replayed_agent(tmp_path: Path) -> None:
+    """check-agent's run against the reference Agent, recorded, then replayed with --dedupe in
+    the Agent's place: the same traces pass."""
+    path = tmp_path / "check.jsonl"
+    only = ["--only", "T1", "--only", "T4"]
+    first = check_agent(
+        *only, "--", *command("run", "--record", str(path), "--", *command("agent"))
+    )
+    assert first.returncode == 0, first.stdout
+    replayed = check_agent(*only, "--", *command("replay", "agent", str(path), "--dedupe"))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "T1  PASS" in replayed.stdout
+    assert "T4  PASS" in replayed.stdout
+
+
+def test_strict_order_serves_a_session_in_its_recorded_order(recorded: Path) -> None:
+    """--strict-order: the same Client, sending what it sent then in the same order, is served."""
+    agent = command("replay", "agent", str(recorded), "--speed", "0", "--strict-order")
+    done = session_run("client", "--", *agent)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,107 @@
+"""``acp-proxy replay client`` against the reference Agent: the same answers pass, a changed one
+is reported with where, what was recorded and what came."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from harness import fault_file
+from peers.sdk_remote_client import listening_proxy
+from tool_runs import command, session_run
+
+
+def test_the_same_agent_answers_the_same(recorded: Path) -> None:
+    """Against the Agent recorded, nothing differs (its random ids and session ids aside)."""
+    done = session_run("replay", "client", str(recorded), "--", *command("agent"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.endswith("messages of the Agent compared: same as recorded\n")
+
+
+def changed(recorded: Path, directory: Path) -> Path:
+    """The recording with the Agent's "running" state said as "walking" (gzip, as --record
+    writes a .gz)."""
+    text = gzip.decompress(recorded.read_bytes())
+    text = text.replace(b'"state":"running"', b'"state":"walking"')
+    assert b"walking" in text
+    path = directory / "changed.jsonl.gz"
+    path.write_bytes(gzip.compress(text))
+    return path
+
+
+def test_a_changed_answer_is_reported(recorded: Path, tmp_path: Path) -> None:
+    """Exit 1; each difference on a line: the recorded line, the method, the path, the values."""
+    done = session_run(
+        "replay", "client", str(changed(recorded, tmp_path)), "--", *command("agent")
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert any(
+        line.startswith("line ")
+        and line.endswith(': session/update params.update.state: recorded "walking", new "running"')
+        for line in lines
+    ), done.stdout
+    as_json = session_run(
+        "replay", "client", str(changed(recorded, tmp_path)), "--json", "--", *command("agent")
+    )
+    report = json.loads(as_json.stdout)
+    assert {
+        "method": "session/update",
+        "path": "params.update.state",
+        "recorded": "walking",
+        "got": "running",
+    } in [{k: v for k, v in d.items() if k != "line"} for d in report["differences"]]
+
+
+def test_ignored_paths_are_no_difference(recorded: Path, tmp_path: Path) -> None:
+    """--ignore the path that changed: exit 0."""
+    path = changed(recorded, tmp_path)
+    done = session_run(
+        "replay", "client", str(path), "--ignore", "params.update.state", "--", *command("agent")
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_agent_that_cannot_be_started_is_said(recorded: Path, tmp_path: Path) -> None:
+    """Exit 2 with the reason."""
+    done = session_run("replay", "client", str(recorded), "--", str(tmp_path / "no-such-agent"))
+    assert done.returncode == 2
+    assert "acp-proxy replay client: cannot connect: " in done.stderr
+
+
+def test_through_the_proxy_with_faults(recorded: Path, tmp_path: Path) -> None:
+    """Behind ``acp-proxy run`` with a fault file that delays each prompt, the Agent answers as
+    recorded."""
+    faults = fault_file(
+        tmp_path,
+        {
+            "name": "slow-prompts",
+            "when": {"direction": "to_agent", "method": "session/prompt"},
+            "do": {"action": "delay", "ms": 50},
+        },
+    )
+    agent = command("run", "--faults", str(faults), "--", *command("agent"))
+    done = session_run("replay", "client", str(recorded), "--", *agent)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+async def test_a_session_recorded_over_the_network_replays(tmp_path: Path, scheme: str) -> None:
+    """Recorded by a proxy listening on Streamable HTTP or WebSocket (the Client's messages
+    came as POST bodies or frames), the session replays against a new Agent with no
+    difference."""
+    path = tmp_path / "network.jsonl"
+    options = ("--record", str(path))
+    async with listening_proxy(f"{scheme}://127.0.0.1:0/acp", *options, agent=command("agent")) as (
+        _,
+        url,
+    ):
+        done = await asyncio.to_thread(session_run, "client", "--connect", url)
+        assert done.returncode == 0, done.stdout + done.stderr
+    replayed = await asyncio.to_thread(
+        session_run, "replay", "client", str(path), "--", *command("agent")
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
