@@ -89,6 +89,13 @@ LogFormatOption = Annotated[
     LogFormatChoice, typer.Option(help="Log rendering (logs always go to stderr).")
 ]
 LogLevelOption = Annotated[LogLevelChoice, typer.Option(help="Least severe level logged.")]
+ResultsJsonOption = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
+"""The checkers' ``--json``."""
+JunitOption = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="Also write JUnit XML to this file.", dir_okay=False),
+]
+"""The checkers' ``--junit FILE``."""
 TlsCertOption = Annotated[
     Path | None,
     typer.Option(metavar="FILE", help="The certificate in PEM, for --listen https:// or wss://."),
@@ -616,6 +623,14 @@ def agent(
     ] = 50.0,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
+    fail_prompts: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=0,
+            help="Answer the first N prompts -32603, inserting nothing (the keys stay unused).",
+        ),
+    ] = 0,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> int:
@@ -630,6 +645,7 @@ def agent(
         store=store,
         dedupe=not no_dedupe,
         turn_ms=turn_ms,
+        fail_prompts=fail_prompts,
     )
     return agent_main(options)
 
@@ -650,11 +666,8 @@ def check_agent_command(
     transport: Annotated[
         TransportChoice, typer.Option(help="Between the checker and the proxy.")
     ] = TransportChoice.stdio,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-    junit: Annotated[
-        Path | None,
-        typer.Option(metavar="FILE", help="Also write JUnit XML to this file.", dir_okay=False),
-    ] = None,
+    as_json: ResultsJsonOption = False,
+    junit: JunitOption = None,
     trace: Annotated[
         list[str] | None,
         typer.Option(
@@ -695,6 +708,73 @@ def check_agent_command(
         traces=trace or (),
     )
     return check_agent_main(options, as_json=as_json, junit=junit)
+
+
+@_command("check-client", context_settings={"allow_interspersed_args": False})
+def check_client_command(
+    client_cmd: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="-- CLIENT_CMD",
+            help="The Client to check; {agent} (or {agent-json}, or {url} with --listen) names "
+            "the Agent it is given.",
+        ),
+    ],
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Serve the Agent at http://127.0.0.1:0/acp or ws://... for a network Client "
+            "({url} in its command).",
+        ),
+    ] = None,
+    prompts: Annotated[
+        int, typer.Option(metavar="N", min=1, help="How many prompts the Client sends in a run.")
+    ] = 1,
+    retry_window: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS", min=0.1, help="Seconds after a loss within which a resend counts."
+        ),
+    ] = 30.0,
+    client_timeout: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            min=0.1,
+            help="Seconds a run of the Client may last before it is stopped and judged.",
+        ),
+    ] = 60.0,
+    as_json: ResultsJsonOption = False,
+    junit: JunitOption = None,
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            metavar="C0..C7",
+            help="Check only this scenario; repeatable: --only C1 --only C5.",
+        ),
+    ] = None,
+    log_level: LogLevelOption = LogLevelChoice.error,
+) -> int:
+    """Run a Client through the idempotency RFD's Client scenarios C0-C7 and judge its retries.
+
+    Exit 0 when no scenario failed, 1 on a FAIL, 2 when nothing could be checked (every scenario
+    skipped or not checkable) or on a usage error (the Client's command names no Agent, or cannot
+    be run).
+    """
+    from proxy.tools.check_client import ClientCheckOptions, check_client_main
+
+    configure_logging("console", log_level.value)
+    options = ClientCheckOptions.from_command_line(
+        client_argv=client_cmd,
+        listen=listen,
+        prompts=prompts,
+        retry_window=retry_window,
+        client_timeout=client_timeout,
+        scenarios=scenario or (),
+    )
+    return check_client_main(options, as_json=as_json, junit=junit)
 
 
 @_command(
@@ -758,12 +838,42 @@ def client(
         ),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    no_key: Annotated[
+        bool,
+        typer.Option(
+            "--no-key", help="Misbehave on purpose (for check-client's tests): send no key."
+        ),
+    ] = False,
+    reuse_key: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-key",
+            help="Misbehave on purpose (for check-client's tests): one key for every prompt.",
+        ),
+    ] = False,
+    key_from_text: Annotated[
+        bool,
+        typer.Option(
+            "--key-from-text",
+            help="Misbehave on purpose (for check-client's tests): a key derived from the "
+            "prompt's text.",
+        ),
+    ] = False,
     log_format: LogFormatOption = LogFormatChoice.console,
     log_level: LogLevelOption = LogLevelChoice.warning,
 ) -> int:
     from proxy.tools.lab.client import ClientOptions, client_main
+    from proxy.tools.lab.client.options import KeyMode
 
     configure_logging(log_format.value, log_level.value)
+    flags: list[tuple[str, KeyMode, bool]] = [
+        ("--no-key", "none", no_key),
+        ("--reuse-key", "reuse", reuse_key),
+        ("--key-from-text", "from_text", key_from_text),
+    ]
+    misbehaviours = [(flag, mode) for flag, mode, given in flags if given]
+    if len(misbehaviours) > 1:
+        raise OptionError(f"{' and '.join(flag for flag, _ in misbehaviours)}: give one at most")
     secure = connect is not None and connect.startswith(("wss://", "https://"))
     options = ClientOptions(
         agent_argv=tuple(agent_cmd or ()),
@@ -774,6 +884,7 @@ def client(
         max_attempts=max_attempts,
         cwd=cwd or str(Path.cwd()),
         follow_trace=follow_trace,
+        keys=misbehaviours[0][1] if misbehaviours else "fresh",
     )
     return client_main(options, as_json=json_output)
 

@@ -46,7 +46,12 @@ OWNERS = {
     ),
     "proxy/tools/bench/delays.py::delay_check": "the background traffic: awaited before it returns",
     "proxy/tools/bench/processes.py::Server.start": "the server's stderr reader: awaited by stop",
-    "proxy/tools/check_agent/lab.py::Lab._start_listener": "the proxy's stderr copy: awaited by close",
+    "proxy/tools/check_client/run.py::_Tail.__init__": (
+        "the Client's output reader: awaited, or cancelled after a grace, by end"
+    ),
+    "proxy/tools/listener.py::ListeningProxy.__init__": (
+        "a listening proxy's stderr copy: awaited by stop"
+    ),
     "proxy/tools/lab/agent.py::ReferenceAgent.insert_next": (
         "the session's turn (Session.turn): cancelled by session/cancel and session/close"
     ),

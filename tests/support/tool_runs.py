@@ -18,6 +18,7 @@ __all__ = [
     "acp_proxy",
     "bench",
     "check_agent",
+    "check_client",
     "command",
     "latency_figures",
     "positive",
@@ -63,19 +64,32 @@ def session_run(*args: str) -> subprocess.CompletedProcess[str]:
 def check_agent(*args: str) -> subprocess.CompletedProcess[str]:
     """``acp-proxy check-agent ARGS``, finished; past its bound the test fails with what the run
     had printed, so that a hang shows where it stopped."""
+    return _checker("check-agent", CHECK_AGENT_BOUND, args)
+
+
+CHECK_CLIENT_BOUND = TIMEOUT * 8
+"""Seconds a check-client run may take before it counts as hung (five runs of a Client, each
+bounded by the --client-timeout a test gives)."""
+
+
+def check_client(*args: str) -> subprocess.CompletedProcess[str]:
+    """``acp-proxy check-client ARGS``, finished; past its bound the test fails with what the
+    run had printed."""
+    return _checker("check-client", CHECK_CLIENT_BOUND, args)
+
+
+def _checker(name: str, bound: float, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
-            [sys.executable, "-m", "proxy", "check-agent", *args],
+            command(name, *args),
             capture_output=True,
             text=True,
-            timeout=CHECK_AGENT_BOUND,
+            timeout=bound,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
         printed = [_text(exc.stdout), _text(exc.stderr)]
-        pytest.fail(
-            f"check-agent ran past {CHECK_AGENT_BOUND:g} s; it printed:\n" + "\n".join(printed)
-        )
+        pytest.fail(f"{name} ran past {bound:g} s; it printed:\n" + "\n".join(printed))
 
 
 def _text(output: str | bytes | None) -> str:

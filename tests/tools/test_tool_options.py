@@ -18,6 +18,7 @@ from proxy.core.errors import OptionError
 from proxy.tools import cannot_run
 from proxy.tools.bench import BenchOptions
 from proxy.tools.check_agent import TRACES, CheckOptions
+from proxy.tools.check_client import SCENARIOS, ClientCheckOptions
 from proxy.tools.lab.agent import AgentOptions
 from proxy.tools.lab.client import ClientOptions
 from proxy.tools.lab.demo import DemoOptions
@@ -26,6 +27,7 @@ MODELS: dict[str, Callable[..., Any]] = {
     "agent": AgentOptions,
     "bench": BenchOptions,
     "check-agent": functools.partial(CheckOptions, agent_argv=("agent",)),
+    "check-client": functools.partial(ClientCheckOptions, client_argv=("client", "{agent}")),
     "client": functools.partial(ClientOptions, agent_argv=("agent",)),
     "demo": DemoOptions,
 }
@@ -45,6 +47,28 @@ def test_check_agent_runs_the_traces_named_or_every_one() -> None:
     assert CheckOptions.from_command_line(agent_argv=["agent"], traces=["T3"]).traces == ("T3",)
     with pytest.raises(OptionError, match=r"unknown traces \['T9'\]; known: \['T0'"):
         CheckOptions.from_command_line(agent_argv=["agent"], traces=["T1", "T9"])
+
+
+def test_check_client_needs_the_agent_named_in_the_clients_command() -> None:
+    """``{agent}`` or ``{agent-json}`` over stdio, ``{url}`` with ``--listen``; every scenario
+    unless told which."""
+    every = ClientCheckOptions.from_command_line(client_argv=["client", "--agent={agent}"])
+    assert (every.scenarios, every.transport) == (tuple(SCENARIOS), "stdio")
+    assert ClientCheckOptions(client_argv=("c", "{agent-json}"), scenarios=("C3",)).scenarios == (
+        "C3",
+    )
+    served = ClientCheckOptions(client_argv=("c", "{url}"), listen="ws://127.0.0.1:0/acp")
+    assert served.transport == "ws"
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"client_argv": ("client", "--", "agent")}, "must name its Agent with {agent}"),
+        ({"client_argv": ("c", "{agent}"), "listen": "ws://h:1/a"}, "must name the URL with"),
+        ({"client_argv": ("c", "{url}"), "listen": "tcp://h:1"}, "expected an http:// or ws://"),
+        ({"client_argv": ("c", "{agent}"), "scenarios": ("C8",)}, r"unknown scenarios \['C8'\]"),
+        ({"client_argv": ()}, "give the Client's command"),
+    ]
+    for settings, message in refusals:
+        with pytest.raises(OptionError, match=message):
+            ClientCheckOptions(**settings)
 
 
 def test_the_demo_takes_the_bad_agent_or_an_agent_command_not_both() -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "LineStream",
     "OrphanGuard",
     "exit_status",
+    "in_child",
     "open_client_stdio",
     "send_signal",
     "spawn_agent",
@@ -63,8 +64,9 @@ GROUP_POLL = 0.05
 ORPHANS_SCRIPT = Path(__file__).with_name("orphans.py")
 
 
-def _in_agent(proxy: int) -> None:
-    """What an Agent runs between fork and exec: SIGINT and SIGTERM at their defaults, and, on
+def in_child(proxy: int) -> None:
+    """What an Agent (or another child the tools spawn as a process group of its own: a Client
+    under test) runs between fork and exec: SIGINT and SIGTERM at their defaults, and, on
     Linux, killed (SIGKILL) when the proxy's thread that forks it ends.
 
     The proxy passes those signals on to the Agent itself (its process group is out of the
@@ -845,7 +847,7 @@ async def spawn_agent(
         stderr=stderr,
         env=None if env is None else dict(env),
         process_group=0,
-        preexec_fn=functools.partial(_in_agent, os.getpid()),
+        preexec_fn=functools.partial(in_child, os.getpid()),
     )
     process = asyncio.subprocess.Process(transport, protocol, loop)
     stdout_transport = transport.get_pipe_transport(1)

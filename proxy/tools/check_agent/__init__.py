@@ -18,15 +18,16 @@ unused. T6 a key is scoped to its session. T7 a retry of a prompt inserted durin
 
 The package, one concern a module:
 
-* :mod:`.options`: :class:`CheckOptions`; :mod:`.verdicts`: a trace's result and the exceptions
-  that decide it;
+* :mod:`.options`: :class:`CheckOptions` (a trace's result and the exceptions that decide it
+  are the checkers' shared :mod:`proxy.tools.verdicts`);
 * :mod:`.conversation`: one Client connection (the tools' JSON-RPC client,
   :mod:`proxy.tools.rpc`) and what the traces read in its messages;
 * :mod:`.lab`: the proxy in front of the Agent for one trace, its logs and their diagnosis;
 * :mod:`.steps`: the steps the traces share; :mod:`.traces`: T0-T7, grouped by what they are
   about, in one table (:data:`TRACES`);
 * :mod:`.runner`: :func:`check_agent`, every trace turned into a result;
-* :mod:`.output`: the table, JSON, JUnit XML and the exit status;
+* :mod:`.output`: the table, JSON, JUnit XML and the exit status (through
+  :mod:`proxy.tools.verdicts`);
 * :mod:`.command`: :func:`check_agent_main`, the command's entry.
 """
 
@@ -35,13 +36,13 @@ from proxy.tools.check_agent.options import CheckOptions
 from proxy.tools.check_agent.output import exit_status, render, to_json, to_junit
 from proxy.tools.check_agent.runner import check_agent
 from proxy.tools.check_agent.traces import TRACES
-from proxy.tools.check_agent.verdicts import Status, TraceResult
+from proxy.tools.verdicts import Result, Status
 
 __all__ = [
     "TRACES",
     "CheckOptions",
+    "Result",
     "Status",
-    "TraceResult",
     "check_agent",
     "check_agent_main",
     "exit_status",

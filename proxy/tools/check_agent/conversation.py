@@ -14,8 +14,8 @@ import orjson
 from proxy.core import acp
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger
-from proxy.tools.check_agent.verdicts import Fail
 from proxy.tools.rpc import Message, NoAnswer, Peer, Predicate
+from proxy.tools.verdicts import Fail
 
 __all__ = [
     "Conversation",

@@ -24,16 +24,15 @@ import yaml
 
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
-from proxy.shell.transports.stdio import AgentProcess, send_signal, spawn_agent
+from proxy.shell.transports.stdio import AgentProcess, spawn_agent
 from proxy.tools.check_agent.conversation import Conversation
 from proxy.tools.check_agent.options import CheckOptions, Transport
-from proxy.tools.check_agent.verdicts import Error
+from proxy.tools.listener import ListeningProxy, NotListening
 from proxy.tools.rpc import connect
+from proxy.tools.verdicts import Error
 
 __all__ = ["Lab", "open_lab"]
 
-PROXY_START_TIMEOUT = 30.0
-"""Seconds a listening proxy has to say where it listens."""
 CLOSE_TIMEOUT = 5.0
 """Seconds a Client connection has to close when the trace is over."""
 
@@ -50,7 +49,7 @@ class Lab:
         self.options = options
         self.directory = directory
         self._processes: list[AgentProcess] = []
-        self._proxy: asyncio.subprocess.Process | None = None
+        self._proxy: ListeningProxy | None = None
         self._url: str | None = None
         self._conversations: list[Conversation] = []
         self.transport: Transport = options.transport
@@ -59,8 +58,6 @@ class Lab:
         self._logs: list[Path] = []
         self._link_ended = asyncio.Event()
         """A listening proxy logged the end of a link (what it says of it is in its log now)."""
-        self._copying: asyncio.Task[None] | None = None
-        """The task copying a listening proxy's stderr into its log file."""
 
     def key(self, name: str) -> str:
         """A fresh idempotency key for one submission (``name`` says which, in reports)."""
@@ -79,7 +76,7 @@ class Lab:
         for process in self._processes:  # a proxy whose connection closed is ending: let it
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(process.process.wait()), 2)
-        if self._proxy is not None and self._proxy.returncode is None:  # until the link's end
+        if self._proxy is not None and self._proxy.process.returncode is None:  # the link's end
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._link_ended.wait(), 2)
         said: list[str] = []
@@ -135,43 +132,17 @@ class Lab:
 
     async def _start_listener(self) -> None:
         command = [*self._command, "--", *self.options.agent_argv]
-        self._proxy = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, limit=DEFAULT_MAX_MESSAGE_BYTES,
-        )  # fmt: skip
-        assert self._proxy.stderr is not None
-        log_file = self._log_file()
         try:
-            async with asyncio.timeout(PROXY_START_TIMEOUT):
-                while True:
-                    line = await self._proxy.stderr.readline()
-                    log_file.write(line)
-                    if not line:
-                        raise Error("the proxy did not start")
-                    with contextlib.suppress(ValueError):
-                        record = json.loads(line)
-                        if record.get("event") == "listening":
-                            self._url = str(record["url"])
-                            break
-        except (Error, TimeoutError) as exc:
-            log_file.close()
-            if self._proxy.returncode is None:
-                send_signal(self._proxy, signal.SIGKILL)
-            await self._proxy.wait()
-            what = str(exc) or f"the proxy did not listen within {PROXY_START_TIMEOUT:g} s"
+            self._proxy = await ListeningProxy.start(command, self._log_file(), self._on_line)
+        except NotListening as exc:
             said = await self.diagnosis()
-            raise Error(f"{what}: {said or 'it said nothing'}") from None
-        self._copying = asyncio.get_running_loop().create_task(
-            self._copy(self._proxy.stderr, log_file)
-        )
+            raise Error(f"{exc}: {said or 'it said nothing'}") from None
+        self._url = self._proxy.url
 
-    async def _copy(self, stream: asyncio.StreamReader, into: Any) -> None:
-        """The rest of a listening proxy's stderr, into its log file; a link's end is noted."""
-        with into:
-            while line := await stream.readline():
-                into.write(line)
-                if b'"link ended"' in line:
-                    self._link_ended.set()
+    def _on_line(self, line: bytes) -> None:
+        """A line of the listening proxy's log: a link's end is noted (for a diagnosis)."""
+        if b'"link ended"' in line:
+            self._link_ended.set()
 
     async def connect(self) -> Conversation:
         """A new Client connection (a respawned proxy on stdio)."""
@@ -207,15 +178,8 @@ class Lab:
             if process.process.returncode is None:
                 process.signal(signal.SIGKILL)
             await process.process.wait()
-        if self._proxy is not None and self._proxy.returncode is None:
-            send_signal(self._proxy, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self._proxy.wait(), 10)
-            except TimeoutError:
-                send_signal(self._proxy, signal.SIGKILL)
-                await self._proxy.wait()
-        if self._copying is not None:
-            await self._copying  # ends with the proxy's stderr
+        if self._proxy is not None:
+            await self._proxy.stop()
 
     def keys_echoed(self) -> list[str]:
         """The keys of this trace that appear in what the Agent sent."""

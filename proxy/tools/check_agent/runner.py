@@ -1,5 +1,5 @@
 """Running the traces: one after the other, each with a proxy and an Agent of its own, each
-turned into a :class:`~proxy.tools.check_agent.verdicts.TraceResult` whatever happens."""
+turned into a :class:`~proxy.tools.verdicts.Result` whatever happens."""
 
 from __future__ import annotations
 
@@ -9,21 +9,21 @@ from proxy.shell.log import get_logger
 from proxy.tools.check_agent.lab import open_lab
 from proxy.tools.check_agent.options import CheckOptions
 from proxy.tools.check_agent.traces import TRACES
-from proxy.tools.check_agent.verdicts import Error, Fail, Skip, Status, TraceResult
+from proxy.tools.verdicts import Error, Fail, Result, Skip, Status
 
 __all__ = ["check_agent"]
 
 log = get_logger("proxy.check")
 
 
-async def check_agent(options: CheckOptions) -> list[TraceResult]:
+async def check_agent(options: CheckOptions) -> list[Result]:
     """Run the traces one after the other, each with a proxy and an Agent of its own."""
     results = []
     skip_all: Skip | None = None
     for name in options.traces:
         title, run = TRACES[name]
         started = time.monotonic()
-        result = TraceResult(name, title, Status.PASS)
+        result = Result(name, title, Status.PASS)
         if skip_all is not None:  # what every trace needs is missing: said once, not run again
             result.status, result.reason = Status.SKIP, f"{skip_all} (not run)"
             results.append(result)

@@ -11,7 +11,7 @@ from proxy.core import acp
 from proxy.core.jsonrpc import ErrorCode
 from proxy.tools.check_agent.conversation import Conversation, answers, error_code, error_message
 from proxy.tools.check_agent.lab import Lab
-from proxy.tools.check_agent.verdicts import Fail, Skip
+from proxy.tools.verdicts import Fail, Skip
 
 __all__ = ["LOSE_PROMPT_ANSWER", "lost", "new_session", "one_insert", "open_session", "resume"]
 

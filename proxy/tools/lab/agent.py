@@ -26,6 +26,9 @@ session it keeps a history of messages and the keys recorded with the user messa
   is answered ``-32603`` and changes nothing (a prompt is not inserted, its key stays unused; a
   new session is not made), an Agent's reply is kept in memory only.
 * ``--no-dedupe``: keys are ignored (every prompt is a new submission): a known-bad Agent.
+* ``--fail-prompts N``: the first N valid prompts of the process are answered ``-32603`` and
+  insert nothing (their keys stay unused): an Agent's own error, which the proxy relays and its
+  ledger records with the key (``acp-proxy check-client``'s C4).
 
 It speaks on stdio, or serves WebSocket and Streamable HTTP with the proxy's own transports (in
 TLS too: ``--listen https://`` or ``wss://`` with ``--tls-cert`` and ``--tls-key``).
@@ -88,6 +91,8 @@ class AgentOptions:
     store: Path | None = None
     dedupe: bool = True
     turn_ms: float = 50.0
+    fail_prompts: int = 0
+    """The first valid prompts of the process answered ``-32603``, nothing inserted."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     tls: ssl.SSLContext | None = None
     """The certificate served on an ``https://`` or ``wss://`` listener (:mod:`proxy.shell.tls`)."""
@@ -95,6 +100,7 @@ class AgentOptions:
     def __post_init__(self) -> None:
         check_listener(self.listen.url, secure=self.listen.secure, served=self.tls is not None)
         at_least("--turn-ms", self.turn_ms, 0)
+        at_least("--fail-prompts", self.fail_prompts, 0)
         at_least("max_message_bytes", self.max_message_bytes, 1)
 
     @classmethod
@@ -155,9 +161,18 @@ class Session:
     stop_reason: str | None = None
     turn: asyncio.Task[None] | None = None
     connection: AgentConnection | None = None
+    protocol_version: int | None = None
+    """The protocol version agreed with the Client that created it (in the store: what
+    ``acp-proxy check-client`` reads to tell a v1 Client)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "cwd": self.cwd, "messages": self.messages, "keys": self.keys}
+        return {
+            "id": self.id,
+            "cwd": self.cwd,
+            "messages": self.messages,
+            "keys": self.keys,
+            "protocolVersion": self.protocol_version,
+        }
 
 
 class SessionStore:
@@ -187,7 +202,10 @@ class SessionStore:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        return Session(data["id"], data["cwd"], data["messages"], data["keys"])
+        session = Session(data["id"], data["cwd"], data["messages"], data["keys"])
+        version = data.get("protocolVersion")
+        session.protocol_version = version if isinstance(version, int) else None
+        return session
 
     def save(self, session: Session) -> str | None:
         """Message and key in one write: both are stored, or neither. None when stored; why not
@@ -225,6 +243,8 @@ class ReferenceAgent:
         self.options = options
         self.store = SessionStore(options.store)
         self.sessions: dict[str, Session] = {}
+        self.failures_left = options.fail_prompts
+        """Prompts still to be answered ``-32603`` (``--fail-prompts``)."""
 
     def session(self, session_id: str) -> Session | None:
         session = self.sessions.get(session_id)
@@ -302,6 +322,8 @@ class AgentConnection:
         self.agent = agent
         self.endpoint = endpoint
         self.initialized = False
+        self.protocol_version: int | None = None
+        """The version ``initialize`` agreed on."""
         self.active: set[str] = set()
         self._pending: dict[Any, tuple[str, _Held]] = {}
         """Pending prompt requests by id (as JSON value): their session and held prompt."""
@@ -410,6 +432,7 @@ class AgentConnection:
         requested = params.get("protocolVersion")
         version = min(requested, PROTOCOL_VERSION) if isinstance(requested, int) else 2
         self.initialized = True
+        self.protocol_version = version
         self.result(
             request_id,
             {
@@ -422,6 +445,7 @@ class AgentConnection:
 
     def _new(self, request_id: Any, params: dict[str, Any]) -> None:
         session = Session(f"sess_{uuid.uuid4().hex[:16]}", str(params.get("cwd", "/")))
+        session.protocol_version = self.protocol_version
         failed = self.agent.store.save(session)
         if failed is not None:
             self.error(request_id, ErrorCode.INTERNAL_ERROR, failed)
@@ -481,6 +505,10 @@ class AgentConnection:
                 self.error(request_id, ErrorCode.INVALID_PARAMS, message)
                 return
             key = value if self.agent.options.dedupe else None
+        if self.agent.failures_left > 0:  # --fail-prompts: not inserted, the key stays unused
+            self.agent.failures_left -= 1
+            self.error(request_id, ErrorCode.INTERNAL_ERROR, "failing on purpose (--fail-prompts)")
+            return
         waiter = _Waiter(self, request_id)
         if key is not None:
             recorded = session.keys.get(key)

@@ -298,7 +298,7 @@ def _result(report: ClientReport, summary: Summary, own_agent: bool) -> list[str
         and finding["session"] == report.session_id
         and finding["key"] is not None  # a ledger's duplicate_insert always names its key
     }
-    client = {submission.key for submission in twice}
+    client = {submission.key for submission in twice if submission.key is not None}
     if ledger != client:
         lines.append(
             "The Client and the proxy disagree on which keys were inserted twice: "

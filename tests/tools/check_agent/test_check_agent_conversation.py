@@ -12,7 +12,7 @@ from harness import TIMEOUT, encode, notification, raw_agent, say
 
 from proxy.shell.transports.stdio import spawn_agent
 from proxy.tools.check_agent.conversation import Conversation, answers
-from proxy.tools.check_agent.verdicts import Fail
+from proxy.tools.verdicts import Fail
 
 
 @pytest.fixture

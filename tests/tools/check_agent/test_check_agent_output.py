@@ -10,8 +10,8 @@ import pytest
 
 from proxy.tools.check_agent import (
     CheckOptions,
+    Result,
     Status,
-    TraceResult,
     exit_status,
     render,
     to_json,
@@ -21,11 +21,9 @@ from proxy.tools.check_agent import (
 OPTIONS = CheckOptions(agent_argv=("my-agent", "--flag"), transport="ws")
 
 
-def results(*statuses: str) -> list[TraceResult]:
+def results(*statuses: str) -> list[Result]:
     return [
-        TraceResult(
-            f"T{n}", f"title {n}", Status(name), f"reason {n}" if name != "PASS" else "", 0.5
-        )
+        Result(f"T{n}", f"title {n}", Status(name), f"reason {n}" if name != "PASS" else "", 0.5)
         for n, name in enumerate(statuses)
     ]
 

@@ -217,6 +217,33 @@ async def test_an_error_leaves_the_key_unused(agents: Any) -> None:
     assert len(agent.user_messages(session)) == 2
 
 
+async def test_fail_prompts_refuses_the_first_prompts_and_leaves_their_keys_unused(
+    agents: Any,
+) -> None:
+    """--fail-prompts 1: the first prompt is -32603 and inserts nothing; its resend with the
+    same key is inserted (the key was unused)."""
+    agent = await agents("--fail-prompts", "1", "--turn-ms", "1")
+    session = await agent.open()
+    refused = await agent.request("session/prompt", prompt(session, "R", "K8"))
+    assert refused["error"]["code"] == -32603
+    assert agent.user_messages(session) == []
+    resent = await agent.request("session/prompt", prompt(session, "R", "K8"))
+    assert agent.user_messages(session) == [resent["result"]["messageId"]]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_the_store_says_which_protocol_version_created_a_session(
+    agents: Any, tmp_path: Path, version: int
+) -> None:
+    """What check-client reads to tell a v1 Client: the version initialize agreed on."""
+    agent = await agents("--store", str(tmp_path))
+    await agent.request("initialize", {"protocolVersion": version, "capabilities": {}})
+    created = await agent.request("session/new", {"cwd": "/p", "mcpServers": []})
+    session = created["result"]["sessionId"]
+    stored = json.loads((tmp_path / f"{session}.json").read_text())
+    assert stored["protocolVersion"] == version
+
+
 async def test_the_same_key_in_another_session_is_unrelated(agents: Any) -> None:
     """T6: keys are scoped to their session."""
     agent = await agents("--turn-ms", "1")

@@ -2,8 +2,8 @@
 
 Each trace is ``async def tN(lab) -> str``: it starts the proxy with a fault file of its own,
 talks to it as a Client, provokes the loss it is about, and returns the reason of its PASS (or
-raises :class:`~proxy.tools.check_agent.verdicts.Fail` or
-:class:`~proxy.tools.check_agent.verdicts.Skip`).
+raises :class:`~proxy.tools.verdicts.Fail` or
+:class:`~proxy.tools.verdicts.Skip`).
 
 * :mod:`.invalid_keys`: T0;
 * :mod:`.lost_answers`: T1, T2, T3, T7, a retry after the answer was lost;

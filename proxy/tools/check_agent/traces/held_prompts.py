@@ -12,7 +12,7 @@ from proxy.core import acp
 from proxy.tools.check_agent.conversation import answers, error_code, message_id, prompt_params
 from proxy.tools.check_agent.lab import Lab
 from proxy.tools.check_agent.steps import one_insert, open_session
-from proxy.tools.check_agent.verdicts import Fail, Skip
+from proxy.tools.verdicts import Fail, Skip
 
 __all__ = ["t4", "t5"]
 

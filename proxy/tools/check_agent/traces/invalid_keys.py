@@ -8,7 +8,7 @@ from proxy.core import acp
 from proxy.tools.check_agent.conversation import error_code, prompt_params
 from proxy.tools.check_agent.lab import Lab
 from proxy.tools.check_agent.steps import open_session
-from proxy.tools.check_agent.verdicts import Fail
+from proxy.tools.verdicts import Fail
 
 __all__ = ["t0"]
 

@@ -6,7 +6,7 @@ from proxy.core import acp
 from proxy.tools.check_agent.conversation import message_id, prompt_params
 from proxy.tools.check_agent.lab import Lab
 from proxy.tools.check_agent.steps import new_session, open_session
-from proxy.tools.check_agent.verdicts import Fail
+from proxy.tools.verdicts import Fail
 
 __all__ = ["t6"]
 

@@ -12,7 +12,7 @@ from proxy.core import acp
 from proxy.tools.check_agent.conversation import answers, message_id, prompt_params
 from proxy.tools.check_agent.lab import Lab
 from proxy.tools.check_agent.steps import LOSE_PROMPT_ANSWER, lost, one_insert, open_session, resume
-from proxy.tools.check_agent.verdicts import Fail
+from proxy.tools.verdicts import Fail
 
 __all__ = ["t1", "t2", "t3", "t7"]
 

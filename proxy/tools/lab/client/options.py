@@ -5,12 +5,13 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from proxy.core.errors import OptionError, at_least
 from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
 from proxy.shell.tls import check_upstream
 
-__all__ = ["ClientOptions", "check_reach"]
+__all__ = ["ClientOptions", "KeyMode", "check_reach"]
 
 
 def check_reach(
@@ -25,6 +26,13 @@ def check_reach(
         raise OptionError(f"expected a ws:// or http:// URL, got {connect!r}")
     secure = connect is not None and connect.startswith(("wss://", "https://"))
     check_upstream(secure=secure, verified=tls is not None)
+
+
+KeyMode = Literal["fresh", "none", "reuse", "from_text"]
+"""How the Client makes its idempotency keys: ``fresh``, a UUID4 per submission (the RFD); the
+others break the RFD on purpose, for the tests of ``acp-proxy check-client``: ``none`` sends no
+key (``--no-key``), ``reuse`` one key for every submission of the run (``--reuse-key``),
+``from_text`` a key derived from the prompt's text (``--key-from-text``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +70,8 @@ class ClientOptions:
     tls: ssl.SSLContext | None = None
     """How a ``wss://`` or ``https://`` Agent is verified (``--tls-ca``; None: the system's
     trust store)."""
+    keys: KeyMode = "fresh"
+    """How keys are made: anything but ``fresh`` misbehaves on purpose (:data:`KeyMode`)."""
 
     def __post_init__(self) -> None:
         check_reach(self.agent_argv, self.connect, self.tls)
@@ -70,6 +80,8 @@ class ClientOptions:
         at_least("setup_timeout", self.setup_timeout, MIN_TIMEOUT)
         at_least("grace", self.grace, 0)
         at_least("max_message_bytes", self.max_message_bytes, 1)
+        if self.keys not in get_args(KeyMode):
+            raise OptionError(f"keys: expected one of {list(get_args(KeyMode))}, got {self.keys!r}")
 
     @property
     def transport(self) -> str:

@@ -29,8 +29,9 @@ def render(report: ClientReport) -> str:
         history = "-" if report.history is None else str(len(submission.history_ids))
         message = submission.message_id or ("(no id)" if submission.confirmed else "unconfirmed")
         attempts = ", ".join(_attempt_text(attempt) for attempt in submission.attempts)
+        key = (submission.key or "-")[:8]  # "-": no key (--no-key)
         lines.append(
-            f"  {number:>2}  {_cell(repr(submission.text), 24):<24}  {submission.key[:8]:<8}  "
+            f"  {number:>2}  {_cell(repr(submission.text), 24):<24}  {key:<8}  "
             f"{_cell(message, 16):<16}  {times:<8}  {history:<10}  {attempts}"
         )
     seen = report.user_message_ids()

@@ -59,7 +59,8 @@ class Submission:
     """One input of the user: its key, made once, and every attempt to deliver it."""
 
     text: str
-    key: str
+    key: str | None
+    """None: no key (``--no-key``, breaking the RFD on purpose)."""
     attempts: list[Attempt] = field(default_factory=list)
     message_id: str | None = None
     """The ``messageId`` of the first success answer."""

@@ -36,11 +36,12 @@ async def submit(keeper: SessionKeeper, submission: Submission) -> None:
     """Deliver one submission: send, wait, resend with the same key until confirmed."""
     options = keeper.options
     assert keeper.report.session_id is not None
-    params = {
+    params: dict[str, Any] = {
         "sessionId": keeper.report.session_id,
-        "idempotencyKey": submission.key,
         "prompt": [{"type": "text", "text": submission.text}],
     }
+    if submission.key is not None:  # none: --no-key, a Client breaking the RFD on purpose
+        params["idempotencyKey"] = submission.key
     sent: list[tuple[Connection, asyncio.Future[Answer]]] = []
     action: Action | Literal["wait"] = "send"
     while True:

@@ -50,3 +50,17 @@ def test_the_client_command_exits_1_on_a_duplicate(tmp_path: Path) -> None:
     assert len(first["messageIds"]) == 2
     assert second["messageIds"] == [second["messageId"]]
     assert ledger_duplicates(state) == {first["key"]}
+
+
+def test_one_misbehaviour_at_a_time() -> None:
+    """--no-key, --reuse-key and --key-from-text (for check-client's tests) exclude each other:
+    a usage error (exit 2) before anything runs."""
+    done = subprocess.run(
+        [*CLIENT, "--no-key", "--key-from-text", "-p", "x", "--", *AGENT],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--no-key and --key-from-text: give one at most" in done.stderr
