@@ -51,13 +51,15 @@ __all__ = [
     "Pattern",
     "Redaction",
     "Redactor",
+    "TooDeep",
     "parse_pattern",
 ]
 
 REDACTED = "[redacted]"
 """What a redacted value (or a redacted match in a string) becomes."""
 MAX_DEPTH = 64
-"""Levels of nesting walked; deeper values are left as they are (and counted as not walked)."""
+"""Levels of nesting an expression's walk enters; a message with a container deeper is not
+redacted (:class:`TooDeep`): its writer leaves it out rather than write what was not searched."""
 DIGEST_CHARS = 12
 """Hexadecimal characters of a digest (a redacted id's, a regular expression's in the header)."""
 
@@ -159,6 +161,11 @@ def parse_pattern(text: str, option: str = "--redact") -> Pattern:
     return Pattern(text, regex=regex)
 
 
+class TooDeep(ValueError):
+    """A message nested deeper than :data:`MAX_DEPTH` levels: its strings were not all
+    searched."""
+
+
 class Redactor:
     """Replaces what its patterns name in a message's JSON text; ``key`` keys the digests of
     redacted ids (a recording's writer gives a random one of its run)."""
@@ -201,9 +208,10 @@ class Redactor:
         """``raw`` (one JSON object) with what the patterns name replaced, and the paths changed
         in the order they come in it (empty, and ``raw`` itself, when nothing was). A value two
         paths name, or one inside another's, is replaced once, as a whole. Linear in the size of
-        the message but for the expressions' own cost; a message too large to walk (more members
-        or elements than :data:`~proxy.core.splice.MAX_STEPS` in one container) raises
-        :class:`~proxy.core.splice.ScanLimit` (a ``ValueError``)."""
+        the message but for the expressions' own cost. A message too large to walk raises a
+        ``ValueError``: :class:`~proxy.core.splice.ScanLimit` (more members or elements than
+        :data:`~proxy.core.splice.MAX_STEPS` in one container), or, searched by an expression,
+        :class:`TooDeep`."""
         if not self.patterns:
             return raw, []
         named: list[tuple[Span, str, bytes]] = []
@@ -291,13 +299,13 @@ def _at_path(
 
 
 def _strings(raw: bytes, span: Span, where: str, depth: int) -> Iterator[tuple[str, Span]]:
-    """``(path, span)`` of every string value below the value at ``span`` (to
-    :data:`MAX_DEPTH`)."""
+    """``(path, span)`` of every string value below the value at ``span``; :class:`TooDeep`
+    past :data:`MAX_DEPTH` levels."""
     first = _value_start(raw, span)
     if first == b'"':
         yield where, span
-    elif depth >= MAX_DEPTH:
-        return
+    elif depth >= MAX_DEPTH and first in (b"{", b"["):
+        raise TooDeep(f"nested deeper than {MAX_DEPTH} levels at {where}: not searched")
     elif first == b"{":
         for key, values in members(raw, span[0]).items():
             for value in values:

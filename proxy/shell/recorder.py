@@ -11,11 +11,11 @@ The relay never waits on it: :meth:`RecordWriter.observe` puts what it saw in a 
 (:mod:`proxy.core.redact`: the body, and the line's ids as the body's), writes and compresses (a
 name ending in ``.gz``). When the queue is full the message is dropped from the recording: counted
 (``acp_proxy_limits_reached_total {limit="record_backlog"}``), logged once, and summed up when the
-recording closes. A message too large to redact (:class:`~proxy.core.splice.ScanLimit`) is left out
-too, never written as it came: logged, summed up at the end. A write that fails stops the
-recording, never the relay (logged once, ``on_failure`` told: a metric, ``/healthz``). The file is
-opened as the trace is (no symbolic link followed, no FIFO waited on), but made readable by its
-owner alone: it holds what the peers said.
+recording closes. A message too large to redact (:class:`~proxy.core.splice.ScanLimit`,
+:class:`~proxy.core.redact.TooDeep`) is left out too, never written as it came: logged, summed up
+at the end. A write that fails stops the recording, never the relay (logged once, ``on_failure``
+told: a metric, ``/healthz``). The file is opened as the trace is (no symbolic link followed, no
+FIFO waited on), but made readable by its owner alone: it holds what the peers said.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class RecordWriter:
         if isinstance(what, _Message):
             try:
                 body, redacted = self._redactor.redact(what.raw)
-            except ValueError as exc:  # too large to walk (ScanLimit): never written unredacted
+            except ValueError as exc:  # too large to walk (ScanLimit, TooDeep): never unredacted
                 self.unredactable += 1
                 if self.unredactable == 1:
                     log.warning(

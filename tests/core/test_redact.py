@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from proxy.core.errors import OptionError
-from proxy.core.redact import REDACTED, Redaction, Redactor, parse_pattern
+from proxy.core.redact import MAX_DEPTH, REDACTED, Redaction, Redactor, TooDeep, parse_pattern
 
 PROMPT = (
     b'{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s",'
@@ -166,3 +166,21 @@ def test_many_values_are_redacted_in_one_pass() -> None:
     assert orjson.loads(new)["params"]["items"][4999] == {"text": REDACTED, "note": REDACTED}
     assert where[:3] == ["params.items[0].text", "params.items[0].note", "params.items[1].text"]
     assert len(where) == 10000
+
+
+def test_a_message_nested_too_deep_for_an_expression_is_not_redacted() -> None:
+    """Past MAX_DEPTH levels a string would go unsearched: the message is refused (its writer
+    leaves it out), not returned with the secret in it; a path, which walks only its steps,
+    still redacts it."""
+    deep = (
+        b'{"jsonrpc":"2.0","method":"m","params":'
+        + b"[" * MAX_DEPTH
+        + b'"sk-1"'
+        + b"]" * MAX_DEPTH
+        + b"}"
+    )
+    with pytest.raises(TooDeep, match="nested deeper than"):
+        Redactor.of(["sk-[0-9]+"]).redact(deep)
+    raw, where = Redactor.of(["path:params"]).redact(deep)
+    assert where == ["params"]
+    assert b"sk-1" not in raw
