@@ -359,8 +359,8 @@ def run(
         typer.Option(
             metavar="PATTERN",
             help="Replace what this names in the recording: a JSON path such as "
-            "params.prompt[*].text, or a regular expression searched in string values; "
-            "repeatable.",
+            "params.prompt[*].text, or a regular expression searched in string values (not "
+            "one that matches the empty string); repeatable.",
         ),
     ] = None,
     otel: Annotated[

@@ -7,18 +7,24 @@ in the path syntax of :mod:`proxy.core.redact`). :func:`differences` walks two J
 side by side and lists the rest as :class:`Difference` (path, recorded value, new value);
 :func:`nearest` picks, among recorded candidates, the one with the fewest.
 
+A value the recording redacted (:mod:`proxy.core.redact`; the message's ``redacted`` paths say
+where) stands for what this run sends there: one that is exactly :data:`REDACTED` (a path
+redaction, or a whole string a regular expression took) matches any value, and a string holding
+the marker matches a string in which each marker stands for any text (``"key [redacted] ok"``
+matches ``"key sk-123 ok"``). Elsewhere the marker is text like any other.
+
 Rules: values only (no bytes, no I/O); the walk is bounded (:data:`MAX_DEPTH` levels,
 :data:`MAX_DIFFERENCES` listed: a count past it says "more").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from proxy.core.errors import OptionError
-from proxy.core.redact import parse_pattern
+from proxy.core.redact import REDACTED, parse_pattern
 
 __all__ = [
     "MAX_DEPTH",
@@ -29,6 +35,7 @@ __all__ = [
     "Ignore",
     "differences",
     "nearest",
+    "stands_for",
 ]
 
 VOLATILE_KEYS = frozenset(
@@ -94,7 +101,9 @@ class Ignore:
     def __init__(self, paths: Sequence[str] = ()) -> None:
         steps = []
         for path in paths:
-            pattern = parse_pattern(path if path.startswith("path:") else f"path:{path}")
+            pattern = parse_pattern(
+                path if path.startswith("path:") else f"path:{path}", "--ignore"
+            )
             if pattern.steps is None:  # pragma: no cover - forced to a path above
                 raise OptionError(f"not a path: {path!r}", "--ignore")
             steps.append(pattern.steps)
@@ -127,32 +136,71 @@ def _text(steps: Sequence[str]) -> str:
 
 
 def differences(
-    recorded: Any, got: Any, ignore: Ignore | None = None, *, under: Sequence[str] = ()
+    recorded: Any,
+    got: Any,
+    ignore: Ignore | None = None,
+    *,
+    under: Sequence[str] = (),
+    redacted: Collection[str] = (),
 ) -> tuple[list[Difference], int]:
     """The differences between ``recorded`` and ``got`` (at most :data:`MAX_DIFFERENCES`) and
-    how many there are in all; ``under`` is where both values sit (their path's steps)."""
+    how many there are in all; ``under`` is where both values sit (their path's steps), and
+    ``redacted`` the paths (from the message's top) where the recording redacted a value."""
     found: list[Difference] = []
-    count = _walk(recorded, got, list(under), ignore or Ignore(), found, depth=0)
+    walk = _Walk(ignore or Ignore(), frozenset(redacted), found)
+    count = _walk(recorded, got, list(under), walk, depth=0)
     return found, count
 
 
-def _walk(
-    recorded: Any,
-    got: Any,
-    steps: list[str],
-    ignore: Ignore,
-    found: list[Difference],
-    *,
-    depth: int,
-) -> int:
-    if ignore.covers(steps):
+def stands_for(recorded: str, got: Any) -> bool:
+    """Whether the redacted ``recorded`` stands for ``got``: the marker alone for any value (not for
+    a member this run left out), a string holding it for a string where each marker is any text
+    (matched left to right, in linear time: no backtracking)."""
+    if got is MISSING:
+        return False
+    if recorded == REDACTED:
+        return True
+    if not isinstance(got, str):
+        return False
+    first, *middle, last = recorded.split(REDACTED)
+    if len(got) < len(first) + len(last) or not got.startswith(first) or not got.endswith(last):
+        return False
+    position, end = len(first), len(got) - len(last)
+    for part in middle:
+        position = got.find(part, position, end)
+        if position < 0:
+            return False
+        position += len(part)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """What a walk keeps to the end: what is not compared, where values were redacted, and
+    the differences found."""
+
+    ignore: Ignore
+    redacted: frozenset[str]
+    found: list[Difference]
+
+
+def _walk(recorded: Any, got: Any, steps: list[str], walk: _Walk, *, depth: int) -> int:
+    if walk.ignore.covers(steps):
+        return 0
+    if (
+        walk.redacted
+        and isinstance(recorded, str)
+        and REDACTED in recorded
+        and _text(steps) in walk.redacted
+        and stands_for(recorded, got)
+    ):
         return 0
     if isinstance(recorded, dict) and isinstance(got, dict) and depth < MAX_DEPTH:
         count = 0
         for key in [*recorded, *(k for k in got if k not in recorded)]:
             steps.append(key)
             left, right = recorded.get(key, MISSING), got.get(key, MISSING)
-            count += _walk(left, right, steps, ignore, found, depth=depth + 1)
+            count += _walk(left, right, steps, walk, depth=depth + 1)
             steps.pop()
         return count
     if isinstance(recorded, list) and isinstance(got, list) and depth < MAX_DEPTH:
@@ -161,29 +209,29 @@ def _walk(
             steps.append(f"[{index}]")
             left = recorded[index] if index < len(recorded) else MISSING
             right = got[index] if index < len(got) else MISSING
-            count += _walk(left, right, steps, ignore, found, depth=depth + 1)
+            count += _walk(left, right, steps, walk, depth=depth + 1)
             steps.pop()
         return count
     if type(recorded) is type(got) and recorded == got:
         return 0
-    if len(found) < MAX_DIFFERENCES:
-        found.append(Difference(_text(steps), recorded, got))
+    if len(walk.found) < MAX_DIFFERENCES:
+        walk.found.append(Difference(_text(steps), recorded, got))
     return 1
 
 
 def nearest(
     got: Any,
-    candidates: Iterable[tuple[T, Any]],
+    candidates: Iterable[tuple[T, Any, Collection[str]]],
     ignore: Ignore | None = None,
     *,
     under: Sequence[str] = (),
 ) -> tuple[T, list[Difference], int] | None:
-    """Among ``candidates`` (a thing and its recorded value), the first with the fewest
-    differences from ``got``: it, its differences and their count; ``None`` when there are
-    none."""
+    """Among ``candidates`` (a thing, its recorded value and the paths redacted in it), the
+    first with the fewest differences from ``got``: it, its differences and their count;
+    ``None`` when there are none."""
     best: tuple[T, list[Difference], int] | None = None
-    for thing, value in candidates:
-        found, count = differences(value, got, ignore, under=under)
+    for thing, value, redacted in candidates:
+        found, count = differences(value, got, ignore, under=under, redacted=redacted)
         if best is None or count < best[2]:
             best = (thing, found, count)
             if count == 0:

@@ -2,7 +2,9 @@
 
 A recording is JSON Lines (gzip-compressed when its name ends in ``.gz``: the shell's business).
 Its first line is the header, ``{"format": "acp-recording", "version": 1, "time": T,
-"redactions": [...]}`` (the patterns the writer replaced secrets with, :mod:`proxy.core.redact`).
+"redactions": [...]}`` (what the writer replaced secrets with, without a secret: a path, or a
+regular expression's digest, :class:`~proxy.core.redact.Redaction`; an older writer listed the
+patterns themselves, which are read too).
 Each later line is one of the following (or the header of another run that appended to the
 file: ``--record`` appends, as ``--trace`` does, so the runs of a respawned proxy share one file):
 
@@ -36,6 +38,7 @@ import orjson
 
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import Message, load, parse
+from proxy.core.redact import Redaction
 from proxy.core.splice import find_member
 
 __all__ = [
@@ -126,7 +129,7 @@ class Recording:
 
     version: int = VERSION
     time: float = 0.0
-    redactions: tuple[str, ...] = ()
+    redactions: tuple[Redaction, ...] = ()
     messages: list[Recorded] = field(default_factory=list)
     links: list[LinkEvent] = field(default_factory=list)
 
@@ -134,11 +137,10 @@ class Recording:
 # -- writing ---------------------------------------------------------------------------------
 
 
-def header_line(time: float, redactions: Sequence[str] = ()) -> bytes:
+def header_line(time: float, redactions: Sequence[Redaction] = ()) -> bytes:
     """The first line of a recording (without its line break)."""
-    return orjson.dumps(
-        {"format": FORMAT, "version": VERSION, "time": time, "redactions": list(redactions)}
-    )
+    said = [redaction.to_json() for redaction in redactions]
+    return orjson.dumps({"format": FORMAT, "version": VERSION, "time": time, "redactions": said})
 
 
 def link_line(time: float, link: int, event: Literal["open", "close"], side: Side) -> bytes:
@@ -267,10 +269,11 @@ class RecordingReader:
             return
         try:
             time = _time(value.get("time"), "the header's time")
-            redactions = value.get("redactions", [])
-            if not isinstance(redactions, list) or not all(isinstance(r, str) for r in redactions):
-                raise _Bad("the header's redactions are not a list of strings")
-        except _Bad as exc:
+            listed = value.get("redactions", [])
+            if not isinstance(listed, list):
+                raise _Bad("the header's redactions are not a list")
+            redactions = [Redaction.of_json(entry) for entry in listed]
+        except ValueError as exc:  # _Bad, or a redaction that is not one
             self.problem(line, str(exc))
             return
         if line == 1:

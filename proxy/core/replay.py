@@ -10,8 +10,10 @@ message it reads:
   method whose ``params`` equal its own, what changes between runs aside: first an unused one of
   the recorded link this connection follows, then any unused one, then one already served (served
   again: its message ids get a suffix, ``~2``, as a new turn of a real Agent would mint new ones).
-  ``strict_order`` requires the next recorded request instead. A request that matches none is
-  answered :data:`NO_MATCH` naming the nearest recorded request and the differences.
+  ``strict_order`` requires the next recorded request instead. A value the recording redacted
+  matches what this run sends there (:func:`proxy.core.matching.stands_for`). A request that
+  matches none is answered :data:`NO_MATCH` naming the nearest recorded request and the
+  differences.
 * a **notification** is matched the same way; one that matches nothing is ignored (noted).
 * an **answer** to a request of the replayed Agent leads to what followed the recorded answer.
 
@@ -183,6 +185,19 @@ class ReplayAgent:
         self.sessions[live] = recorded
         return live
 
+    def matches(self, exchange: Exchange, params: Any) -> bool:
+        """Whether ``params`` are the recorded ``exchange``'s, what changes between runs, the
+        ignored paths and what the recording redacted aside."""
+        trigger = exchange.trigger
+        _, count = differences(
+            trigger.message.params,
+            params,
+            self.ignore,
+            under=("params",),
+            redacted=trigger.redacted,
+        )
+        return count == 0
+
     def _candidates(self, connection: ReplayConnection, message: Message) -> list[Exchange]:
         """Recorded exchanges of ``message``'s method and kind, in the order they are preferred."""
         kind, method = message.kind, message.method
@@ -247,16 +262,13 @@ class ReplayConnection:
                 self.notes.append(Note("past the end of the recording", message.method))
                 return None
             expected = agent._requests[agent._next_in_order]
-            found, _ = differences(expected.trigger.message.params, params, agent.ignore)
-            if expected.trigger.message.method != message.method or found:
+            same = expected.trigger.message.method == message.method
+            if not same or not agent.matches(expected, params):
                 return None
             agent._next_in_order += 1
             return expected
         for exchange in agent._candidates(self, message):
-            found, count = differences(
-                exchange.trigger.message.params, params, agent.ignore, under=("params",)
-            )
-            if count == 0:
+            if agent.matches(exchange, params):
                 return exchange
         return None
 
@@ -271,7 +283,7 @@ class ReplayConnection:
             expected = None
         best = nearest(
             message.body,
-            ((e.trigger, e.trigger.message.body) for e in candidates),
+            ((e.trigger, e.trigger.message.body, e.trigger.redacted) for e in candidates),
             agent.ignore,
         )
         text = f"no recorded request matches this {message.method}"

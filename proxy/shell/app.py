@@ -401,7 +401,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     if options.record is not None:
         recorder = RecordWriter(
             options.record,
-            Redactor.of(options.redact),
+            Redactor.of(options.redact, key=secrets.token_bytes(32)),  # keys the ids' digests
             observer=metrics,
             on_failure=failed("record"),
         )

@@ -8,12 +8,14 @@ recorded; nor is a copy a ``duplicate`` rule injected (the proxy's, not a peer's
 
 The relay never waits on it: :meth:`RecordWriter.observe` puts what it saw in a bounded queue
 (:data:`~proxy.shell.limits.RECORD_BACKLOG`) and a thread of its own redacts
-(:mod:`proxy.core.redact`), writes and compresses (a name ending in ``.gz``). When the queue is
-full the message is dropped from the recording: counted (``acp_proxy_limits_reached_total
-{limit="record_backlog"}``), logged once, and summed up when the recording closes. A write that
-fails stops the recording, never the relay (logged once, ``on_failure`` told: a metric,
-``/healthz``). The file is opened as the trace is (no symbolic link followed, no FIFO waited on),
-but made readable by its owner alone: it holds what the peers said.
+(:mod:`proxy.core.redact`: the body, and the line's ids as the body's), writes and compresses (a
+name ending in ``.gz``). When the queue is full the message is dropped from the recording: counted
+(``acp_proxy_limits_reached_total {limit="record_backlog"}``), logged once, and summed up when the
+recording closes. A message too large to redact (:class:`~proxy.core.splice.ScanLimit`,
+:class:`~proxy.core.redact.TooDeep`) is left out too, never written as it came: logged, summed up
+at the end. A write that fails stops the recording, never the relay (logged once, ``on_failure``
+told: a metric, ``/healthz``). The file is opened as the trace is (no symbolic link followed, no
+FIFO waited on), but made readable by its owner alone: it holds what the peers said.
 """
 
 from __future__ import annotations
@@ -84,12 +86,15 @@ class RecordWriter:
         self._queue: queue.Queue[_Line] = queue.Queue(backlog)
         self.dropped = 0
         """Messages left out of the recording because the queue was full."""
+        self.unredactable = 0
+        """Messages left out of the recording because they were too large to redact (never
+        written as they came: they may hold what was to be redacted)."""
         self.written = 0
         """Lines written (the header included)."""
         self.failure: str | None = None
         """Why the recording stopped, once it has."""
         self._closed = False
-        self._write(header_line(clock(), [p.text for p in self._redactor.patterns]))
+        self._write(header_line(clock(), [p.describe() for p in self._redactor.patterns]))
         self._thread = threading.Thread(target=self._run, name="acp-proxy-record", daemon=True)
         self._thread.start()
 
@@ -136,6 +141,12 @@ class RecordWriter:
                 self._raw.close()
         if self.dropped:
             log.warning("messages left out of the recording", path=self.path, dropped=self.dropped)
+        if self.unredactable:
+            log.warning(
+                "messages too large to redact left out of the recording",
+                path=self.path,
+                left_out=self.unredactable,
+            )
 
     # -- the writing thread ------------------------------------------------------------------
 
@@ -145,16 +156,29 @@ class RecordWriter:
             if item is _STOP:
                 self._flush()
                 return
-            self._write(self._line(item))
+            line = self._line(item)
+            if line is not None:
+                self._write(line)
             if self._queue.empty():
                 self._flush()
 
-    def _line(self, item: _Line) -> bytes:
+    def _line(self, item: _Line) -> bytes | None:
         kind, at, link, what = item
         link_number = link if link is not None else 0
         if isinstance(what, _Message):
-            body, redacted = self._redactor.redact(what.raw)
-            return message_line(at, link_number, what.direction, what.pair, body, redacted=redacted)
+            try:
+                body, redacted = self._redactor.redact(what.raw)
+            except ValueError as exc:  # too large to walk (ScanLimit, TooDeep): never unredacted
+                self.unredactable += 1
+                if self.unredactable == 1:
+                    log.warning(
+                        "a message too large to redact is left out of the recording",
+                        path=self.path,
+                        error=str(exc),
+                    )
+                return None
+            pair = (self._redactor.redact_id(what.pair[0]), self._redactor.redact_id(what.pair[1]))
+            return message_line(at, link_number, what.direction, pair, body, redacted=redacted)
         assert isinstance(what, Side)
         return link_line(at, link_number, "open" if kind == "open" else "close", what)
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.matching import MISSING, Difference, Ignore, differences, nearest
+import pytest
+
+from proxy.core.errors import OptionError
+from proxy.core.matching import MISSING, Difference, Ignore, differences, nearest, stands_for
+from proxy.core.redact import REDACTED
 
 
 def test_ids_keys_sessions_and_times_are_never_differences() -> None:
@@ -68,10 +72,10 @@ def test_ignored_paths_are_skipped_with_everything_below() -> None:
 def test_nearest_is_the_one_with_fewest_differences() -> None:
     """The first candidate with the fewest differences wins; an exact one stops the search."""
     got = {"text": "deploy", "mode": "fast"}
-    candidates = [
-        ("far", {"text": "build", "mode": "slow"}),
-        ("near", {"text": "deploy", "mode": "slow"}),
-        ("also near", {"text": "test", "mode": "fast"}),
+    candidates: list[tuple[str, dict[str, str], list[str]]] = [
+        ("far", {"text": "build", "mode": "slow"}, []),
+        ("near", {"text": "deploy", "mode": "slow"}, []),
+        ("also near", {"text": "test", "mode": "fast"}, []),
     ]
     best = nearest(got, candidates)
     assert best is not None
@@ -84,3 +88,71 @@ def test_the_listed_differences_are_bounded() -> None:
     """Thousands of differences: 20 listed, all counted."""
     found, count = differences(list(range(1000)), list(range(1, 1001)))
     assert (len(found), count) == (20, 1000)
+
+
+def test_a_redacted_value_matches_what_this_run_sends_there() -> None:
+    """The marker alone (a path redaction) stands for any value; a string holding it for a
+    string in which each marker is any text; only where the message says it redacted."""
+    recorded = {
+        "params": {
+            "clientCapabilities": REDACTED,
+            "prompt": [{"text": f"hello my key is {REDACTED} ok"}],
+            "both": f"a {REDACTED} b {REDACTED}",
+        }
+    }
+    got: dict[str, Any] = {
+        "params": {
+            "clientCapabilities": {"fs": {"readTextFile": True}},
+            "prompt": [{"text": "hello my key is sk-ABCdef123456 ok"}],
+            "both": "a x b y z",
+        }
+    }
+    where = ["params.clientCapabilities", "params.prompt[0].text", "params.both"]
+    assert differences(recorded, got, redacted=where) == ([], 0)
+    found, _ = differences(recorded, got)  # not said to be redacted: the marker is text
+    assert [d.path for d in found] == where
+    got["params"]["prompt"][0]["text"] = "goodbye my key is sk-ABC ok"
+    got["params"]["both"] = "a x c y"
+    found, _ = differences(recorded, got, redacted=where)
+    assert [d.path for d in found] == ["params.prompt[0].text", "params.both"]
+
+
+def test_a_member_left_out_is_still_a_difference() -> None:
+    """The marker stands for a value, not for none."""
+    found, _ = differences({"a": REDACTED}, {}, redacted=["a"])
+    assert found == [Difference("a", REDACTED, MISSING)]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "got", "same"),
+    [
+        (REDACTED, None, True),
+        (f"{REDACTED}", "", True),
+        (f"x{REDACTED}", "x", True),
+        (f"x{REDACTED}y", "xy", True),
+        (f"x{REDACTED}y", "xay", True),
+        (f"x{REDACTED}y", "xa", False),
+        (f"xy{REDACTED}yz", "xyz", False),  # the ends may not overlap
+        (f"{REDACTED}a{REDACTED}a{REDACTED}", "aa", True),
+        (f"{REDACTED}a{REDACTED}a{REDACTED}", "a", False),
+        (f"k={REDACTED}", 5, False),
+    ],
+)
+def test_each_marker_is_any_text(recorded: str, got: Any, same: bool) -> None:
+    """Matched left to right: the first part a prefix, the last a suffix, the others in order."""
+    assert stands_for(recorded, got) is same
+
+
+def test_a_redacted_request_is_matched_under_params() -> None:
+    """A replay compares ``params`` under their path: the message's redacted paths apply."""
+    found, count = differences(
+        {"text": REDACTED}, {"text": "secret"}, under=("params",), redacted=["params.text"]
+    )
+    assert (found, count) == ([], 0)
+
+
+def test_a_bad_ignore_path_names_ignore() -> None:
+    """``--ignore 'sk-['``: the error names --ignore, not --redact."""
+    with pytest.raises(OptionError) as caught:
+        Ignore(["sk-["])
+    assert caught.value.option == "--ignore"

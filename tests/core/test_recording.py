@@ -21,13 +21,16 @@ from proxy.core.recording import (
     message_line,
     read_recording,
 )
-from proxy.core.redact import REDACTED, Redactor
+from proxy.core.redact import REDACTED, Redaction, Redactor, parse_pattern
 
 BIG = b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"z":1,"a":123456789012345678901234567890,"f":1.50}}'
 
 
+PATH = Redaction("path", "params.prompt[*].text")
+
+
 def lines(*extra: bytes) -> list[bytes]:
-    return [header_line(1.0, ["params.prompt[*].text"]), *extra]
+    return [header_line(1.0, [PATH]), *extra]
 
 
 def test_a_body_is_read_back_byte_for_byte() -> None:
@@ -40,7 +43,7 @@ def test_a_body_is_read_back_byte_for_byte() -> None:
     assert recorded.message.kind is Kind.REQUEST
     assert recorded.pair == (b"7", b"0")
     assert (recorded.time, recorded.link, recorded.line) == (2.5, 1, 2)
-    assert recording.redactions == ("params.prompt[*].text",)
+    assert recording.redactions == (PATH,)
 
 
 def test_a_body_with_line_breaks_is_kept_as_text() -> None:
@@ -67,6 +70,27 @@ def test_link_lines_and_redactions_are_read() -> None:
     ]
     assert recording.messages[0].redacted == ("params.z",)
     assert recording.messages[0].pair == (b'"a"', b"1")
+
+
+def test_the_header_says_what_was_redacted_without_the_secret() -> None:
+    """A regular expression by its digest only, a path as it is; the header of an older writer
+    (the patterns' text) still loads; an entry that is neither is a located problem."""
+    secret = parse_pattern("hunter2XYZ").describe()
+    header = header_line(1.0, [secret, PATH])
+    assert b"hunter2XYZ" not in header
+    assert orjson.loads(header)["redactions"] == [
+        {"kind": "regex", "digest": secret.value},
+        {"kind": "path", "path": "params.prompt[*].text"},
+    ]
+    assert read_recording("r", [header], max_bytes=10**6).redactions == (secret, PATH)
+    older = b'{"format":"acp-recording","version":1,"time":1,"redactions":["hunter2XYZ","a.b"]}'
+    assert read_recording("r", [older], max_bytes=10**6).redactions == (
+        secret,
+        Redaction("path", "a.b"),
+    )
+    bad = b'{"format":"acp-recording","version":1,"time":1,"redactions":[{"kind":"x"}]}'
+    with pytest.raises(RecordingError, match="line 1: not a redaction"):
+        read_recording("r", [bad], max_bytes=10**6)
 
 
 @pytest.mark.parametrize(

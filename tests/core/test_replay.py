@@ -11,6 +11,7 @@ from proxy.core.events import Direction
 from proxy.core.jsonrpc import Message, parse
 from proxy.core.matching import Ignore
 from proxy.core.recording import Recording, header_line, message_line, read_recording
+from proxy.core.redact import Redactor
 from proxy.core.replay import NO_MATCH, Outgoing, ReplayAgent, ReplayConnection, exchanges_of
 
 TO_AGENT, TO_CLIENT = Direction.TO_AGENT, Direction.TO_CLIENT
@@ -224,3 +225,62 @@ def test_strict_order_requires_the_next_recorded_request() -> None:
         connection.receive(message({"id": 3, "method": "session/new", "params": {"cwd": "/"}}))
     )
     assert answer["result"] == {"sessionId": "S1"}
+
+
+def redacted_recording() -> Recording:
+    """initialize (its capabilities redacted by a path) and a prompt holding a key (redacted by
+    an expression, its request id too), as ``--record --redact`` writes them."""
+    redactor = Redactor.of(["params.clientCapabilities", "sk-[A-Za-z0-9]+"], key=b"k")
+    key = "sk-ABCdef123456"
+    said: list[tuple[Direction, tuple[Any, Any], dict[str, Any]]] = [
+        (TO_AGENT, (1, 0), {"id": 1, "method": "initialize", "params": CAPABLE}),
+        (TO_CLIENT, (1, 0), {"id": 0, "result": {"protocolVersion": 2}}),
+        (
+            TO_AGENT,
+            ("sk-IDVALUE4444", 1),
+            {
+                "id": "sk-IDVALUE4444",
+                "method": "session/prompt",
+                "params": {
+                    "sessionId": "S1",
+                    "prompt": [{"type": "text", "text": f"hello my key is {key} ok"}],
+                },
+            },
+        ),
+        (TO_CLIENT, ("sk-IDVALUE4444", 1), {"id": 1, "result": {"stopReason": "end_turn"}}),
+    ]
+    written = [header_line(0.0, [p.describe() for p in redactor.patterns])]
+    for time, (direction, pair, body) in enumerate(said):
+        raw, where = redactor.redact(orjson.dumps({"jsonrpc": "2.0", **body}))
+        ids = (redactor.redact_id(orjson.dumps(pair[0])), redactor.redact_id(orjson.dumps(pair[1])))
+        written.append(message_line(time, 1, direction, ids, raw, redacted=where))
+    assert not any(secret in text for text in written for secret in (key.encode(), b"IDVALUE"))
+    return read_recording("r", written, max_bytes=10**6)
+
+
+CAPABLE = {"protocolVersion": 2, "clientCapabilities": {"fs": {"readTextFile": True}}}
+
+
+@pytest.mark.parametrize("strict_order", [False, True], ids=["any-order", "strict-order"])
+def test_a_redacted_recording_serves_the_same_client(strict_order: bool) -> None:
+    """What the recording redacted matches what the same Client sends there again: the
+    capabilities a path replaced, the key in the prompt's text; the answer finds its request
+    by the redacted id's pair."""
+    agent = ReplayAgent(redacted_recording(), strict_order=strict_order, speed=0)
+    connection = agent.connection()
+    (answer,) = bodies(
+        connection.receive(message({"id": 7, "method": "initialize", "params": CAPABLE}))
+    )
+    assert answer == {"jsonrpc": "2.0", "id": 7, "result": {"protocolVersion": 2}}
+    text = "hello my key is sk-ABCdef123456 ok"
+    params: dict[str, Any] = {"sessionId": "S1", "prompt": [{"type": "text", "text": text}]}
+    (answer,) = bodies(
+        connection.receive(message({"id": 8, "method": "session/prompt", "params": params}))
+    )
+    assert answer["id"] == 8
+    assert answer["result"] == {"stopReason": "end_turn"}
+    params["prompt"][0]["text"] = "goodbye my key is sk-ABCdef123456 ok"
+    (refused,) = bodies(
+        connection.receive(message({"id": 9, "method": "session/prompt", "params": params}))
+    )
+    assert refused["error"]["code"] == NO_MATCH

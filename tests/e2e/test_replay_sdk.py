@@ -162,3 +162,17 @@ def test_the_recorded_client_against_the_sdk_agent(
     report = json.loads(done.stdout)
     assert report == {"compared": len(received), "differences": []}
     assert done.returncode == 0
+
+
+async def test_a_redacted_recording_replays_to_the_sdk_client(tmp_path: Path) -> None:
+    """The SDK Client's capabilities redacted in the recording (a path): its ``initialize``
+    matches the recorded one again, and the whole session replays the same."""
+    path = tmp_path / "redacted.jsonl.gz"
+    redact = ["--redact", "params.clientCapabilities"]
+    received = await session(
+        *proxy("run", "--record", str(path), *redact, "--", sys.executable, str(AGENT))
+    )
+    initialize = next(r for r in load_recording(path).messages if r.message.method == "initialize")
+    assert initialize.redacted == ("params.clientCapabilities",)
+    replayed = await session(*proxy("replay", "agent", str(path), "--speed", "0"))
+    assert_same(received, replayed)

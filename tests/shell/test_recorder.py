@@ -3,10 +3,12 @@ queue that never makes the relay wait."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import threading
 from pathlib import Path
 
+import orjson
 import pytest
 from harness import TIMEOUT
 from tool_runs import acp_proxy, command, session_run
@@ -15,7 +17,8 @@ from proxy.core.errors import StartupError
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import Message, parse
 from proxy.core.observations import Connected, Disconnected, Observation, Relayed, RelayedRun
-from proxy.core.redact import Redactor
+from proxy.core.redact import REDACTED, Redactor, parse_pattern
+from proxy.core.splice import MAX_STEPS
 from proxy.shell.limits import LimitReached
 from proxy.shell.recorder import RecordWriter
 from proxy.tools.replay.files import load_recording  # what reads it back
@@ -107,10 +110,36 @@ def test_redaction_leaves_no_secret_in_the_file(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert SECRET.encode() not in data
     recording = load_recording(path)
-    assert recording.redactions == (r"sk-live-\w+",)
+    assert recording.redactions == (parse_pattern(r"sk-live-\w+").describe(),)
     prompt = recording.messages[0]
     assert prompt.redacted == ("params.prompt[0].text",)
     assert prompt.message.raw == PROMPT.replace(SECRET.encode(), b"[redacted]")
+
+
+def test_no_secret_in_the_ids_nor_in_the_header(tmp_path: Path) -> None:
+    """A request id a pattern names is redacted in the body and in the line's own ``id`` and
+    ``forwarded_id``, the same way on the request and its answer (they still pair up, two
+    requests stay two); the header names the expressions by digest only."""
+    path = tmp_path / "session.jsonl.gz"
+    ids = [b'"sk-IDVALUE4444"', b'"sk-IDVALUE5555"']
+    writer = RecordWriter(path, Redactor.of(["sk-[A-Za-z0-9]+", "hunter2XYZ"], key=b"k" * 32))
+    for number, request_id in enumerate(ids):
+        request = PROMPT.replace(b'"c1"', request_id)
+        forwarded = str(number).encode()
+        writer.observe(relayed(request, Direction.TO_AGENT, (request_id, request_id)), 1)
+        answer = ANSWER.replace(b'"id":0', b'"id":' + request_id)
+        writer.observe(relayed(answer, Direction.TO_CLIENT, (request_id, forwarded)), 1)
+    writer.close()
+    data = gzip.decompress(path.read_bytes())
+    for secret in (b"IDVALUE", b"hunter2XYZ", SECRET.encode()):
+        assert secret not in data
+    messages = load_recording(path).messages
+    first, second = messages[0].pair, messages[2].pair
+    assert messages[1].pair == (first[0], b"0")
+    assert messages[3].pair == (second[0], b"1")
+    assert first[0] != second[0]
+    assert orjson.loads(first[0]).startswith(REDACTED + "#")
+    assert messages[0].message.body["id"] == orjson.loads(first[0])
 
 
 class StalledRedactor(Redactor):
@@ -170,16 +199,21 @@ def test_the_file_is_opened_as_the_trace_is(tmp_path: Path) -> None:
 
 def test_a_run_records_both_ways_and_redacts(tmp_path: Path) -> None:
     """``acp-proxy run --record --redact``: the reference Client's session, both ways, and the
-    prompt's text nowhere in the file's bytes (nor in the Agent's echo of it)."""
+    prompt's text nowhere in the file's bytes (nor in the Agent's echo of it), nor the patterns."""
     path = tmp_path / "session.jsonl"
-    agent = command("run", "--record", str(path), "--redact", "hel+o", "--", *command("agent"))
+    redact = ["--redact", "hel+o", "--redact", "hunter2XYZ"]
+    agent = command("run", "--record", str(path), *redact, "--", *command("agent"))
     done = session_run("client", "--", *agent)
     assert done.returncode == 0, done.stderr
     data = path.read_bytes()
     assert b"hello" not in data
+    assert b"hunter2XYZ" not in data  # the header says the expression by its digest
     assert b"[redacted]" in data
     recording = load_recording(path)
-    assert recording.redactions == ("hel+o",)
+    assert recording.redactions == (
+        parse_pattern("hel+o").describe(),
+        parse_pattern("hunter2XYZ").describe(),
+    )
     assert {r.direction for r in recording.messages} == {Direction.TO_AGENT, Direction.TO_CLIENT}
     assert any(r.redacted == ("params.prompt[0].text",) for r in recording.messages)
 
@@ -190,10 +224,28 @@ def test_a_run_records_both_ways_and_redacts(tmp_path: Path) -> None:
         (["--record", "r.jsonl", "--redact", "re:("], "not a regular expression"),
         (["--redact", "secret"], "give --record FILE"),
         (["--record", "-"], "give the recording a file"),
+        (["--record", "r.jsonl", "--redact", "z*"], "'z*' matches the empty string"),
     ],
 )
 def test_record_options_are_checked(tmp_path: Path, options: list[str], says: str) -> None:
-    """A bad pattern, --redact without --record, a recording to stdout: a usage error (2)."""
+    """A bad pattern, one that matches the empty string, --redact without --record, a
+    recording to stdout: a usage error (2), its error on one line."""
     done = acp_proxy("run", *options, "--", "true")
     assert done.returncode == 2
-    assert says in done.stderr
+    (error,) = [line for line in done.stderr.splitlines() if "Error" in line]
+    assert says in error, done.stderr
+
+
+def test_a_message_too_large_to_redact_is_left_out(tmp_path: Path) -> None:
+    """More elements in one array than a walk takes: the message is not written (it may hold
+    the secret), counted; the messages after it are written."""
+    path = tmp_path / "session.jsonl"
+    writer = RecordWriter(path, Redactor.of([r"sk-live-\w+"]))
+    items = b",".join([b'"' + SECRET.encode() + b'"'] * (MAX_STEPS + 1))
+    huge = b'{"jsonrpc":"2.0","method":"session/update","params":{"items":[' + items + b"]}}"
+    writer.observe(relayed(huge, Direction.TO_CLIENT, (None, None)), 1)
+    writer.observe(relayed(UPDATE, Direction.TO_CLIENT, (None, None)), 1)
+    writer.close()
+    assert SECRET.encode() not in path.read_bytes()
+    assert writer.unredactable == 1
+    assert [r.message.raw for r in load_recording(path).messages] == [UPDATE]

@@ -1,17 +1,16 @@
 """``acp-proxy replay client FILE -- AGENT_CMD`` (or ``--connect URL``): the recorded Client
 against a live Agent, and where the Agent's answers differ from the recording.
 
-Each recorded link is played on a connection of its own (a new Agent process over stdio), in
-order. The Client's messages go out as recorded (their own ids, byte for byte), but for the ids
-and session ids this Agent chose: an answer to a request of the Agent takes the id this Agent
-gave that request, a recorded session id becomes the one this Agent answered ``session/new``
-with. Before each, what the Agent sent before it in the recording is waited for
-(``--timeout`` each): an answer by its id, a notification or a request of the Agent as the next
-unread one of its method. Each is compared with its recorded counterpart
-(:func:`proxy.core.matching.differences`: ids, session and message ids, keys, times, cwd and the
-``--ignore`` paths aside); one that never comes, and one the Agent sent that the recording does
-not have, are differences too. At the recorded pace (``--speed``; 0: as soon as what comes
-first has come).
+Each recorded link is played on a connection of its own (a new Agent process over stdio), in order.
+The Client's messages go out as recorded (their own ids, byte for byte), but for the ids and session
+ids this Agent chose: an answer to a request of the Agent takes the id this Agent gave that request,
+a recorded session id becomes the one this Agent answered ``session/new`` with. Before each, what
+the Agent sent before it in the recording is waited for (``--timeout`` each): an answer by its id, a
+notification or a request of the Agent as the next unread one of its method. Each is compared with
+its recorded counterpart (:func:`proxy.core.matching.differences`: ids, session and message ids,
+keys, times, cwd and the ``--ignore`` paths aside; a value the recording redacted matches what comes
+there); one that never comes, and one the Agent sent that the recording does not have, are
+differences too. At the recorded pace (``--speed``; 0: as soon as what comes first has come).
 
 Exit 0 when nothing differs, 1 when something does (each difference on a line of stdout: the
 recorded line, the method, the path, the recorded value, the new one; ``--json``: one object),
@@ -228,7 +227,7 @@ class _Link:
                 Found(recorded.line, method, Difference("", message.body, MISSING))
             )
             return
-        found, _ = differences(message.body, live.body, self.ignore)
+        found, _ = differences(message.body, live.body, self.ignore, redacted=recorded.redacted)
         self.report.found.extend(Found(recorded.line, method, d) for d in found)
         if message.kind is Kind.REQUEST and live.id_token is not None:
             self.asked[recorded.pair] = live.id_token

@@ -5,6 +5,7 @@ and checked by check-agent."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,30 @@ def test_strict_order_serves_a_session_in_its_recorded_order(recorded: Path) -> 
     agent = command("replay", "agent", str(recorded), "--speed", "0", "--strict-order")
     done = session_run("client", "--", *agent)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+KEY_PROMPT = "hello my key is sk-ABCdef123456 ok"
+
+
+@pytest.mark.parametrize(
+    "redact", ["sk-[A-Za-z0-9]+", "params.capabilities"], ids=["expression", "path"]
+)
+def test_a_redacted_recording_serves_the_same_client(tmp_path: Path, redact: str) -> None:
+    """Recorded with a key in the prompt redacted (or the Client's capabilities), the same
+    Client is served by the replay: what was redacted matches what it sends there again."""
+    path = tmp_path / "s1.jsonl.gz"
+    agent = command("run", "--record", str(path), "--redact", redact, "--", *command("agent"))
+    done = session_run("client", "-p", KEY_PROMPT, "--", *agent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = gzip.decompress(path.read_bytes())
+    assert b"[redacted]" in data
+    replay = command("replay", "agent", str(path), "--speed", "0")
+    done = session_run("client", "-p", KEY_PROMPT, "--", *replay)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_bad_ignore_path_names_ignore(recorded: Path) -> None:
+    """``--ignore 'sk-['``: a usage error naming --ignore."""
+    done = session_run("replay", "agent", str(recorded), "--ignore", "sk-[")
+    assert done.returncode == 2
+    assert "Invalid value for --ignore: not a JSON path" in done.stderr, done.stderr

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from harness import fault_file
+from harness import TIMEOUT, fault_file
 from peers.sdk_remote_client import listening_proxy
 from tool_runs import command, session_run
 
@@ -105,3 +105,56 @@ async def test_a_session_recorded_over_the_network_replays(tmp_path: Path, schem
         session_run, "replay", "client", str(path), "--", *command("agent")
     )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+
+
+def test_what_the_agent_said_redacted_matches_what_it_says(tmp_path: Path) -> None:
+    """The Agent's capabilities redacted in the recording (a path): the same Agent's answer
+    matches there, whatever it holds."""
+    path = tmp_path / "redacted.jsonl.gz"
+    redact = ["--redact", "result.capabilities", "--redact", "sk-[A-Za-z0-9]+"]
+    agent = command("run", "--record", str(path), *redact, "--", *command("agent"))
+    done = session_run("client", "-p", "hello my key is sk-ABCdef123456 ok", "--", *agent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert b'"capabilities":"[redacted]"' in gzip.decompress(path.read_bytes())
+    done = session_run("replay", "client", str(path), "--", *command("agent"))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_requests_whose_ids_were_redacted_still_pair_with_their_answers(
+    tmp_path: Path,
+) -> None:
+    """A Client whose request ids hold what ``--redact`` names: the file has none of them, and
+    the recorded Client, sending the redacted ids, finds each answer by its id."""
+    path = tmp_path / "ids.jsonl.gz"
+    argv = command("run", "--record", str(path), "--redact", "sk-[A-Za-z0-9]+")
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        "--",
+        *command("agent"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    initialize = {"protocolVersion": 2, "capabilities": {}}
+    requests = [
+        {"jsonrpc": "2.0", "id": "sk-IDVALUE4444", "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "id": "sk-IDVALUE5555", "method": "session/new", "params": {"cwd": "/"}},
+    ]
+    try:
+        for request in requests:
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            answer = json.loads(await asyncio.wait_for(process.stdout.readline(), TIMEOUT))
+            assert answer["id"] == request["id"]
+            assert "result" in answer
+        process.stdin.close()
+        assert await asyncio.wait_for(process.wait(), TIMEOUT) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert b"IDVALUE" not in gzip.decompress(path.read_bytes())
+    done = session_run("replay", "client", str(path), "--", *command("agent"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "2 messages of the Agent compared: same as recorded\n"
