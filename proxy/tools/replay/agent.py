@@ -29,7 +29,7 @@ from proxy.shell.log import get_logger, shorten
 from proxy.shell.server import STDIO, Address
 from proxy.shell.tls import check_listener
 from proxy.tools.lab.agent import run_served, serve_connections, served_at
-from proxy.tools.replay.files import load_recording
+from proxy.tools.replay.files import load_replayable
 
 __all__ = ["EXIT_BAD_RECORDING", "ReplayAgentOptions", "replay_agent_main", "serve_replay"]
 
@@ -77,7 +77,7 @@ def replay_agent_main(options: ReplayAgentOptions) -> int:
     """``acp-proxy replay agent``: serve the recording until stdin ends (stdio) or a signal; 2
     when the recording cannot be used, 1 when the address cannot be listened on."""
     try:
-        recording = load_recording(options.recording)
+        recording = load_replayable(options.recording)
     except RecordingError as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_BAD_RECORDING

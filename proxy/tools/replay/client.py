@@ -42,7 +42,7 @@ from proxy.shell.log import get_logger
 from proxy.tools.lab.client.connection import Failure, open_endpoint
 from proxy.tools.lab.client.options import check_reach
 from proxy.tools.replay.agent import EXIT_BAD_RECORDING
-from proxy.tools.replay.files import load_recording
+from proxy.tools.replay.files import load_replayable
 
 __all__ = ["Found", "ReplayClientOptions", "replay_client", "replay_client_main"]
 
@@ -109,7 +109,7 @@ def _text(value: Any) -> str:
 def replay_client_main(options: ReplayClientOptions, *, as_json: bool = False) -> int:
     """``acp-proxy replay client``: the exit status (see the module)."""
     try:
-        recording = load_recording(options.recording)
+        recording = load_replayable(options.recording)
     except RecordingError as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_BAD_RECORDING
