@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from certs import make_pki
 from harness import ROOT, TIMEOUT
-from tool_runs import check_agent, command, session_run
+from tool_runs import acp_proxy, check_agent, command, session_run
 
 from proxy.shell.transports.stdio import spawn_agent
+from proxy.tools.replay.files import load_recording
 from proxy.tools.rpc import Peer
 
 LOSE_FIRST_ANSWER = ROOT / "config" / "lose-first-prompt-response.yaml"
@@ -156,3 +157,19 @@ def test_strict_order_serves_a_session_in_its_recorded_order(recorded: Path) -> 
     agent = command("replay", "agent", str(recorded), "--speed", "0", "--strict-order")
     done = session_run("client", "--", *agent)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_what_is_owed_goes_out_after_stdin_ends(recorded: Path) -> None:
+    """``printf '<initialize>\\n' | acp-proxy replay agent FILE``: the answer is due a second
+    after the Client's last line (the pace slowed to that), and still goes out before the replay
+    ends, 0."""
+    initialize, answered = load_recording(recorded).messages[:2]
+    assert initialize.message.method == "initialize"
+    speed = (answered.time - initialize.time) / 1.0
+    assert speed > 0
+    line = initialize.message.raw.decode() + "\n"
+    done = acp_proxy("replay", "agent", str(recorded), "--speed", repr(speed), stdin=line)
+    assert done.returncode == 0, done.stderr
+    (answer,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answer["id"] == initialize.message.body["id"]
+    assert "result" in answer
