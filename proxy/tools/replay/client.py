@@ -7,7 +7,11 @@ and session ids this Agent chose: an answer to a request of the Agent takes the 
 gave that request, a recorded session id becomes the one this Agent answered ``session/new``
 with. Before each, what the Agent sent before it in the recording is waited for
 (``--timeout`` each): an answer by its id, a notification or a request of the Agent as the next
-unread one of its method. Each is compared with its recorded counterpart
+unread one of its method. An Agent that ends or stays silent before answering ``initialize`` is
+not replayed against (exit 2, why in one line); once it is gone nothing more is waited for, and
+after a timeout the next messages are not waited for either until the Agent sends something or
+is asked something new (a silent Agent costs one ``--timeout`` per unanswered request, not per
+message). Each is compared with its recorded counterpart
 (:func:`proxy.core.matching.differences`: ids, session and message ids, keys, times, cwd and the
 ``--ignore`` paths aside); one that never comes, and one the Agent sent that the recording does
 not have, are differences too. At the recorded pace (``--speed``; 0: as soon as what comes
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import ssl
 import sys
 from dataclasses import dataclass, field
@@ -30,14 +35,15 @@ from typing import Any
 
 import orjson
 
+from proxy.core import acp
 from proxy.core.errors import at_least
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import Kind, Message, parse
 from proxy.core.matching import MISSING, Difference, Ignore, differences
 from proxy.core.recording import Recorded, RecordingError
 from proxy.core.splice import splice
-from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
-from proxy.shell.endpoint import Endpoint
+from proxy.shell.defaults import AGENT_EXIT_WAIT, DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
+from proxy.shell.endpoint import Endpoint, ExitReporter, Signalable
 from proxy.shell.log import get_logger
 from proxy.tools.lab.client.connection import Failure, open_endpoint
 from proxy.tools.lab.client.options import check_reach
@@ -143,9 +149,13 @@ async def replay_client(options: ReplayClientOptions, messages: list[Recorded]) 
         if not any(r.direction is Direction.TO_AGENT for r in played):
             continue
         log.info("replaying a link", link=link, messages=len(played))
-        endpoint = await open_endpoint(options)
+        endpoint = await open_endpoint(options, announce_exit=False)  # said here
         try:
             await _Link(options, endpoint, report, sessions).play(played)
+        except Failure:
+            if isinstance(endpoint, Signalable):
+                endpoint.signal(signal.SIGTERM)  # it failed already: no grace for it
+            raise
         finally:
             endpoint.close()
             with contextlib.suppress(Exception):
@@ -176,15 +186,23 @@ class _Link:
         self.unread: list[Message] = []
         self.arrived = asyncio.Event()
         self.ended = False
+        self.heard = False
+        """The Agent sent something on this connection."""
+        self.silent = False
+        """A wait timed out, and the Agent has sent nothing since, nor been asked anything: the
+        messages expected next are not waited for (one timeout per unanswered request)."""
 
     async def play(self, recorded: list[Recorded]) -> None:
         reader = asyncio.get_running_loop().create_task(self._read())
         try:
             await self._play(recorded)
         finally:
+            gone = self.ended  # before the reader is stopped (which ends it too)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+        if gone:
+            log.warning(f"{await self._why_ended()} during the replay of its link")
         for extra in self.unread:
             self.report.found.append(Found(0, extra.method, Difference("", MISSING, extra.body)))
 
@@ -207,6 +225,7 @@ class _Link:
         raw = message.raw
         if message.kind is Kind.REQUEST:
             self.methods[recorded.pair] = message.method
+            self.silent = False  # a new question: worth a wait again
         elif message.kind in (Kind.RESPONSE, Kind.ERROR):
             live = self.asked.get(recorded.pair)
             if live is not None:
@@ -222,6 +241,11 @@ class _Link:
         if message.kind in (Kind.RESPONSE, Kind.ERROR):
             method = self.methods.get(recorded.pair)
         live = await self._wait_for(recorded)
+        if live is None and method == acp.INITIALIZE and not self.heard:
+            if not self.ended:
+                timeout = self.options.timeout
+                raise Failure(f"the agent did not answer {method} within {timeout:g} s")
+            raise Failure(f"{await self._why_ended()} before answering {method}")
         self.report.compared += 1
         if live is None:
             self.report.found.append(
@@ -241,9 +265,17 @@ class _Link:
             if isinstance(old, str) and isinstance(new, str):
                 self.sessions[old] = new
 
+    async def _why_ended(self) -> str:
+        """Why the connection ended: the Agent exited (with what status), or closed it."""
+        if isinstance(self.endpoint, ExitReporter):
+            failure = await self.endpoint.failure(AGENT_EXIT_WAIT)
+            if failure is not None:
+                return failure
+        return "the agent closed the connection"
+
     async def _wait_for(self, recorded: Recorded) -> Message | None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.timeout
+        deadline = loop.time() + (0.0 if self.silent else self.options.timeout)
         while True:
             for index, live in enumerate(self.unread):
                 if _corresponds(recorded, live):
@@ -256,6 +288,7 @@ class _Link:
                 async with asyncio.timeout_at(deadline):
                     await self.arrived.wait()
             except TimeoutError:
+                self.silent = True
                 return None
 
     async def _read(self) -> None:
@@ -267,6 +300,8 @@ class _Link:
                 message = parse(raw)
                 if isinstance(message, Message):
                     self.unread.append(message)
+                    self.heard = True
+                    self.silent = False
                     self.arrived.set()
         except Exception as exc:  # a transport failing in any way ends the connection
             log.warning("reading from the agent failed", error=str(exc))

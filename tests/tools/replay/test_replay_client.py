@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,51 @@ async def test_a_session_recorded_over_the_network_replays(tmp_path: Path, schem
         session_run, "replay", "client", str(path), "--", *command("agent")
     )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+
+
+SILENT_AFTER_INITIALIZE = """
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 2}}
+        print(json.dumps(answer), flush=True)
+"""
+"""An Agent that answers initialize, then nothing ever again (it reads until its stdin ends)."""
+READS_ONLY = "import sys\nfor line in sys.stdin: pass"
+
+
+@pytest.mark.parametrize(
+    ("agent", "says"),
+    [
+        (["false"], "the agent exited with status 1 before answering initialize"),
+        (["true"], "the agent closed the connection before answering initialize"),
+        ([sys.executable, "-c", READS_ONLY], "the agent did not answer initialize within 1 s"),
+    ],
+    ids=["exits-1", "exits-0", "silent"],
+)
+def test_an_agent_that_never_answers_initialize_cannot_be_replayed_against(
+    recorded: Path, agent: list[str], says: str
+) -> None:
+    """An Agent gone or silent before it answered initialize: one line saying so, exit 2 (not a
+    difference per recorded message)."""
+    done = session_run("replay", "client", str(recorded), "--timeout", "1", "--", *agent)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"acp-proxy replay client: {says}\n"
+
+
+def test_a_silent_agent_costs_a_timeout_per_request_not_per_message(recorded: Path) -> None:
+    """After initialize the Agent says nothing: each of the recorded session's 3 requests waits
+    its --timeout once, the notifications and answers after it are not waited for (7 messages
+    of the Agent: 7 timeouts before)."""
+    timeout = 3.0
+    started = time.monotonic()
+    done = session_run(
+        "replay", "client", str(recorded), "--timeout", str(timeout), "--",
+        sys.executable, "-c", SILENT_AFTER_INITIALIZE,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert "8 messages of the Agent compared" in done.stdout
+    requests = 3  # session/new, session/prompt, session/resume
+    assert requests * timeout <= took < (requests + 2) * timeout
