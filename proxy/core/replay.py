@@ -11,7 +11,9 @@ message it reads:
   the recorded link this connection follows, then any unused one, then one already served (served
   again: its message ids get a suffix, ``~2``, as a new turn of a real Agent would mint new ones).
   ``strict_order`` requires the next recorded request instead. A request that matches none is
-  answered :data:`NO_MATCH` naming the nearest recorded request and the differences.
+  answered :data:`NO_MATCH` naming the nearest recorded request and the differences
+  (:data:`UNKNOWN_METHOD` when no recorded request has its method: to the Client, a method this
+  Agent does not have).
 * a **notification** is matched the same way; one that matches nothing is ignored (noted).
 * an **answer** to a request of the replayed Agent leads to what followed the recorded answer.
 
@@ -47,6 +49,7 @@ from proxy.core.splice import find_member, splice
 
 __all__ = [
     "NO_MATCH",
+    "UNKNOWN_METHOD",
     "Exchange",
     "Note",
     "Outgoing",
@@ -56,7 +59,9 @@ __all__ = [
 ]
 
 NO_MATCH = ErrorCode.INTERNAL_ERROR
-"""The error code of a request that matches no recorded request."""
+"""The error code of a request that matches no recorded request of its method."""
+UNKNOWN_METHOD = ErrorCode.METHOD_NOT_FOUND
+"""The error code of a request whose method no recorded request has (method not found)."""
 MESSAGE_ID_KEYS = frozenset({"messageId", "userMessageId"})
 """Members holding a message id the Agent minted (suffixed when an exchange is served again)."""
 
@@ -291,7 +296,9 @@ class ReplayConnection:
         else:
             text += "; the recording holds no request"
             self.notes.append(Note("no match", message.method))
-        return [Outgoing(0.0, error_response(message.id_token, NO_MATCH, text, data))]
+        known = (Kind.REQUEST, message.method) in agent._by_method
+        code = NO_MATCH if known else UNKNOWN_METHOD
+        return [Outgoing(0.0, error_response(message.id_token, code, text, data))]
 
     # -- serving ---------------------------------------------------------------------------
 
