@@ -89,8 +89,8 @@ class Found:
     difference: Difference
 
     def to_json(self) -> dict[str, Any]:
-        """As JSON."""
-        return {"line": self.line, "method": self.method, **self.difference.to_json()}
+        """As JSON (``line`` null for a message the recording does not have)."""
+        return {"line": self.line or None, "method": self.method, **self.difference.to_json()}
 
     def __str__(self) -> str:
         where = f"line {self.line}" if self.line else "not recorded"

@@ -15,6 +15,9 @@ from harness import fault_file
 from peers.sdk_remote_client import listening_proxy
 from tool_runs import command, session_run
 
+from proxy.core.matching import MISSING, Difference
+from proxy.tools.replay.client import Found
+
 
 def test_the_same_agent_answers_the_same(recorded: Path) -> None:
     """Against the Agent recorded, nothing differs (its random ids and session ids aside)."""
@@ -155,3 +158,10 @@ def test_a_silent_agent_costs_a_timeout_per_request_not_per_message(recorded: Pa
     assert "8 messages of the Agent compared" in done.stdout
     requests = 3  # session/new, session/prompt, session/resume
     assert requests * timeout <= took < (requests + 2) * timeout
+
+
+def test_a_message_the_recording_does_not_have_has_no_line_in_json() -> None:
+    """--json: an unrecorded message's line is null (no line 0 in a file numbered from 1)."""
+    extra = Found(0, "session/update", Difference("", MISSING, {"method": "session/update"}))
+    assert extra.to_json()["line"] is None
+    assert Found(7, "initialize", Difference("result.v", 1, 2)).to_json()["line"] == 7
