@@ -173,3 +173,29 @@ def test_what_is_owed_goes_out_after_stdin_ends(recorded: Path) -> None:
     (answer,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert answer["id"] == initialize.message.body["id"]
     assert "result" in answer
+
+
+@pytest.mark.parametrize("tool", [["replay", "agent", "RECORDING"], ["agent"]])
+async def test_the_url_listened_on_is_said_at_the_default_log_level(
+    recorded: Path, tool: list[str]
+) -> None:
+    """``--listen ws://127.0.0.1:0/acp`` at the default log level: the URL served, port picked,
+    is on stderr, and the reference Client reaches the Agent there."""
+    argv = [str(recorded) if arg == "RECORDING" else arg for arg in tool]
+    process = await asyncio.create_subprocess_exec(
+        *command(*argv, "--listen", "ws://127.0.0.1:0/acp"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        async with asyncio.timeout(TIMEOUT):
+            line = (await process.stderr.readline()).decode()
+        assert line.startswith("listening on ws://127.0.0.1:")
+        url = line.removeprefix("listening on ").strip()
+        assert not url.endswith(":0/acp")
+        done = await asyncio.to_thread(session_run, "client", "--connect", url)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), TIMEOUT)
