@@ -94,8 +94,9 @@ def _read(
     ``max_bytes`` (a problem then); the number of lines read. A last line without its line break
     is dropped when the data was cut short (``cut`` says so) or stopped at the bound."""
     bounded = _Bounded(chunks, max_bytes)
+    lines = _Lines(bounded, limit)
     number = 0
-    for line in _lines(bounded, limit):
+    for line in lines:
         cut_off = bounded.exceeded or (cut is not None and cut.cut_short)
         if line is not None and not line.endswith(b"\n") and cut_off:
             break
@@ -104,8 +105,7 @@ def _read(
             return number
     if bounded.exceeded:
         message = f"the recording holds more than {max_bytes} bytes; not read further"
-        reader.problem(number + 1, message)
-        return number
+        reader.problem(number if lines.skipping else number + 1, message)
     return number
 
 
@@ -126,26 +126,34 @@ class _Bounded:
             yield chunk
 
 
-def _lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes | None]:
+class _Lines:
     """Each line of ``chunks`` with its line break (the last one without, when it has none), or
-    ``None`` for one longer than ``limit``, which is never held whole."""
-    buffer = bytearray()
-    skipping = False
-    for chunk in chunks:
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            if skipping:
-                skipping = False
-            else:
-                buffer += chunk[start : end + 1]
-                yield bytes(buffer) if len(buffer) <= limit + 1 else None
-                buffer.clear()
-            start = end + 1
-        if not skipping:
-            buffer += chunk[start:]
-            if len(buffer) > limit + 1:
-                yield None
-                buffer.clear()
-                skipping = True
-    if buffer:
-        yield bytes(buffer)
+    ``None`` for one longer than ``limit``, which is never held whole (iterate it)."""
+
+    def __init__(self, chunks: Iterable[bytes], limit: int) -> None:
+        self._chunks = chunks
+        self._limit = limit
+        self.skipping = False
+        """Inside a line too long (given as ``None`` already), whose end has not come."""
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        buffer = bytearray()
+        limit = self._limit
+        for chunk in self._chunks:
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                if self.skipping:
+                    self.skipping = False
+                else:
+                    buffer += chunk[start : end + 1]
+                    yield bytes(buffer) if len(buffer) <= limit + 1 else None
+                    buffer.clear()
+                start = end + 1
+            if not self.skipping:
+                buffer += chunk[start:]
+                if len(buffer) > limit + 1:
+                    yield None
+                    buffer.clear()
+                    self.skipping = True
+        if buffer:
+            yield bytes(buffer)
