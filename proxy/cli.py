@@ -342,7 +342,6 @@ def run(
         typer.Option(
             metavar="FILE",
             help="Append a JSON line per message, fault and connection event to this file.",
-            dir_okay=False,
         ),
     ] = None,
     record: Annotated[
@@ -351,7 +350,6 @@ def run(
             metavar="FILE",
             help="Record every message both ways, body included, to this JSON Lines file "
             "(gzip-compressed when its name ends in .gz), for acp-proxy replay.",
-            dir_okay=False,
         ),
     ] = None,
     redact: Annotated[

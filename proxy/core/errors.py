@@ -49,6 +49,12 @@ class StartupError(ProxyError):
         self.cause = cause
 
 
+class UnusableFileError(StartupError):
+    """A file an option names is there but cannot be used as it is (a directory, a recording that
+    appending to would spoil): the one line of a :class:`StartupError`, but the command line was
+    wrong, so a usage error's status (2)."""
+
+
 def os_cause(exc: OSError) -> str:
     """Why a system call failed, in a few words (``address already in use``), without the
     errno number, nor the address that the caller names anyway."""

@@ -23,8 +23,10 @@ the string ``body_text`` instead, whose value is that text, byte for byte.
 
 :class:`RecordingReader` reads lines back, strictly: every line that is not what this version
 writes is a :class:`Problem` naming its line and what is wrong, and the reader keeps going so that
-all of them are said at once. It bounds what it keeps (:attr:`RecordingReader.max_bytes` of lines
-in all) and is told of lines cut by the caller's line bound (:meth:`RecordingReader.too_long`).
+all of them are said at once; but a first line that is no header is one problem (the file is not a
+recording: its other lines are not read). It bounds what it keeps
+(:attr:`RecordingReader.max_bytes` of lines in all) and is told of lines cut by the caller's line
+bound (:meth:`RecordingReader.too_long`).
 """
 
 from __future__ import annotations
@@ -197,10 +199,22 @@ class RecordingReader:
         else:
             self._more += 1
 
-    def too_long(self, line: int, limit: int) -> None:
-        """Line ``line`` is longer than the caller's bound ``limit`` (it was not read)."""
+    def too_long(self, line: int, limit: int) -> bool:
+        """Line ``line`` is longer than the caller's bound ``limit`` (it was not read); ``False``
+        once the reader will read no more (it was the first line: no header, no recording)."""
+        if self._stopped:
+            return False
         self._lines = max(self._lines, line)
+        if line == 1:
+            return self._not_a_recording(f"its first line is longer than {limit} bytes")
         self.problem(line, f"longer than {limit} bytes; not read")
+        return True
+
+    def _not_a_recording(self, why: str) -> bool:
+        """The first line is no header: one problem says so, and nothing more is read."""
+        self.problem(1, f"not a recording: {why}")
+        self._stopped = True
+        return False
 
     def feed(self, line: int, text: bytes) -> bool:
         """Read line number ``line`` (1-based, its line break removed or not); ``False`` once the
@@ -221,9 +235,13 @@ class RecordingReader:
         try:
             value = load(text)
         except ValueError as exc:
+            if line == 1:
+                return self._not_a_recording("its first line is not JSON")
             self.problem(line, f"not JSON ({exc})")
             return True
         if not isinstance(value, dict):
+            if line == 1:
+                return self._not_a_recording("its first line is not a JSON object")
             self.problem(line, "not a JSON object")
             return True
         if line == 1 or "format" in value:
@@ -247,8 +265,7 @@ class RecordingReader:
     def _header(self, line: int, value: dict[str, Any]) -> None:
         """The header of the file (line 1), or of a later run appending to it."""
         if value.get("format") != FORMAT:
-            self.problem(line, f'not a recording: the first line has no "format": "{FORMAT}"')
-            self._stopped = True
+            self._not_a_recording(f'the first line has no "format": "{FORMAT}"')
             return
         version = value.get("version")
         if type(version) is not int:
@@ -319,6 +336,8 @@ class RecordingReader:
         if not isinstance(message, Message):
             what = "a batch" if not hasattr(message, "reason") else f"{message.reason}"
             raise _Bad(f"the body is not one JSON-RPC message ({what})")
+        if message.body.get("jsonrpc") != "2.0":
+            raise _Bad('the body is not a JSON-RPC 2.0 message (its "jsonrpc" is not "2.0")')
         recorded = Recorded(line, time, link, direction, pair, message, tuple(redacted))
         self.recording.messages.append(recorded)
 

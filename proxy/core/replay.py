@@ -13,7 +13,8 @@ message it reads:
   ``strict_order`` requires the next recorded request instead. A value the recording redacted
   matches what this run sends there (:func:`proxy.core.matching.stands_for`). A request that
   matches none is answered :data:`NO_MATCH` naming the nearest recorded request and the
-  differences.
+  differences (:data:`UNKNOWN_METHOD` when no recorded request has its method: to the Client, a
+  method this Agent does not have).
 * a **notification** is matched the same way; one that matches nothing is ignored (noted).
 * an **answer** to a request of the replayed Agent leads to what followed the recorded answer.
 
@@ -49,6 +50,7 @@ from proxy.core.splice import find_member, splice
 
 __all__ = [
     "NO_MATCH",
+    "UNKNOWN_METHOD",
     "Exchange",
     "Note",
     "Outgoing",
@@ -58,7 +60,9 @@ __all__ = [
 ]
 
 NO_MATCH = ErrorCode.INTERNAL_ERROR
-"""The error code of a request that matches no recorded request."""
+"""The error code of a request that matches no recorded request of its method."""
+UNKNOWN_METHOD = ErrorCode.METHOD_NOT_FOUND
+"""The error code of a request whose method no recorded request has (method not found)."""
 MESSAGE_ID_KEYS = frozenset({"messageId", "userMessageId"})
 """Members holding a message id the Agent minted (suffixed when an exchange is served again)."""
 
@@ -303,7 +307,9 @@ class ReplayConnection:
         else:
             text += "; the recording holds no request"
             self.notes.append(Note("no match", message.method))
-        return [Outgoing(0.0, error_response(message.id_token, NO_MATCH, text, data))]
+        known = (Kind.REQUEST, message.method) in agent._by_method
+        code = NO_MATCH if known else UNKNOWN_METHOD
+        return [Outgoing(0.0, error_response(message.id_token, code, text, data))]
 
     # -- serving ---------------------------------------------------------------------------
 

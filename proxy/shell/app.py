@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.core.commands import Restart
 from proxy.core.engine import FaultEngine
-from proxy.core.errors import ConfigError, OptionError, StartupError, at_least, os_cause
+from proxy.core.errors import (
+    ConfigError,
+    OptionError,
+    StartupError,
+    UnusableFileError,
+    at_least,
+    os_cause,
+)
 from proxy.core.events import Direction, Side
 from proxy.core.faultfile import FaultFileError, Note
 from proxy.core.ledger import Ledger
@@ -93,6 +100,9 @@ EXIT_CANNOT_START = 1
 """The proxy could not start (:class:`~proxy.core.errors.StartupError`: one line on stderr)."""
 EXIT_BAD_FAULT_FILE = 2
 """A fault file is invalid: the run is refused before anything starts (its errors on stderr)."""
+EXIT_UNUSABLE_FILE = 2
+"""A file an option names cannot be used as it is (:class:`~proxy.core.errors.UnusableFileError`:
+one line on stderr, a usage error)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -517,7 +527,8 @@ def run_main(options: RunOptions) -> int:
     """``acp-proxy run``: run the proxy as ``options`` say, until it ends; the exit status.
 
     A run refused before anything starts says why on stderr: each error of an invalid fault file
-    on a line of its own (status 2), or the one line of a failed start (status 1).
+    on a line of its own (status 2), or the one line of a failed start (status 1; 2 when a file
+    the command line names cannot be used as it is).
     """
     try:
         return asyncio.run(run(options))
@@ -526,7 +537,8 @@ def run_main(options: RunOptions) -> int:
         return EXIT_BAD_FAULT_FILE
     except StartupError as exc:
         sys.stderr.write(f"acp-proxy: {exc}\n")
-        return EXIT_CANNOT_START
+        unusable = isinstance(exc, UnusableFileError)
+        return EXIT_UNUSABLE_FILE if unusable else EXIT_CANNOT_START
 
 
 async def run(options: RunOptions, observer: Observer | None = None) -> int:

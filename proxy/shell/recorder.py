@@ -16,6 +16,9 @@ recording closes. A message too large to redact (:class:`~proxy.core.splice.Scan
 at the end. A write that fails stops the recording, never the relay (logged once, ``on_failure``
 told: a metric, ``/healthz``). The file is opened as the trace is (no symbolic link followed, no
 FIFO waited on), but made readable by its owner alone: it holds what the peers said.
+A ``.gz`` file that is there already must be a complete gzip stream (each run adds a member): one
+cut short (a proxy killed) or no gzip at all is refused, since a member after it would make it
+unreadable.
 """
 
 from __future__ import annotations
@@ -24,17 +27,19 @@ import contextlib
 import gzip
 import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from proxy.core.errors import os_cause
+from proxy.core.errors import UnusableFileError, os_cause
 from proxy.core.events import Direction, Side
 from proxy.core.observations import Connected, Disconnected, Observation
 from proxy.core.recording import header_line, link_line, message_line
 from proxy.core.redact import Redactor
+from proxy.shell.gzipped import incomplete
 from proxy.shell.limits import RECORD_BACKLOG, LimitReached
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
@@ -56,6 +61,22 @@ _Line = tuple[str, float, int | None, Side | _Message | None]
 _STOP: _Line = ("stop", 0.0, None, None)
 
 
+def _refuse_to_spoil(path: str, fd: int) -> None:
+    """Close ``fd`` and raise :class:`~proxy.core.errors.UnusableFileError` when the regular
+    file at ``path`` holds something that is not a complete gzip stream: a member appended after
+    it would make it unreadable, even by ``zcat``."""
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode) or status.st_size == 0:
+        return
+    why = incomplete(path)
+    if why is not None:
+        os.close(fd)
+        cause = (
+            f"{why}: appending would make it unreadable; move it away, or record to another file"
+        )
+        raise UnusableFileError("--record", path, cause)
+
+
 class RecordWriter:
     """An observer writing every message that crosses the proxy to a recording (see the module)."""
 
@@ -75,6 +96,8 @@ class RecordWriter:
         self.path = str(path)
         self._redactor = redactor if redactor is not None else Redactor([])
         fd = open_trace(path, "--record", 0o600)  # bodies: readable by their owner alone
+        if self.path.endswith(".gz"):
+            _refuse_to_spoil(self.path, fd)
         raw: IO[bytes] = os.fdopen(fd, "wb")
         self._file: IO[bytes] = raw
         if self.path.endswith(".gz"):

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import orjson
 
-from proxy.core.errors import StartupError, os_cause
+from proxy.core.errors import StartupError, UnusableFileError, os_cause
 from proxy.core.jsonrpc import Message
 from proxy.core.observations import Held, Observation, Relayed, RelayedRun
 from proxy.core.records import TRACE_VERSION, TraceHeader, encode, records_of
@@ -63,7 +63,8 @@ SHOWN_BODY = 16 * 1024
 def open_trace(path: str | Path, option: str = "--trace", mode: int = 0o644) -> int:
     """A file descriptor to append the trace to; :class:`~proxy.core.errors.StartupError` (naming
     ``option``, the path and why) when ``path`` is a symbolic link, neither a regular file nor
-    ``/dev/null`` (a FIFO, a socket, a terminal), or cannot be opened for writing. ``-`` is
+    ``/dev/null`` (a FIFO, a socket, a terminal), or cannot be opened for writing
+    (:class:`~proxy.core.errors.UnusableFileError`, a usage error, when it is a directory). ``-`` is
     stdout, whatever it is. A file made anew gets ``mode``."""
     if str(path) == STDOUT:
         return os.dup(1)
@@ -73,6 +74,8 @@ def open_trace(path: str | Path, option: str = "--trace", mode: int = 0o644) -> 
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             cause = "a symbolic link; give the file itself"
+        elif exc.errno == errno.EISDIR:
+            raise UnusableFileError(option, str(path), "a directory; give a file") from None
         elif exc.errno == errno.ENXIO:  # a FIFO that no process reads
             cause = "not a regular file"
         else:

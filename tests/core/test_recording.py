@@ -113,6 +113,16 @@ def test_the_header_says_what_was_redacted_without_the_secret() -> None:
             b'{"time":1,"link":1,"event":"message","direction":"to_agent","body":[1,2]}',
             "the body is not one JSON-RPC message",
         ),
+        (
+            b'{"time":1,"link":1,"event":"message","direction":"to_agent",'
+            b'"body":{"jsonrpc":"1.0","id":1,"method":"m"}}',
+            'the body is not a JSON-RPC 2.0 message (its "jsonrpc" is not "2.0")',
+        ),
+        (
+            b'{"time":1,"link":1,"event":"message","direction":"to_agent",'
+            b'"body":{"id":1,"method":"m"}}',
+            "the body is not a JSON-RPC 2.0 message",
+        ),
     ],
 )
 def test_a_bad_line_is_located(line: bytes, says: str) -> None:
@@ -154,6 +164,32 @@ def test_a_header_that_cannot_be_read_says_why(header: bytes, says: str) -> None
         read_recording("r", [header, b"garbage"], max_bytes=10**6)
     assert [p.line for p in caught.value.problems] == [1]
     assert says in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("first", "says"),
+    [
+        (b"2026-12-06 INFO started", "its first line is not JSON"),
+        (b"\x8f\x00\xff binary", "its first line is not JSON"),
+        (b"[1, 2]", "its first line is not a JSON object"),
+    ],
+)
+def test_a_file_that_is_no_recording_is_said_once(first: bytes, says: str) -> None:
+    """A log, random bytes: the first line is no header, which is all there is to say (the
+    thousands of lines after it are not read, nor listed)."""
+    with pytest.raises(RecordingError) as caught:
+        read_recording("app.log", [first, *[b"more of the log"] * 5000], max_bytes=10**9)
+    assert str(caught.value) == f"app.log: line 1: not a recording: {says}"
+
+
+def test_a_first_line_too_long_is_no_recording() -> None:
+    """A first line over the caller's bound is no header either: one problem, nothing read."""
+    reader = RecordingReader("r", max_bytes=10**6)
+    assert reader.too_long(1, 64) is False
+    assert reader.feed(2, header_line(1.0)) is False
+    with pytest.raises(RecordingError) as caught:
+        reader.finish()
+    assert str(caught.value) == "r: line 1: not a recording: its first line is longer than 64 bytes"
 
 
 def test_an_empty_file_is_no_recording() -> None:

@@ -12,7 +12,14 @@ from proxy.core.jsonrpc import Message, parse
 from proxy.core.matching import Ignore
 from proxy.core.recording import Recording, header_line, message_line, read_recording
 from proxy.core.redact import Redactor
-from proxy.core.replay import NO_MATCH, Outgoing, ReplayAgent, ReplayConnection, exchanges_of
+from proxy.core.replay import (
+    NO_MATCH,
+    UNKNOWN_METHOD,
+    Outgoing,
+    ReplayAgent,
+    ReplayConnection,
+    exchanges_of,
+)
 
 TO_AGENT, TO_CLIENT = Direction.TO_AGENT, Direction.TO_CLIENT
 PROMPT = {"sessionId": "S1", "idempotencyKey": "k", "prompt": [{"type": "text", "text": "hello"}]}
@@ -143,7 +150,7 @@ def test_a_request_that_matches_nothing_names_the_nearest() -> None:
     connection, session = opened(ReplayAgent(recording(), speed=0))
     (error,) = bodies(connection.receive(prompt(7, session, text="goodbye")))
     assert error["id"] == 7
-    assert error["error"]["code"] == NO_MATCH
+    assert error["error"]["code"] == NO_MATCH == -32603  # the method is known: no match
     text = error["error"]["message"]
     assert "nearest is line 6 (session/prompt)" in text
     assert 'params.prompt[0].text: recorded "hello", got "goodbye"' in text
@@ -154,13 +161,16 @@ def test_a_request_that_matches_nothing_names_the_nearest() -> None:
 
 
 def test_an_unknown_method_names_the_nearest_request_of_any_method() -> None:
-    """No recorded request of that method: the nearest of all is named."""
+    """No recorded request of that method: method not found (-32601), as an Agent without it
+    would answer, and the nearest of all is named, in data too."""
     connection = ReplayAgent(recording(), speed=0).connection()
     (error,) = bodies(connection.receive(message({"id": 1, "method": "fs/nothing"})))
+    assert error["error"]["code"] == UNKNOWN_METHOD == -32601
     assert (
         "no recorded request matches this fs/nothing; the nearest is line"
         in error["error"]["message"]
     )
+    assert error["error"]["data"]["nearest"]["line"] > 0
 
 
 def test_ignored_paths_make_a_request_match() -> None:

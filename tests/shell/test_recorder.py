@@ -3,9 +3,13 @@ queue that never makes the relay wait."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import select
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -13,7 +17,7 @@ import pytest
 from harness import TIMEOUT
 from tool_runs import acp_proxy, command, session_run
 
-from proxy.core.errors import StartupError
+from proxy.core.errors import StartupError, UnusableFileError
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import Message, parse
 from proxy.core.observations import Connected, Disconnected, Observation, Relayed, RelayedRun
@@ -249,3 +253,86 @@ def test_a_message_too_large_to_redact_is_left_out(tmp_path: Path) -> None:
     assert SECRET.encode() not in path.read_bytes()
     assert writer.unredactable == 1
     assert [r.message.raw for r in load_recording(path).messages] == [UPDATE]
+
+
+# -- a .gz recording that is there already ----------------------------------------------------
+
+INITIALIZE = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}'
+
+
+def test_a_proxy_killed_while_it_recorded_leaves_a_gzip_that_replays(tmp_path: Path) -> None:
+    """``kill -KILL`` of a proxy recording to .gz: its member has no end, yet every line it
+    flushed is read back (with a warning); a proxy started again on that file refuses it in one
+    line (exit 2) instead of making it unreadable, and the file is left as it was."""
+    path = tmp_path / "k.jsonl.gz"
+    proxy = subprocess.Popen(
+        command("run", "--record", str(path), "--", *command("agent")),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proxy.stdin is not None
+        assert proxy.stdout is not None
+        proxy.stdin.write(INITIALIZE + b"\n")
+        proxy.stdin.flush()
+        ready, _, _ = select.select([proxy.stdout], [], [], TIMEOUT)
+        assert ready
+        assert b'"result"' in proxy.stdout.readline()
+        deadline = time.monotonic() + TIMEOUT
+        warnings: list[str] = []
+        while True:  # the recorder writes on a thread of its own: wait for its answer line
+            with contextlib.suppress(Exception):
+                if len(load_recording(path, warn=warnings.append).messages) == 2:
+                    break
+            assert time.monotonic() < deadline, "the answer was never recorded"
+            select.select([], [], [], 0.05)
+    finally:
+        proxy.kill()
+        proxy.wait(TIMEOUT)
+        for pipe in (proxy.stdin, proxy.stdout):
+            if pipe is not None:
+                pipe.close()
+    assert "cut short" in warnings[-1]
+    before = path.read_bytes()
+    done = acp_proxy("run", "--record", str(path), "--", "true")
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"acp-proxy: --record {path}: a gzip stream cut short (its writer was killed?): "
+        "appending would make it unreadable; move it away, or record to another file\n"
+    )
+    assert path.read_bytes() == before
+
+
+def test_a_gz_that_is_no_gzip_is_not_appended_to(tmp_path: Path) -> None:
+    """Plain text named .gz: refused, untouched; a complete .gz gets a member of its own, and
+    both runs are read back."""
+    plain = tmp_path / "plain.jsonl.gz"
+    plain.write_bytes(b"hello\n")
+    with pytest.raises(UnusableFileError, match="not gzip-compressed data"):
+        RecordWriter(plain)
+    assert plain.read_bytes() == b"hello\n"
+    path = tmp_path / "r.jsonl.gz"
+    for _ in range(2):
+        writer = RecordWriter(path)
+        writer.observe(relayed(PROMPT, Direction.TO_AGENT, (b'"c1"', b"0")), link=1)
+        writer.close()
+    assert len(load_recording(path).messages) == 2
+
+
+@pytest.mark.parametrize("option", ["--record", "--trace"])
+def test_a_directory_or_a_missing_one_is_one_line(tmp_path: Path, option: str) -> None:
+    """The same mistakes, the same answers for both files: one line each, naming the option;
+    a directory given as the file is a usage error (2), a file in a directory that is not there
+    cannot be opened (1)."""
+    done = acp_proxy("run", option, str(tmp_path), "--", "true")
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"acp-proxy: {option} {tmp_path}: a directory; give a file\n",
+    )
+    missing = tmp_path / "nowhere" / "x.jsonl"
+    done = acp_proxy("run", option, str(missing), "--", "true")
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"acp-proxy: {option} {missing}: no such file or directory\n",
+    )

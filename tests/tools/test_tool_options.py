@@ -141,7 +141,9 @@ def test_a_tool_model_refuses_a_value_out_of_its_range(
 
 
 def test_the_client_needs_an_agent_command_or_a_url() -> None:
-    with pytest.raises(OptionError, match="give either an agent command or a URL"):
+    with pytest.raises(
+        OptionError, match="no Agent given: give its command after --, or --connect URL"
+    ):
         ClientOptions(prompts=("hello",))
     with pytest.raises(OptionError, match="expected a ws:// or http:// URL, got 'foo'"):
         ClientOptions(connect="foo")

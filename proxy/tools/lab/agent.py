@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import signal
 import ssl
@@ -629,7 +630,9 @@ async def serve_connections(
 ) -> int:
     """Hand each Client connection to ``serve``: the one on stdio (until it ends), or every one
     a listener on ``listen`` accepts, WebSocket or Streamable HTTP, in TLS with ``tls`` (until
-    ``stop``; then the connections still served are cancelled).
+    ``stop``; then the connections still served are cancelled), once the URL served (the port
+    picked for port 0) is on stderr: the listener's ``listening`` log line, or below the info
+    level ``listening on URL``.
     :class:`~proxy.core.errors.StartupError` when the address cannot be listened on."""
     if listen.scheme == "stdio":
         endpoint = await open_client_stdio(limit=max_message_bytes)
@@ -661,6 +664,10 @@ async def serve_connections(
         await listener.start()
     except OSError as exc:
         raise StartupError("--listen", listen.url, os_cause(exc)) from None
+    if not log.bind().is_enabled_for(logging.INFO):  # the listener's own line is not shown
+        # With port 0 this is the only way to learn the port picked: said at any level.
+        sys.stderr.write(f"listening on {listener.url}\n")
+        sys.stderr.flush()
     await stop.wait()
     await listener.stop()
     for task in list(tasks):

@@ -3,8 +3,10 @@
 It serves on stdio or, with ``--listen``, on WebSocket and Streamable HTTP, with the reference
 Agent's serving code (:func:`proxy.tools.lab.agent.serve_connections`). Each connection reads
 messages and asks :class:`proxy.core.replay.ReplayConnection` what to send; what it says goes out
-in order, each message when it is due (its recorded offset over ``--speed``). What the replay
-did (a match, a request served again, one refused) is logged at info level, on stderr.
+in order, each message when it is due (its recorded offset over ``--speed``), also once the
+Client stopped sending (stdin ended: what it is owed goes out, at its pace, then the replay
+ends). What the replay did (a match, a request served again, one refused) is logged at info
+level, on stderr.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from proxy.shell.log import get_logger, shorten
 from proxy.shell.server import STDIO, Address
 from proxy.shell.tls import check_listener
 from proxy.tools.lab.agent import run_served, serve_connections, served_at
-from proxy.tools.replay.files import load_recording
+from proxy.tools.replay.files import load_replayable
 
 __all__ = ["EXIT_BAD_RECORDING", "ReplayAgentOptions", "replay_agent_main", "serve_replay"]
 
@@ -77,7 +79,7 @@ def replay_agent_main(options: ReplayAgentOptions) -> int:
     """``acp-proxy replay agent``: serve the recording until stdin ends (stdio) or a signal; 2
     when the recording cannot be used, 1 when the address cannot be listened on."""
     try:
-        recording = load_recording(options.recording)
+        recording = load_replayable(options.recording)
     except RecordingError as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_BAD_RECORDING
@@ -124,6 +126,11 @@ async def serve_replay(agent: ReplayAgent, endpoint: Endpoint) -> None:
             for outgoing in _handle(connection, received):
                 later(outgoing)
             endpoint.processed(None)
+        # The Client is done sending (stdin ended): what it is owed still goes out, at its pace,
+        # unless sending fails (the connection is gone).
+        owed = loop.create_task(due.join())
+        await asyncio.wait({owed, sender}, return_when=asyncio.FIRST_COMPLETED)
+        owed.cancel()
     finally:
         sender.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -163,3 +170,4 @@ async def _send_when_due(endpoint: Endpoint, due: asyncio.Queue[tuple[float, byt
             await asyncio.sleep(wait)
         endpoint.send(raw)
         await endpoint.drain()
+        due.task_done()

@@ -1,16 +1,21 @@
 """``acp-proxy replay client FILE -- AGENT_CMD`` (or ``--connect URL``): the recorded Client
 against a live Agent, and where the Agent's answers differ from the recording.
 
-Each recorded link is played on a connection of its own (a new Agent process over stdio), in order.
-The Client's messages go out as recorded (their own ids, byte for byte), but for the ids and session
-ids this Agent chose: an answer to a request of the Agent takes the id this Agent gave that request,
-a recorded session id becomes the one this Agent answered ``session/new`` with. Before each, what
-the Agent sent before it in the recording is waited for (``--timeout`` each): an answer by its id, a
-notification or a request of the Agent as the next unread one of its method. Each is compared with
-its recorded counterpart (:func:`proxy.core.matching.differences`: ids, session and message ids,
-keys, times, cwd and the ``--ignore`` paths aside; a value the recording redacted matches what comes
-there); one that never comes, and one the Agent sent that the recording does not have, are
-differences too. At the recorded pace (``--speed``; 0: as soon as what comes first has come).
+Each recorded link is played on a connection of its own (a new Agent process over stdio), in
+order. The Client's messages go out as recorded (their own ids, byte for byte), but for the ids
+and session ids this Agent chose: an answer to a request of the Agent takes the id this Agent
+gave that request, a recorded session id becomes the one this Agent answered ``session/new``
+with. Before each, what the Agent sent before it in the recording is waited for
+(``--timeout`` each): an answer by its id, a notification or a request of the Agent as the next
+unread one of its method. An Agent that ends or stays silent before answering ``initialize`` is
+not replayed against (exit 2, why in one line); once it is gone nothing more is waited for, and
+after a timeout the next messages are not waited for either until the Agent sends something or
+is asked something new (a silent Agent costs one ``--timeout`` per unanswered request, not per
+message). Each is compared with its recorded counterpart
+(:func:`proxy.core.matching.differences`: ids, session and message ids, keys, times, cwd and the
+``--ignore`` paths aside; a value the recording redacted matches what comes there); one that
+never comes, and one the Agent sent that the recording does not have, are differences too. At
+the recorded pace (``--speed``; 0: as soon as what comes first has come).
 
 Exit 0 when nothing differs, 1 when something does (each difference on a line of stdout: the
 recorded line, the method, the path, the recorded value, the new one; ``--json``: one object),
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import ssl
 import sys
 from dataclasses import dataclass, field
@@ -29,19 +35,20 @@ from typing import Any
 
 import orjson
 
+from proxy.core import acp
 from proxy.core.errors import at_least
 from proxy.core.events import Direction
 from proxy.core.jsonrpc import Kind, Message, parse
 from proxy.core.matching import MISSING, Difference, Ignore, differences
 from proxy.core.recording import Recorded, RecordingError
 from proxy.core.splice import splice
-from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
-from proxy.shell.endpoint import Endpoint
+from proxy.shell.defaults import AGENT_EXIT_WAIT, DEFAULT_MAX_MESSAGE_BYTES, MIN_TIMEOUT
+from proxy.shell.endpoint import Endpoint, ExitReporter, Signalable
 from proxy.shell.log import get_logger
 from proxy.tools.lab.client.connection import Failure, open_endpoint
 from proxy.tools.lab.client.options import check_reach
 from proxy.tools.replay.agent import EXIT_BAD_RECORDING
-from proxy.tools.replay.files import load_recording
+from proxy.tools.replay.files import load_replayable
 
 __all__ = ["Found", "ReplayClientOptions", "replay_client", "replay_client_main"]
 
@@ -82,8 +89,8 @@ class Found:
     difference: Difference
 
     def to_json(self) -> dict[str, Any]:
-        """As JSON."""
-        return {"line": self.line, "method": self.method, **self.difference.to_json()}
+        """As JSON (``line`` null for a message the recording does not have)."""
+        return {"line": self.line or None, "method": self.method, **self.difference.to_json()}
 
     def __str__(self) -> str:
         where = f"line {self.line}" if self.line else "not recorded"
@@ -108,7 +115,7 @@ def _text(value: Any) -> str:
 def replay_client_main(options: ReplayClientOptions, *, as_json: bool = False) -> int:
     """``acp-proxy replay client``: the exit status (see the module)."""
     try:
-        recording = load_recording(options.recording)
+        recording = load_replayable(options.recording)
     except RecordingError as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_BAD_RECORDING
@@ -142,9 +149,13 @@ async def replay_client(options: ReplayClientOptions, messages: list[Recorded]) 
         if not any(r.direction is Direction.TO_AGENT for r in played):
             continue
         log.info("replaying a link", link=link, messages=len(played))
-        endpoint = await open_endpoint(options)
+        endpoint = await open_endpoint(options, announce_exit=False)  # said here
         try:
             await _Link(options, endpoint, report, sessions).play(played)
+        except Failure:
+            if isinstance(endpoint, Signalable):
+                endpoint.signal(signal.SIGTERM)  # it failed already: no grace for it
+            raise
         finally:
             endpoint.close()
             with contextlib.suppress(Exception):
@@ -175,15 +186,23 @@ class _Link:
         self.unread: list[Message] = []
         self.arrived = asyncio.Event()
         self.ended = False
+        self.heard = False
+        """The Agent sent something on this connection."""
+        self.silent = False
+        """A wait timed out, and the Agent has sent nothing since, nor been asked anything: the
+        messages expected next are not waited for (one timeout per unanswered request)."""
 
     async def play(self, recorded: list[Recorded]) -> None:
         reader = asyncio.get_running_loop().create_task(self._read())
         try:
             await self._play(recorded)
         finally:
+            gone = self.ended  # before the reader is stopped (which ends it too)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+        if gone:
+            log.warning(f"{await self._why_ended()} during the replay of its link")
         for extra in self.unread:
             self.report.found.append(Found(0, extra.method, Difference("", MISSING, extra.body)))
 
@@ -206,6 +225,7 @@ class _Link:
         raw = message.raw
         if message.kind is Kind.REQUEST:
             self.methods[recorded.pair] = message.method
+            self.silent = False  # a new question: worth a wait again
         elif message.kind in (Kind.RESPONSE, Kind.ERROR):
             live = self.asked.get(recorded.pair)
             if live is not None:
@@ -221,6 +241,11 @@ class _Link:
         if message.kind in (Kind.RESPONSE, Kind.ERROR):
             method = self.methods.get(recorded.pair)
         live = await self._wait_for(recorded)
+        if live is None and method == acp.INITIALIZE and not self.heard:
+            if not self.ended:
+                timeout = self.options.timeout
+                raise Failure(f"the agent did not answer {method} within {timeout:g} s")
+            raise Failure(f"{await self._why_ended()} before answering {method}")
         self.report.compared += 1
         if live is None:
             self.report.found.append(
@@ -240,9 +265,17 @@ class _Link:
             if isinstance(old, str) and isinstance(new, str):
                 self.sessions[old] = new
 
+    async def _why_ended(self) -> str:
+        """Why the connection ended: the Agent exited (with what status), or closed it."""
+        if isinstance(self.endpoint, ExitReporter):
+            failure = await self.endpoint.failure(AGENT_EXIT_WAIT)
+            if failure is not None:
+                return failure
+        return "the agent closed the connection"
+
     async def _wait_for(self, recorded: Recorded) -> Message | None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.timeout
+        deadline = loop.time() + (0.0 if self.silent else self.options.timeout)
         while True:
             for index, live in enumerate(self.unread):
                 if _corresponds(recorded, live):
@@ -255,6 +288,7 @@ class _Link:
                 async with asyncio.timeout_at(deadline):
                     await self.arrived.wait()
             except TimeoutError:
+                self.silent = True
                 return None
 
     async def _read(self) -> None:
@@ -266,6 +300,8 @@ class _Link:
                 message = parse(raw)
                 if isinstance(message, Message):
                     self.unread.append(message)
+                    self.heard = True
+                    self.silent = False
                     self.arrived.set()
         except Exception as exc:  # a transport failing in any way ends the connection
             log.warning("reading from the agent failed", error=str(exc))

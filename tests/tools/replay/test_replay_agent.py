@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from certs import make_pki
 from harness import ROOT, TIMEOUT
-from tool_runs import check_agent, command, session_run
+from tool_runs import acp_proxy, check_agent, command, session_run
 
 from proxy.shell.transports.stdio import spawn_agent
+from proxy.tools.replay.files import load_recording
 from proxy.tools.rpc import Peer
 
 LOSE_FIRST_ANSWER = ROOT / "config" / "lose-first-prompt-response.yaml"
@@ -184,3 +185,45 @@ def test_a_bad_ignore_path_names_ignore(recorded: Path) -> None:
     done = session_run("replay", "agent", str(recorded), "--ignore", "sk-[")
     assert done.returncode == 2
     assert "Invalid value for --ignore: not a JSON path" in done.stderr, done.stderr
+
+
+def test_what_is_owed_goes_out_after_stdin_ends(recorded: Path) -> None:
+    """``printf '<initialize>\\n' | acp-proxy replay agent FILE``: the answer is due a second
+    after the Client's last line (the pace slowed to that), and still goes out before the replay
+    ends, 0."""
+    initialize, answered = load_recording(recorded).messages[:2]
+    assert initialize.message.method == "initialize"
+    speed = (answered.time - initialize.time) / 1.0
+    assert speed > 0
+    line = initialize.message.raw.decode() + "\n"
+    done = acp_proxy("replay", "agent", str(recorded), "--speed", repr(speed), stdin=line)
+    assert done.returncode == 0, done.stderr
+    (answer,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answer["id"] == initialize.message.body["id"]
+    assert "result" in answer
+
+
+@pytest.mark.parametrize("tool", [["replay", "agent", "RECORDING"], ["agent"]])
+async def test_the_url_listened_on_is_said_at_the_default_log_level(
+    recorded: Path, tool: list[str]
+) -> None:
+    """``--listen ws://127.0.0.1:0/acp`` at the default log level: the URL served, port picked,
+    is on stderr, and the reference Client reaches the Agent there."""
+    argv = [str(recorded) if arg == "RECORDING" else arg for arg in tool]
+    process = await asyncio.create_subprocess_exec(
+        *command(*argv, "--listen", "ws://127.0.0.1:0/acp"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        async with asyncio.timeout(TIMEOUT):
+            line = (await process.stderr.readline()).decode()
+        assert line.startswith("listening on ws://127.0.0.1:")
+        url = line.removeprefix("listening on ").strip()
+        assert not url.endswith(":0/acp")
+        done = await asyncio.to_thread(session_run, "client", "--connect", url)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), TIMEOUT)

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from harness import TIMEOUT, fault_file
 from peers.sdk_remote_client import listening_proxy
 from tool_runs import command, session_run
+
+from proxy.core.matching import MISSING, Difference
+from proxy.tools.replay.client import Found
 
 
 def test_the_same_agent_answers_the_same(recorded: Path) -> None:
@@ -158,3 +162,55 @@ async def test_requests_whose_ids_were_redacted_still_pair_with_their_answers(
     done = session_run("replay", "client", str(path), "--", *command("agent"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == "2 messages of the Agent compared: same as recorded\n"
+
+
+SILENT_AFTER_INITIALIZE = """
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 2}}
+        print(json.dumps(answer), flush=True)
+"""
+"""An Agent that answers initialize, then nothing ever again (it reads until its stdin ends)."""
+READS_ONLY = "import sys\nfor line in sys.stdin: pass"
+
+
+@pytest.mark.parametrize(
+    ("agent", "says"),
+    [
+        (["false"], "the agent exited with status 1 before answering initialize"),
+        (["true"], "the agent closed the connection before answering initialize"),
+        ([sys.executable, "-c", READS_ONLY], "the agent did not answer initialize within 1 s"),
+    ],
+    ids=["exits-1", "exits-0", "silent"],
+)
+def test_an_agent_that_never_answers_initialize_cannot_be_replayed_against(
+    recorded: Path, agent: list[str], says: str
+) -> None:
+    """An Agent gone or silent before it answered initialize: one line saying so, exit 2 (not a
+    difference per recorded message)."""
+    done = session_run("replay", "client", str(recorded), "--timeout", "1", "--", *agent)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"acp-proxy replay client: {says}\n"
+
+
+def test_a_silent_agent_after_initialize_is_reported_not_waited_for_without_end(
+    recorded: Path,
+) -> None:
+    """After initialize the Agent says nothing: the replay ends (each request waits its
+    --timeout once, what follows it is not waited for) and reports every message it never sent.
+    (How long it takes is not asserted: the suite runs on loaded machines.)"""
+    done = session_run(
+        "replay", "client", str(recorded), "--timeout", "1", "--",
+        sys.executable, "-c", SILENT_AFTER_INITIALIZE,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "8 messages of the Agent compared" in done.stdout
+
+
+def test_a_message_the_recording_does_not_have_has_no_line_in_json() -> None:
+    """--json: an unrecorded message's line is null (no line 0 in a file numbered from 1)."""
+    extra = Found(0, "session/update", Difference("", MISSING, {"method": "session/update"}))
+    assert extra.to_json()["line"] is None
+    assert Found(7, "initialize", Difference("result.v", 1, 2)).to_json()["line"] == 7

@@ -46,13 +46,17 @@ class Reach(Protocol):
     def tls(self) -> ssl.SSLContext | None: ...
 
 
-async def open_endpoint(options: Reach) -> Endpoint:
+async def open_endpoint(options: Reach, *, announce_exit: bool = True) -> Endpoint:
     """A new connection to the Agent: the command spawned over stdio, or the URL connected;
-    :class:`Failure` saying why when it cannot be made."""
+    :class:`Failure` saying why when it cannot be made. ``announce_exit`` false: a spawned Agent
+    that fails is not logged (the caller says it)."""
     try:
         if options.connect is None:
             return await spawn_agent(
-                options.agent_argv, limit=options.max_message_bytes, grace=options.grace
+                options.agent_argv,
+                limit=options.max_message_bytes,
+                grace=options.grace,
+                announce_exit=announce_exit,
             )
         return await connect(options.connect, limit=options.max_message_bytes, tls=options.tls)
     except Exception as exc:

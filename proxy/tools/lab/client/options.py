@@ -20,8 +20,10 @@ def check_reach(
     """Refuse a way to reach the Agent that is none or two (a command and a URL), a URL that is
     no ``ws://`` or ``http://`` (``wss://``, ``https://``) one, or a trust for an Agent not in
     TLS: an :class:`~proxy.core.errors.OptionError`."""
-    if bool(agent_argv) == (connect is not None):
+    if agent_argv and connect is not None:
         raise OptionError("give either an agent command or a URL to connect to, not both")
+    if not agent_argv and connect is None:
+        raise OptionError("no Agent given: give its command after --, or --connect URL")
     if connect is not None and not connect.startswith(("ws://", "wss://", "http://", "https://")):
         raise OptionError(f"expected a ws:// or http:// URL, got {connect!r}")
     secure = connect is not None and connect.startswith(("wss://", "https://"))

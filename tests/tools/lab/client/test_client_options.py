@@ -10,7 +10,7 @@ from proxy.tools.lab.client import ClientOptions
 @pytest.mark.parametrize(
     ("fields", "match"),
     [
-        ({}, "either an agent command or a URL"),
+        ({}, r"^no Agent given: give its command after --, or --connect URL$"),
         ({"agent_argv": ("a",), "connect": "ws://127.0.0.1:1/acp"}, "not both"),
         ({"connect": "tcp://127.0.0.1:1"}, "ws:// or http:// URL"),
         ({"agent_argv": ("a",), "max_attempts": 0}, "at least 1"),
