@@ -67,13 +67,16 @@ class ListeningProxy:
             preexec_fn=functools.partial(in_child, os.getpid()),
         )  # fmt: skip
         assert process.stderr is not None
+        last = ""  # its last words: why it did not start
         try:
             async with asyncio.timeout(PROXY_START_TIMEOUT):
                 while True:
                     line = await process.stderr.readline()
                     log.write(line)
                     if not line:
-                        raise NotListening("the proxy did not start")
+                        why = f": {last}" if last else ""
+                        raise NotListening(f"the proxy did not start{why}")
+                    last = _said(line) or last
                     with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
                         record = json.loads(line)
                         if record.get("event") == "listening":
@@ -107,3 +110,14 @@ class ListeningProxy:
                 send_signal(self.process, signal.SIGKILL)
         await self.process.wait()
         await self._copying  # ends with the proxy's stderr
+
+
+def _said(line: bytes) -> str:
+    """What a line of the proxy's stderr says, for a reason: a JSON log line's event and error,
+    else the text (cut to 300 characters)."""
+    text = line.decode(errors="replace").strip()
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        record = json.loads(text)
+        if isinstance(record, dict) and "event" in record:
+            text = str(record["event"]) + (f" ({record['error']})" if "error" in record else "")
+    return text.removeprefix("acp-proxy: ")[:300]

@@ -16,6 +16,7 @@ exactly this), or its shell-quoted command line (inside a longer argument)."""
 AGENT_JSON = "{agent-json}"
 """Replaced by the Agent's command as a JSON array of strings."""
 URL = "{url}"
+EVERY_SCENARIO = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")
 """Replaced by the URL the checker serves the Agent on (``--listen``)."""
 MIN_WAIT = 0.1
 """The least the checker gives a Client to resend or to run: less would judge it by the load."""
@@ -40,7 +41,7 @@ class ClientCheckOptions:
     client_timeout: float = 60.0
     """Seconds a run of the Client may last: then it is stopped (its process group) and judged
     on what it did."""
-    scenarios: tuple[str, ...] = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")
+    scenarios: tuple[str, ...] = EVERY_SCENARIO
 
     def __post_init__(self) -> None:
         from proxy.tools.check_client.scenarios import SCENARIOS  # noqa: PLC0415 - they use these
@@ -51,9 +52,10 @@ class ClientCheckOptions:
             raise OptionError(f"expected an http:// or ws:// URL, got {self.listen!r}", "--listen")
         words = " ".join(self.client_argv)
         if self.listen is None and AGENT not in words and AGENT_JSON not in words:
+            url = f"; {URL} is for a network Client, with --listen" if URL in words else ""
             raise OptionError(
                 f"the Client's command must name its Agent with {AGENT} or {AGENT_JSON} "
-                f"(or, with --listen, its URL with {URL})",
+                f"(or, with --listen, its URL with {URL}){url}",
                 option="CLIENT_CMD",
             )
         if self.listen is not None and URL not in words:
@@ -79,6 +81,8 @@ class ClientCheckOptions:
     ) -> ClientCheckOptions:
         """The options of ``acp-proxy check-client``: ``scenarios`` the names of those to run
         (none: every one)."""
-        if scenarios:
-            settings["scenarios"] = tuple(scenarios)
+        if scenarios:  # in the scenarios' order, each once; c1 is C1
+            chosen = {name.upper() for name in scenarios}
+            known = [name for name in EVERY_SCENARIO if name in chosen]
+            settings["scenarios"] = tuple(known) + tuple(sorted(chosen.difference(known)))
         return cls(client_argv=tuple(client_argv), **settings)

@@ -154,7 +154,8 @@ async def _stop_group(process: asyncio.subprocess.Process) -> None:
 async def _settled(trace: Path) -> None:
     """Wait (:data:`TRACE_SETTLE` at most) until every Client connection in ``trace`` was closed:
     the proxies the Client spawned have seen it go and written their last records. The file is
-    read as it grows, as the proxy's Clients follow it (:data:`POLL`)."""
+    read as it grows, as the proxy's Clients follow it (:data:`POLL`). No file: no proxy started,
+    nothing to wait for."""
     links, offset, partial = ClientLinks(), 0, b""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(TRACE_SETTLE):
@@ -164,7 +165,7 @@ async def _settled(trace: Path) -> None:
                         file.seek(offset)
                         data = file.read(READ_CHUNK)
                 except FileNotFoundError:
-                    data = b""
+                    return  # no proxy ever started (the Client never ran the Agent)
                 offset += len(data)
                 *lines, partial = (partial + data).split(b"\n")
                 for line in lines:

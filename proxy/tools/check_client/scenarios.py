@@ -32,7 +32,7 @@ from proxy.tools.report import plural
 from proxy.tools.report.prompts import Attempt, wire_text
 from proxy.tools.verdicts import Error, Fail, Skip
 
-__all__ = ["SCENARIOS", "SETUPS", "Scenario", "Setup"]
+__all__ = ["AGAIN", "SCENARIOS", "SETUPS", "Scenario", "Setup", "silent"]
 
 V2 = 2
 """The protocol version that brings idempotency keys."""
@@ -73,11 +73,16 @@ SETUPS: dict[str, Setup] = {
         [_first_prompt("kill-agent-after-first-prompt", {"action": "kill_agent", "signal": "KILL"})]
     ),
     "refused": Setup(agent_args=("--fail-prompts", "1")),
+    "again": Setup(),
 }
 """Each run's setup: none; the first prompt's answer dropped; the Client's connection cut once
 the first prompt was forwarded; the Agent killed once it was forwarded (over stdio the proxy
 ends with it; the Agent's store keeps the session); the first prompt answered -32603 by the
-Agent, inserting nothing."""
+Agent, inserting nothing; ``again``: a second plain run, for a scenario that needs two runs
+when no other would run (:attr:`Scenario.runs`)."""
+
+AGAIN = "again"
+"""The setup the runner adds for a scenario that judges more runs than the others need."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,9 @@ class Scenario:
     title: str
     setup: str
     judge: Judge
+    runs: int = 1
+    """Runs it judges at least (C0 compares two submissions of the same text: a key derived from
+    the text is the same in both); the runner adds plain ones (:data:`AGAIN`) when fewer run."""
 
 
 def _prompted(context: Context) -> list[Attempt]:
@@ -119,12 +127,25 @@ def _prompted(context: Context) -> list[Attempt]:
         )
     if seen.attempts:
         return seen.attempts
+    raise Skip(silent(run, context.client_timeout))
+
+
+def silent(run: Run, timeout: float) -> str:
+    """Why a run shows no prompt: the Client never started the Agent, or sent no prompt; how it
+    ended and its last words; what that suggests."""
     said = run.said.splitlines()[-1][:200] if run.said.strip() else "nothing"
-    started = "never started the Agent" if seen.start is None else "sent no session/prompt"
-    raise Skip(
-        f"the Client {started} ({run.how_it_ended(context.client_timeout)}; its last words: "
-        f"{said}): a v1 Client, or one that needs a prompt on its command line"
-    )
+    failed = run.exit_status != 0
+    if run.observed.start is None:
+        started = "never started the Agent"
+        hint = (
+            "it failed before it reached the Agent"
+            if failed
+            else "a v1 Client, or one that needs a prompt on its command line"
+        )
+    else:
+        started = "sent no session/prompt"
+        hint = "a v1 Client, or one that needs a prompt on its command line"
+    return f"the Client {started} ({run.how_it_ended(timeout)}; its last words: {said}): {hint}"
 
 
 def _struck(context: Context, *, refused: bool = False) -> Attempt:
@@ -275,10 +296,15 @@ def c0(context: Context) -> str:
                 )
     keys = {keyed.key for run in context.runs for keyed in run.observed.keyed}
     texts = {keyed.prompt for run in context.runs for keyed in run.observed.keyed}
+    shared = (
+        "nor shared by two runs"
+        if len(context.runs) > 1
+        else "(one run only: whether a key follows from its text was not checked)"
+    )
     return (
         f"{plural(len(attempts), 'prompt')} in {plural(len(context.runs), 'run')}, each with a "
         f"key; {plural(len(keys), 'key')} for {plural(len(texts), 'distinct text')}, none sent "
-        "again after its answer came nor shared by two runs"
+        f"again after its answer came {shared}"
     )
 
 
@@ -428,7 +454,9 @@ def c7(context: Context) -> str:
 
 
 SCENARIOS: dict[str, Scenario] = {
-    "C0": Scenario("keys are well formed, one per submission, not from the text", "plain", c0),
+    "C0": Scenario(
+        "keys are well formed, one per submission, not from the text", "plain", c0, runs=2
+    ),
     "C1": Scenario("a lost answer: resent with the same key", "lost", c1),
     "C2": Scenario("a cut connection: reconnect, resume, resend with the same key", "severed", c2),
     "C3": Scenario("the Agent killed: reconnect, resume, resend with the same key", "killed", c3),

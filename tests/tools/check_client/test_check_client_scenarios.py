@@ -9,6 +9,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -231,3 +232,43 @@ def _read_all(fd: int) -> str:
             break
         data += chunk
     return data.decode()
+
+
+def test_c0_alone_still_compares_two_runs() -> None:
+    """``--only C0`` with keys derived from the text: C0 needs the same text in two runs, so the
+    checker runs the Client twice even though no other scenario asks for a second run."""
+    client = [*PROXY, "client", "--answer-timeout", "1", "--key-from-text", "-p", "same"]
+    results = verdicts("--only", "C0", *BOUNDS, "--", *client, "--", "{agent}", status=1)
+    assert results["C0"]["status"] == "FAIL"
+    assert "derived from the text" in results["C0"]["reason"]
+
+
+def test_a_client_that_fails_before_the_agent_is_run_once() -> None:
+    """A Client that exits 1 before it starts the Agent: the reason says it failed (not that it
+    may be a v1 Client), and the other setups are not run for the same end."""
+    failing = [sys.executable, "-c", "import sys; sys.exit('no such file: client.py')", "{agent}"]
+    done = check_client("--only", "C0", "--only", "C1", "--json", "--", *failing)
+    assert done.returncode == 2, done.stdout + done.stderr
+    results = {result["scenario"]: result for result in json.loads(done.stdout)}
+    assert statuses(results) == {"C0": "SKIP", "C1": "SKIP"}
+    assert "exited with status 1" in results["C0"]["reason"]
+    assert "it failed before it reached the Agent" in results["C0"]["reason"]
+    assert "v1 Client" not in results["C0"]["reason"]
+    assert results["C1"]["reason"].startswith("not run: in the plain run, the Client never")
+
+
+def test_a_proxy_that_cannot_listen_says_why(tmp_path: Path) -> None:
+    """--listen on a port in use: the scenarios are ERROR, with the proxy's own reason."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        client = [*PROXY, "client", "--answer-timeout", "1", "-p", "hello", "--connect", "{url}"]
+        listen = ["--listen", f"http://127.0.0.1:{port}/acp", "--only", "C1"]
+        results = verdicts(*listen, *BOUNDS, "--", *client, status=2)
+    finally:
+        taken.close()
+    assert results["C1"]["status"] == "ERROR"
+    assert "the proxy did not start: --listen" in results["C1"]["reason"]
+    assert "address already in use" in results["C1"]["reason"]
