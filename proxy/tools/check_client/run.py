@@ -77,14 +77,24 @@ async def run_once(
     try:
         await agent.start()
         argv = agent.client_argv(options.client_argv)
-        try:
-            process = await asyncio.create_subprocess_exec(
+        # Spawned in a task of its own, awaited on every path: Ctrl-C while asyncio spawns the
+        # Client would otherwise have asyncio kill it and wait for its pipe to close, which a
+        # child of the Client holds open (the check then hung until that child ended).
+        spawning = asyncio.ensure_future(  # noqa: TID251 - awaited below, Ctrl-C included
+            asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, process_group=0,
                 preexec_fn=functools.partial(in_child, os.getpid()),
-            )  # fmt: skip
+            )
+        )  # fmt: skip
+        try:
+            process = await asyncio.shield(spawning)
         except OSError as exc:
             raise Error(f"cannot run the Client: {exc}") from None
+        except asyncio.CancelledError:  # its whole group stopped, then the interruption goes on
+            with contextlib.suppress(Exception):
+                await _stop_group(await spawning)
+            raise
         guard = OrphanGuard.shared()
         guard.watch(process.pid, STOP_GRACE)  # stopped even if the checker is killed
         assert process.stdout is not None

@@ -196,20 +196,8 @@ def test_an_interrupted_check_stops_the_clients_whole_process_group(
          str(fifo), "{agent}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
-        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            assert select.select([reader], [], [], TIMEOUT)[0], "the Client never started"
-            pids = [int(pid) for pid in _read_all(reader).split()]
-        finally:
-            os.close(reader)
-        ends = [os.pidfd_open(pid) for pid in pids]  # readable once the process has ended
-        checker.send_signal(signum)
-        _, err = checker.communicate(timeout=TIMEOUT)
-    finally:
-        if checker.poll() is None:
-            checker.kill()
-            checker.wait()
+    with checker:  # its pipes closed whatever happens (a leak would be blamed on a later test)
+        ends, err = _interrupt(checker, fifo, signum)
     try:
         if signum == signal.SIGKILL:
             assert checker.returncode == -signal.SIGKILL
@@ -221,6 +209,26 @@ def test_an_interrupted_check_stops_the_clients_whole_process_group(
     finally:
         for end in ends:
             os.close(end)
+
+
+def _interrupt(checker: subprocess.Popen[str], fifo: Path, signum: int) -> tuple[list[int], str]:
+    """Once the hanging Client said its pids: a pidfd of each, ``signum`` sent to the checker,
+    its stderr when it ended (killed after TIMEOUT if it does not)."""
+    try:
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            assert select.select([reader], [], [], TIMEOUT)[0], "the Client never started"
+            pids = [int(pid) for pid in _read_all(reader).split()]
+        finally:
+            os.close(reader)
+        ends = [os.pidfd_open(pid) for pid in pids]  # readable once the process has ended
+        checker.send_signal(signum)
+        _, err = checker.communicate(timeout=TIMEOUT)
+        return ends, err
+    finally:
+        if checker.poll() is None:
+            checker.kill()
+            checker.wait()
 
 
 def _read_all(fd: int) -> str:
