@@ -195,6 +195,7 @@ def test_an_interrupted_check_stops_the_clients_whole_process_group(
         [*PROXY, "check-client", "--only", "C0", "--", sys.executable, "-c", HANGING_CLIENT,
          str(fifo), "{agent}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_at_the_terminal,  # noqa: PLW1509 - one signal.signal, before exec
     )  # fmt: skip
     with checker:  # its pipes closed whatever happens (a leak would be blamed on a later test)
         ends, err = _interrupt(checker, fifo, signum)
@@ -209,6 +210,13 @@ def test_an_interrupted_check_stops_the_clients_whole_process_group(
     finally:
         for end in ends:
             os.close(end)
+
+
+def _at_the_terminal() -> None:
+    """In the checker before it runs: SIGINT at its default, as in a shell's foreground job. A
+    suite run in the background (``pytest &``, CI under ``nohup``) has it ignored, and an
+    ignored signal stays ignored across exec: the checker would then rightly not hear Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _interrupt(checker: subprocess.Popen[str], fifo: Path, signum: int) -> tuple[list[int], str]:
