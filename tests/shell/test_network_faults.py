@@ -610,8 +610,8 @@ async def test_slow_close_closes_a_websocket_client_late(tmp_path: Path) -> None
         await ws_initialize(ws)
         await ws.send(compact(say(linger)).decode())
         assert await asyncio.wait_for(ws.recv(), TIMEOUT) == linger.decode()
+        exited = asyncio.get_running_loop().time()  # the Agent exits after this, never before
         await ws.send(compact(notification("_test/exit", {"code": 0})).decode())
-        exited = asyncio.get_running_loop().time()
         with pytest.raises(websockets.ConnectionClosed):
             await asyncio.wait_for(ws.recv(), TIMEOUT)
         assert asyncio.get_running_loop().time() - exited >= 0.3
@@ -627,8 +627,8 @@ async def test_slow_close_ends_a_streamable_http_clients_stream_late(tmp_path: P
         async with s.http.stream(connection) as stream:
             await s.http.post(say(linger), connection=connection)
             assert await stream.next() == linger
+            exited = asyncio.get_running_loop().time()  # the Agent exits after this, not before
             await s.http.post(notification("_test/exit", {"code": 0}), connection=connection)
-            exited = asyncio.get_running_loop().time()
             await stream.ended()
             assert asyncio.get_running_loop().time() - exited >= 0.3
 
