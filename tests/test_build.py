@@ -28,7 +28,7 @@ def test_the_build_under_test_is_the_one_expected() -> None:
     run compiled (a module the hook names that stays pure, or one left over from an earlier
     build, fails here rather than testing another build than the one meant)."""
     expected = hook_modules() if os.environ.get("ACP_PROXY_EXPECT_COMPILED") == "1" else []
-    assert compiled_modules() == expected, "rm proxy/core/*.so to test the pure build"
+    assert compiled_modules() == expected, "find proxy -name '*.so' -delete, to test the pure build"
     assert core_build() == (
         f"core compiled with mypyc ({len(expected)} modules)" if expected else "pure Python"
     )

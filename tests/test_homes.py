@@ -48,6 +48,7 @@ ELSEWHERE: dict[str, str] = {
     "shell/transports/http_listener.py": "shell/test_http_listener.py",
     "shell/transports/http_upstream.py": "shell/test_http_sessions.py",
     "shell/transports/orphans.py": "shell/test_parent_death.py",
+    "shell/transports/pipes.py": "shell/test_stdio.py",
     "shell/transports/stdio.py": "shell/test_stdio.py",
     "shell/transports/websocket.py": "shell/test_http_listener.py",
     # the tools

@@ -565,10 +565,10 @@ class Link:
             event = MessageReceived(side, received, at, parsed)
         else:
             event = OversizedReceived(side, received.size, received.limit, at)
-        self._post_failure = None
+        self._take_post_failure()
         written, _ = self._feed(event)
         if received is not None:
-            endpoint.processed(self._post_failure)
+            endpoint.processed(self._take_post_failure())
         return written
 
     def _relay_burst(
@@ -576,10 +576,17 @@ class Link:
     ) -> tuple[set[Side], int]:
         """Feed the messages ``side`` sent together to the relay, in one event; the sides
         written to, and how many messages it took (the rest are received again)."""
-        self._post_failure = None
+        self._take_post_failure()
         written, taken = self._feed(BurstReceived(side, burst, self._clock()))
-        endpoint.processed(self._post_failure)
+        endpoint.processed(self._take_post_failure())
         return written, taken
+
+    def _take_post_failure(self) -> FailPost | None:
+        """The ``FailPost`` the last message fed asked for, if any; none is left behind (read
+        through a call: a ``None`` assigned in the caller would be taken as its type when
+        compiled, whatever ``_feed`` set in between)."""
+        failure, self._post_failure = self._post_failure, None
+        return failure
 
     async def _failure(self, agent: Endpoint) -> str | None:
         """How the Agent whose output ended failed, when its Client can still be told (a
@@ -835,13 +842,14 @@ class Link:
                 self._held_logged = False
 
     def _start_timer(self, deadline: float, token: int, size: int, *, fault: bool) -> None:
-        entry = (deadline, next(self._timer_sequence), token, self._generation, size, fault)
+        sequence = next(self._timer_sequence)
+        entry = (deadline, sequence, token, self._generation, size, fault)
         self._held += size
         self._inflight.add(size)
         if fault:
             self.relay.active_faults.count += 1
         heapq.heappush(self._timers, entry)
-        if self._timers[0] is entry:
+        if self._timers[0][1] == sequence:  # the first due (by value: mypyc boxes tuples anew)
             self._arm()
 
     def _arm(self) -> None:

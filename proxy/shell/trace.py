@@ -125,10 +125,11 @@ class TraceWriter:
     def _write(self, line: bytes) -> None:
         if self._fd is None:
             return
-        view = memoryview(line + b"\n")
+        data = line + b"\n"
         try:
-            while view:
-                view = view[os.write(self._fd, view) :]
+            written = os.write(self._fd, data)
+            while written < len(data):  # a short write (a full disk may make one)
+                written += os.write(self._fd, data[written:])
         except OSError as exc:
             self._stop(os_cause(exc))
 

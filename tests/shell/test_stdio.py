@@ -15,7 +15,8 @@ from stdio_scenario import barrier
 
 from proxy.control import ControlClient
 from proxy.shell.defaults import WRITE_SLICE
-from proxy.shell.transports.stdio import IN_PLACE_LINES, ArrivingReader, LineStream, send_signal
+from proxy.shell.transports.pipes import ArrivingReader
+from proxy.shell.transports.stdio import IN_PLACE_LINES, LineStream, send_signal
 
 CLIENT_MESSAGES: list[tuple[bytes, bytes | None]] = [
     # (what the Client sends, the id the Agent must see instead of the Client's; None: unchanged)

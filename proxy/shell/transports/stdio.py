@@ -26,9 +26,9 @@ import stat
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, SupportsIndex, cast
+from typing import IO, ClassVar, cast
 
 from proxy.core.commands import FailPost
 from proxy.core.framing import LineFramer, Oversized
@@ -36,11 +36,16 @@ from proxy.shell import parent_death
 from proxy.shell.defaults import AGENT_GRACE, WRITE_SLICE
 from proxy.shell.endpoint import Received, pieces
 from proxy.shell.log import get_logger
+from proxy.shell.transports.pipes import (
+    READ_CHUNK,
+    AgentProtocol,
+    ArrivingReader,
+    WritePipeProtocol,
+)
 
 __all__ = [
     "IN_PLACE_LINES",
     "AgentProcess",
-    "ArrivingReader",
     "LineStream",
     "OrphanGuard",
     "exit_status",
@@ -57,8 +62,6 @@ IN_PLACE_LINES = 8
 callback: a stream's reads, which the pump takes together (what came while it relayed the last
 ones, one write for them all), where relaying each read as it comes would write each apart."""
 
-READ_CHUNK = 256 * 1024
-"""Bytes asked of the OS per read: large enough that a 64 KiB prompt is one read."""
 GROUP_POLL = 0.05
 """Seconds between two checks whether an exited Agent's leftover processes are gone."""
 ORPHANS_SCRIPT = Path(__file__).with_name("orphans.py")
@@ -88,7 +91,7 @@ class OrphanGuard:
     died), that is logged once and Agents keep only their parent-death signal.
     """
 
-    _shared: OrphanGuard | None = None
+    _shared: ClassVar[OrphanGuard | None] = None
 
     def __init__(self) -> None:
         self._owner = os.getpid()
@@ -175,23 +178,6 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class ArrivingReader(asyncio.StreamReader):
-    """A ``StreamReader`` that offers each chunk, as it arrives, to ``take`` first: a chunk it
-    takes (relayed at once: :meth:`LineStream.relay_in_place`) never reaches the buffer. Only
-    while the buffer is empty, so that nothing overtakes what is buffered already."""
-
-    take: Callable[[bytes], bool] | None = None
-
-    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
-        take = self.take
-        if take is None or not data or self._buffer or not take(cast(bytes, data)):  # type: ignore[attr-defined]
-            super().feed_data(data)
-
-    def wake(self) -> None:
-        """End a read waiting on the empty buffer: it returns ``b""`` (not at EOF)."""
-        self._wakeup_waiter()  # type: ignore[attr-defined]
-
-
 class LineStream:
     """A newline-framed message stream over an asyncio reader/writer pair.
 
@@ -225,10 +211,12 @@ class LineStream:
         self._whole = True
         """Whether every one of them is a message's bytes (no marker of one too large)."""
         self._loop = asyncio.get_running_loop()
-        self._gathered: deque[bytes | memoryview] = deque()
+        self._gathered: deque[bytes] = deque()
         """Messages sent since the last write: one ``write`` (one system call) takes them all,
         unless they are more than :data:`WRITE_SLICE` bytes (see :meth:`drain`)."""
         self._gathered_size = 0
+        self._first_written = 0
+        """Bytes of the first gathered that a slice wrote already (:meth:`_write_slice`)."""
         self._flush_coming = False
         """A :meth:`flush` comes before the loop's next turn (:meth:`will_flush`)."""
         self._draining = 0
@@ -466,22 +454,31 @@ class LineStream:
     def _write_gathered(self) -> None:
         gathered = self._gathered
         if gathered and not self._writer.transport.is_closing():
+            if self._first_written:
+                gathered[0] = gathered[0][self._first_written :]
             self._writer.write(gathered[0] if len(gathered) == 1 else b"".join(gathered))
+        self._drop_gathered()
+
+    def _drop_gathered(self) -> None:
         self._gathered.clear()
         self._gathered_size = 0
+        self._first_written = 0
 
     def _write_slice(self) -> None:
-        """Write the first :data:`WRITE_SLICE` bytes gathered; the rest stays gathered."""
+        """Write the first :data:`WRITE_SLICE` bytes gathered; the rest stays gathered (bytes
+        sliced as they are written)."""
         gathered, room, parts = self._gathered, WRITE_SLICE, []
         while gathered and room:
-            first = gathered[0]
-            if len(first) <= room:
-                parts.append(gathered.popleft())
-                room -= len(first)
+            first, start = gathered[0], self._first_written
+            left = len(first) - start
+            if left <= room:
+                parts.append(first[start:] if start else first)
+                gathered.popleft()
+                self._first_written = 0
+                room -= left
             else:
-                view = memoryview(first)
-                parts.append(view[:room])
-                gathered[0] = view[room:]
+                parts.append(first[start : start + room])
+                self._first_written = start + room
                 room = 0
         self._gathered_size -= WRITE_SLICE - room
         self._writer.write(b"".join(parts))
@@ -551,8 +548,7 @@ class LineStream:
             self._write_gathered()
             self._writer.close()
         else:
-            self._gathered.clear()
-            self._gathered_size = 0
+            self._drop_gathered()
             self._writer.transport.abort()
         self._read_transport.close()
 
@@ -591,31 +587,15 @@ def _bridge(source: int, target: int) -> threading.Thread:
     def copy() -> None:
         with contextlib.suppress(OSError):
             while chunk := os.read(source, READ_CHUNK):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(target, view) :]
+                written = os.write(target, chunk)
+                while written < len(chunk):
+                    written += os.write(target, chunk[written:])
         with contextlib.suppress(OSError):
             os.close(target)
 
     thread = threading.Thread(target=copy, name=f"stdio-bridge-{source}", daemon=True)
     thread.start()
     return thread
-
-
-class _WritePipeProtocol(asyncio.streams.FlowControlMixin):
-    """Flow control for a write-only pipe, with the close waiter ``StreamWriter`` expects."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop=loop)
-        self._closed: asyncio.Future[None] = loop.create_future()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        if not self._closed.done():
-            self._closed.set_result(None)
-
-    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
-        return self._closed
 
 
 async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> LineStream:
@@ -648,34 +628,12 @@ async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> L
         lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(in_fd, "rb", 0)
     )
     transport, protocol = await loop.connect_write_pipe(
-        lambda: _WritePipeProtocol(loop), os.fdopen(out_fd, "wb", 0)
+        lambda: WritePipeProtocol(loop), os.fdopen(out_fd, "wb", 0)
     )
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
     stream = LineStream(reader, writer, read_transport, limit=limit, half_close=False)
     stream.flushed_by = out_bridge
     return stream
-
-
-class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Tells when the Agent has exited, even while something else holds its pipes open (where
-    ``Process.wait`` waits for the pipes too)."""
-
-    def __init__(self, *, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
-        self.exited = asyncio.Event()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        if self.stdout is not None:  # the Agent's stdout read as the Client's stdin is
-            reader = ArrivingReader(limit=READ_CHUNK, loop=self._loop)  # type: ignore[attr-defined]
-            stdout = cast(asyncio.SubprocessTransport, transport).get_pipe_transport(1)
-            assert stdout is not None
-            reader.set_transport(stdout)
-            self.stdout = reader
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        self.exited.set()
 
 
 class AgentProcess(LineStream):
@@ -840,7 +798,7 @@ async def spawn_agent(
     """
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.subprocess_exec(
-        lambda: _AgentProtocol(limit=READ_CHUNK, loop=loop),
+        lambda: AgentProtocol(limit=READ_CHUNK, loop=loop),
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
