@@ -58,6 +58,8 @@ from listener_client import (
 from peers.sdk_agent import big_text
 from peers.sdk_remote_client import SimpleClient, connect_http, connect_ws, listening_proxy
 from websockets.asyncio.client import connect as ws_connect
+from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Frame, Opcode
 from websockets.typing import Origin
@@ -71,6 +73,7 @@ from proxy.shell.transports.websocket import (
     WsServerEndpoint,
     _Outbox,
 )
+from proxy.shell.transports.websocket import connect_ws as connect_agent
 
 # -- POST ------------------------------------------------------------------------------------------
 
@@ -1249,3 +1252,40 @@ async def test_a_burst_toward_a_websocket_client_arrives_whole_and_in_order(
         await ws.send(compact(say(*lines)).decode())
         got = [await asyncio.wait_for(ws.recv(), TIMEOUT) for _ in lines]
     assert got == [line.decode() for line in lines]
+
+
+async def test_messages_toward_an_idle_websocket_agent_are_written_at_the_turns_end() -> None:
+    """Nothing queued nor being written: the messages sent in one turn of the loop are written
+    together at its end (counted as not written until then), the writing task left asleep.
+    Behind a message written in pieces the next ones wait for it; sent and closed in one turn,
+    a message is written before the close. The Agent reads them all whole, in order."""
+    got: list[int] = []
+    all_in = asyncio.Event()
+
+    async def agent(connection: ServerConnection) -> None:
+        async for frame in connection:
+            got.append(json.loads(frame)["n"])
+            if len(got) == 6:
+                all_in.set()
+
+    async with ws_serve(agent, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        endpoint = await connect_agent(f"ws://127.0.0.1:{port}/", limit=1 << 20)
+        try:
+            endpoint.send(b'{"n":1}')
+            endpoint.send(b'{"n":2}')
+            assert endpoint.buffered() == 14  # until the turn ends
+            await asyncio.sleep(0)
+            assert endpoint.buffered() == 0  # written
+            endpoint.send_sliced(b'{"n":3,"pad":"' + b"x" * 64 + b'"}', (8, 8), 0.01)
+            endpoint.send(b'{"n":4}')
+            endpoint.send(b'{"n":5}')
+            await asyncio.sleep(0)
+            assert endpoint.buffered() > 0  # behind the pieces
+            endpoint.send(b'{"n":6}')
+            endpoint.close()
+            await asyncio.wait_for(all_in.wait(), TIMEOUT)
+        finally:
+            endpoint.close()
+            await asyncio.wait_for(endpoint.wait_closed(), TIMEOUT)
+    assert got == [1, 2, 3, 4, 5, 6]

@@ -53,6 +53,7 @@ from aiohttp._websocket.reader import WebSocketDataQueue, WebSocketReader
 from aiohttp.http_websocket import WebSocketWriter
 from aiohttp.web_request import BaseRequest
 from websockets.asyncio.client import ClientConnection
+from websockets.protocol import State
 
 from proxy.core.commands import FailPost
 from proxy.shell.defaults import CONNECT_TIMEOUT, WEBSOCKET_HIGH_WATER
@@ -121,6 +122,9 @@ class _Outbox:
     def size(self) -> int:
         return self._size
 
+    def empty(self) -> bool:
+        return not self._queue
+
     async def room(self) -> None:
         await self._room.wait()
 
@@ -146,12 +150,54 @@ class _WsEndpoint:
         self._severed = False
         self._cut = asyncio.Event()
         """Set when what is queued is to be dropped: a message being written in pieces stops."""
-        self._writer = asyncio.get_running_loop().create_task(self._write())
+        self._writing = False
+        """The writing task is sending (or waiting to send) what it took from the outbox."""
+        self._pending: list[bytes] = []
+        """Messages sent in this turn of the loop while nothing was queued nor being written:
+        written together at its end (:meth:`_write_pending`), without waking the writing task."""
+        self._pending_size = 0
+        self._loop = asyncio.get_running_loop()
+        self._writer = self._loop.create_task(self._write())
 
     def send(self, data: bytes) -> None:
-        """Queue one text frame."""
-        if not self._outbox.closing:
-            self._outbox.put(data)
+        """Queue one text frame. While nothing is queued nor being written, the frames sent in
+        one turn of the loop are written at its end in one write, when the socket takes them
+        then (:meth:`_write_pending`): no task is woken for them."""
+        outbox = self._outbox
+        if outbox.closing:
+            return
+        pending = self._pending
+        if pending or (not self._writing and outbox.empty()):
+            if not pending:
+                self._loop.call_soon(self._write_pending)
+            pending.append(data)
+            self._pending_size += len(data)
+            return
+        outbox.put(data)
+
+    def _write_pending(self) -> None:
+        """Write the frames sent in the turn of the loop that ended, if the socket takes them
+        now; else the writing task writes them, first."""
+        pending = self._pending
+        if not pending:
+            return  # queued meanwhile (:meth:`_spill`)
+        try:
+            if self._write_now(pending):
+                self._pending, self._pending_size = [], 0
+                return
+        except (ConnectionError, RuntimeError, OSError, websockets.ConnectionClosed) as exc:
+            # As when the writing task fails: the socket is closed, nothing more written.
+            log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
+            self._ended()
+            return
+        self._spill()
+
+    def _spill(self) -> None:
+        """Queue what is pending in the outbox, in order, ahead of what comes next."""
+        if self._pending:
+            for data in self._pending:
+                self._outbox.put(data)
+            self._pending, self._pending_size = [], 0
 
     def send_run(self, messages: Sequence[bytes]) -> None:
         """Queue a text frame each."""
@@ -166,6 +212,7 @@ class _WsEndpoint:
         """One text message in frames of those sizes (never inside a UTF-8 character), ``gap``
         seconds apart."""
         if not self._outbox.closing:
+            self._spill()
             self._outbox.put(Sliced(data, sizes, gap))
 
     def will_flush(self) -> None:
@@ -179,11 +226,12 @@ class _WsEndpoint:
         await self._outbox.room()
 
     def buffered(self) -> int:
-        """Bytes of the frames waiting in the outbox."""
-        return self._outbox.size()
+        """Bytes of the frames not written yet."""
+        return self._outbox.size() + self._pending_size
 
     def close(self) -> None:
         """Flush, then close the socket normally (1000)."""
+        self._spill()
         self._outbox.finish(discard=False)
 
     def close_with(self, code: int, reason: str) -> None:
@@ -192,12 +240,14 @@ class _WsEndpoint:
             return
         self._close_code = code
         self._close_reason = reason
+        self._spill()
         self._outbox.finish(discard=False)
 
     def sever(self, *, flush: bool, close_code: int = 1001) -> None:
         """Close the socket with ``close_code`` (after what is queued, with ``flush``)."""
         self._severed = True
         self._close_code = close_code
+        self._spill()
         self._outbox.finish(discard=not flush)
         if not flush:
             self._cut.set()
@@ -215,12 +265,19 @@ class _WsEndpoint:
 
     def _ended(self) -> None:
         """Nobody reads any more: what is queued is dropped and the writer closes the socket."""
+        self._pending, self._pending_size = [], 0
         self._outbox.finish(discard=True)
         self._cut.set()
+
+    def _write_now(self, messages: list[bytes]) -> bool:
+        """Write a text frame each now, in one write, if the socket takes them without waiting
+        (open, its buffer below its high-water mark); whether it did."""
+        return False
 
     async def _write(self) -> None:
         try:
             while (data := await self._outbox.get()) is not None:
+                self._writing = True
                 if type(data) is bytes:
                     more = self._outbox.take_more(WRITE_BATCH)
                     if more:
@@ -232,6 +289,7 @@ class _WsEndpoint:
                     assert isinstance(data, Sliced)
                     await self._send_fragments(data)
                 del data  # sent: not kept alive while the next one is awaited
+                self._writing = False
         except (ConnectionError, RuntimeError, websockets.ConnectionClosed) as exc:
             log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
         finally:
@@ -607,6 +665,18 @@ class WsServerEndpoint(_WsEndpoint):
         self._ended()
         return None
 
+    def _write_now(self, messages: list[bytes]) -> bool:
+        if not self._open.is_set() or self.ws.closed:
+            return False
+        writer = cast(MaskedOnlyWebSocketResponse, self.ws).frame_writer
+        transport = writer.transport
+        if writer.compress or transport.is_closing() or writer.protocol._paused:
+            return False
+        transport.write(
+            b"".join(_frame_header(_TEXT, len(data), fin=True) + data for data in messages)
+        )
+        return True
+
     async def _send_frame(self, data: bytes) -> None:
         if not self._open.is_set():
             await self._open.wait()
@@ -690,6 +760,21 @@ class WsClientEndpoint(_WsEndpoint):
         finally:
             if self._release_ping is not None:
                 self._release_ping.cancel()
+
+    def _write_now(self, messages: list[bytes]) -> bool:
+        connection = self.connection
+        if (
+            connection.protocol.state is not State.OPEN
+            or connection.send_in_progress is not None
+            or connection.paused
+            or connection.transport.is_closing()
+        ):
+            return False
+        protocol = connection.protocol
+        for data in messages:
+            protocol.send_text(data)
+        connection.transport.write(b"".join(protocol.data_to_send()))  # open: no EOF among them
+        return True
 
     async def _send_frame(self, data: bytes) -> None:
         await self.connection.send(data, text=True)
