@@ -39,6 +39,7 @@ ELSEWHERE: dict[str, str] = {
     "shell/fault_files.py": "shell/test_control.py",
     "shell/hostport.py": "e2e/test_cli.py",
     "shell/link.py": "shell/test_link_states.py",
+    "shell/observers.py": "shell/test_metrics.py",
     "shell/server.py": "shell/test_shutdown.py",
     "shell/state.py": "shell/test_startup.py",
     "shell/writable.py": "shell/test_startup.py",

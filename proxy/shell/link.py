@@ -113,7 +113,7 @@ from proxy.shell.endpoint import (
 )
 from proxy.shell.inflight import InflightBytes
 from proxy.shell.log import get_logger
-from proxy.shell.observers import Fanout, Observer
+from proxy.shell.observers import Observer
 from proxy.shell.parsing import Parser
 
 __all__ = ["Link", "LinkState"]
@@ -184,9 +184,6 @@ class Link:
         self.relay = new_relay(None)
         self.endpoints = dict(endpoints)
         self._observer = observer
-        self._fanout = observer if isinstance(observer, Fanout) else None
-        """The observer, when it can let some observe a message once it is written (the
-        ledger, the metrics: see :meth:`Fanout.defer`)."""
         self._connect_agent = connect_agent
         self._on_restart = on_restart
         self._on_client_gone = on_client_gone
@@ -520,9 +517,6 @@ class Link:
         endpoints = list(self.endpoints.values())
         for each in endpoints:
             each.will_flush()  # written below, before the loop turns: no write scheduled
-        fanout = self._fanout
-        if fanout is not None:
-            fanout.defer()  # observed once written: what observing costs never delays it
         try:
             while messages:
                 if len(messages) == 1:
@@ -532,8 +526,6 @@ class Link:
                 written.add(side.other)
                 for destination in written:
                     self.endpoints[destination].flush()
-                if fanout is not None:
-                    fanout.catch_up()
                 messages = messages[taken:]
                 if messages and not self._may_relay_now(side, endpoint, generation):
                     assert isinstance(endpoint, RelaysInPlace)
@@ -545,8 +537,6 @@ class Link:
         finally:
             for each in endpoints:
                 each.flush()  # those not written to above: nothing gathered, the promise kept
-            if fanout is not None:
-                fanout.resume()
             self._inflight.remove(size)
 
     def _must_read(self, side: Side, endpoint: Endpoint) -> bool:

@@ -61,70 +61,19 @@ class Observer(Protocol):
 
 
 class Fanout:
-    """Hand each observation to several observers, in order.
-
-    Between :meth:`defer` and :meth:`resume`, only the observers that must have an observation
-    before the peer has the message (``before_delivery``: the trace, which another process may
-    read as the peer answers) take it at once; the others take it at the next :meth:`catch_up`,
-    which the link calls once the message is written. So the ledger's digest of a prompt or a
-    metric never delays a message, and every observer still has it before the loop turns (a
-    control API request, a scrape, the next message all come later).
-    """
+    """Hand each observation to several observers, in order."""
 
     def __init__(self, observers: Iterable[Observer]) -> None:
-        self._observers: list[Observer] = []
-        self._early: list[Observer] = []
-        self._late: list[Observer] = []
-        self._deferring = False
-        self._waiting: list[tuple[Observation, int | None]] = []
-        """Observations the late observers have still to take."""
-        self.extend(observers)
+        self._observers = list(observers)
 
     def extend(self, observers: Iterable[Observer]) -> None:
         """Add observers (after those given at construction)."""
-        for observer in observers:
-            self._observers.append(observer)
-            early = getattr(observer, "before_delivery", False)
-            (self._early if early else self._late).append(observer)
+        self._observers.extend(observers)
 
     def observe(self, observation: Observation, link: int | None = None) -> None:
-        """Pass ``observation`` on to every observer (the late ones later, while deferring)."""
-        if not self._deferring:
-            for observer in self._observers:
-                observer.observe(observation, link)
-            return
-        for observer in self._early:
+        """Pass ``observation`` on to every observer."""
+        for observer in self._observers:
             observer.observe(observation, link)
-        self._waiting.append((observation, link))
-
-    def defer(self) -> None:
-        """Until :meth:`resume`, the late observers take observations at :meth:`catch_up`."""
-        self._deferring = True
-
-    def catch_up(self) -> None:
-        """Hand the late observers what they have still to take, in order (what they observe
-        meanwhile, a finding of the ledger's, goes to every observer at once)."""
-        waiting = self._waiting
-        if not waiting:
-            return
-        self._deferring = False
-        try:
-            index = 0
-            while index < len(waiting):
-                observation, link = waiting[index]
-                for observer in self._late:
-                    observer.observe(observation, link)
-                index += 1
-        finally:
-            waiting.clear()
-            self._deferring = True
-
-    def resume(self) -> None:
-        """Catch up and stop deferring."""
-        try:
-            self.catch_up()
-        finally:
-            self._deferring = False
 
 
 class Tally:

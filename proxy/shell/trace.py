@@ -30,7 +30,6 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
 
 import orjson
 
@@ -99,11 +98,6 @@ class TraceWriter:
     file closed) and every later record is dropped: the relay never waits on nor fails with it.
     The line being written then may be left cut short at the end of the file.
     """
-
-    before_delivery: ClassVar[bool] = True
-    """A message's record is written before the message is (see
-    :meth:`~proxy.shell.observers.Fanout.defer`): what reads the trace as the peer answers finds
-    it there."""
 
     def __init__(
         self,
