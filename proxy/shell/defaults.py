@@ -70,10 +70,12 @@ more: a 100 KiB prompt of one long text costs the loop about 0.4 ms to parse in 
 than the worker's round trip, while 256 KiB of tiny containers would cost it 30 ms."""
 
 WORKER_MESSAGE_VALUES = 4096
-"""Values, counted as the bytes ``,``, ``[`` and ``{`` (each opens a container or separates two
-values; one inside a string counts all the same), from which a message under
-:data:`WORKER_MESSAGE_BYTES` is parsed in a worker: about 1.5 ms of parsing at the costliest
-shape, so that no message parsed in place holds the loop longer than that and its text (1 ms)."""
+"""Values from which a message under :data:`WORKER_MESSAGE_BYTES` is parsed in a worker: about
+1.5 ms of parsing at the costliest shape, so that no message parsed in place holds the loop
+longer than that and its text (1 ms). A message with fewer bytes than this outside its strings
+(in a few strings: a long text) is parsed in place; another is counted, as the bytes ``,``,
+``[`` and ``{`` (each opens a container or separates two values; one inside a string counts all
+the same) (:mod:`proxy.core.parse_cost`)."""
 
 WRITE_SLICE = 256 * 1024
 """The most a pipe's writer copies into its buffer in one turn of the event loop: a message of

@@ -4,13 +4,13 @@ Parsing a message holds the interpreter while it builds one object per JSON valu
 message would hold every other link, the control API and the timers for as long (seconds, for
 60 MB of tiny containers). A message of :data:`~proxy.shell.defaults.WORKER_MESSAGE_BYTES` or
 more, or of :data:`~proxy.shell.defaults.LARGE_MESSAGE_BYTES` or more with
-:data:`~proxy.shell.defaults.WORKER_MESSAGE_VALUES` values or more (a count of bytes, no parse),
-is parsed in a worker process instead, which sends back a compacted parse
-(:mod:`proxy.core.compact`): the relay reads it as it reads any message, and the loop spends on
-it only what copying its bytes costs. The message reaches the worker in a memory file a thread
-writes (on Linux), not pickled: pickling copies it while holding the interpreter. Other
-messages are parsed in place: for a 64 KiB prompt of one long text that costs a tenth of the
-worker's round trip.
+:data:`~proxy.shell.defaults.WORKER_MESSAGE_VALUES` values or more (told from its bytes, no
+parse: :mod:`proxy.core.parse_cost`), is parsed in a worker process instead, which sends back a
+compacted parse (:mod:`proxy.core.compact`): the relay reads it as it reads any message, and
+the loop spends on it only what copying its bytes costs. The message reaches the worker in a
+memory file a thread writes (on Linux), not pickled: pickling copies it while holding the
+interpreter. Other messages are parsed in place: for a 64 KiB prompt of one long text that
+costs a tenth of the worker's round trip.
 
 The workers start on the first large message, not before (most runs never see one), as fresh
 interpreters (forked, they would copy the proxy's threads' locks in whatever state they are). A
@@ -49,6 +49,7 @@ from typing import TypeVar
 
 from proxy.core.compact import Compacted, parse_compacted, restore
 from proxy.core.jsonrpc import Batch, Invalid, InvalidReason, Message, parse
+from proxy.core.parse_cost import few_values, value_count
 from proxy.shell import parent_death
 from proxy.shell.defaults import (
     LARGE_MESSAGE_BYTES,
@@ -56,6 +57,7 @@ from proxy.shell.defaults import (
     WORKER_MESSAGE_BYTES,
     WORKER_MESSAGE_VALUES,
 )
+from proxy.shell.descriptors import write_all
 from proxy.shell.log import get_logger
 
 __all__ = ["Parser"]
@@ -63,12 +65,6 @@ __all__ = ["Parser"]
 log = get_logger("proxy.parsing")
 
 Result = TypeVar("Result")
-
-_VALUE_BYTES = b",[{"
-"""The bytes :meth:`Parser.is_large` counts as values."""
-_OTHER_BYTES = bytes(byte for byte in range(256) if byte not in _VALUE_BYTES)
-"""Every other byte: deleting them leaves the value bytes (a third faster than deleting the
-value bytes and subtracting, which copies the whole message: 16 us against 25 for 64 KiB)."""
 
 
 class Parser:
@@ -101,12 +97,15 @@ class Parser:
 
     def is_large(self, data: bytes) -> bool:
         """Whether ``data`` is parsed by a worker: ``large`` bytes or more, and ``always`` bytes
-        or more or ``values`` values (the bytes ``,[{``, counted in one pass in C) or more."""
+        or more or ``values`` values or more (:mod:`proxy.core.parse_cost`: a long text is
+        proven light by its strings, other messages are counted)."""
         if self.large is None or len(data) < self.large:
             return False
         if len(data) >= self._always:
             return True
-        return len(data.translate(None, _OTHER_BYTES)) >= self._values
+        if few_values(data, self._values):
+            return False
+        return value_count(data) >= self._values
 
     async def parse(self, data: bytes) -> Message | Batch | Invalid:
         """The parse of ``data`` (:func:`proxy.core.jsonrpc.parse`), a large one by a worker."""
@@ -202,10 +201,7 @@ def _write_memory_file(data: bytes) -> int:
     while the kernel copies)."""
     descriptor = os.memfd_create("acp-proxy-message", os.MFD_CLOEXEC)
     try:
-        with memoryview(data) as view:
-            written = 0
-            while written < len(view):
-                written += os.write(descriptor, view[written:])
+        write_all(descriptor, data)
     except BaseException:
         os.close(descriptor)
         raise

@@ -55,12 +55,13 @@ async def test_a_large_message_is_parsed_by_a_worker_and_a_small_one_in_place() 
 
 
 def test_a_message_between_the_bounds_goes_to_a_worker_by_its_count_of_values() -> None:
-    """From ``large`` bytes a message is counted: one of few values (a long text) is parsed in
+    """From ``large`` bytes a message is weighed: one of few values (a long text) is parsed in
     place, one of many (tiny containers, nested arrays, members) by a worker; from ``always``
     bytes every message is. The defaults: 64 KiB, 256 KiB and 4,096 values."""
     parser = Parser()
     assert not parser.is_large(prompt("x" * 60_000))  # under 64 KiB
     assert not parser.is_large(prompt("x" * 200_000))  # one long text
+    assert not parser.is_large(prompt("a,[b],{c}\n" * 10_000))  # commas inside it are text
     assert parser.is_large(prompt("x" * 300_000))  # 256 KiB or more
     assert parser.is_large(empties(30_000))  # 90 KB of [],[],...
     deep = b'{"jsonrpc":"2.0","method":"m","params":' + b"[" * 40_000 + b"]" * 40_000 + b"}"
