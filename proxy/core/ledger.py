@@ -29,6 +29,12 @@ link (another connection, another proxy restart) meets the same entry. The check
 
 Retries are measured: attempts per key, the time from the fault to the retry, and whether a
 retry got the original ``messageId``.
+
+A prompt without a key is digested only for ``unkeyed_resend``, which needs its digest once a
+fault cost it its answer: given ``settle_later`` (the shell's ``loop.call_soon``), the ledger
+digests it once the turn that relays it is over, after the prompt is written, not before (14 us
+for a 64 KiB prompt), unless its session has lost such a prompt already (then at once: it may be
+the resend).
 """
 
 from __future__ import annotations
@@ -158,9 +164,20 @@ class _Pending:
     entry: Entry | None
     attempt: Attempt
     session: str | None
-    prompt: str
+    prompt: str | None
+    """The prompt's digest; None until :meth:`digest` takes it from ``content``."""
     invalid_key: Any = None
     keyed_invalid: bool = False
+    content: Any = None
+    """The prompt itself, while its digest is not taken (:meth:`Ledger.settle`)."""
+
+    def digest(self) -> str:
+        """The prompt's digest, taken now if it was not yet."""
+        digest = self.prompt
+        if digest is None:
+            digest = self.prompt = prompt_hash(self.content)
+            self.content = None
+        return digest
 
 
 class Ledger:
@@ -170,15 +187,22 @@ class Ledger:
         self,
         clock: Callable[[], float],
         emit: Callable[[Observation, int | None], None] | None = None,
+        settle_later: Callable[[Callable[[], None]], object] | None = None,
     ) -> None:
+        """``settle_later`` runs :meth:`settle` once the turn is over (without it, every prompt
+        is digested as it is seen)."""
         self._clock = clock
         self._emit = emit or (lambda observation, link: None)
+        self._settle_later = settle_later
+        self._undigested: list[_Pending] = []
+        """Prompts without a key whose digest :meth:`settle` has still to take."""
         self.entries: dict[tuple[str, str], Entry] = {}
         self.findings: list[dict[str, Any]] = []
         self._found: set[tuple[str, str | None, str | None]] = set()
         self._pending: dict[tuple[int | None, bytes], _Pending] = {}
         self._by_client_id: dict[tuple[int | None, bytes], _Pending] = {}
-        self._lost_unkeyed: set[tuple[str | None, str]] = set()
+        self._lost_unkeyed: dict[str | None, set[str]] = {}
+        """The digests of the prompts without a key that a fault cost their answer, by session."""
         self._fault_at: dict[str, float] = {}
         self._keys: dict[str, list[str]] = {}
         self._needles: dict[str, bytes] = {}
@@ -241,14 +265,21 @@ class Ledger:
     def _prompt(self, message: Message, seen: Relayed, link: int | None) -> None:
         params = message.params if isinstance(message.params, dict) else {}
         session = params.get("sessionId") if isinstance(params.get("sessionId"), str) else None
-        digest = message.content_digest or prompt_hash(params.get("prompt"))
         now = self._clock()
         attempt = Attempt(link, _id_value(message.id_token), now)
         assert seen.forwarded_id is not None
         slot = (link, seen.forwarded_id)
         key = params.get("idempotencyKey")
+        digest = message.content_digest
+        if key is None and digest is None and self._may_settle_later(session):
+            later = _Pending(None, attempt, session, None, content=params.get("prompt"))
+            self._pending[slot] = later
+            self._undigested.append(later)
+            return
+        if digest is None:
+            digest = prompt_hash(params.get("prompt"))
         if key is None:
-            if (session, digest) in self._lost_unkeyed:
+            if digest in self._lost_unkeyed.get(session, ()):
                 self._find(
                     Check.UNKEYED_RESEND,
                     session,
@@ -286,6 +317,21 @@ class Ledger:
         if message.id_token is not None:
             self._by_client_id[(link, message.id_token)] = pending
         self._emit(KeyedAttempt(session=session, retry=retry, key=key, prompt=digest), link)
+
+    def _may_settle_later(self, session: str | None) -> bool:
+        """Whether a prompt without a key in ``session`` may be digested once the turn is over
+        (:meth:`settle` is then due: asked for by the first such prompt of the turn)."""
+        if self._settle_later is None or session in self._lost_unkeyed:
+            return False
+        if not self._undigested:
+            self._settle_later(self.settle)
+        return True
+
+    def settle(self) -> None:
+        """Digest the prompts without a key seen since the last call (see the module)."""
+        undigested, self._undigested = self._undigested, []
+        for pending in undigested:
+            pending.digest()
 
     def _copy(self, seen: Relayed, message: Message, link: int | None) -> None:
         """A copy the proxy injected of a keyed prompt: not an attempt, but its answer counts.
@@ -466,7 +512,7 @@ class Ledger:
         if pending.entry is not None:
             pending.entry.fault_at = now
         elif not pending.keyed_invalid:
-            self._lost_unkeyed.add((pending.session, pending.prompt))
+            self._lost_unkeyed.setdefault(pending.session, set()).add(pending.digest())
 
     def _remember(self, session: str, key: str) -> None:
         self._keys.setdefault(session, []).append(key)

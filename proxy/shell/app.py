@@ -399,7 +399,8 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         return lambda _cause: metrics.write_failures.labels(file).inc()
 
     fanout = Fanout([])
-    ledger = Ledger(time.time, emit=fanout.observe)
+    loop = asyncio.get_running_loop()
+    ledger = Ledger(time.time, emit=fanout.observe, settle_later=loop.call_soon)
     saver = None
     if options.state is not None:  # checked first: a run that cannot start writes no trace
         saver = StateSaver(engine, ledger, StateFile(options.state), on_failure=failed("state"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,11 +38,15 @@ class Clock:
 class Lab:
     """A relay whose observations feed a ledger, as in the proxy."""
 
-    def __init__(self, *rules: dict[str, Any]) -> None:
+    def __init__(self, *rules: dict[str, Any], settling: bool = False) -> None:
         self.clock = Clock()
         self.emitted: list[Observation] = []
+        self.due: list[Callable[[], None]] = []
+        """What the ledger asked to run once the turn is over (``settling``: it may)."""
         self.ledger = Ledger(
-            self.clock, emit=lambda observation, link: self.emitted.append(observation)
+            self.clock,
+            emit=lambda observation, link: self.emitted.append(observation),
+            settle_later=self.due.append if settling else None,
         )
         parsed = [Rule.model_validate({"name": f"r{i}", **rule}) for i, rule in enumerate(rules)]
         self.relay = Relay(engine=FaultEngine(parsed, random.Random(1)) if parsed else None)
@@ -102,6 +107,12 @@ class Lab:
 
     def checks(self) -> list[str]:
         return [finding["check"] for finding in self.ledger.findings]
+
+    def turn_over(self) -> None:
+        """The turn of the loop that relayed what was fed is over."""
+        due, self.due[:] = list(self.due), []
+        for callback in due:
+            callback()
 
 
 def test_a_clean_retry_records_attempts_and_no_finding() -> None:
@@ -390,6 +401,52 @@ def test_an_unkeyed_resend_after_a_lost_answer_is_flagged() -> None:
     lab.answer(lab.prompt(1, key=None))
     lab.prompt(2, key=None)
     assert lab.checks() == ["unkeyed_resend"]
+
+
+@pytest.mark.parametrize("turn_over", [False, True])
+def test_an_unkeyed_prompt_is_digested_once_its_turn_is_over(turn_over: bool) -> None:
+    """A prompt without a key is digested after the turn that relays it (not before it is
+    written), once a turn however many it holds; its answer lost in that turn or a later one,
+    a resend of it is flagged all the same, and another prompt is not."""
+    lab = Lab(
+        {
+            "when": {"kind": "response", "method": "session/prompt"},
+            "schedule": {"nth": [1]},
+            "do": {"action": "drop"},
+        },
+        settling=True,
+    )
+    first = lab.prompt(1, key=None, text="the first")
+    lab.prompt(2, key=None, text="another")
+    assert len(lab.due) == 1  # one settling for the turn
+    if turn_over:
+        lab.turn_over()
+    lab.answer(first)  # dropped: the first prompt's answer is lost
+    lab.prompt(3, key=None, text="another")
+    assert lab.checks() == []
+    lab.prompt(4, key=None, text="the first")
+    assert lab.checks() == ["unkeyed_resend"]  # at once, not when the turn is over
+
+
+def test_a_keyed_prompt_or_one_in_a_session_that_lost_one_is_digested_at_once() -> None:
+    """The keyed record carries the prompt's digest; a session that lost an unkeyed prompt's
+    answer may be resending it, which is judged as it is seen."""
+    lab = Lab(
+        {
+            "when": {"kind": "response", "method": "session/prompt"},
+            "schedule": {"nth": [1]},
+            "do": {"action": "drop"},
+        },
+        settling=True,
+    )
+    lab.prompt(1, key="K1")
+    assert lab.due == []
+    lab.answer(lab.prompt(2, key=None, session="T"))
+    lab.turn_over()
+    lab.prompt(3, key=None, session="T", text="other")
+    assert lab.due == []
+    lab.prompt(4, key=None, session="U")
+    assert len(lab.due) == 1
 
 
 def test_retry_delay_is_measured_from_the_fault() -> None:
