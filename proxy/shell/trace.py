@@ -38,6 +38,7 @@ from proxy.core.jsonrpc import Message
 from proxy.core.observations import Held, Observation, Relayed, RelayedRun
 from proxy.core.records import TRACE_VERSION, TraceHeader, encode, records_of
 from proxy.core.sse import encode_event
+from proxy.shell.descriptors import write_all
 from proxy.shell.limits import DEFAULT_MAX_EVENT_SUBSCRIBERS, EVENT_BACKLOG, LimitReached
 from proxy.shell.log import get_logger
 from proxy.shell.observers import Observer
@@ -127,9 +128,7 @@ class TraceWriter:
             return
         data = line + b"\n"
         try:
-            written = os.write(self._fd, data)
-            while written < len(data):  # a short write (a full disk may make one)
-                written += os.write(self._fd, data[written:])
+            write_all(self._fd, data)
         except OSError as exc:
             self._stop(os_cause(exc))
 

@@ -34,6 +34,7 @@ from proxy.core.commands import FailPost
 from proxy.core.framing import LineFramer, Oversized
 from proxy.shell import parent_death
 from proxy.shell.defaults import AGENT_GRACE, WRITE_SLICE
+from proxy.shell.descriptors import write_all
 from proxy.shell.endpoint import Received, pieces
 from proxy.shell.log import get_logger
 from proxy.shell.transports.pipes import (
@@ -587,9 +588,7 @@ def _bridge(source: int, target: int) -> threading.Thread:
     def copy() -> None:
         with contextlib.suppress(OSError):
             while chunk := os.read(source, READ_CHUNK):
-                written = os.write(target, chunk)
-                while written < len(chunk):
-                    written += os.write(target, chunk[written:])
+                write_all(target, chunk)
         with contextlib.suppress(OSError):
             os.close(target)
 
