@@ -138,6 +138,15 @@ class _Outbox:
         self._ready.set()
 
 
+_WRITE_FAILURES = (OSError, RuntimeError, websockets.ConnectionClosed)
+"""What writing to a WebSocket that went away raises (:class:`ConnectionError` is an
+:class:`OSError`; a transport closed under the writer, :class:`RuntimeError`)."""
+
+
+def _went_away(exc: BaseException) -> None:
+    log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
+
+
 class _WsEndpoint:
     """What both ends share: an outbox written in order by one task, closing with a code."""
 
@@ -185,9 +194,9 @@ class _WsEndpoint:
             if self._write_now(pending):
                 self._pending, self._pending_size = [], 0
                 return
-        except (ConnectionError, RuntimeError, OSError, websockets.ConnectionClosed) as exc:
+        except _WRITE_FAILURES as exc:
             # As when the writing task fails: the socket is closed, nothing more written.
-            log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
+            _went_away(exc)
             self._ended()
             return
         self._spill()
@@ -247,7 +256,10 @@ class _WsEndpoint:
         """Close the socket with ``close_code`` (after what is queued, with ``flush``)."""
         self._severed = True
         self._close_code = close_code
-        self._spill()
+        if flush:
+            self._spill()
+        else:
+            self._pending, self._pending_size = [], 0
         self._outbox.finish(discard=not flush)
         if not flush:
             self._cut.set()
@@ -290,8 +302,8 @@ class _WsEndpoint:
                     await self._send_fragments(data)
                 del data  # sent: not kept alive while the next one is awaited
                 self._writing = False
-        except (ConnectionError, RuntimeError, websockets.ConnectionClosed) as exc:
-            log.info("WebSocket went away while writing", error=str(exc) or type(exc).__name__)
+        except _WRITE_FAILURES as exc:
+            _went_away(exc)
         finally:
             with contextlib.suppress(ConnectionError, RuntimeError, websockets.ConnectionClosed):
                 await self._close_socket(self._close_code, self._close_reason)
