@@ -26,6 +26,7 @@ from proxy import __version__, core_build
 from proxy.core.errors import ConfigError, OptionError
 from proxy.core.relay import DEFAULT_MAX_PENDING
 from proxy.shell.admin import ADMIN_TOKEN_ENV
+from proxy.shell.allocator import tune_allocator
 from proxy.shell.app import RunOptions, run_main
 from proxy.shell.defaults import (
     AGENT_GRACE,
@@ -527,6 +528,7 @@ def run(
     acp-proxy run -- node my-agent.js
     """
     configure_logging(log_format.value, log_level.value)
+    get_logger("proxy.cli").debug("allocator thresholds", outcome=tune_allocator())
     _warn_of_proxy_options(agent_cmd or (), ctx)
     _plugins()
     options = RunOptions.from_command_line(
