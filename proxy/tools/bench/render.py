@@ -26,6 +26,10 @@ def render(report: dict[str, Any]) -> str:
         f"{config['prompts']} x 64 KiB prompts per round; {config['machine']}, "
         f"Python {config['python']}; {report['core']['build']}",
     ]
+    allocator = config.get("allocator")
+    if allocator:
+        fixed = ", ".join(f"{name}={value}" for name, value in allocator.items())
+        lines.append(f"every process with glibc's allocator thresholds fixed: {fixed}")
     if config["socat"] is None:
         lines.append("socat: absent, no byte-relay column (apt-get install socat to add it)")
     lines += _workload_tables(report["targets"], report["comparisons"], TARGETS, "asyncio")

@@ -2,19 +2,24 @@
 JSON-ready dict (see :func:`proxy.tools.bench.render.render` for the text).
 
 A round runs every stdio target, then every WebSocket target, in turn, each in a fresh process
-tree; samples of all rounds are pooled, so slow drift touches every target alike. A target that
-cannot be driven is left out of the later rounds, with its error in the report (a WebSocket
-target's under ``websocket TARGET``).
+tree; samples of all rounds are pooled, so slow drift touches every target alike. Every process
+the bench starts runs with glibc's allocator thresholds fixed, at the values ``acp-proxy run``
+sets for itself (:mod:`proxy.shell.allocator`): left to glibc's moving ones, a bare asyncio
+relay mapped and unmapped a 256 KiB read buffer for every read in some runs and not in others
+(its ping's CPU 45 or 85 us), and the floor every ratio is taken against moved with it. A
+target that cannot be driven is left out of the later rounds, with its error in the report (a
+WebSocket target's under ``websocket TARGET``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,35 @@ Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
 
 async def run_bench(options: BenchOptions) -> dict[str, Any]:
     """Run every target and workload; the report as a JSON-ready dict (see :func:`render`)."""
+    with _allocator_fixed() as allocator:
+        report = await _run(options)
+    report["config"]["allocator"] = allocator
+    return report
+
+
+@contextlib.contextmanager
+def _allocator_fixed() -> Iterator[dict[str, str]]:
+    """The allocator thresholds the processes started meanwhile inherit (see the module): the
+    environment's own when it sets them, else :mod:`proxy.shell.allocator`'s."""
+    # Imported here: the measured processes import this package, and load none of the shell.
+    from proxy.shell.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD  # noqa: PLC0415
+
+    values = {
+        "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
+        "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
+    }
+    if any(name in os.environ for name in values):
+        yield {name: os.environ.get(name, "glibc's") for name in values}
+        return
+    os.environ.update(values)
+    try:
+        yield values
+    finally:
+        for name in values:
+            os.environ.pop(name, None)
+
+
+async def _run(options: BenchOptions) -> dict[str, Any]:
     compiled = compiled_modules()
     targets = [
         t

@@ -8,14 +8,19 @@ to a test's verdict.
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from tool_runs import BENCH_TEST_TIMEOUT, positive, short_bench
 
 from proxy import compiled_modules, core_build
+from proxy.shell.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD
 from proxy.tools.bench import TARGETS, WORKLOADS
 from proxy.tools.bench.messages import update_line, updates
+from proxy.tools.bench.run import _allocator_fixed
 from proxy.tools.bench.ws_targets import WS_TARGETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TEST_TIMEOUT)]
@@ -85,6 +90,33 @@ def test_every_relay_is_compared_to_direct() -> None:
         if target != "socat":
             socat = report["targets"]["socat"]["available"]
             assert ("socat" in report["comparisons"][target]) == socat
+
+
+def test_every_process_runs_with_the_allocator_thresholds_the_proxy_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The floors run on the allocator the proxy runs on (glibc's moving thresholds made the
+    asyncio relay's figures change from one run to the next); the bench's own environment is
+    given back after."""
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    fixed = {
+        "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
+        "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
+    }
+    show = "import os; print(os.environ['MALLOC_MMAP_THRESHOLD_'], os.environ['MALLOC_TRIM_THRESHOLD_'])"
+    with _allocator_fixed() as allocator:
+        inherited = subprocess.run(
+            [sys.executable, "-c", show], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.split()
+    assert allocator == fixed
+    assert inherited == list(fixed.values())
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    with _allocator_fixed() as allocator:
+        assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
+    assert allocator == {"MALLOC_MMAP_THRESHOLD_": "glibc's", "MALLOC_TRIM_THRESHOLD_": "131072"}
+    assert short_bench()["config"]["allocator"] == fixed
 
 
 @pytest.mark.parametrize("count", [0, 1, 999, 1000, 1001, 20_345])
