@@ -1018,6 +1018,14 @@ def bench(
     no_mitmproxy: Annotated[
         bool, typer.Option("--no-mitmproxy", help="Leave out the mitmproxy WebSocket column.")
     ] = False,
+    fixed_allocator: Annotated[
+        bool,
+        typer.Option(
+            "--fixed-allocator",
+            help="Run every process with glibc's allocator thresholds fixed at the proxy's "
+            "(the floors' figures without the page faults of glibc's moving ones).",
+        ),
+    ] = False,
 ) -> int:
     """Measure the proxy against a direct connection and a byte relay (the performance targets).
 
@@ -1037,6 +1045,7 @@ def bench(
         socat=not no_socat,
         websocket=not no_websocket,
         mitmproxy=not no_mitmproxy,
+        fixed_allocator=fixed_allocator,
     )
     return bench_main(options, as_json=json_output)
 

@@ -32,6 +32,7 @@ def make_options(
     socat: bool = True,
     websocket: bool = True,
     mitmproxy: bool = True,
+    fixed_allocator: bool = False,
 ) -> BenchOptions:
     """The options of a run: the defaults (or ``short``'s tiny counts) with what was given.
 
@@ -53,6 +54,7 @@ def make_options(
     changes["socat"] = shutil.which("socat") if socat else None
     changes["websocket"] = websocket
     changes["mitmdump"] = shutil.which("mitmdump") if websocket and mitmproxy else None
+    changes["fixed_allocator"] = fixed_allocator
     return BenchOptions.short_run(**changes) if short else BenchOptions(**changes)
 
 

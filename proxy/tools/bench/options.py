@@ -38,6 +38,9 @@ class BenchOptions:
     """Whether the WebSocket columns are run."""
     mitmdump: str | None = None
     """The mitmdump executable, or ``None`` for no mitmproxy column over WebSocket."""
+    fixed_allocator: bool = False
+    """Whether every process runs with glibc's allocator thresholds fixed (see
+    :mod:`proxy.tools.bench.run`); else each with glibc's own, as a relay is usually run."""
     python: str = sys.executable
 
     def __post_init__(self) -> None:

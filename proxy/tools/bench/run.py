@@ -2,13 +2,16 @@
 JSON-ready dict (see :func:`proxy.tools.bench.render.render` for the text).
 
 A round runs every stdio target, then every WebSocket target, in turn, each in a fresh process
-tree; samples of all rounds are pooled, so slow drift touches every target alike. Every process
-the bench starts runs with glibc's allocator thresholds fixed, at the values ``acp-proxy run``
-sets for itself (:mod:`proxy.shell.allocator`): left to glibc's moving ones, a bare asyncio
-relay mapped and unmapped a 256 KiB read buffer for every read in some runs and not in others
-(its ping's CPU 45 or 85 us), and the floor every ratio is taken against moved with it. A
-target that cannot be driven is left out of the later rounds, with its error in the report (a
+tree; samples of all rounds are pooled, so slow drift touches every target alike. A target
+that cannot be driven is left out of the later rounds, with its error in the report (a
 WebSocket target's under ``websocket TARGET``).
+
+Each process runs with glibc's allocator as it comes, as a relay is usually run; its moving
+thresholds make a bare asyncio relay map and unmap a 256 KiB read buffer for every read, in most
+runs but not all (its ping's CPU 85 or 45 us a round trip), and the floors every ratio is taken
+against move with them. ``--fixed-allocator`` runs every process with the thresholds
+``acp-proxy run`` sets for itself (:mod:`proxy.shell.allocator`): the floors without those page
+faults, steady from run to run, and far lower.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
 
 async def run_bench(options: BenchOptions) -> dict[str, Any]:
     """Run every target and workload; the report as a JSON-ready dict (see :func:`render`)."""
+    if not options.fixed_allocator:
+        report = await _run(options)
+        report["config"]["allocator"] = None
+        return report
     with _allocator_fixed() as allocator:
         report = await _run(options)
     report["config"]["allocator"] = allocator

@@ -4,7 +4,9 @@ out."""
 from __future__ import annotations
 
 import pytest
+from tool_runs import BENCH_TEST_TIMEOUT, bench
 
+from proxy.shell.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD
 from proxy.tools.bench import make_options
 
 
@@ -29,3 +31,22 @@ def test_the_websocket_columns_can_be_left_out() -> None:
     left_out = make_options(websocket=False)
     assert (left_out.websocket, left_out.mitmdump) == (False, None)
     assert make_options(mitmproxy=False).mitmdump is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BENCH_TEST_TIMEOUT)
+def test_fixed_allocator_is_asked_for_and_said_in_the_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--fixed-allocator``: the report says which thresholds every process ran with."""
+    assert make_options().fixed_allocator is False
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    report = bench(
+        "--fixed-allocator", "--no-websocket", "--no-socat", "--ws-links", "0", "--delays", "0"
+    )
+    assert report["config"]["allocator"] == {
+        "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
+        "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
+    }
+    assert report["errors"] == {}
