@@ -59,6 +59,15 @@ class AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         super().__init__(limit=limit, loop=loop)
         self.exited = asyncio.Event()
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.stdout is not None:  # the Agent's stdout read as the Client's stdin is
+            reader = ArrivingReader(limit=READ_CHUNK, loop=self._loop)  # type: ignore[attr-defined]
+            stdout = cast(asyncio.SubprocessTransport, transport).get_pipe_transport(1)
+            assert stdout is not None
+            reader.set_transport(stdout)
+            self.stdout = reader
+
     def process_exited(self) -> None:
         super().process_exited()
         self.exited.set()

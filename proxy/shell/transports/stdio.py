@@ -647,7 +647,6 @@ class AgentProcess(LineStream):
     def __init__(
         self,
         process: asyncio.subprocess.Process,
-        stdout: asyncio.StreamReader,
         stdout_transport: asyncio.BaseTransport,
         exited: asyncio.Event,
         *,
@@ -655,8 +654,11 @@ class AgentProcess(LineStream):
         grace: float,
         announce_exit: bool = True,
     ) -> None:
+        assert process.stdout is not None
         assert process.stdin is not None
-        super().__init__(stdout, process.stdin, stdout_transport, limit=limit, half_close=True)
+        super().__init__(
+            process.stdout, process.stdin, stdout_transport, limit=limit, half_close=True
+        )
         self.process = process
         self._exited = exited
         """Set once the Agent has exited (its pipes may still be open in a child of its)."""
@@ -794,35 +796,22 @@ async def spawn_agent(
     Raises ``FileNotFoundError`` or ``PermissionError`` when the command cannot be run.
     """
     loop = asyncio.get_running_loop()
-    # The Agent's stdout is a pipe of the proxy's own, read as the Client's stdin is: through
-    # the subprocess transport, what the Agent writes would reach the proxy a turn of the loop
-    # after it is read (asyncio hands a child's pipe data on with call_soon).
-    read_end, write_end = os.pipe()
-    try:
-        transport, protocol = await loop.subprocess_exec(
-            lambda: AgentProtocol(limit=READ_CHUNK, loop=loop),
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=write_end,
-            stderr=stderr,
-            env=None if env is None else dict(env),
-            process_group=0,
-            preexec_fn=functools.partial(in_child, os.getpid()),
-        )
-    except BaseException:
-        os.close(read_end)
-        raise
-    finally:
-        os.close(write_end)  # the Agent's (and its children's) alone: their exit ends the pipe
-    process = asyncio.subprocess.Process(transport, protocol, loop)
-    stdout = ArrivingReader(limit=READ_CHUNK, loop=loop)
-    stdout_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(stdout, loop=loop), os.fdopen(read_end, "rb", 0)
+    transport, protocol = await loop.subprocess_exec(
+        lambda: AgentProtocol(limit=READ_CHUNK, loop=loop),
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        env=None if env is None else dict(env),
+        process_group=0,
+        preexec_fn=functools.partial(in_child, os.getpid()),
     )
+    process = asyncio.subprocess.Process(transport, protocol, loop)
+    stdout_transport = transport.get_pipe_transport(1)
+    assert stdout_transport is not None
     log.info("agent started", pid=process.pid, argv=list(argv))
     return AgentProcess(
         process,
-        stdout,
         stdout_transport,
         protocol.exited,
         limit=limit,
