@@ -31,7 +31,7 @@ Retries are measured: attempts per key, the time from the fault to the retry, an
 retry got the original ``messageId``.
 
 A prompt without a key is digested only for ``unkeyed_resend``, which needs its digest once a
-fault cost it its answer: given ``settle_later`` (the shell's ``loop.call_soon``), the ledger
+fault cost it its answer: given ``settle_later`` (the shell's timer due at once), the ledger
 digests it once the turn that relays it is over, after the prompt is written, not before (14 us
 for a 64 KiB prompt), unless its session has lost such a prompt already (then at once: it may be
 the resend).

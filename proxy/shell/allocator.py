@@ -25,7 +25,7 @@ import platform
 import sys
 from collections.abc import Mapping
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_allocator"]
+__all__ = ["ENVIRONMENT", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_allocator"]
 
 MMAP_THRESHOLD = 1024 * 1024
 """Allocations of this many bytes or more get their own mapping (glibc's ``M_MMAP_THRESHOLD``;
@@ -34,9 +34,15 @@ its own starts at 128 KiB and moves)."""
 TRIM_THRESHOLD = 8 * 1024 * 1024
 """Free bytes at the top of the heap kept rather than handed back (``M_TRIM_THRESHOLD``)."""
 
+ENVIRONMENT = {
+    "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
+    "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
+}
+"""The two thresholds as glibc reads them from the environment at a process's start (what
+``acp-proxy bench --fixed-allocator`` gives every process it starts); set, they are kept."""
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
 def tune_allocator(environ: Mapping[str, str] = os.environ) -> str:
@@ -45,7 +51,7 @@ def tune_allocator(environ: Mapping[str, str] = os.environ) -> str:
     glibc``."""
     if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         return "not glibc"
-    if any(name in environ for name in _USER_SETTINGS):
+    if any(name in environ for name in ENVIRONMENT):
         return "kept"
     if "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""):
         return "kept"

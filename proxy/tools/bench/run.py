@@ -48,11 +48,8 @@ Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
 
 async def run_bench(options: BenchOptions) -> dict[str, Any]:
     """Run every target and workload; the report as a JSON-ready dict (see :func:`render`)."""
-    if not options.fixed_allocator:
-        report = await _run(options)
-        report["config"]["allocator"] = None
-        return report
-    with _allocator_fixed() as allocator:
+    fixing = _allocator_fixed() if options.fixed_allocator else contextlib.nullcontext(None)
+    with fixing as allocator:
         report = await _run(options)
     report["config"]["allocator"] = allocator
     return report
@@ -63,20 +60,16 @@ def _allocator_fixed() -> Iterator[dict[str, str]]:
     """The allocator thresholds the processes started meanwhile inherit (see the module): the
     environment's own when it sets them, else :mod:`proxy.shell.allocator`'s."""
     # Imported here: the measured processes import this package, and load none of the shell.
-    from proxy.shell.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD  # noqa: PLC0415
+    from proxy.shell.allocator import ENVIRONMENT  # noqa: PLC0415
 
-    values = {
-        "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
-        "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
-    }
-    if any(name in os.environ for name in values):
-        yield {name: os.environ.get(name, "glibc's") for name in values}
+    if any(name in os.environ for name in ENVIRONMENT):
+        yield {name: os.environ.get(name, "glibc's") for name in ENVIRONMENT}
         return
-    os.environ.update(values)
+    os.environ.update(ENVIRONMENT)
     try:
-        yield values
+        yield dict(ENVIRONMENT)
     finally:
-        for name in values:
+        for name in ENVIRONMENT:
             os.environ.pop(name, None)
 
 
