@@ -35,6 +35,7 @@ from proxy.shell.defaults import (
     HTTP_TIMEOUT,
     INITIALIZE_TIMEOUT,
     MIN_TIMEOUT,
+    PIPE_BYTES,
     SHUTDOWN_TIMEOUT,
 )
 from proxy.shell.fault_files import schema_main, validate_main
@@ -382,6 +383,15 @@ def run(
             metavar="BYTES", min=1, help="Largest message accepted from a peer, in bytes."
         ),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
+    pipe_bytes: Annotated[
+        int,
+        typer.Option(
+            metavar="BYTES",
+            min=0,
+            help="Room asked of each pipe between a stdio proxy and its Client and Agent "
+            "(Linux; 0: the system's own 64 KiB).",
+        ),
+    ] = PIPE_BYTES,
     max_pending: Annotated[
         int,
         typer.Option(
@@ -553,6 +563,7 @@ def run(
         otel=otel,
         otel_propagate=otel_propagate,
         max_message_bytes=max_message_bytes,
+        pipe_bytes=pipe_bytes,
         strict=strict,
         allow_client_faults=allow_client_faults,
         agent_grace=agent_grace,

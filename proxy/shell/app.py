@@ -45,6 +45,7 @@ from proxy.shell.defaults import (
     HTTP_TIMEOUT,
     INITIALIZE_TIMEOUT,
     MIN_TIMEOUT,
+    PIPE_BYTES,
     SHUTDOWN_TIMEOUT,
 )
 from proxy.shell.endpoint import Signalable
@@ -111,6 +112,9 @@ class RunOptions:
 
     agent_argv: tuple[str, ...]
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    pipe_bytes: int = PIPE_BYTES
+    """The room asked of each pipe between a stdio proxy and its Client and Agent (0: the
+    system's own; :data:`~proxy.shell.defaults.PIPE_BYTES`)."""
     strict: bool = False
     allow_client_faults: bool = False
     """A Client's request may ask for its own fault (``_meta.acpFault``:
@@ -170,6 +174,7 @@ class RunOptions:
         )
         check_upstream(secure=self.upstream.secure, verified=self.upstream_tls is not None)
         at_least("--max-message-bytes", self.max_message_bytes, 1)
+        at_least("--pipe-bytes", self.pipe_bytes, 0)
         at_least("--agent-grace", self.agent_grace, 0)
         at_least("--connect-timeout", self.connect_timeout, MIN_TIMEOUT)
         at_least("--initialize-timeout", self.initialize_timeout, MIN_TIMEOUT)
@@ -435,6 +440,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         options.agent_argv,
         limit=options.max_message_bytes,
         grace=options.agent_grace,
+        pipe_bytes=options.pipe_bytes if options.listen.scheme == "stdio" else 0,
         connect_timeout=options.connect_timeout,
         http_timeout=options.http_timeout,
         max_sessions=options.limits.max_sessions,
@@ -675,7 +681,7 @@ async def _relay_stdio_link(
     except Exception as exc:
         log.error("could not connect to the agent", error=str(exc) or type(exc).__name__)
         return EXIT_UNREACHABLE
-    client = await open_client_stdio(limit=options.max_message_bytes)
+    client = await open_client_stdio(limit=options.max_message_bytes, pipe_bytes=options.pipe_bytes)
     origin = loop.time()
     ids: dict[Direction, Iterator[int]] = {direction: itertools.count() for direction in Direction}
     tokens = itertools.count()  # the link's timers, numbered across its relays

@@ -153,6 +153,7 @@ def upstream_factory(
     *,
     limit: int,
     grace: float,
+    pipe_bytes: int = 0,
     connect_timeout: float = CONNECT_TIMEOUT,
     http_timeout: float = HTTP_TIMEOUT,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
@@ -163,7 +164,8 @@ def upstream_factory(
     """How each link connects to the Agent (``max_sessions``: the session streams one
     connection to an HTTP Agent holds; ``observer`` hears when that bound is reached;
     ``parser`` parses an HTTP Agent's large messages off the event loop; ``tls``: how an
-    ``https://`` or ``wss://`` Agent is verified, default the system's trust store)."""
+    ``https://`` or ``wss://`` Agent is verified, default the system's trust store;
+    ``pipe_bytes``: the room asked of a spawned Agent's pipes, 0 for the system's own)."""
     if address.secure and tls is None:
         tls = client_context()
     elif not address.secure:
@@ -171,7 +173,7 @@ def upstream_factory(
 
     async def connect(headers: Mapping[str, str], cookies: CookieSink | None) -> Endpoint:
         if address.scheme == "stdio":
-            return await spawn_agent(agent_argv, limit=limit, grace=grace)
+            return await spawn_agent(agent_argv, limit=limit, grace=grace, pipe_bytes=pipe_bytes)
         if address.scheme == "ws":
             return await connect_ws(
                 address.url,

@@ -20,6 +20,7 @@ CLI_REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 # option of `acp-proxy run` -> (its parameter, its default where it is declared)
 DEFAULTS: dict[str, tuple[str, float]] = {
     "--max-message-bytes": ("max_message_bytes", defaults.DEFAULT_MAX_MESSAGE_BYTES),
+    "--pipe-bytes": ("pipe_bytes", defaults.PIPE_BYTES),
     "--agent-grace": ("agent_grace", defaults.AGENT_GRACE),
     "--connect-timeout": ("connect_timeout", defaults.CONNECT_TIMEOUT),
     "--initialize-timeout": ("initialize_timeout", defaults.INITIALIZE_TIMEOUT),
@@ -57,6 +58,7 @@ def test_the_command_line_and_the_readme_state_each_default(option: str) -> None
 def test_the_run_options_default_to_them() -> None:
     options = RunOptions(agent_argv=("agent",))
     assert options.max_message_bytes == defaults.DEFAULT_MAX_MESSAGE_BYTES
+    assert options.pipe_bytes == defaults.PIPE_BYTES
     assert options.agent_grace == defaults.AGENT_GRACE
     assert options.connect_timeout == defaults.CONNECT_TIMEOUT
     assert options.initialize_timeout == defaults.INITIALIZE_TIMEOUT

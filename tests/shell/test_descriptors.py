@@ -1,15 +1,17 @@
-"""``write_all`` goes on after a short write, and says when a write fails, on real descriptors."""
+"""On real descriptors: ``write_all`` goes on after a short write and says when a write fails;
+``widen_pipe`` widens a pipe, never narrows one, and leaves what is not a pipe alone."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 from pathlib import Path
 
-from proxy.shell.descriptors import write_all
+from proxy.shell.descriptors import pipe_size, widen_pipe, write_all
 
 
 def test_everything_reaches_a_pipe_read_slowly() -> None:
@@ -39,7 +41,7 @@ def test_a_short_write_is_followed_by_the_next_and_its_failure_raises(tmp_path: 
     script = textwrap.dedent(
         f"""
         import errno, os, resource, signal
-        from proxy.shell.descriptors import write_all
+        from proxy.shell.descriptors import pipe_size, widen_pipe, write_all
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
         fd = os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT)
@@ -55,3 +57,45 @@ def test_a_short_write_is_followed_by_the_next_and_its_failure_raises(tmp_path: 
     )
     assert done.stdout.strip() == "EFBIG"
     assert target.read_bytes() == b"a" * 60_000 + b"b" * 40_000
+
+
+def test_a_pipe_is_widened_and_never_narrowed() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        made = pipe_size(read_end)
+        assert made is not None
+        assert widen_pipe(write_end, 4 * made) == 4 * made
+        assert pipe_size(read_end) == 4 * made  # one pipe, whichever end asked
+        assert widen_pipe(read_end, made) == 4 * made
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_file_or_a_socket_is_not_a_pipe(tmp_path: Path) -> None:
+    left, right = socket.socketpair()
+    with left, right, (tmp_path / "file").open("wb") as file:
+        assert widen_pipe(file.fileno(), 1 << 20) is None
+        assert widen_pipe(left.fileno(), 1 << 20) is None
+
+
+def test_a_pipe_the_system_will_not_widen_keeps_its_size() -> None:
+    """Past ``pipe-max-size`` a process without privileges is refused (``EPERM``): the pipe
+    keeps what it holds. Root is not refused; the check runs as ``nobody`` then."""
+    script = textwrap.dedent(
+        """
+        import os
+        from proxy.shell.descriptors import pipe_size, widen_pipe
+        if os.getuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+        most = int(open("/proc/sys/fs/pipe-max-size").read())
+        read_end, _ = os.pipe()
+        print(pipe_size(read_end), widen_pipe(read_end, 2 * most), pipe_size(read_end))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    made, widened, after = done.stdout.split()
+    assert made == widened == after

@@ -7,12 +7,14 @@ process to the SDK Agent (spawned over stdio, or served over HTTP and WebSocket 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+from pathlib import Path
 
 import aiohttp
 import pytest
 import websockets
-from harness import SDK_AGENT, TIMEOUT
+from harness import SDK_AGENT, TIMEOUT, raw_agent, system_pipe_size
 from peers.sdk_remote_client import (
     SimpleClient,
     exercise,
@@ -87,6 +89,21 @@ async def test_each_network_connection_gets_its_own_agent() -> None:
             await asyncio.gather(exercise(one, first), exercise(two, second))
         started = [line for line in proxy.stderr.splitlines() if '"agent started"' in line]
         assert len(started) == 2
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_GETPIPE_SZ"), reason="Linux's pipe sizes")
+async def test_the_agents_of_a_listener_keep_the_pipes_the_system_made(tmp_path: Path) -> None:
+    """One Agent per link: widening their pipes would take the user's pipe budget a link at a
+    time (``PIPE_BYTES``), so a listener's Agents keep the system's own."""
+    agent = raw_agent(tmp_path / "capture")
+    async with (
+        listening_proxy("ws://127.0.0.1:0/acp", agent=agent) as (_proxy, url),
+        websockets.connect(url, open_timeout=TIMEOUT) as ws,
+    ):
+        await ws.send('{"jsonrpc":"2.0","id":1,"method":"_test/pipes"}')
+        answer = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+    made = system_pipe_size()
+    assert answer["result"] == {"stdin": made, "stdout": made}
 
 
 # -- cookies the Agent sets ---------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import signal
@@ -10,11 +11,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import TIMEOUT, Start, captured, log_events, raw_agent, say
+from harness import (
+    TIMEOUT,
+    Start,
+    captured,
+    log_events,
+    raw_agent,
+    say,
+    system_pipe_size,
+)
 from stdio_scenario import barrier
 
 from proxy.control import ControlClient
-from proxy.shell.defaults import WRITE_SLICE
+from proxy.shell.defaults import PIPE_BYTES, WRITE_SLICE
 from proxy.shell.transports.pipes import ArrivingReader
 from proxy.shell.transports.stdio import IN_PLACE_LINES, LineStream, send_signal
 
@@ -239,6 +248,33 @@ async def test_stderr_and_environment_pass_through(start: Start, capture: Path) 
     await proxy.close_stdin()
     assert await proxy.wait() == 0
     assert "agent says hello" in proxy.stderr
+
+
+PIPES = b'{"jsonrpc":"2.0","id":1,"method":"_test/pipes"}'
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_GETPIPE_SZ"), reason="Linux's pipe sizes")
+async def test_every_pipe_of_a_stdio_proxy_is_widened(start: Start, capture: Path) -> None:
+    """The pipes the Client gave the proxy and those to its Agent hold ``PIPE_BYTES`` each: a
+    64 KiB prompt crosses each in one write."""
+    proxy = await start(raw_agent(capture))
+    await proxy.send(PIPES)
+    assert (await proxy.recv_json())["result"] == {"stdin": PIPE_BYTES, "stdout": PIPE_BYTES}
+    # The test's own ends of the proxy's stdin and stdout (asyncio keeps them on its transport).
+    pipes = proxy.process._transport  # type: ignore[attr-defined]
+    client_ends = [pipes.get_pipe_transport(fd).get_extra_info("pipe") for fd in (0, 1)]
+    sizes = [fcntl.fcntl(end.fileno(), fcntl.F_GETPIPE_SZ) for end in client_ends]
+    assert sizes == [PIPE_BYTES, PIPE_BYTES]
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_GETPIPE_SZ"), reason="Linux's pipe sizes")
+async def test_pipe_bytes_0_leaves_the_pipes_as_the_system_made_them(
+    start: Start, capture: Path
+) -> None:
+    proxy = await start(raw_agent(capture), "--pipe-bytes", "0")
+    await proxy.send(PIPES)
+    made = system_pipe_size()
+    assert (await proxy.recv_json())["result"] == {"stdin": made, "stdout": made}
 
 
 async def test_stdout_carries_only_protocol_even_at_debug_level(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -169,6 +170,16 @@ async def reference_agent(listen: str, *options: str) -> AsyncIterator[str]:
 def raw_agent(capture: Path, *flags: str) -> list[str]:
     """argv of the scripted Agent that records what it reads into ``capture``."""
     return [sys.executable, str(RAW_AGENT), str(capture), *flags]
+
+
+def system_pipe_size() -> int:
+    """What a new pipe holds on this system (Linux's ``F_GETPIPE_SZ``)."""
+    read_end, write_end = os.pipe()
+    try:
+        return fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 def captured(capture: Path) -> list[bytes]:

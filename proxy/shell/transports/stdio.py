@@ -34,7 +34,7 @@ from proxy.core.commands import FailPost
 from proxy.core.framing import LineFramer, Oversized
 from proxy.shell import parent_death
 from proxy.shell.defaults import AGENT_GRACE, WRITE_SLICE
-from proxy.shell.descriptors import write_all
+from proxy.shell.descriptors import widen_pipe, write_all
 from proxy.shell.endpoint import Received, pieces
 from proxy.shell.log import get_logger
 from proxy.shell.transports.pipes import (
@@ -54,6 +54,7 @@ __all__ = [
     "open_client_stdio",
     "send_signal",
     "spawn_agent",
+    "widen_pipes",
 ]
 
 log = get_logger("proxy.stdio")
@@ -576,6 +577,21 @@ def send_signal(process: asyncio.subprocess.Process, signum: int) -> None:
             os.kill(process.pid, signum)
 
 
+def widen_pipes(peer: str, size: int, *, reading: int, writing: int) -> None:
+    """Ask that the pipes between the proxy and ``peer`` (the proxy's ends: ``reading`` from
+    it, ``writing`` to it) hold ``size`` bytes each (0: as the system made them). What each
+    holds after is debug-logged (None: not a pipe): a pipe the system would not widen works as
+    before (:func:`~proxy.shell.descriptors.widen_pipe`)."""
+    if size > 0:
+        log.debug(
+            "pipes widened",
+            peer=peer,
+            asked=size,
+            from_peer=widen_pipe(reading, size),
+            to_peer=widen_pipe(writing, size),
+        )
+
+
 def _is_stream_fd(fd: int) -> bool:
     """Whether the event loop can poll ``fd`` (a pipe, socket or terminal; not /dev/null)."""
     mode = os.fstat(fd).st_mode
@@ -597,8 +613,11 @@ def _bridge(source: int, target: int) -> threading.Thread:
     return thread
 
 
-async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> LineStream:
-    """Wrap the proxy's stdin and stdout as the Client endpoint.
+async def open_client_stdio(
+    *, limit: int, pipe_bytes: int = 0, stdin: int = 0, stdout: int = 1
+) -> LineStream:
+    """Wrap the proxy's stdin and stdout as the Client endpoint (``pipe_bytes``: the room asked
+    of either when it is a pipe, :func:`widen_pipes`).
 
     A file or ``/dev/null`` on either fd is bridged through a pipe by a thread, because asyncio
     can only poll pipes, sockets and terminals. The endpoint takes the streams over (on
@@ -622,6 +641,7 @@ async def open_client_stdio(*, limit: int, stdin: int = 0, stdout: int = 1) -> L
         read_end, write_end = os.pipe()
         out_bridge = _bridge(read_end, out_fd)
         out_fd = write_end
+    widen_pipes("client", pipe_bytes, reading=in_fd, writing=out_fd)
     reader = ArrivingReader(limit=READ_CHUNK, loop=loop)
     read_transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(in_fd, "rb", 0)
@@ -787,11 +807,13 @@ async def spawn_agent(
     env: Mapping[str, str] | None = None,
     stderr: IO[bytes] | None = None,
     announce_exit: bool = True,
+    pipe_bytes: int = 0,
 ) -> AgentProcess:
     """Start ``argv`` with piped stdin/stdout and the proxy's own stderr and environment, as the
     leader of a new process group (``stderr``: a file its stderr goes to instead), that dies
     with the proxy (see the module). An exit status
     other than 0 the proxy did not cause is logged, unless ``announce_exit`` is false.
+    ``pipe_bytes``: the room asked of either pipe (:func:`widen_pipes`).
 
     Raises ``FileNotFoundError`` or ``PermissionError`` when the command cannot be run.
     """
@@ -807,8 +829,16 @@ async def spawn_agent(
         preexec_fn=functools.partial(in_child, os.getpid()),
     )
     process = asyncio.subprocess.Process(transport, protocol, loop)
+    stdin_transport = transport.get_pipe_transport(0)
     stdout_transport = transport.get_pipe_transport(1)
+    assert stdin_transport is not None
     assert stdout_transport is not None
+    widen_pipes(
+        "agent",
+        pipe_bytes,
+        reading=stdout_transport.get_extra_info("pipe").fileno(),
+        writing=stdin_transport.get_extra_info("pipe").fileno(),
+    )
     log.info("agent started", pid=process.pid, argv=list(argv))
     return AgentProcess(
         process,

@@ -8,6 +8,8 @@ to CAPTURE_FILE, byte for byte, before anything else happens. Then:
 * ``_test/stderr`` (notification), params ``{"text": ...}``: writes the text to stderr;
 * ``_test/exit`` (notification), params ``{"code": n}``: exits with status n at once;
 * ``_test/env`` (request), params ``{"name": ...}``: answers ``{"value": os.environ.get(name)}``;
+* ``_test/pipes`` (request): answers ``{"stdin": bytes, "stdout": bytes}``, what its stdin and
+  stdout pipes hold (Linux's ``F_GETPIPE_SZ``; None where either is not a pipe);
 * any other request: answered ``{"method": m, "size": bytes of the line}``.
 
 With ``--ignore-eof`` it keeps running after stdin closes, until it is signalled. Requests of a
@@ -17,6 +19,7 @@ method named by ``--no-answer`` are never answered (an Agent that hangs on them)
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import signal
@@ -26,6 +29,13 @@ import sys
 def write(line: bytes) -> None:
     sys.stdout.buffer.write(line + b"\n")
     sys.stdout.buffer.flush()
+
+
+def pipe_size(fd: int) -> int | None:
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (AttributeError, OSError):  # not Linux; not a pipe
+        return None
 
 
 def main() -> int:
@@ -58,6 +68,8 @@ def main() -> int:
             elif "id" in message and method not in no_answer:
                 if method == "_test/env":
                     result: dict[str, object] = {"value": os.environ.get(params["name"])}
+                elif method == "_test/pipes":
+                    result = {"stdin": pipe_size(0), "stdout": pipe_size(1)}
                 else:
                     result = {"method": method, "size": len(line.rstrip(b"\n"))}
                 reply = {"jsonrpc": "2.0", "id": message["id"], "result": result}
