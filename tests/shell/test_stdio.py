@@ -277,6 +277,30 @@ async def test_pipe_bytes_0_leaves_the_pipes_as_the_system_made_them(
     assert (await proxy.recv_json())["result"] == {"stdin": made, "stdout": made}
 
 
+@pytest.mark.skipif(not hasattr(fcntl, "F_GETPIPE_SZ"), reason="Linux's pipe sizes")
+async def test_pipes_the_system_will_not_widen_are_logged_and_work(
+    start: Start, capture: Path
+) -> None:
+    """2 GB a pipe: refused, as root (no memory for its ring) or not (past pipe-max-size). The
+    proxy says so, once for each peer, and relays through the pipes as they are."""
+    asked = 2_000_000_000
+    proxy = await start(raw_agent(capture), "--pipe-bytes", str(asked), "--log-format", "json")
+    await proxy.send(PIPES)
+    made = system_pipe_size()
+    assert (await proxy.recv_json())["result"] == {"stdin": made, "stdout": made}
+    await proxy.close_stdin()
+    assert await proxy.wait() == 0
+    kept = [
+        event
+        for event in map(json.loads, proxy.stderr.splitlines())
+        if event["event"].startswith("pipes kept smaller")
+    ]
+    assert sorted((e["peer"], e["asked"], e["from_peer"], e["to_peer"]) for e in kept) == [
+        ("agent", asked, made, made),
+        ("client", asked, made, made),
+    ]
+
+
 async def test_stdout_carries_only_protocol_even_at_debug_level(
     start: Start, capture: Path
 ) -> None:
