@@ -31,10 +31,11 @@ Retries are measured: attempts per key, the time from the fault to the retry, an
 retry got the original ``messageId``.
 
 A prompt without a key is digested only for ``unkeyed_resend``, which needs its digest once a
-fault cost it its answer: given ``settle_later`` (the shell's timer due at once), the ledger
-digests it once the turn that relays it is over, after the prompt is written, not before (14 us
-for a 64 KiB prompt), unless its session has lost such a prompt already (then at once: it may be
-the resend).
+fault cost it its answer: the ledger holds its content while it is pending and digests it if a
+fault costs it its answer, never once it is answered (a 64 KiB prompt's digest is 40 us of CPU,
+most of it CRC-32). It holds :data:`UNDIGESTED_BYTES` of such prompts at most; past them, and in
+a session that has lost such a prompt already (it may be the resend), a prompt is digested as it
+is seen.
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ LOSING_HOLD_OUTCOMES = frozenset({"drop", "timeout_drop", "link_end"})
 """How a ``hold`` rule's message may end that loses it, as a ``drop`` rule would (released or
 edited, it goes on)."""
 
+
+UNDIGESTED_BYTES = 16 * 1024 * 1024
+"""Bytes of pending prompts without a key (as they crossed the proxy) whose content the ledger
+holds undigested, at most (see the module): a Client with hundreds of large prompts pending at
+once gets them digested as they are seen, and the ledger never holds more than this of them."""
 
 HASHED_WHOLE = 4096
 """Bytes of a prompt's canonical JSON up to which :func:`prompt_hash` runs SHA-256 over all of
@@ -165,19 +171,14 @@ class _Pending:
     attempt: Attempt
     session: str | None
     prompt: str | None
-    """The prompt's digest; None until :meth:`digest` takes it from ``content``."""
+    """The prompt's digest; None while the ledger holds ``content`` instead."""
     invalid_key: Any = None
     keyed_invalid: bool = False
     content: Any = None
-    """The prompt itself, while its digest is not taken (:meth:`Ledger.settle`)."""
-
-    def digest(self) -> str:
-        """The prompt's digest, taken now if it was not yet."""
-        digest = self.prompt
-        if digest is None:
-            digest = self.prompt = prompt_hash(self.content)
-            self.content = None
-        return digest
+    """The prompt itself, while its digest is not taken (:meth:`Ledger._digest`)."""
+    held: int = 0
+    """Bytes of the prompt as it crossed, while ``content`` is held: its share of
+    :data:`UNDIGESTED_BYTES`."""
 
 
 class Ledger:
@@ -187,15 +188,13 @@ class Ledger:
         self,
         clock: Callable[[], float],
         emit: Callable[[Observation, int | None], None] | None = None,
-        settle_later: Callable[[Callable[[], None]], object] | None = None,
+        undigested_bytes: int = UNDIGESTED_BYTES,
     ) -> None:
-        """``settle_later`` runs :meth:`settle` once the turn is over (without it, every prompt
-        is digested as it is seen)."""
         self._clock = clock
         self._emit = emit or (lambda observation, link: None)
-        self._settle_later = settle_later
-        self._undigested: list[_Pending] = []
-        """Prompts without a key whose digest :meth:`settle` has still to take."""
+        self._undigested_bytes = undigested_bytes
+        self.held_bytes = 0
+        """Bytes of the pending prompts without a key held undigested (see the module)."""
         self.entries: dict[tuple[str, str], Entry] = {}
         self.findings: list[dict[str, Any]] = []
         self._found: set[tuple[str, str | None, str | None]] = set()
@@ -271,10 +270,16 @@ class Ledger:
         slot = (link, seen.forwarded_id)
         key = params.get("idempotencyKey")
         digest = message.content_digest
-        if key is None and digest is None and self._may_settle_later(session):
-            later = _Pending(None, attempt, session, None, content=params.get("prompt"))
-            self._pending[slot] = later
-            self._undigested.append(later)
+        if (
+            key is None
+            and digest is None
+            and session not in self._lost_unkeyed
+            and self.held_bytes + seen.size <= self._undigested_bytes
+        ):
+            self.held_bytes += seen.size
+            self._pending[slot] = _Pending(
+                None, attempt, session, None, content=params.get("prompt"), held=seen.size
+            )
             return
         if digest is None:
             digest = prompt_hash(params.get("prompt"))
@@ -318,20 +323,19 @@ class Ledger:
             self._by_client_id[(link, message.id_token)] = pending
         self._emit(KeyedAttempt(session=session, retry=retry, key=key, prompt=digest), link)
 
-    def _may_settle_later(self, session: str | None) -> bool:
-        """Whether a prompt without a key in ``session`` may be digested once the turn is over
-        (:meth:`settle` is then due: asked for by the first such prompt of the turn)."""
-        if self._settle_later is None or session in self._lost_unkeyed:
-            return False
-        if not self._undigested:
-            self._settle_later(self.settle)
-        return True
+    def _digest(self, pending: _Pending) -> str:
+        """The digest of ``pending``'s prompt, taken now if it was held undigested."""
+        digest = pending.prompt
+        if digest is None:
+            digest = pending.prompt = prompt_hash(pending.content)
+            self._let_go(pending)
+        return digest
 
-    def settle(self) -> None:
-        """Digest the prompts without a key seen since the last call (see the module)."""
-        undigested, self._undigested = self._undigested, []
-        for pending in undigested:
-            pending.digest()
+    def _let_go(self, pending: _Pending) -> None:
+        """``pending`` holds its prompt's content no longer."""
+        self.held_bytes -= pending.held
+        pending.held = 0
+        pending.content = None
 
     def _copy(self, seen: Relayed, message: Message, link: int | None) -> None:
         """A copy the proxy injected of a keyed prompt: not an attempt, but its answer counts.
@@ -351,6 +355,7 @@ class Ledger:
         """The prompt the answer ``seen`` is for, no longer pending (None: not one we track)."""
         pending = self._pending.pop((link, seen.forwarded_id or b""), None)
         if pending is not None:
+            self._let_go(pending)
             self._by_client_id.pop((link, seen.original_id or b""), None)
         return pending
 
@@ -421,7 +426,7 @@ class Ledger:
         """The answer to an injected copy of a keyed prompt: it must name the same message."""
         pending = self._pending.pop((link, forwarded_id), None)
         if pending is None or pending.entry is None:
-            return
+            return  # (the answer to a copy: never a prompt held undigested, which has no key)
         try:
             body = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -512,7 +517,7 @@ class Ledger:
         if pending.entry is not None:
             pending.entry.fault_at = now
         elif not pending.keyed_invalid:
-            self._lost_unkeyed.setdefault(pending.session, set()).add(pending.digest())
+            self._lost_unkeyed.setdefault(pending.session, set()).add(self._digest(pending))
 
     def _remember(self, session: str, key: str) -> None:
         self._keys.setdefault(session, []).append(key)

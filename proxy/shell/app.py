@@ -404,10 +404,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         return lambda _cause: metrics.write_failures.labels(file).inc()
 
     fanout = Fanout([])
-    # A timer due at once: the loop runs it after the events of its next poll, so after the
-    # writes they ask for (the rest of a 64 KiB prompt the Agent's pipe did not take at once).
-    settle_later = functools.partial(asyncio.get_running_loop().call_later, 0)
-    ledger = Ledger(time.time, emit=fanout.observe, settle_later=settle_later)
+    ledger = Ledger(time.time, emit=fanout.observe)
     saver = None
     if options.state is not None:  # checked first: a run that cannot start writes no trace
         saver = StateSaver(engine, ledger, StateFile(options.state), on_failure=failed("state"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,12 +12,14 @@ from proxy.core.commands import Command, Send, StartTimer
 from proxy.core.engine import FaultEngine
 from proxy.core.events import BurstReceived, Event, MessageReceived, Side, TimerFired
 from proxy.core.faultfile import Rule
-from proxy.core.ledger import Ledger, prompt_hash
+from proxy.core.jsonrpc import Kind
+from proxy.core.ledger import UNDIGESTED_BYTES, Ledger, prompt_hash
 from proxy.core.observations import (
     Finding,
     KeyedAttempt,
     KeyedMessage,
     Observation,
+    Relayed,
     RelayedRun,
     Restarted,
 )
@@ -38,18 +39,18 @@ class Clock:
 class Lab:
     """A relay whose observations feed a ledger, as in the proxy."""
 
-    def __init__(self, *rules: dict[str, Any], settling: bool = False) -> None:
+    def __init__(self, *rules: dict[str, Any], undigested_bytes: int = UNDIGESTED_BYTES) -> None:
         self.clock = Clock()
         self.emitted: list[Observation] = []
-        self.due: list[Callable[[], None]] = []
-        """What the ledger asked to run once the turn is over (``settling``: it may)."""
         self.ledger = Ledger(
             self.clock,
             emit=lambda observation, link: self.emitted.append(observation),
-            settle_later=self.due.append if settling else None,
+            undigested_bytes=undigested_bytes,
         )
         parsed = [Rule.model_validate({"name": f"r{i}", **rule}) for i, rule in enumerate(rules)]
         self.relay = Relay(engine=FaultEngine(parsed, random.Random(1)) if parsed else None)
+        self.prompt_sizes: list[int] = []
+        """The size of each prompt relayed to the Agent, in order."""
         self.timers: list[StartTimer] = []
         """Timers the relay started, in order (:meth:`fire` one)."""
 
@@ -65,6 +66,11 @@ class Lab:
         for command in commands:
             if isinstance(command, Observation):
                 self.ledger.observe(command, 1)
+                if isinstance(command, Relayed) and (command.kind, command.method) == (
+                    Kind.REQUEST,
+                    "session/prompt",
+                ):
+                    self.prompt_sizes.append(command.size)
             elif isinstance(command, StartTimer):
                 self.timers.append(command)
         return [c.data for c in commands if isinstance(c, Send)]
@@ -107,12 +113,6 @@ class Lab:
 
     def checks(self) -> list[str]:
         return [finding["check"] for finding in self.ledger.findings]
-
-    def turn_over(self) -> None:
-        """The turn of the loop that relayed what was fed is over."""
-        due, self.due[:] = list(self.due), []
-        for callback in due:
-            callback()
 
 
 def test_a_clean_retry_records_attempts_and_no_finding() -> None:
@@ -403,50 +403,70 @@ def test_an_unkeyed_resend_after_a_lost_answer_is_flagged() -> None:
     assert lab.checks() == ["unkeyed_resend"]
 
 
-@pytest.mark.parametrize("turn_over", [False, True])
-def test_an_unkeyed_prompt_is_digested_once_its_turn_is_over(turn_over: bool) -> None:
-    """A prompt without a key is digested after the turn that relays it (not before it is
-    written), once a turn however many it holds; its answer lost in that turn or a later one,
-    a resend of it is flagged all the same, and another prompt is not."""
-    lab = Lab(
-        {
-            "when": {"kind": "response", "method": "session/prompt"},
-            "schedule": {"nth": [1]},
-            "do": {"action": "drop"},
-        },
-        settling=True,
-    )
+LOSE_FIRST_ANSWER = {
+    "when": {"kind": "response", "method": "session/prompt"},
+    "schedule": {"nth": [1]},
+    "do": {"action": "drop"},
+}
+
+
+def test_an_unkeyed_prompt_is_held_while_pending_and_digested_only_once_lost() -> None:
+    """A prompt without a key is held undigested while it is pending: answered, it is let go
+    without a digest; its answer lost, it is digested then, and a resend of it is flagged,
+    another prompt is not."""
+    lab = Lab(LOSE_FIRST_ANSWER)
     first = lab.prompt(1, key=None, text="the first")
-    lab.prompt(2, key=None, text="another")
-    assert len(lab.due) == 1  # one settling for the turn
-    if turn_over:
-        lab.turn_over()
-    lab.answer(first)  # dropped: the first prompt's answer is lost
+    second = lab.prompt(2, key=None, text="another")
+    sizes = lab.prompt_sizes
+    assert lab.ledger.held_bytes == sum(sizes)
+    lab.answer(first)  # dropped: the first prompt's answer is lost, and it is digested
+    assert lab.ledger.held_bytes == sizes[1]
+    lab.answer(second)
+    assert lab.ledger.held_bytes == 0
     lab.prompt(3, key=None, text="another")
     assert lab.checks() == []
     lab.prompt(4, key=None, text="the first")
-    assert lab.checks() == ["unkeyed_resend"]  # at once, not when the turn is over
+    assert lab.checks() == ["unkeyed_resend"]
+
+
+@pytest.mark.parametrize("lost", [1, 2, 3])
+def test_past_the_bound_unkeyed_prompts_are_digested_as_they_are_seen(lost: int) -> None:
+    """With room for two prompts, the third is digested at once and nothing more is held; a
+    resend of whichever lost its answer is flagged all the same."""
+    room = Lab()
+    room.prompt(1, key=None, text="prompt 1")
+    [size] = room.prompt_sizes  # each prompt's, the same
+    lab = Lab({**LOSE_FIRST_ANSWER, "schedule": {"nth": [lost]}}, undigested_bytes=2 * size)
+    ids = [lab.prompt(n, key=None, text=f"prompt {n}") for n in (1, 2, 3)]
+    assert lab.prompt_sizes == [size] * 3
+    assert lab.ledger.held_bytes == 2 * size
+    for agent_id in ids:
+        lab.answer(agent_id)
+    assert lab.ledger.held_bytes == 0
+    lab.prompt(4, key=None, text=f"prompt {lost}")
+    assert lab.checks() == ["unkeyed_resend"]
 
 
 def test_a_keyed_prompt_or_one_in_a_session_that_lost_one_is_digested_at_once() -> None:
     """The keyed record carries the prompt's digest; a session that lost an unkeyed prompt's
     answer may be resending it, which is judged as it is seen."""
-    lab = Lab(
-        {
-            "when": {"kind": "response", "method": "session/prompt"},
-            "schedule": {"nth": [1]},
-            "do": {"action": "drop"},
-        },
-        settling=True,
-    )
+    lab = Lab(LOSE_FIRST_ANSWER)
     lab.prompt(1, key="K1")
-    assert lab.due == []
+    assert lab.ledger.held_bytes == 0
     lab.answer(lab.prompt(2, key=None, session="T"))
-    lab.turn_over()
     lab.prompt(3, key=None, session="T", text="other")
-    assert lab.due == []
+    assert lab.ledger.held_bytes == 0
     lab.prompt(4, key=None, session="U")
-    assert len(lab.due) == 1
+    assert lab.ledger.held_bytes > 0
+
+
+def test_a_lost_link_digests_the_prompts_it_held() -> None:
+    lab = Lab()
+    lab.prompt(1, key=None, text="on the lost link")
+    lab.ledger.observe(Restarted("proxy", 1), 1)
+    assert lab.ledger.held_bytes == 0
+    lab.prompt(2, key=None, text="on the lost link")
+    assert lab.checks() == ["unkeyed_resend"]
 
 
 def test_retry_delay_is_measured_from_the_fault() -> None:
