@@ -389,7 +389,8 @@ def run(
             metavar="BYTES",
             min=0,
             help="Room asked of each pipe between a stdio proxy and its Client and Agent "
-            "(Linux; 0: the system's own 64 KiB).",
+            "(Linux; at most what the system allows, never less than its own 64 KiB; 0: the "
+            "system's own).",
         ),
     ] = PIPE_BYTES,
     max_pending: Annotated[

@@ -48,14 +48,28 @@ def widen_pipe(descriptor: int, size: int) -> int | None:
     """Ask that the pipe on ``descriptor`` hold at least ``size`` bytes; what it holds after, or
     None when ``descriptor`` is not a pipe or the system has no such command.
 
-    A pipe is never narrowed. Refused (``EPERM``: past ``/proc/sys/fs/pipe-max-size``, or once
-    the user's pipes hold ``pipe-user-pages-soft`` in all, for a process without
-    ``CAP_SYS_RESOURCE``), it keeps its size: a wider pipe saves wake-ups, it is never needed.
+    A pipe is never narrowed. Refused ``size`` (past ``/proc/sys/fs/pipe-max-size`` without
+    ``CAP_SYS_RESOURCE``; more than the kernel will allocate), it gets the largest size the
+    system allows, ``pipe-max-size``; refused that too (once the user's pipes hold
+    ``pipe-user-pages-soft`` in all), it keeps its size: a wider pipe saves wake-ups, it is never
+    needed.
     """
     before = pipe_size(descriptor)
     if before is None or _SET_SIZE is None or before >= size:
         return before
+    for asked in (size, _pipe_max_size()):
+        if asked is not None and before < asked <= size:
+            try:
+                return fcntl.fcntl(descriptor, _SET_SIZE, asked)
+            except OSError:
+                continue
+    return before
+
+
+def _pipe_max_size() -> int | None:
+    """The largest pipe a process without ``CAP_SYS_RESOURCE`` may ask for (Linux)."""
     try:
-        return fcntl.fcntl(descriptor, _SET_SIZE, size)
-    except OSError:
-        return before
+        with open("/proc/sys/fs/pipe-max-size", "rb") as limit:
+            return int(limit.read())
+    except (OSError, ValueError):
+        return None

@@ -182,6 +182,11 @@ def system_pipe_size() -> int:
         os.close(write_end)
 
 
+def system_pipe_max() -> int:
+    """The largest pipe a process without ``CAP_SYS_RESOURCE`` may ask for (Linux)."""
+    return int(Path("/proc/sys/fs/pipe-max-size").read_text())
+
+
 def captured(capture: Path) -> list[bytes]:
     """The lines the scripted Agent read, without newlines."""
     return capture.read_bytes().splitlines()

@@ -579,14 +579,15 @@ def send_signal(process: asyncio.subprocess.Process, signum: int) -> None:
 
 def widen_pipes(peer: str, size: int, *, reading: int, writing: int) -> None:
     """Ask that the pipes between the proxy and ``peer`` (the proxy's ends: ``reading`` from
-    it, ``writing`` to it) hold ``size`` bytes each (0: as the system made them). What each
-    holds after is logged (None: not a pipe), at info when the system kept a pipe smaller: it
-    works as before, only with more wake-ups (:func:`~proxy.shell.descriptors.widen_pipe`)."""
+    it, ``writing`` to it) hold ``size`` bytes each (0: as the system made them; never less than
+    that). What each holds after is logged (None: not a pipe), at info when the system kept a
+    pipe smaller than asked: it works as before, only with more wake-ups
+    (:func:`~proxy.shell.descriptors.widen_pipe`)."""
     if size <= 0:
         return
     sizes = {"from_peer": widen_pipe(reading, size), "to_peer": widen_pipe(writing, size)}
     if all(held is None or held >= size for held in sizes.values()):
-        log.debug("pipes widened", peer=peer, asked=size, **sizes)
+        log.debug("pipe sizes", peer=peer, asked=size, **sizes)
     else:
         log.info(
             "pipes kept smaller than --pipe-bytes asked: the system refused (past "
