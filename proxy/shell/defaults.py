@@ -61,10 +61,11 @@ PIPE_BYTES = 1024 * 1024
 """The room a stdio proxy asks of each pipe between it and its Client and Agent (``--pipe-bytes``;
 :func:`~proxy.shell.descriptors.widen_pipe`): Linux's own bound for a process without
 privileges (``/proc/sys/fs/pipe-max-size``), sixteen times the 64 KiB a pipe holds by default.
-A 64 KiB prompt then crosses each pipe in one write and one read; it saved 20-30% of the 64 KiB
-prompt's round trip through the proxy (docs/bench.md). Four pipes of a MiB are a sixteenth of
-what one user's pipes may hold by default (``pipe-user-pages-soft``, 64 MiB); a proxy serving a
-network listener, one Agent per link, leaves its Agents' pipes as the system makes them."""
+A 64 KiB prompt then crosses each pipe in one write and one read: 10-20% of its round trip
+through the proxy, and a 1 MB prompt's 8% (docs/bench.md; pipes of 256 KiB did as well for the
+first, not for the second). Four pipes of a MiB are a sixteenth of what one user's pipes may
+hold by default (``pipe-user-pages-soft``, 64 MiB); a proxy serving a network listener, one
+Agent per link, leaves its Agents' pipes as the system makes them."""
 
 LARGE_MESSAGE_BYTES = 64 * 1024
 """Messages this large may be parsed in a worker process (:mod:`proxy.shell.parsing`), not on
