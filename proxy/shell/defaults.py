@@ -57,15 +57,16 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 any ACP message (a prompt with an embedded image is a few MiB), low enough that a peer cannot
 make the proxy buffer without end."""
 
-PIPE_BYTES = 1024 * 1024
+PIPE_BYTES = 256 * 1024
 """The room a stdio proxy asks of each pipe between it and its Client and Agent (``--pipe-bytes``;
-:func:`~proxy.shell.descriptors.widen_pipe`): Linux's own bound for a process without
-privileges (``/proc/sys/fs/pipe-max-size``), sixteen times the 64 KiB a pipe holds by default.
-A 64 KiB prompt then crosses each pipe in one write and one read: 10-20% of its round trip
-through the proxy, and a 1 MB prompt's 8% (docs/bench.md; pipes of 256 KiB did as well for the
-first, not for the second). Four pipes of a MiB are a sixteenth of what one user's pipes may
-hold by default (``pipe-user-pages-soft``, 64 MiB); a proxy serving a network listener, one
-Agent per link, leaves its Agents' pipes as the system makes them."""
+:func:`~proxy.shell.descriptors.widen_pipe`): four times the 64 KiB a pipe holds by default. A
+64 KiB prompt then crosses each pipe in one write and one read: 10-20% of its round trip through
+the proxy (docs/bench.md). The kernel charges pipes to their user (``pipe-user-pages-soft``, 64
+MiB by default) and, past that, makes the user's new pipes hold 8 KiB: a stdio proxy's four
+pipes take 1 MiB of it, as sixteen pipes of the default size do, so 64 proxies may run at once
+before it is reached (pipes of 1 MiB, Linux's bound for a process without privileges, saved a 1
+MB prompt 8% more, and reach it at 16). A proxy serving a network listener, one Agent per link,
+leaves its Agents' pipes as the system makes them."""
 
 LARGE_MESSAGE_BYTES = 64 * 1024
 """Messages this large may be parsed in a worker process (:mod:`proxy.shell.parsing`), not on

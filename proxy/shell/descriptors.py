@@ -7,7 +7,7 @@ written for the interpreter (a view of the rest, no copy) and stays out of the c
 which evaluated a slice bound with a side effect twice (``docs/development.md``).
 
 A pipe holds 64 KiB unless asked for more (Linux). A 64 KiB prompt, one byte more with its
-newline, then crosses it in two writes and two reads, each a wake-up of both processes: 40-100 us
+newline, then crosses it in two writes and two reads, each a wake-up of both processes: 50-130 us
 of a round trip through the proxy (docs/bench.md). :func:`widen_pipe` asks for more room on the
 pipes of a stdio proxy (``--pipe-bytes``).
 """
@@ -57,12 +57,15 @@ def widen_pipe(descriptor: int, size: int) -> int | None:
     before = pipe_size(descriptor)
     if before is None or _SET_SIZE is None or before >= size:
         return before
-    for asked in (size, _pipe_max_size()):
-        if asked is not None and before < asked <= size:
-            try:
-                return fcntl.fcntl(descriptor, _SET_SIZE, asked)
-            except OSError:
-                continue
+    try:
+        return fcntl.fcntl(descriptor, _SET_SIZE, size)
+    except OSError:
+        most = _pipe_max_size()
+    if most is not None and before < most < size:
+        try:
+            return fcntl.fcntl(descriptor, _SET_SIZE, most)
+        except OSError:
+            pass
     return before
 
 

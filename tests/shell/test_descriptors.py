@@ -11,6 +11,8 @@ import textwrap
 import threading
 from pathlib import Path
 
+import pytest
+
 from proxy.shell.descriptors import pipe_size, widen_pipe, write_all
 
 
@@ -99,3 +101,35 @@ def test_a_pipe_asked_past_what_the_system_allows_gets_its_most() -> None:
     )
     most, widened, after = done.stdout.split()
     assert most == widened == after
+
+
+def test_a_user_past_their_pipe_budget_keeps_the_pipes_as_made() -> None:
+    """Once a user's pipes hold ``pipe-user-pages-soft`` in all, the kernel widens none of
+    theirs (``EPERM``, ``pipe-max-size`` too): the pipe keeps what it holds, and nothing fails.
+    As ``nobody``, in a process of its own (root may be exempt)."""
+    script = textwrap.dedent(
+        """
+        import os
+        from proxy.shell.descriptors import pipe_size, widen_pipe
+        if os.getuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+        if int(open("/proc/sys/fs/pipe-user-pages-soft").read()) == 0:
+            raise SystemExit("no budget")
+        for _ in range(10_000):
+            read_end, _write_end = os.pipe()
+            made = pipe_size(read_end)
+            widened = widen_pipe(read_end, 1 << 20)
+            if widened != 1 << 20:
+                print(made, widened, pipe_size(read_end))
+                break
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    if done.stderr.strip().endswith("no budget"):
+        pytest.skip("this system sets no pipe budget (pipe-user-pages-soft is 0)")
+    assert done.returncode == 0, done.stderr
+    made, widened, after = done.stdout.split()
+    assert made == widened == after
