@@ -26,7 +26,13 @@ from stdio_scenario import barrier
 from proxy.control import ControlClient
 from proxy.shell.defaults import PIPE_BYTES, WRITE_SLICE
 from proxy.shell.transports.pipes import ArrivingReader
-from proxy.shell.transports.stdio import IN_PLACE_LINES, LineStream, send_signal
+from proxy.shell.transports.stdio import (
+    IN_PLACE_LINES,
+    LineStream,
+    pipe_descriptor,
+    send_signal,
+    widen_pipes,
+)
 
 CLIENT_MESSAGES: list[tuple[bytes, bytes | None]] = [
     # (what the Client sends, the id the Agent must see instead of the Client's; None: unchanged)
@@ -300,6 +306,26 @@ async def test_pipes_asked_past_what_the_system_allows_are_logged_and_work(
         ("agent", asked, most, most),
         ("client", asked, most, most),
     ]
+
+
+async def test_a_pipe_closed_before_it_is_widened_is_passed_over() -> None:
+    """An Agent that exits at once can have its pipes closed before ``spawn_agent`` widens them
+    (under load, ``replay client`` against ``false`` said "I/O operation on closed file"): a
+    closed pipe has no descriptor, and widening passes over it."""
+    loop = asyncio.get_running_loop()
+    read_end, write_end = os.pipe()
+    lost: asyncio.Future[None] = loop.create_future()
+
+    class Lost(asyncio.BaseProtocol):
+        def connection_lost(self, exc: Exception | None) -> None:
+            lost.set_result(None)
+
+    transport, _ = await loop.connect_write_pipe(Lost, os.fdopen(write_end, "wb", 0))
+    assert pipe_descriptor(transport) == write_end
+    os.close(read_end)  # the Agent is gone: the transport sees its end close, and closes
+    await asyncio.wait_for(lost, TIMEOUT)
+    assert pipe_descriptor(transport) is None
+    widen_pipes("agent", PIPE_BYTES, reading=None, writing=pipe_descriptor(transport))
 
 
 async def test_stdout_carries_only_protocol_even_at_debug_level(

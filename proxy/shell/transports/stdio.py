@@ -52,6 +52,7 @@ __all__ = [
     "exit_status",
     "in_child",
     "open_client_stdio",
+    "pipe_descriptor",
     "send_signal",
     "spawn_agent",
     "widen_pipes",
@@ -577,15 +578,18 @@ def send_signal(process: asyncio.subprocess.Process, signum: int) -> None:
             os.kill(process.pid, signum)
 
 
-def widen_pipes(peer: str, size: int, *, reading: int, writing: int) -> None:
+def widen_pipes(peer: str, size: int, *, reading: int | None, writing: int | None) -> None:
     """Ask that the pipes between the proxy and ``peer`` (the proxy's ends: ``reading`` from
-    it, ``writing`` to it) hold ``size`` bytes each (0: as the system made them; never less than
-    that). What each holds after is logged (None: not a pipe), at info when the system kept a
-    pipe smaller than asked: it works as before, only with more wake-ups
-    (:func:`~proxy.shell.descriptors.widen_pipe`)."""
+    it, ``writing`` to it; None: closed already) hold ``size`` bytes each (0: as the system made
+    them; never less than that). What each holds after is logged (None: not a pipe, or closed),
+    at info when the system kept a pipe smaller than asked: it works as before, only with more
+    wake-ups (:func:`~proxy.shell.descriptors.widen_pipe`)."""
     if size <= 0:
         return
-    sizes = {"from_peer": widen_pipe(reading, size), "to_peer": widen_pipe(writing, size)}
+    sizes = {
+        "from_peer": None if reading is None else widen_pipe(reading, size),
+        "to_peer": None if writing is None else widen_pipe(writing, size),
+    }
     if all(held is None or held >= size for held in sizes.values()):
         log.debug("pipe sizes", peer=peer, asked=size, **sizes)
     else:
@@ -596,6 +600,13 @@ def widen_pipes(peer: str, size: int, *, reading: int, writing: int) -> None:
             asked=size,
             **sizes,
         )
+
+
+def pipe_descriptor(transport: asyncio.BaseTransport | None) -> int | None:
+    """The descriptor of a pipe transport's pipe; None once it is closed (an Agent that exited
+    at once: its pipes may close before :func:`spawn_agent` looks at them)."""
+    pipe = None if transport is None else transport.get_extra_info("pipe")
+    return None if pipe is None or pipe.closed else int(pipe.fileno())
 
 
 def _is_stream_fd(fd: int) -> bool:
@@ -835,16 +846,15 @@ async def spawn_agent(
         preexec_fn=functools.partial(in_child, os.getpid()),
     )
     process = asyncio.subprocess.Process(transport, protocol, loop)
-    stdin_transport = transport.get_pipe_transport(0)
     stdout_transport = transport.get_pipe_transport(1)
-    assert stdin_transport is not None
     assert stdout_transport is not None
-    widen_pipes(
-        "agent",
-        pipe_bytes,
-        reading=stdout_transport.get_extra_info("pipe").fileno(),
-        writing=stdin_transport.get_extra_info("pipe").fileno(),
-    )
+    if pipe_bytes > 0:
+        widen_pipes(
+            "agent",
+            pipe_bytes,
+            reading=pipe_descriptor(stdout_transport),
+            writing=pipe_descriptor(transport.get_pipe_transport(0)),
+        )
     log.info("agent started", pid=process.pid, argv=list(argv))
     return AgentProcess(
         process,
