@@ -81,39 +81,42 @@ def test_a_file_or_a_socket_is_not_a_pipe(tmp_path: Path) -> None:
         assert widen_pipe(left.fileno(), 1 << 20) is None
 
 
+def run_as_nobody(body: str) -> subprocess.CompletedProcess[str]:
+    """``body`` run by Python as ``nobody`` (from root; as whoever runs the tests otherwise),
+    with ``os``, ``pipe_size`` and ``widen_pipe`` imported: a user without ``CAP_SYS_RESOURCE``,
+    whose pipe budget the test may use up in a process of its own."""
+    script = (
+        "import os\n"
+        "from proxy.shell.descriptors import pipe_size, widen_pipe\n"
+        "if os.getuid() == 0:\n"
+        "    os.setgid(65534)\n"
+        "    os.setuid(65534)\n"
+    ) + textwrap.dedent(body)
+    return subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_a_pipe_asked_past_what_the_system_allows_gets_its_most() -> None:
     """Past ``pipe-max-size`` a process without ``CAP_SYS_RESOURCE`` is refused (``EPERM``): the
-    pipe gets ``pipe-max-size`` instead. The check runs as ``nobody`` (root may have it)."""
-    script = textwrap.dedent(
+    pipe gets ``pipe-max-size`` instead."""
+    done = run_as_nobody(
         """
-        import os
-        from proxy.shell.descriptors import pipe_size, widen_pipe
-        if os.getuid() == 0:
-            os.setgid(65534)
-            os.setuid(65534)
         most = int(open("/proc/sys/fs/pipe-max-size").read())
         read_end, _ = os.pipe()
         print(most, widen_pipe(read_end, 2 * most), pipe_size(read_end))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
+    assert done.returncode == 0, done.stderr
     most, widened, after = done.stdout.split()
     assert most == widened == after
 
 
 def test_a_user_past_their_pipe_budget_keeps_the_pipes_as_made() -> None:
     """Once a user's pipes hold ``pipe-user-pages-soft`` in all, the kernel widens none of
-    theirs (``EPERM``, ``pipe-max-size`` too): the pipe keeps what it holds, and nothing fails.
-    As ``nobody``, in a process of its own (root may be exempt)."""
-    script = textwrap.dedent(
+    theirs (``EPERM``, ``pipe-max-size`` too): the pipe keeps what it holds, and nothing fails."""
+    done = run_as_nobody(
         """
-        import os
-        from proxy.shell.descriptors import pipe_size, widen_pipe
-        if os.getuid() == 0:
-            os.setgid(65534)
-            os.setuid(65534)
         if int(open("/proc/sys/fs/pipe-user-pages-soft").read()) == 0:
             raise SystemExit("no budget")
         for _ in range(10_000):
@@ -124,9 +127,6 @@ def test_a_user_past_their_pipe_budget_keeps_the_pipes_as_made() -> None:
                 print(made, widened, pipe_size(read_end))
                 break
         """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
     )
     if done.stderr.strip().endswith("no budget"):
         pytest.skip("this system sets no pipe budget (pipe-user-pages-soft is 0)")

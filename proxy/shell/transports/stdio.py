@@ -848,13 +848,12 @@ async def spawn_agent(
     process = asyncio.subprocess.Process(transport, protocol, loop)
     stdout_transport = transport.get_pipe_transport(1)
     assert stdout_transport is not None
-    if pipe_bytes > 0:
-        widen_pipes(
-            "agent",
-            pipe_bytes,
-            reading=pipe_descriptor(stdout_transport),
-            writing=pipe_descriptor(transport.get_pipe_transport(0)),
-        )
+    widen_pipes(
+        "agent",
+        pipe_bytes,
+        reading=pipe_descriptor(stdout_transport),
+        writing=pipe_descriptor(transport.get_pipe_transport(0)),
+    )
     log.info("agent started", pid=process.pid, argv=list(argv))
     return AgentProcess(
         process,
