@@ -15,11 +15,15 @@ import sys
 
 import pytest
 from tool_runs import BENCH_TEST_TIMEOUT, positive, short_bench
+from websockets.client import ClientProtocol
+from websockets.frames import Frame
+from websockets.protocol import State
+from websockets.uri import parse_uri
 
 from proxy import compiled_modules, core_build
 from proxy.shell.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD
 from proxy.tools.bench import TARGETS, WORKLOADS
-from proxy.tools.bench.messages import update_line, updates
+from proxy.tools.bench.messages import text_frame, update_frames, update_line, updates
 from proxy.tools.bench.run import _allocator_fixed
 from proxy.tools.bench.ws_targets import WS_TARGETS
 
@@ -128,3 +132,26 @@ def test_a_stream_is_the_numbered_notifications_in_one_block(count: int) -> None
     lines = block.splitlines(keepends=True)
     assert len(lines) == count
     assert lines == [update_line(seq % 1000) for seq in range(count)]
+
+
+def _server_frames(data: bytes) -> list[tuple[str, bool, bytes]]:
+    """``data`` parsed by ``websockets``' own Client protocol: each frame's opcode, fin, payload."""
+    protocol = ClientProtocol(parse_uri("ws://127.0.0.1/acp"), state=State.OPEN, max_size=None)
+    protocol.receive_data(data)
+    frames = protocol.events_received()
+    assert all(isinstance(frame, Frame) for frame in frames)
+    return [(frame.opcode.name, frame.fin, bytes(frame.data)) for frame in frames]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536, 200_000])
+def test_a_text_frame_is_what_websockets_parses(size: int) -> None:
+    """Each of the three lengths of RFC 6455 5.2 (7 bits, 16, 64), at its edges."""
+    payload = b"x" * size
+    assert _server_frames(text_frame(payload)) == [("TEXT", True, payload)]
+
+
+@pytest.mark.parametrize("count", [0, 1, 1001])
+def test_a_websocket_stream_is_the_numbered_notifications_framed_in_one_block(count: int) -> None:
+    """The WebSocket Agent's stream: the stdio one's notifications, each a text frame."""
+    frames = _server_frames(update_frames(count))
+    assert frames == [("TEXT", True, update_line(seq % 1000)[:-1]) for seq in range(count)]

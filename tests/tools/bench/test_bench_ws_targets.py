@@ -141,6 +141,68 @@ async def test_a_websocket_target_that_misbehaves_is_a_bench_error(
         await asyncio.wait_for(asyncio.to_thread(drive), TIMEOUT)
 
 
+async def test_the_client_answers_pings_and_joins_fragments() -> None:
+    """A server that pings the Client before answering, and sends the answer in three
+    fragments: the ping is answered (else the server never answers), the fragments are one
+    answer, and a stream of one notification after it is counted."""
+
+    async def pings_then_fragments(connection: ServerConnection) -> None:
+        await connection.recv()
+        await asyncio.wait_for(await connection.ping(b"are you there"), TIMEOUT)
+        await connection.send(['{"jsonrpc":"2.0",', '"id":1,', '"result":{}}'])
+        await connection.recv()
+        await connection.send('{"jsonrpc":"2.0","method":"session/update","params":{}}')
+        await connection.send('{"jsonrpc":"2.0","id":2,"result":{"sent":1}}')
+        await connection.wait_closed()
+
+    async with serve(pings_then_fragments, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+
+        def drive() -> None:
+            peer = BlockingWsPeer(f"ws://127.0.0.1:{port}/acp")
+            try:
+                assert peer.call("_bench/ping", {}) > 0
+                assert peer.stream(1)[0] == 1
+            finally:
+                peer.close()
+
+        await asyncio.wait_for(asyncio.to_thread(drive), TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    ("frame", "error"),
+    [
+        (b"\x81\x82abcd\x1a\x1b", "sent a frame no server sends"),  # masked
+        (b"\xc1\x01x", "sent a frame no server sends"),  # RSV1 without an extension
+        (b"\x88\x02\x03\xe8", r"closed the WebSocket: received 1000 \(OK\)"),
+        (b"\x88\x02\x00\x01", r"closed the WebSocket: received close b'\\x00\\x01'"),
+    ],
+    ids=["masked", "rsv1", "close", "close with a code no one sends"],
+)
+async def test_a_frame_no_server_sends_or_a_close_is_a_bench_error(
+    frame: bytes, error: str
+) -> None:
+    """Frames written raw on the server's transport, where the answer should be."""
+
+    async def raw(connection: ServerConnection) -> None:
+        await connection.recv()
+        connection.transport.write(frame)
+        await connection.wait_closed()
+
+    async with serve(raw, "127.0.0.1", 0, close_timeout=1) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+
+        def drive() -> None:
+            peer = BlockingWsPeer(f"ws://127.0.0.1:{port}/acp")
+            try:
+                with pytest.raises(BenchError, match=error):
+                    peer.call("_bench/ping", {})
+            finally:
+                peer.close()
+
+        await asyncio.wait_for(asyncio.to_thread(drive), TIMEOUT)
+
+
 def test_no_websocket_there_is_an_error_the_run_reports() -> None:
     """A refused connection is an ``OSError``, which the run reports as the target's error."""
     with pytest.raises(ConnectionRefusedError):
