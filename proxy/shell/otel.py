@@ -130,6 +130,9 @@ class Tracing:
         self._provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter()))
         self._tracer = self._provider.get_tracer("acp-fault-proxy", proxy.__version__)
         self._open: OrderedDict[_Key, _Open] = OrderedDict()
+        self._of_link: dict[int | None, dict[_Key, None]] = {}
+        """Each link's keys in :attr:`_open`, oldest first: a link's end (or its peer's) ends
+        its own spans without a look at every link's."""
         self._started: dict[int, tuple[Message, Span]] = {}
         """Spans :meth:`meta_for` opened, by the identity of their message, until the observation
         of that message gives them their link (in the same turn of the loop)."""
@@ -279,6 +282,7 @@ class Tracing:
             turn = (link, seen.session)
             self._prompts[turn] = key
         opened = self._open[key] = _Open(span, turn)
+        self._of_link.setdefault(link, {})[key] = None
         if len(self._open) > self._max_open:
             oldest_key, oldest = self._open.popitem(last=False)
             self._finish(oldest_key, oldest, "evicted", error=True)
@@ -336,15 +340,18 @@ class Tracing:
     def _end_where(self, link: int | None, direction: Direction | None, outcome: str) -> None:
         """End the spans of ``link``'s requests (travelling ``direction``; None: all)."""
         ending = [
-            key
-            for key in self._open
-            if key[0] == link and (direction is None or key[1] is direction)
+            key for key in self._of_link.get(link, ()) if direction is None or key[1] is direction
         ]
         for key in ending:
             self._end(key, outcome)
 
     def _finish(self, key: _Key, opened: _Open, outcome: str, *, error: bool = False) -> None:
         """End a span the caller took out of :attr:`_open`."""
+        keys = self._of_link.get(key[0])
+        if keys is not None:
+            keys.pop(key, None)
+            if not keys:
+                del self._of_link[key[0]]
         span = opened.span
         span.set_attribute("acp.outcome", outcome)
         if error:

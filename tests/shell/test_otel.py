@@ -31,6 +31,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from proxy.core.events import Direction, Side
+from proxy.core.jsonrpc import Kind
+from proxy.core.observations import Disconnected, PeerGone, Relayed
+from proxy.shell.otel import Tracing
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -364,3 +370,43 @@ def test_otel_without_the_extra_is_one_clear_line(tmp_path: Path) -> None:
     err = done.stderr.decode()
     assert "Traceback" not in err
     assert "--otel needs OpenTelemetry: pip install 'acp-fault-proxy[otel]'" in err
+
+
+def test_a_links_end_ends_its_own_spans_and_no_other_links() -> None:
+    """The observer alone, fed observations (no sockets): two links with the same request ids;
+    the peer of one link gone ends that link's requests toward it, the link's end the rest of
+    its own, oldest first; the other link's span stays open until the proxy stops."""
+
+    def sent(direction: Direction, request_id: bytes) -> Relayed:
+        return Relayed(
+            direction=direction,
+            kind=Kind.REQUEST,
+            method="_x/work",
+            session=None,
+            size=40,
+            original_id=request_id,
+            forwarded_id=request_id,
+        )
+
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter)
+    for link in (1, 2):
+        tracing.observe(sent(Direction.TO_AGENT, b"7"), link)
+        tracing.observe(sent(Direction.TO_AGENT, b"8"), link)
+        tracing.observe(sent(Direction.TO_CLIENT, b"9"), link)
+    tracing.observe(PeerGone(side=Side.AGENT, abandoned=2), 1)
+    tracing.observe(Disconnected(Side.AGENT, "stdio"), 1)
+    tracing.observe(Disconnected(Side.CLIENT, "stdio"), 1)
+    tracing.close()
+    ended = [
+        (span.attributes["acp.link"], span.attributes["acp.outcome"])  # type: ignore[index]
+        for span in exporter.get_finished_spans()
+    ]
+    assert ended == [
+        (1, "peer_gone"),
+        (1, "peer_gone"),
+        (1, "link_end"),
+        (2, "proxy_stopped"),
+        (2, "proxy_stopped"),
+        (2, "proxy_stopped"),
+    ]
