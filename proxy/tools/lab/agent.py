@@ -50,7 +50,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
@@ -75,7 +75,6 @@ __all__ = [
     "run_served",
     "serve_agent",
     "serve_connections",
-    "served_at",
 ]
 
 log = get_logger("proxy.agent")
@@ -84,24 +83,19 @@ PROTOCOL_VERSION = 2
 MAX_KEY = 255
 
 
-@dataclass(frozen=True, slots=True)
-class AgentOptions:
-    """How the reference Agent behaves."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServedOptions:
+    """What a tool that serves Clients as an Agent is told of where and how (the reference
+    Agent's options, ``acp-proxy replay agent``'s): the address, its certificate, the bound on
+    one message."""
 
     listen: Address = STDIO
-    store: Path | None = None
-    dedupe: bool = True
-    turn_ms: float = 50.0
-    fail_prompts: int = 0
-    """The first valid prompts of the process answered ``-32603``, nothing inserted."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     tls: ssl.SSLContext | None = None
     """The certificate served on an ``https://`` or ``wss://`` listener (:mod:`proxy.shell.tls`)."""
 
     def __post_init__(self) -> None:
         check_listener(self.listen.url, secure=self.listen.secure, served=self.tls is not None)
-        at_least("--turn-ms", self.turn_ms, 0)
-        at_least("--fail-prompts", self.fail_prompts, 0)
         at_least("max_message_bytes", self.max_message_bytes, 1)
 
     @classmethod
@@ -112,25 +106,32 @@ class AgentOptions:
         tls_cert: Path | None = None,
         tls_key: Path | None = None,
         **settings: Any,
-    ) -> AgentOptions:
-        """The options of ``acp-proxy agent``: ``listen`` parsed and its certificate's files
-        read (an :class:`~proxy.core.errors.OptionError` when it is no address, or they cannot
-        be used), the others as given."""
-        address, tls = served_at(listen, tls_cert, tls_key)
+    ) -> Self:
+        """The options as the command line gave them: ``listen`` parsed and its certificate's
+        files read (an :class:`~proxy.core.errors.OptionError` when it is no address, or they
+        cannot be used), the others as given."""
+        try:
+            address = parse_address(listen, option="--listen")
+        except ConfigError as exc:
+            raise OptionError(str(exc)) from None
+        tls = listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
         return cls(listen=address, tls=tls, **settings)
 
 
-def served_at(
-    listen: str, tls_cert: Path | None, tls_key: Path | None
-) -> tuple[Address, ssl.SSLContext | None]:
-    """Where a tool serves Clients (``--listen``, parsed) and the certificate it serves there
-    (its files read); an :class:`~proxy.core.errors.OptionError` when the address is none or
-    the files cannot be used."""
-    try:
-        address = parse_address(listen, option="--listen")
-    except ConfigError as exc:
-        raise OptionError(str(exc)) from None
-    return address, listener_tls(address.url, secure=address.secure, cert=tls_cert, key=tls_key)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentOptions(ServedOptions):
+    """How the reference Agent behaves."""
+
+    store: Path | None = None
+    dedupe: bool = True
+    turn_ms: float = 50.0
+    fail_prompts: int = 0
+    """The first valid prompts of the process answered ``-32603``, nothing inserted."""
+
+    def __post_init__(self) -> None:
+        ServedOptions.__post_init__(self)  # (a slotted dataclass has no zero-argument super())
+        at_least("--turn-ms", self.turn_ms, 0)
+        at_least("--fail-prompts", self.fail_prompts, 0)
 
 
 @dataclass

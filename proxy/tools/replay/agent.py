@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import ssl
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +24,9 @@ from proxy.core.jsonrpc import Batch, ErrorCode, Invalid, Message, error_respons
 from proxy.core.matching import Ignore
 from proxy.core.recording import RecordingError
 from proxy.core.replay import Outgoing, ReplayAgent, ReplayConnection
-from proxy.shell.defaults import DEFAULT_MAX_MESSAGE_BYTES
 from proxy.shell.endpoint import Endpoint
 from proxy.shell.log import get_logger, shorten
-from proxy.shell.server import STDIO, Address
-from proxy.shell.tls import check_listener
-from proxy.tools.lab.agent import run_served, serve_connections, served_at
+from proxy.tools.lab.agent import ServedOptions, run_served, serve_connections
 from proxy.tools.replay.files import load_replayable
 
 __all__ = ["EXIT_BAD_RECORDING", "ReplayAgentOptions", "replay_agent_main", "serve_replay"]
@@ -42,37 +38,20 @@ EXIT_BAD_RECORDING = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReplayAgentOptions:
-    """What ``acp-proxy replay agent`` replays, and how."""
+class ReplayAgentOptions(ServedOptions):
+    """What ``acp-proxy replay agent`` replays, and how (where it serves: as the reference
+    Agent)."""
 
     recording: Path
-    listen: Address = STDIO
     ignore: tuple[str, ...] = ()
     strict_order: bool = False
     dedupe: bool = False
     speed: float = 1.0
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    tls: ssl.SSLContext | None = None
-    """The certificate served on an ``https://`` or ``wss://`` listener (:mod:`proxy.shell.tls`)."""
 
     def __post_init__(self) -> None:
-        check_listener(self.listen.url, secure=self.listen.secure, served=self.tls is not None)
+        ServedOptions.__post_init__(self)  # (a slotted dataclass has no zero-argument super())
         at_least("--speed", self.speed, 0)
         Ignore(self.ignore)  # each path checked now
-
-    @classmethod
-    def from_command_line(
-        cls,
-        *,
-        listen: str = "stdio",
-        tls_cert: Path | None = None,
-        tls_key: Path | None = None,
-        **settings: Any,
-    ) -> ReplayAgentOptions:
-        """The options as the command line gave them (the address parsed, its certificate's
-        files read), as the reference Agent's are."""
-        address, tls = served_at(listen, tls_cert, tls_key)
-        return cls(listen=address, tls=tls, **settings)
 
 
 def replay_agent_main(options: ReplayAgentOptions) -> int:
