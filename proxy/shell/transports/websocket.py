@@ -305,7 +305,7 @@ class _WsEndpoint:
         except _WRITE_FAILURES as exc:
             _went_away(exc)
         finally:
-            with contextlib.suppress(ConnectionError, RuntimeError, websockets.ConnectionClosed):
+            with contextlib.suppress(*_WRITE_FAILURES):  # closing one that went away
                 await self._close_socket(self._close_code, self._close_reason)
 
     async def _send_frame(self, data: bytes) -> None:
