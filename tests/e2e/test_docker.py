@@ -218,6 +218,19 @@ STOPPED_WITHIN = 60
 10 s) hold the last batch's flush that long."""
 
 
+def client_confirms(url: str) -> None:
+    """The reference Client, on this machine, sends a prompt through ``url`` and exits 0 (its
+    prompt confirmed)."""
+    client = subprocess.run(
+        [sys.executable, "-m", "proxy", "client", "-p", "hello", "--connect", url],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT * 4,
+        check=False,
+    )
+    assert client.returncode == 0, client.stdout + client.stderr
+
+
 def logged(container: str, text: str, stream: str = "stderr") -> str:
     """The container's log once it holds ``text`` (waiting for it)."""
     deadline = time.monotonic() + TIMEOUT * 2
@@ -261,15 +274,7 @@ def test_run_otel_in_the_image_exports_the_spans_and_never_costs_an_answer(
         assert published.returncode == 0, published.stderr
         port = published.stdout.split()[0].rpartition(":")[2]
 
-        url = f"ws://127.0.0.1:{port}/acp"
-        client = subprocess.run(
-            [sys.executable, "-m", "proxy", "client", "-p", "hello", "--connect", url],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT * 4,
-            check=False,
-        )
-        assert client.returncode == 0, client.stdout + client.stderr
+        client_confirms(f"ws://127.0.0.1:{port}/acp")
 
         # SIGTERM through init: the spans still queued are sent (or given up) before the exit.
         stop = docker("stop", "--time", str(STOPPED_WITHIN), proxy, timeout=STOPPED_WITHIN * 2)
@@ -379,15 +384,7 @@ def test_the_compose_stack_relays_a_client_and_prometheus_counts_the_fault(
         assert [rule["name"] for rule in rules["rules"]]
 
         # The reference Client through the proxy: the first prompt's answer is lost, retried.
-        url = f"http://127.0.0.1:{listener}/acp"
-        client = subprocess.run(
-            [sys.executable, "-m", "proxy", "client", "-p", "hello", "--connect", url],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT * 4,
-            check=False,
-        )
-        assert client.returncode == 0, client.stdout + client.stderr
+        client_confirms(f"http://127.0.0.1:{listener}/acp")
 
     # Prometheus scrapes each /metrics with the token (its only way in) and counts the faults.
     deadline = time.monotonic() + SCRAPED_WITHIN
