@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from json_values import values_in
 
 from proxy.core.commands import Send
 from proxy.core.compact import (
@@ -119,15 +120,7 @@ def test_no_compacted_body_holds_more_than_its_bound_of_values() -> None:
     params = {"sessionId": "S", "rows": [[1, 2, 3] for _ in range(MAX_VALUES)]}
     message = worker(encode({"jsonrpc": "2.0", "method": "m", "params": params}))
     assert isinstance(message, Message)
-    assert _count(message.body) <= MAX_VALUES + 1
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + sum(_count(item) for item in value.values())
-    if isinstance(value, list):
-        return 1 + sum(_count(item) for item in value)
-    return 1
+    assert values_in(message.body) <= MAX_VALUES + 1
 
 
 def test_an_elided_value_matches_no_pattern() -> None:

@@ -9,17 +9,9 @@ from typing import Any
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
+from json_values import values_in
 
 from proxy.core.parse_cost import QUOTES_SCANNED, few_values, value_count
-
-
-def values_in(value: Any) -> int:
-    """The JSON values ``value`` is made of, itself included: the objects a parse builds."""
-    if isinstance(value, dict):
-        return 1 + sum(values_in(each) for each in value.values())
-    if isinstance(value, list):
-        return 1 + sum(values_in(each) for each in value)
-    return 1
 
 
 def prompt(text: str) -> bytes:
