@@ -46,12 +46,13 @@ them (0, or 1 when a target could not be driven at all).
 
 Over WebSocket
 --------------
-The same three workloads, with a blocking WebSocket Client (:mod:`.ws_driver`: ``websockets``'
-sans-I/O protocol on a blocking socket in the bench's worker thread, a MiB read at a time; no
-``Origin`` header, no permessage-deflate, the stream's messages counted undecoded), through the
-WebSocket bench Agent (:mod:`.ws_agent`, which frames a stream's notifications at once and
-writes them in one go, as the stdio Agent writes its lines in one block; it answers a request
-with its params echoed, so a 64 KiB prompt's answer is 64 KiB too) reached (:mod:`.ws_targets`)
+The same three workloads, with a blocking WebSocket Client (:mod:`.ws_driver`: a blocking
+socket in the bench's worker thread, a MiB read at a time, the frames received parsed in one
+pass, what it sends framed by ``websockets``' sans-I/O protocol; no ``Origin`` header, no
+permessage-deflate, the stream's messages counted undecoded), through the WebSocket bench Agent
+(:mod:`.ws_agent`, which writes a stream's notifications as frames built once, in one write, as
+the stdio Agent writes its lines in one block; it answers a request with its params echoed, so
+a 64 KiB prompt's answer is 64 KiB too) reached (:mod:`.ws_targets`)
 
 * ``direct``: the bench connects to the Agent;
 * ``websockets``: through :mod:`.ws_relay` (``python -m proxy.tools.bench.ws_relay AGENT_URL``),

@@ -74,8 +74,9 @@ class _Cycle:
         self._count = len(pieces)
 
     def first(self, count: int) -> bytes:
-        """The first ``count`` pieces of the endless repetition, in one block."""
-        whole, rest = divmod(count, self._count)
+        """The first ``count`` pieces of the endless repetition, in one block (none for a
+        count below 1)."""
+        whole, rest = divmod(max(count, 0), self._count)
         return self._block * whole + self._block[: self._starts[rest]]
 
 

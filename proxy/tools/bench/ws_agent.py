@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.protocol import State
 
 from proxy.tools.bench.messages import READ_LIMIT, STREAM_METHOD, echo_result, update_frames
 
@@ -61,6 +62,8 @@ async def listen() -> None:
                     continue
                 count, result = reply
                 if count:
+                    if connection.protocol.state is not State.OPEN:
+                        break  # closing: no data frame may follow a close frame
                     # Frames built once, written whole (see the module): nothing of
                     # websockets' is pending here, each of its events being flushed as made.
                     connection.transport.write(update_frames(count))

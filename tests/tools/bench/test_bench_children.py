@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 
 import pytest
 from harness import TIMEOUT
 from websockets.asyncio.client import connect
+
+from proxy.tools.bench.ws_driver import BlockingWsPeer
 
 AGENT = [sys.executable, "-m", "proxy.tools.bench.agent"]
 RELAY = [sys.executable, "-m", "proxy.tools.bench.relay"]
@@ -127,3 +130,45 @@ async def test_the_websocket_agent_says_where_and_echoes_every_request() -> None
     finally:
         process.terminate()
         await process.wait()
+
+
+def test_the_websocket_agent_sends_nothing_after_a_close() -> None:
+    """A stream asked for and the WebSocket closed in one write: the Agent reads the request
+    after it answered the close, and sends no frame after it (nor fails: a write after its
+    half-close would raise in its handler)."""
+    from websockets.client import ClientProtocol
+    from websockets.frames import Frame
+    from websockets.uri import parse_uri
+
+    agent = subprocess.Popen(
+        WS_AGENT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert agent.stdout is not None
+        url = agent.stdout.readline().decode().strip()
+        uri = parse_uri(url)
+        protocol = ClientProtocol(uri)
+        with socket.create_connection((uri.host, uri.port), timeout=TIMEOUT) as link:
+            protocol.send_request(protocol.connect())
+            link.sendall(b"".join(protocol.data_to_send()))
+            while not protocol.events_received():
+                protocol.receive_data(link.recv(1 << 16))
+            stream = {"jsonrpc": "2.0", "id": 1, "method": "_bench/stream", "params": {"count": 3}}
+            protocol.send_text(json.dumps(stream).encode())
+            protocol.send_close()
+            link.sendall(b"".join(data for data in protocol.data_to_send() if data))
+            while data := link.recv(1 << 16):  # until the Agent closes the connection
+                protocol.receive_data(data)
+        frames = [event for event in protocol.events_received() if isinstance(event, Frame)]
+        # A ping answered on a new connection: the handler of the first has run by then (one
+        # event loop serves both, the first's message queued before).
+        peer = BlockingWsPeer(url)
+        try:
+            assert peer.call("_bench/ping", {}) > 0
+        finally:
+            peer.close()
+    finally:
+        agent.terminate()
+        _, stderr = agent.communicate(timeout=TIMEOUT)
+    assert [frame.opcode.name for frame in frames] == ["CLOSE"]
+    assert b"Traceback" not in stderr, stderr.decode()
