@@ -71,6 +71,7 @@ from proxy.tools.rpc import encode
 __all__ = [
     "AgentOptions",
     "ReferenceAgent",
+    "ServedOptions",
     "agent_main",
     "run_served",
     "serve_agent",
