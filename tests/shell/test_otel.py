@@ -372,28 +372,30 @@ def test_otel_without_the_extra_is_one_clear_line(tmp_path: Path) -> None:
     assert "--otel needs OpenTelemetry: pip install 'acp-fault-proxy[otel]'" in err
 
 
+def _sent(direction: Direction, request_id: bytes) -> Relayed:
+    """The observation of a request forwarded (no socket: the observer alone is fed)."""
+    return Relayed(
+        direction=direction,
+        kind=Kind.REQUEST,
+        method="_x/work",
+        session=None,
+        size=40,
+        original_id=request_id,
+        forwarded_id=request_id,
+    )
+
+
 def test_a_links_end_ends_its_own_spans_and_no_other_links() -> None:
     """The observer alone, fed observations (no sockets): two links with the same request ids;
     the peer of one link gone ends that link's requests toward it, the link's end the rest of
     its own, oldest first; the other link's span stays open until the proxy stops."""
 
-    def sent(direction: Direction, request_id: bytes) -> Relayed:
-        return Relayed(
-            direction=direction,
-            kind=Kind.REQUEST,
-            method="_x/work",
-            session=None,
-            size=40,
-            original_id=request_id,
-            forwarded_id=request_id,
-        )
-
     exporter = InMemorySpanExporter()
     tracing = Tracing(exporter)
     for link in (1, 2):
-        tracing.observe(sent(Direction.TO_AGENT, b"7"), link)
-        tracing.observe(sent(Direction.TO_AGENT, b"8"), link)
-        tracing.observe(sent(Direction.TO_CLIENT, b"9"), link)
+        tracing.observe(_sent(Direction.TO_AGENT, b"7"), link)
+        tracing.observe(_sent(Direction.TO_AGENT, b"8"), link)
+        tracing.observe(_sent(Direction.TO_CLIENT, b"9"), link)
     tracing.observe(PeerGone(side=Side.AGENT, abandoned=2), 1)
     tracing.observe(Disconnected(Side.AGENT, "stdio"), 1)
     tracing.observe(Disconnected(Side.CLIENT, "stdio"), 1)
@@ -410,3 +412,18 @@ def test_a_links_end_ends_its_own_spans_and_no_other_links() -> None:
         (2, "proxy_stopped"),
         (2, "proxy_stopped"),
     ]
+
+
+def test_a_span_evicted_is_gone_from_its_links_end() -> None:
+    """Past ``max_open``, the oldest span ends ``evicted``; its link's end then ends only the
+    spans still open (never the evicted one twice)."""
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter, max_open=2)
+    for request_id in (b"1", b"2", b"3"):
+        tracing.observe(_sent(Direction.TO_AGENT, request_id), 1)
+    tracing.observe(Disconnected(Side.AGENT, "stdio"), 1)
+    tracing.observe(Disconnected(Side.CLIENT, "stdio"), 1)
+    tracing.close()
+    ended = [span.attributes["acp.outcome"] for span in exporter.get_finished_spans()]  # type: ignore[index]
+    assert ended == ["evicted", "link_end", "link_end"]
+    assert tracing.evicted == 1
