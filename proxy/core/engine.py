@@ -31,7 +31,7 @@ from proxy.core.events import Direction
 from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
 from proxy.core.held import HeldBound, HeldIds
 from proxy.core.jsonrpc import Kind, session_of
-from proxy.core.search import contains
+from proxy.core.search import BACKSLASH, contains
 from proxy.core.values import value
 
 __all__ = ["ActiveFaults", "Decision", "FaultEngine", "RuleState", "matches_params"]
@@ -348,7 +348,7 @@ class FaultEngine:
             return None
         if not candidates:
             return True
-        if b"\\" in data and (ESCAPES[0] in data or ESCAPES[1] in data):  # memchr first
+        if BACKSLASH in data and (contains(data, ESCAPES[0]) or contains(data, ESCAPES[1])):
             return False
         for compiled in candidates:
             needles = compiled.needles

@@ -68,6 +68,7 @@ from proxy.core.observations import (
     Restarted,
     Via,
 )
+from proxy.core.search import contains
 
 __all__ = ["CHECKS", "Ledger"]
 
@@ -530,7 +531,7 @@ class Ledger:
         sessions = [session] if session is not None else list(self._keys)
         for name in sessions:
             for key in self._keys.get(name, ()):
-                if self._needles[key] in raw:
+                if contains(raw, self._needles[key]):
                     detail = "the key appeared in an Agent-to-Client message"
                     self._find(Check.KEY_ECHOED, name, key, detail, link)
 

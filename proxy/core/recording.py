@@ -41,6 +41,7 @@ import orjson
 from proxy.core.events import Direction, Side
 from proxy.core.jsonrpc import Message, load, parse
 from proxy.core.redact import Redaction
+from proxy.core.search import CARRIAGE_RETURN, NEWLINE
 from proxy.core.splice import find_member
 
 __all__ = [
@@ -165,7 +166,7 @@ def message_line(
     ids = b',"id":' + (pair[0] or b"null") + b',"forwarded_id":' + (pair[1] or b"null")
     if redacted:
         ids += b',"redacted":' + orjson.dumps(list(redacted))
-    if b"\n" in raw or b"\r" in raw:
+    if NEWLINE in raw or CARRIAGE_RETURN in raw:
         body = b',"body_text":' + orjson.dumps(raw.decode("utf-8", "surrogateescape"))
     else:
         body = b',"body":' + raw

@@ -12,6 +12,7 @@ oversized). The events do not depend on how the stream is cut into chunks.
 from __future__ import annotations
 
 from proxy.core.framing import Oversized
+from proxy.core.search import CARRIAGE_RETURN, NEWLINE
 
 __all__ = ["KEEPALIVE", "SseDecoder", "encode_event"]
 
@@ -23,7 +24,7 @@ KEEPALIVE = b":\n\n"
 
 def encode_event(data: bytes) -> bytes:
     """One SSE event carrying ``data`` (one line of JSON: compact JSON has no raw newlines)."""
-    if b"\n" in data or b"\r" in data:
+    if NEWLINE in data or CARRIAGE_RETURN in data:
         lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
         return b"".join(b"data: " + line + b"\n" for line in lines) + b"\n"
     return b"data: " + data + b"\n\n"

@@ -32,6 +32,7 @@ from typing import IO, ClassVar, cast
 
 from proxy.core.commands import FailPost
 from proxy.core.framing import LineFramer, Oversized
+from proxy.core.search import NEWLINE
 from proxy.shell import parent_death
 from proxy.shell.defaults import AGENT_GRACE, WRITE_SLICE
 from proxy.shell.descriptors import widen_pipe, write_all
@@ -374,7 +375,7 @@ class LineStream:
         """
         if self._closing or self._write_transport.is_closing():
             return
-        if b"\n" in data:
+        if NEWLINE in data:
             data = data.replace(b"\n", b" ")
         self._gather(data, ended=True)
 
