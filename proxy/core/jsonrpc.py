@@ -119,7 +119,12 @@ def id_key(token: bytes, value: object) -> IdKey | None:
         return ("s", value)
     if value is None:
         return ("null", None)
-    if isinstance(value, int | float) and not isinstance(value, bool) and _INTEGER.match(token):
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        # digits alone, no leading zero, tested before a regular expression (which costs more)
+        and ((token.isdigit() and (token[0] != 0x30 or len(token) == 1)) or _INTEGER.match(token))
+    ):
         return ("n", token)
     return None
 

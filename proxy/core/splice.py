@@ -28,6 +28,8 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 
+from proxy.core.search import BACKSLASH
+
 __all__ = [
     "MAX_STEPS",
     "ScanLimit",
@@ -45,6 +47,8 @@ Span = tuple[int, int]
 """A half-open byte range ``[start, end)`` in a message."""
 
 _WS = re.compile(rb"[ \t\n\r]*")
+_WS_BYTES = b" \t\n\r"
+"""JSON's whitespace (``raw[i] in _WS_BYTES``: a byte's value, found with ``memchr``)."""
 _SCALAR = re.compile(rb"[^,\]}\s]+")
 
 MAX_STEPS = 100_000
@@ -130,13 +134,14 @@ def _string_end(raw: bytes, pos: int) -> int:
     return match.end()
 
 
-def _skip_value(raw: bytes, pos: int, steps: _Steps) -> int:
-    """Return the offset just past the JSON value starting at ``pos``."""
+def _skip_value(raw: bytes, pos: int, steps: _Steps | None = None) -> int:
+    """Return the offset just past the JSON value starting at ``pos`` (a container's members
+    counted in ``steps``, a budget of their own when none is given)."""
     first = raw[pos : pos + 1]
     if first == b'"':
         return _string_end(raw, pos)
     if first in (b"{", b"["):
-        return _container_end(raw, pos, steps)
+        return _container_end(raw, pos, _Steps() if steps is None else steps)
     match = _SCALAR.match(raw, pos)
     if match is None:
         raise ValueError(f"no JSON value at byte {pos}")
@@ -178,7 +183,7 @@ def _container_end(raw: bytes, pos: int, steps: _Steps) -> int:
 
 def _decode_key(raw: bytes, start: int, end: int) -> str:
     body = raw[start + 1 : end - 1]
-    if b"\\" in body:
+    if BACKSLASH in body:
         decoded: str = json.loads(raw[start:end])
         return decoded
     return body.decode("utf-8", "surrogatepass")
@@ -265,17 +270,23 @@ def _sole_member(raw: bytes, key: str) -> Span | None:
     at = raw.find(needle)
     if at < 0:
         return None
-    match = member.match(raw, at)
-    if match is None:
-        return None
+    value_start = at + len(needle) + 1
+    if (
+        raw[value_start - 1 : value_start] != b":"
+        or value_start >= len(raw)
+        or raw[value_start] in _WS_BYTES
+    ):
+        match = member.match(raw, at)  # whitespace around the colon (compact JSON has none)
+        if match is None:
+            return None
+        value_start = match.end()
     if len(raw) <= _SHORT:
         again = raw.find(needle, at + 1) >= 0
     else:
         again = _occurs_from(raw, needle, at + 1)
-    if again or (b"\\" in raw and _escapes_of(key).search(raw)):
+    if again or (BACKSLASH in raw and _escapes_of(key).search(raw)):
         return None
-    value_start = match.end()
-    return value_start, _skip_value(raw, value_start, _Steps())
+    return value_start, _skip_value(raw, value_start)
 
 
 _SHORT = 4096

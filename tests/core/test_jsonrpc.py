@@ -84,6 +84,7 @@ def test_deep_nesting_is_invalid_not_a_crash() -> None:
     ("token", "key"),
     [
         (b"0", ("n", b"0")),
+        (b"10", ("n", b"10")),
         (b'"0"', ("s", "0")),
         (b"-7", ("n", b"-7")),
         (b"123456789012345678901234567890", ("n", b"123456789012345678901234567890")),
@@ -109,6 +110,8 @@ def test_id_key_rejects_non_ids() -> None:
     """Booleans, fractions and containers are not ids."""
     assert id_key(b"true", True) is None
     assert id_key(b"1.5", 1.5) is None
+    assert id_key(b"1e3", 1000.0) is None
+    assert id_key(b"10.0", 10.0) is None
     assert id_key(b"[]", []) is None
 
 

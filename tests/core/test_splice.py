@@ -161,6 +161,11 @@ class TestKnownPresentFastPath:
             # the first "id" is a string value, not a key
             (b'{"method":"id","id":3}', [b"3"]),
             (b'{"method":"id"  ,  "id"  :  3}', [b"3"]),
+            # whitespace on either side of the colon: the member's pattern, not the compact test
+            (b'{"id": 4}', [b"4"]),
+            (b'{"id":\t"t"}', [b'"t"']),
+            (b'{"id" :4}', [b"4"]),
+            (b'{"id":\r\n4}', [b"4"]),
         ],
     )
     def test_agrees_with_the_walk(self, raw: bytes, expected: list[bytes]) -> None:
