@@ -241,8 +241,10 @@ def test_any_message_is_read_back_as_it_was_written(
 ) -> None:
     """Whatever a message holds and however it is written (escapes, spaces, line breaks), the
     recording gives back its very bytes; and a redaction of a path keeps it one JSON message."""
-    body = json.dumps({"jsonrpc": "2.0", "method": "m", "params": params}, ensure_ascii=ascii_only)
-    raw = body.replace(", ", "," + space).encode("utf-8", "surrogatepass")
+    message = {"jsonrpc": "2.0", "method": "m", "params": params}
+    # the space between members only (a replace of ", " would break a string holding one)
+    body = json.dumps(message, ensure_ascii=ascii_only, separators=("," + space, ": "))
+    raw = body.encode("utf-8", "surrogatepass")
     line = message_line(1.0, 1, Direction.TO_AGENT, (None, None), raw)
     assert b"\n" not in line
     (recorded,) = read_recording("r", lines(line), max_bytes=10**7).messages
