@@ -50,6 +50,10 @@ _WS = re.compile(rb"[ \t\n\r]*")
 _WS_BYTES = b" \t\n\r"
 """JSON's whitespace (``raw[i] in _WS_BYTES``: a byte's value, found with ``memchr``)."""
 _SCALAR = re.compile(rb"[^,\]}\s]+")
+_SCALAR_ENDS = b",]} \t\n\r\x0b\x0c"
+"""What ends a scalar (:data:`_SCALAR`'s complement: ``\\s`` of bytes is these six)."""
+_SHORT_SCALAR = 24
+"""Bytes of a scalar stepped one by one before the pattern takes over (a long number)."""
 
 MAX_STEPS = 100_000
 """The most steps one walk may take, so that no message costs more than a bounded stretch of
@@ -142,10 +146,17 @@ def _skip_value(raw: bytes, pos: int, steps: _Steps | None = None) -> int:
         return _string_end(raw, pos)
     if first in (b"{", b"["):
         return _container_end(raw, pos, _Steps() if steps is None else steps)
-    match = _SCALAR.match(raw, pos)
-    if match is None:
+    end = pos
+    size = len(raw)
+    while end < size and raw[end] not in _SCALAR_ENDS and end - pos < _SHORT_SCALAR:
+        end += 1  # a number, true, false or null: a few bytes, stepped (cheaper than a pattern)
+    if end < size and end - pos >= _SHORT_SCALAR:
+        match = _SCALAR.match(raw, pos)
+        assert match is not None  # the first byte is no end: one at least
+        end = match.end()
+    if end == pos:
         raise ValueError(f"no JSON value at byte {pos}")
-    return match.end()
+    return end
 
 
 def _container_end(raw: bytes, pos: int, steps: _Steps) -> int:

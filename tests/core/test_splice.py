@@ -321,3 +321,18 @@ class TestMetaEdits:
     )
     def test_nothing_set_where_there_is_no_object_for_it(self, raw: bytes) -> None:
         assert meta_edits(raw, self.FIELDS) == []
+
+
+@given(
+    st.integers(min_value=-(10**60), max_value=10**60) | st.sampled_from([True, False, None]),
+    st.sampled_from(["", " ", "\t", "\r\n"]),
+    st.sampled_from(["}", ',"x":1}']),
+)
+def test_a_scalar_ends_where_the_json_says(value: object, space: str, after: str) -> None:
+    """A number of any length (stepped byte by byte when short, matched by a pattern past 24
+    bytes), ``true``, ``false`` or ``null``, followed by whitespace or what closes it: its span
+    is its token, by the fast path and by the walk."""
+    token = json.dumps(value)
+    raw = ('{"id":' + token + space + after).encode()
+    assert [text(raw, s) for s in member_spans(raw, "id", present=True)] == [token.encode()]
+    assert member_spans(raw, "id") == member_spans(raw, "id", present=True)

@@ -29,6 +29,7 @@ from proxy.shell.transports.pipes import ArrivingReader
 from proxy.shell.transports.stdio import (
     IN_PLACE_LINES,
     LineStream,
+    _lines_over,
     pipe_descriptor,
     send_signal,
     widen_pipes,
@@ -647,3 +648,12 @@ async def test_a_line_sent_before_a_promised_flush_waits_for_that_flush() -> Non
         stream.close()
         os.close(feed)
         os.close(sink)
+
+
+@pytest.mark.parametrize("size", [10, 1024, 1025, 70_000])
+@pytest.mark.parametrize("lines", [0, 1, IN_PLACE_LINES, IN_PLACE_LINES + 1, 100])
+def test_a_read_is_a_stream_past_its_lines(size: int, lines: int) -> None:
+    """A read of more than ``IN_PLACE_LINES`` lines is a stream's, counted at once in a short
+    read or looked for line by line in a long one: the same verdict either way."""
+    data = b"\n" * lines + b"x" * max(size - lines, 0)
+    assert _lines_over(data, IN_PLACE_LINES) is (lines > IN_PLACE_LINES)

@@ -65,6 +65,8 @@ IN_PLACE_LINES = 8
 """A read with more lines than this is left to the link's pump, not relayed in the read's
 callback: a stream's reads, which the pump takes together (what came while it relayed the last
 ones, one write for them all), where relaying each read as it comes would write each apart."""
+_COUNTED_READ = 1024
+"""Bytes of a read whose newlines are counted at once (cheaper than a search for each)."""
 
 GROUP_POLL = 0.05
 """Seconds between two checks whether an exited Agent's leftover processes are gone."""
@@ -167,8 +169,11 @@ class OrphanGuard:
 
 
 def _lines_over(data: bytes, most: int) -> bool:
-    """Whether ``data`` holds more than ``most`` newlines: a search for each of the first ones
-    (memchr), where counting them all steps through every byte (16 us for 64 KiB)."""
+    """Whether ``data`` holds more than ``most`` newlines: a short read's counted in one call, a
+    longer one's looked for one by one (memchr), where counting them all steps through every
+    byte (16 us for 64 KiB)."""
+    if len(data) <= _COUNTED_READ:
+        return data.count(NEWLINE) > most
     newline = -1
     for _ in range(most + 1):
         newline = data.find(b"\n", newline + 1)
