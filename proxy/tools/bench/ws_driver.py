@@ -283,9 +283,11 @@ class BlockingWsPeer:
 
     def _answer(self) -> None:
         """Pong each ping parsed; answer a close (RFC 6455 5.5.1) unless it answers ours."""
+        frames = self._frames
+        if not frames.pings and frames.close is None:
+            return  # the usual read: nothing to answer, nothing to write
         from websockets.protocol import State  # noqa: PLC0415 - see the module
 
-        frames = self._frames
         for payload in frames.pings:
             self._protocol.send_pong(payload)
         frames.pings.clear()
