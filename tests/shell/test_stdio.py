@@ -30,9 +30,8 @@ from proxy.shell.transports.stdio import (
     IN_PLACE_LINES,
     LineStream,
     _lines_over,
-    pipe_descriptor,
     send_signal,
-    widen_pipes,
+    spawn_agent,
 )
 
 CLIENT_MESSAGES: list[tuple[bytes, bytes | None]] = [
@@ -309,24 +308,56 @@ async def test_pipes_asked_past_what_the_system_allows_are_logged_and_work(
     ]
 
 
-async def test_a_pipe_closed_before_it_is_widened_is_passed_over() -> None:
-    """An Agent that exits at once can have its pipes closed before ``spawn_agent`` widens them
-    (under load, ``replay client`` against ``false`` said "I/O operation on closed file"): a
-    closed pipe has no descriptor, and widening passes over it."""
+async def test_what_the_agent_writes_is_taken_in_the_turn_its_pipe_is_read(capture: Path) -> None:
+    """The Agent's stdout is read as the Client's stdin is: a chunk reaches the reader (and the
+    relay) in the event-loop turn in which the pipe was found readable. asyncio's subprocess
+    pipes hand each chunk on through one more turn (``call_soon``): a system call and a turn of
+    the loop on the way of every answer.
+
+    A second registration on the same pipe (a duplicate descriptor, never read) tells the turn
+    the pipe became readable in; a callback that schedules itself again counts the turns (from
+    the second request on, so that the loop spins for one round trip, not the Agent's start)."""
     loop = asyncio.get_running_loop()
-    read_end, write_end = os.pipe()
-    lost: asyncio.Future[None] = loop.create_future()
+    agent = await spawn_agent(raw_agent(capture), limit=1 << 20)
+    agent.send(b'{"jsonrpc":"2.0","id":0,"method":"_test/echo","params":{}}')
+    agent.flush()
+    assert isinstance(await asyncio.wait_for(agent.receive(), TIMEOUT), bytes)  # it is up
+    turns = 0
+    readable_in: list[int] = []
+    taken: asyncio.Future[int] = loop.create_future()
 
-    class Lost(asyncio.BaseProtocol):
-        def connection_lost(self, exc: Exception | None) -> None:
-            lost.set_result(None)
+    def tick() -> None:
+        nonlocal turns
+        turns += 1
+        if not taken.done():
+            loop.call_soon(tick)
 
-    transport, _ = await loop.connect_write_pipe(Lost, os.fdopen(write_end, "wb", 0))
-    assert pipe_descriptor(transport) == write_end
-    os.close(read_end)  # the Agent is gone: the transport sees its end close, and closes
-    await asyncio.wait_for(lost, TIMEOUT)
-    assert pipe_descriptor(transport) is None
-    widen_pipes("agent", PIPE_BYTES, reading=None, writing=pipe_descriptor(transport))
+    def readable() -> None:
+        readable_in.append(turns)
+        loop.remove_reader(watched)
+
+    def take(data: bytes) -> bool:
+        if not taken.done():
+            taken.set_result(turns)
+        return False  # into the reader's buffer, as if nobody took it
+
+    reader = agent._reader
+    assert isinstance(reader, ArrivingReader)
+    reader.take = take
+    pipe = agent._read_transport.get_extra_info("pipe")
+    watched = os.dup(pipe.fileno())
+    try:
+        loop.add_reader(watched, readable)
+        tick()
+        agent.send(b'{"jsonrpc":"2.0","id":1,"method":"_test/echo","params":{}}')
+        agent.flush()
+        took_in = await asyncio.wait_for(taken, TIMEOUT)
+        assert readable_in == [took_in]
+    finally:
+        loop.remove_reader(watched)
+        os.close(watched)
+        agent.close()
+        await agent.wait_closed()
 
 
 async def test_stdout_carries_only_protocol_even_at_debug_level(

@@ -52,21 +52,13 @@ class WritePipeProtocol(asyncio.streams.FlowControlMixin):
 
 
 class AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Tells when the Agent has exited, even while something else holds its pipes open (where
-    ``Process.wait`` waits for the pipes too)."""
+    """Tells when the Agent has exited, even while something else holds its pipes open. The
+    pipes are not asyncio's (:func:`~proxy.shell.transports.stdio.spawn_agent`): this protocol
+    only hears of the process."""
 
     def __init__(self, *, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(limit=limit, loop=loop)
         self.exited = asyncio.Event()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        if self.stdout is not None:  # the Agent's stdout read as the Client's stdin is
-            reader = ArrivingReader(limit=READ_CHUNK, loop=self._loop)  # type: ignore[attr-defined]
-            stdout = cast(asyncio.SubprocessTransport, transport).get_pipe_transport(1)
-            assert stdout is not None
-            reader.set_transport(stdout)
-            self.stdout = reader
 
     def process_exited(self) -> None:
         super().process_exited()

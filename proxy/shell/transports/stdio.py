@@ -53,7 +53,6 @@ __all__ = [
     "exit_status",
     "in_child",
     "open_client_stdio",
-    "pipe_descriptor",
     "send_signal",
     "spawn_agent",
     "widen_pipes",
@@ -584,17 +583,17 @@ def send_signal(process: asyncio.subprocess.Process, signum: int) -> None:
             os.kill(process.pid, signum)
 
 
-def widen_pipes(peer: str, size: int, *, reading: int | None, writing: int | None) -> None:
+def widen_pipes(peer: str, size: int, *, reading: int, writing: int) -> None:
     """Ask that the pipes between the proxy and ``peer`` (the proxy's ends: ``reading`` from
-    it, ``writing`` to it; None: closed already) hold ``size`` bytes each (0: as the system made
-    them; never less than that). What each holds after is logged (None: not a pipe, or closed),
-    at info when the system kept a pipe smaller than asked: it works as before, only with more
-    wake-ups (:func:`~proxy.shell.descriptors.widen_pipe`)."""
+    it, ``writing`` to it) hold ``size`` bytes each (0: as the system made them; never less
+    than that). What each holds after is logged (None: not a pipe), at info when the system
+    kept a pipe smaller than asked: it works as before, only with more wake-ups
+    (:func:`~proxy.shell.descriptors.widen_pipe`)."""
     if size <= 0:
         return
     sizes = {
-        "from_peer": None if reading is None else widen_pipe(reading, size),
-        "to_peer": None if writing is None else widen_pipe(writing, size),
+        "from_peer": widen_pipe(reading, size),
+        "to_peer": widen_pipe(writing, size),
     }
     if all(held is None or held >= size for held in sizes.values()):
         log.debug("pipe sizes", peer=peer, asked=size, **sizes)
@@ -606,13 +605,6 @@ def widen_pipes(peer: str, size: int, *, reading: int | None, writing: int | Non
             asked=size,
             **sizes,
         )
-
-
-def pipe_descriptor(transport: asyncio.BaseTransport | None) -> int | None:
-    """The descriptor of a pipe transport's pipe; None once it is closed (an Agent that exited
-    at once: its pipes may close before :func:`spawn_agent` looks at them)."""
-    pipe = None if transport is None else transport.get_extra_info("pipe")
-    return None if pipe is None or pipe.closed else int(pipe.fileno())
 
 
 def _is_stream_fd(fd: int) -> bool:
@@ -690,18 +682,17 @@ class AgentProcess(LineStream):
     def __init__(
         self,
         process: asyncio.subprocess.Process,
-        stdout_transport: asyncio.BaseTransport,
+        pipes: tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.BaseTransport],
         exited: asyncio.Event,
         *,
         limit: int,
         grace: float,
         announce_exit: bool = True,
     ) -> None:
-        assert process.stdout is not None
-        assert process.stdin is not None
-        super().__init__(
-            process.stdout, process.stdin, stdout_transport, limit=limit, half_close=True
-        )
+        """``pipes``: the reader of the Agent's stdout, the writer of its stdin, and the
+        transport reading its stdout (:func:`spawn_agent`)."""
+        reader, writer, read_transport = pipes
+        super().__init__(reader, writer, read_transport, limit=limit, half_close=True)
         self.process = process
         self._exited = exited
         """Set once the Agent has exited (its pipes may still be open in a child of its)."""
@@ -838,32 +829,47 @@ async def spawn_agent(
     other than 0 the proxy did not cause is logged, unless ``announce_exit`` is false.
     ``pipe_bytes``: the room asked of either pipe (:func:`widen_pipes`).
 
+    The pipes are the proxy's own, read and written as the Client's stdio is (not asyncio's
+    subprocess pipes, which hand each read on through one more turn of the event loop): an
+    answer from the Agent is relayed in the callback of the read that brought it.
+
     Raises ``FileNotFoundError`` or ``PermissionError`` when the command cannot be run.
     """
     loop = asyncio.get_running_loop()
-    transport, protocol = await loop.subprocess_exec(
-        lambda: AgentProtocol(limit=READ_CHUNK, loop=loop),
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=stderr,
-        env=None if env is None else dict(env),
-        process_group=0,
-        preexec_fn=functools.partial(in_child, os.getpid()),
-    )
+    agent_stdin, to_agent = os.pipe()
+    from_agent, agent_stdout = os.pipe()
+    widen_pipes("agent", pipe_bytes, reading=from_agent, writing=to_agent)
+    try:
+        transport, protocol = await loop.subprocess_exec(
+            lambda: AgentProtocol(limit=READ_CHUNK, loop=loop),
+            *argv,
+            stdin=agent_stdin,
+            stdout=agent_stdout,
+            stderr=stderr,
+            env=None if env is None else dict(env),
+            process_group=0,
+            preexec_fn=functools.partial(in_child, os.getpid()),
+        )
+    except BaseException:
+        os.close(to_agent)
+        os.close(from_agent)
+        raise
+    finally:
+        os.close(agent_stdin)
+        os.close(agent_stdout)
     process = asyncio.subprocess.Process(transport, protocol, loop)
-    stdout_transport = transport.get_pipe_transport(1)
-    assert stdout_transport is not None
-    widen_pipes(
-        "agent",
-        pipe_bytes,
-        reading=pipe_descriptor(stdout_transport),
-        writing=pipe_descriptor(transport.get_pipe_transport(0)),
+    reader = ArrivingReader(limit=READ_CHUNK, loop=loop)
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(from_agent, "rb", 0)
     )
+    write_transport, write_protocol = await loop.connect_write_pipe(
+        lambda: WritePipeProtocol(loop), os.fdopen(to_agent, "wb", 0)
+    )
+    writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
     log.info("agent started", pid=process.pid, argv=list(argv))
     return AgentProcess(
         process,
-        stdout_transport,
+        (reader, writer, read_transport),
         protocol.exited,
         limit=limit,
         grace=grace,
