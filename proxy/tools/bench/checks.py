@@ -203,7 +203,7 @@ def design_checks(
     if "proxy" in streams and "proxy+rules" in streams:
         checks.append(
             check(
-                f"rules loaded cost at most {1 - RULES_STREAM_RATIO:.0%} of the stream",
+                f"stream with rules loaded at least {RULES_STREAM_RATIO:g}x the stream without",
                 "proxy+rules",
                 streams["proxy+rules"] / streams["proxy"],
                 RULES_STREAM_RATIO,
