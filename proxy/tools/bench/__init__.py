@@ -42,7 +42,9 @@ read from ``/proc/PID/status`` before the process is told to stop, or, without `
 ``ru_maxrss`` of :func:`resource.getrusage` (``RUSAGE_CHILDREN``, the largest child so far, a
 coarser figure; ``rss_source`` says which). The DESIGN 11 targets are checked and marked PASS,
 MISS or SKIP next to their figures; they are information only, the exit status does not depend on
-them (0, or 1 when a target could not be driven at all).
+them (0, or 1 when a target could not be driven at all). A check of added latency also gives its
+ratio in each round alone (``rounds`` in ``--json``; each target's ``round_p50_ms``): how far
+the rounds, each in fresh processes, agree on a verdict the pooled figure gives.
 
 Over WebSocket
 --------------

@@ -14,6 +14,8 @@ __all__ = ["check", "design_checks", "websocket_checks"]
 
 Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
 """Each target's figures against each base's (:func:`~.workloads.compare`)."""
+RoundAdded = dict[str, dict[str, list[float]]]
+"""Each target's latency added over direct in each round, by workload."""
 
 
 def check(
@@ -24,8 +26,10 @@ def check(
     why: str = "",
     *,
     at_most: bool = True,
+    rounds: list[float] | None = None,
 ) -> dict[str, Any]:
-    """A DESIGN 11 target: PASS when ``value`` is at most (or least) ``limit``; SKIP without one."""
+    """A DESIGN 11 target: PASS when ``value`` is at most (or least) ``limit``; SKIP without one.
+    ``rounds``: the same figure taken in each round alone (how far the rounds agree)."""
     if value is None or limit is None:
         return {
             "name": name,
@@ -36,7 +40,7 @@ def check(
             "note": why,
         }
     ok = value <= limit if at_most else value >= limit
-    return {
+    verdict = {
         "name": name,
         "target": target,
         "value": value,
@@ -44,6 +48,9 @@ def check(
         "status": "PASS" if ok else "MISS",
         "note": why,
     }
+    if rounds is not None:
+        verdict["rounds"] = rounds
+    return verdict
 
 
 STREAM_FLOOR_RATIO = 0.6
@@ -73,6 +80,7 @@ def _floor_checks(
     floor_name: str,
     workloads: tuple[tuple[str, str], ...],
     *,
+    rounds: RoundAdded,
     stream_ratio: float,
     added_ratio: float,
     missing: str,
@@ -81,8 +89,8 @@ def _floor_checks(
 ) -> list[dict[str, Any]]:
     """``target`` against a ``floor`` target: its stream at least ``stream_ratio`` of the
     floor's; the latency it adds over direct, for each of ``workloads`` (key and title), at most
-    ``added_ratio`` of the floor's. SKIP, saying ``missing`` without the floor, ``unmeasured``
-    without ``target``."""
+    ``added_ratio`` of the floor's (each round's ratio beside, from ``rounds``). SKIP, saying
+    ``missing`` without the floor, ``unmeasured`` without ``target``."""
     vs_direct = comparisons.get(target, {}).get("direct")
     vs_floor = comparisons.get(target, {}).get(floor)
     floor_vs_direct = comparisons.get(floor, {}).get("direct")
@@ -115,9 +123,18 @@ def _floor_checks(
                 value,
                 None if value is None else added_ratio,
                 why if value is not None else why + " (at or below 0)",
+                rounds=_round_ratios(rounds, target, floor, workload),
             )
         )
     return checks
+
+
+def _round_ratios(rounds: RoundAdded, target: str, floor: str, workload: str) -> list[float]:
+    """``target``'s added latency over ``floor``'s, round by round (a round where the floor
+    added nothing is left out)."""
+    mine = rounds.get(target, {}).get(workload, [])
+    base = rounds.get(floor, {}).get(workload, [])
+    return [a / b for a, b in zip(mine, base, strict=False) if b > 0]
 
 
 def _headroom_check(streams: dict[str, float], unmeasured: str, over: str = "") -> dict[str, Any]:
@@ -140,10 +157,16 @@ def _headroom_check(streams: dict[str, float], unmeasured: str, over: str = "") 
 
 
 def websocket_checks(
-    comparisons: Comparisons, streams: dict[str, float], *, unmeasured: str, mitmproxy: str
+    comparisons: Comparisons,
+    streams: dict[str, float],
+    rounds: RoundAdded,
+    *,
+    unmeasured: str,
+    mitmproxy: str,
 ) -> list[dict[str, Any]]:
     """The WebSocket targets (``comparisons``: each target against ``direct``, the bare
-    ``websockets`` relay and mitmproxy; ``streams``: messages a second per target): the proxy
+    ``websockets`` relay and mitmproxy; ``streams``: messages a second per target; ``rounds``:
+    the latency each added over direct, round by round): the proxy
     against the relay, ahead of mitmproxy, and the Client's headroom. ``unmeasured``: why a
     check lacks the proxy or direct; ``mitmproxy``: why it lacks mitmproxy."""
     checks = _floor_checks(
@@ -152,6 +175,7 @@ def websocket_checks(
         "websockets",
         "the websockets relay",
         (("ping", "ping"),),
+        rounds=rounds,
         stream_ratio=WS_STREAM_FLOOR_RATIO,
         added_ratio=WS_ADDED_FLOOR_RATIO,
         missing="the websockets relay was not measured",
@@ -164,6 +188,7 @@ def websocket_checks(
         "mitmproxy",
         "mitmproxy",
         (("ping", "ping"),),
+        rounds=rounds,
         stream_ratio=AHEAD,
         added_ratio=AHEAD,
         missing=mitmproxy,
@@ -181,10 +206,12 @@ def design_checks(
     delays: dict[str, Any] | None,
     streams: dict[str, float],
     *,
+    rounds: RoundAdded,
     websocket: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """The DESIGN 11 targets over stdio (``comparisons``: each target against ``direct`` and the
-    ``asyncio`` streams relay; ``streams``: messages a second per target), then over WebSocket
+    ``asyncio`` streams relay; ``streams``: messages a second per target; ``rounds``: the
+    latency each added over direct, round by round), then over WebSocket
     (``websocket``: :func:`websocket_checks`), memory, the WebSocket links and the injected
     delays."""
     checks: list[dict[str, Any]] = []
@@ -195,6 +222,7 @@ def design_checks(
             "asyncio",
             "the asyncio relay",
             (("ping", "ping"), ("prompt64k", "64 KiB prompt")),
+            rounds=rounds,
             stream_ratio=STREAM_FLOOR_RATIO,
             added_ratio=ADDED_FLOOR_RATIO,
             missing="the asyncio relay was not measured",

@@ -69,7 +69,8 @@ def render(report: dict[str, Any]) -> str:
         figure = (
             ""
             if check["value"] is None
-            else f"{_figure(check['value'])} (limit {_figure(check['limit'])}) "
+            else f"{_figure(check['value'])} (limit {_figure(check['limit'])}"
+            f"{_rounds(check.get('rounds', []))}) "
         )
         lines.append(
             f"  {check['status']:<4} {check['name']} [{check['target']}]: {figure}{check['note']}"
@@ -141,6 +142,19 @@ def _added_over_floor(
 
 def _figure(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:.3f}"
+
+
+SHOWN_ROUNDS = 6
+"""Rounds whose figures a check lists one by one; past them, their range."""
+
+
+def _rounds(figures: Sequence[float]) -> str:
+    """A check's figure in each round alone: how far the rounds agree (none shown for one)."""
+    if len(figures) < 2:
+        return ""
+    if len(figures) <= SHOWN_ROUNDS:
+        return "; each round " + " ".join(f"{figure:.2f}" for figure in figures)
+    return f"; {len(figures)} rounds {min(figures):.2f}-{max(figures):.2f}"
 
 
 def _render_delays(delays: dict[str, Any]) -> list[str]:

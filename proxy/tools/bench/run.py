@@ -34,7 +34,14 @@ from proxy.tools.bench.options import BenchOptions
 from proxy.tools.bench.processes import BenchError, rss_source
 from proxy.tools.bench.stats import Figures
 from proxy.tools.bench.targets import PROCESSES, RULES, TARGETS, pure_copy, target_argv
-from proxy.tools.bench.workloads import PROMPT_BYTES, Samples, compare, drive, figures
+from proxy.tools.bench.workloads import (
+    PROMPT_BYTES,
+    Samples,
+    compare,
+    drive,
+    figures,
+    round_added,
+)
 from proxy.tools.bench.ws_links import ws_links
 from proxy.tools.bench.ws_targets import WS_PROCESSES, WS_TARGETS, ws_round, ws_target_argv
 
@@ -44,6 +51,8 @@ COMPILE_HINT = "the compiled core: HATCH_BUILD_HOOK_ENABLE_MYPYC=1 pip install .
 
 Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
 """Each target's figures against each base's (:func:`~.workloads.compare`)."""
+RoundAdded = dict[str, dict[str, list[float]]]
+"""Each target's latency added over direct in each round, by workload (:func:`round_added`)."""
 
 
 async def run_bench(options: BenchOptions) -> dict[str, Any]:
@@ -127,7 +136,7 @@ async def _run(options: BenchOptions) -> dict[str, Any]:
                 ws = await ws_links(options)
             except (BenchError, OSError, ValueError) as exc:
                 errors["ws_links"] = f"{type(exc).__name__}: {exc}"
-    report_targets, comparisons, measured = _section(
+    report_targets, comparisons, measured, rounds = _section(
         TARGETS,
         samples,
         errors,
@@ -145,10 +154,10 @@ async def _run(options: BenchOptions) -> dict[str, Any]:
     )
     websocket = None
     ws_checks = websocket_checks(
-        {}, {}, unmeasured="left out (--no-websocket)", mitmproxy="left out (--no-websocket)"
+        {}, {}, {}, unmeasured="left out (--no-websocket)", mitmproxy="left out (--no-websocket)"
     )
     if options.websocket:
-        ws_report, ws_comparisons, ws_measured = _section(
+        ws_report, ws_comparisons, ws_measured, ws_rounds = _section(
             WS_TARGETS,
             ws_samples,
             ws_errors,
@@ -167,6 +176,7 @@ async def _run(options: BenchOptions) -> dict[str, Any]:
         ws_checks = websocket_checks(
             ws_comparisons,
             _streams(ws_measured),
+            ws_rounds,
             unmeasured="not measured over WebSocket: see errors",
             mitmproxy=ws_report["mitmproxy"].get("reason", "mitmproxy failed: see errors"),
         )
@@ -195,7 +205,7 @@ async def _run(options: BenchOptions) -> dict[str, Any]:
         "comparisons": comparisons,
         "websocket": websocket,
         "design_targets": design_checks(
-            comparisons, memory, ws, delays, _streams(measured), websocket=ws_checks
+            comparisons, memory, ws, delays, _streams(measured), rounds=rounds, websocket=ws_checks
         ),
         "memory_check": memory,
         "ws_links": ws,
@@ -217,10 +227,10 @@ def _section(
     *,
     describe: Callable[[str], dict[str, Any]],
     absent: dict[str, str],
-) -> tuple[dict[str, Any], Comparisons, dict[str, dict[str, Figures]]]:
+) -> tuple[dict[str, Any], Comparisons, dict[str, dict[str, Figures]], RoundAdded]:
     """One transport's report: each of ``names`` (run: what ``describe`` says of it, its error
     or its figures; not run: why, from ``absent``), each measured target compared to ``bases``;
-    and the figures measured."""
+    the figures measured; and the latency each added over direct, round by round."""
     report: dict[str, Any] = {}
     measured: dict[str, dict[str, Figures]] = {}
     for target in names:
@@ -234,6 +244,7 @@ def _section(
         elif target in samples:
             measured[target] = figures(samples[target])
             entry["workloads"] = measured[target]
+            entry["round_p50_ms"] = samples[target].round_p50_ms
             entry["peak_rss_kib"] = samples[target].peak_rss_kib
         report[target] = entry
     comparisons: Comparisons = {
@@ -244,4 +255,8 @@ def _section(
         }
         for target, mine in measured.items()
     }
-    return report, comparisons, measured
+    rounds: RoundAdded = {}
+    if "direct" in measured:
+        direct = samples["direct"]
+        rounds = {target: round_added(samples[target], direct) for target in measured}
+    return report, comparisons, measured, rounds

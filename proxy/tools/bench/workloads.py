@@ -24,7 +24,7 @@ from proxy.tools.bench.driver import BlockingPeer
 from proxy.tools.bench.messages import PING_METHOD
 from proxy.tools.bench.options import BenchOptions
 from proxy.tools.bench.processes import children_maxrss_kib, proc_kib
-from proxy.tools.bench.stats import Figures, latency
+from proxy.tools.bench.stats import Figures, latency, percentile
 
 __all__ = [
     "PROMPT_BYTES",
@@ -36,6 +36,7 @@ __all__ = [
     "exercise",
     "figures",
     "prompt_params",
+    "round_added",
 ]
 
 WORKLOADS = ("ping", "stream", "prompt64k")
@@ -48,6 +49,11 @@ class Samples:
 
     ping: list[float] = field(default_factory=list)
     prompt: list[float] = field(default_factory=list)
+    round_p50_ms: dict[str, list[float]] = field(
+        default_factory=lambda: {"ping": [], "prompt64k": []}
+    )
+    """Each round's own p50 (ms), by workload: how far the rounds, each in a fresh process
+    tree, agree (:func:`round_added`)."""
     stream_messages: int = 0
     stream_seconds: float = 0.0
     peak_rss_kib: int = 0
@@ -73,16 +79,18 @@ def exercise(peer: BenchClient, options: BenchOptions, samples: Samples) -> None
     warmup = max(5, options.requests // 20)
     for _ in range(warmup):
         peer.call(PING_METHOD, {"seq": -1})
-    for seq in range(options.requests):
-        samples.ping.append(peer.call(PING_METHOD, {"seq": seq}))
+    pings = [peer.call(PING_METHOD, {"seq": seq}) for seq in range(options.requests)]
+    samples.ping += pings
+    samples.round_p50_ms["ping"].append(percentile(pings, 50) * 1000)
     peer.stream(min(100, options.notifications))  # warm-up
     received, seconds = peer.stream(options.notifications)
     samples.stream_messages += received
     samples.stream_seconds += seconds
     prompt = prompt_params(PROMPT_BYTES)
     peer.call(acp.PROMPT, prompt)  # warm-up
-    for _ in range(options.prompts):
-        samples.prompt.append(peer.call(acp.PROMPT, prompt))
+    prompts = [peer.call(acp.PROMPT, prompt) for _ in range(options.prompts)]
+    samples.prompt += prompts
+    samples.round_p50_ms["prompt64k"].append(percentile(prompts, 50) * 1000)
 
 
 def drive(argv: Sequence[str], options: BenchOptions, samples: Samples) -> None:
@@ -126,3 +134,12 @@ def compare(mine: dict[str, Figures], base: dict[str, Figures]) -> dict[str, dic
         "throughput_ratio": mine["stream"]["per_second"] / base["stream"]["per_second"]
     }
     return out
+
+
+def round_added(mine: Samples, direct: Samples) -> dict[str, list[float]]:
+    """The latency ``mine`` added over ``direct`` in each round (p50 ms), by workload: the
+    rounds run every target in turn, so a round's figures are of the same minutes."""
+    return {
+        workload: [a - b for a, b in zip(p50s, direct.round_p50_ms[workload], strict=False)]
+        for workload, p50s in mine.round_p50_ms.items()
+    }
