@@ -607,6 +607,23 @@ def widen_pipes(peer: str, size: int, *, reading: int, writing: int) -> None:
         )
 
 
+async def _pipe_pair(
+    reading: int, writing: int
+) -> tuple[ArrivingReader, asyncio.StreamWriter, asyncio.BaseTransport]:
+    """The reader of the pipe on ``reading``, the writer of the one on ``writing`` (each taken
+    over, closed with its transport), and the transport reading: a peer's two pipes, the
+    Client's or an Agent's, read and written alike."""
+    loop = asyncio.get_running_loop()
+    reader = ArrivingReader(limit=READ_CHUNK, loop=loop)
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(reading, "rb", 0)
+    )
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: WritePipeProtocol(loop), os.fdopen(writing, "wb", 0)
+    )
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop), read_transport
+
+
 def _is_stream_fd(fd: int) -> bool:
     """Whether the event loop can poll ``fd`` (a pipe, socket or terminal; not /dev/null)."""
     mode = os.fstat(fd).st_mode
@@ -640,7 +657,7 @@ async def open_client_stdio(
     process the proxy starts (a parsing worker) never holds the Client's pipes open after the
     proxy is gone, and nothing written to ``sys.stdout`` by mistake reaches the protocol channel.
     """
-    loop = asyncio.get_running_loop()
+    asyncio.get_running_loop()  # raises outside the event loop, before the descriptors move
     in_fd = os.dup(stdin)
     out_fd = os.dup(stdout)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -657,14 +674,7 @@ async def open_client_stdio(
         out_bridge = _bridge(read_end, out_fd)
         out_fd = write_end
     widen_pipes("client", pipe_bytes, reading=in_fd, writing=out_fd)
-    reader = ArrivingReader(limit=READ_CHUNK, loop=loop)
-    read_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(in_fd, "rb", 0)
-    )
-    transport, protocol = await loop.connect_write_pipe(
-        lambda: WritePipeProtocol(loop), os.fdopen(out_fd, "wb", 0)
-    )
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    reader, writer, read_transport = await _pipe_pair(in_fd, out_fd)
     stream = LineStream(reader, writer, read_transport, limit=limit, half_close=False)
     stream.flushed_by = out_bridge
     return stream
@@ -858,18 +868,11 @@ async def spawn_agent(
         os.close(agent_stdin)
         os.close(agent_stdout)
     process = asyncio.subprocess.Process(transport, protocol, loop)
-    reader = ArrivingReader(limit=READ_CHUNK, loop=loop)
-    read_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(from_agent, "rb", 0)
-    )
-    write_transport, write_protocol = await loop.connect_write_pipe(
-        lambda: WritePipeProtocol(loop), os.fdopen(to_agent, "wb", 0)
-    )
-    writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
+    pipes = await _pipe_pair(from_agent, to_agent)
     log.info("agent started", pid=process.pid, argv=list(argv))
     return AgentProcess(
         process,
-        (reader, writer, read_transport),
+        pipes,
         protocol.exited,
         limit=limit,
         grace=grace,
