@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 import pytest
 from harness import (
@@ -308,56 +309,53 @@ async def test_pipes_asked_past_what_the_system_allows_are_logged_and_work(
     ]
 
 
-async def test_what_the_agent_writes_is_taken_in_the_turn_its_pipe_is_read(capture: Path) -> None:
+async def test_what_the_agent_writes_is_taken_in_the_read_of_its_pipe(capture: Path) -> None:
     """The Agent's stdout is read as the Client's stdin is: a chunk reaches the reader (and the
-    relay) in the event-loop turn in which the pipe was found readable. asyncio's subprocess
-    pipes hand each chunk on through one more turn (``call_soon``): a system call and a turn of
-    the loop on the way of every answer.
-
-    A second registration on the same pipe (a duplicate descriptor, never read) tells the turn
-    the pipe became readable in; a callback that schedules itself again counts the turns (from
-    the second request on, so that the loop spins for one round trip, not the Agent's start)."""
-    loop = asyncio.get_running_loop()
+    relay) inside the callback that read it from the pipe. asyncio's subprocess pipes hand each
+    chunk on through one more turn of the event loop (``call_soon``): a system call and a turn
+    on the way of every answer. Told by the frames the chunk is taken under."""
     agent = await spawn_agent(raw_agent(capture), limit=1 << 20)
-    agent.send(b'{"jsonrpc":"2.0","id":0,"method":"_test/echo","params":{}}')
-    agent.flush()
-    assert isinstance(await asyncio.wait_for(agent.receive(), TIMEOUT), bytes)  # it is up
-    turns = 0
-    readable_in: list[int] = []
-    taken: asyncio.Future[int] = loop.create_future()
-
-    def tick() -> None:
-        nonlocal turns
-        turns += 1
-        if not taken.done():
-            loop.call_soon(tick)
-
-    def readable() -> None:
-        readable_in.append(turns)
-        loop.remove_reader(watched)
+    read_transport = agent._read_transport
+    taken_in: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
 
     def take(data: bytes) -> bool:
-        if not taken.done():
-            taken.set_result(turns)
+        callers = []
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_locals.get("self") is read_transport:
+                callers.append(frame.f_code.co_name)
+            frame = frame.f_back
+        if not taken_in.done():
+            taken_in.set_result(callers)
         return False  # into the reader's buffer, as if nobody took it
 
     reader = agent._reader
     assert isinstance(reader, ArrivingReader)
     reader.take = take
-    pipe = agent._read_transport.get_extra_info("pipe")
-    watched = os.dup(pipe.fileno())
     try:
-        loop.add_reader(watched, readable)
-        tick()
         agent.send(b'{"jsonrpc":"2.0","id":1,"method":"_test/echo","params":{}}')
         agent.flush()
-        took_in = await asyncio.wait_for(taken, TIMEOUT)
-        assert readable_in == [took_in]
+        assert await asyncio.wait_for(taken_in, TIMEOUT) == ["_read_ready"]
     finally:
-        loop.remove_reader(watched)
-        os.close(watched)
         agent.close()
         await agent.wait_closed()
+
+
+def open_descriptors() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="open descriptors from /proc")
+async def test_an_agent_that_cannot_start_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    """The proxy's ends of the Agent's pipes are connected before it starts: when it cannot
+    start, they are closed with the child's ends (a respawn that fails must not leak four
+    descriptors each time)."""
+    before = open_descriptors()
+    with pytest.raises(FileNotFoundError):
+        await spawn_agent([str(tmp_path / "no-such-agent")], limit=1 << 20)
+    for _ in range(2):  # a transport closes its pipe in the loop's next turn
+        await asyncio.sleep(0)
+    assert open_descriptors() <= before
 
 
 async def test_stdout_carries_only_protocol_even_at_debug_level(

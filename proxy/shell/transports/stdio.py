@@ -611,16 +611,27 @@ async def _pipe_pair(
     reading: int, writing: int
 ) -> tuple[ArrivingReader, asyncio.StreamWriter, asyncio.BaseTransport]:
     """The reader of the pipe on ``reading``, the writer of the one on ``writing`` (each taken
-    over, closed with its transport), and the transport reading: a peer's two pipes, the
-    Client's or an Agent's, read and written alike."""
+    over, closed with its transport, or at once if this fails or is cancelled), and the
+    transport reading: a peer's two pipes, the Client's or an Agent's, read and written alike."""
     loop = asyncio.get_running_loop()
     reader = ArrivingReader(limit=READ_CHUNK, loop=loop)
-    read_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(reading, "rb", 0)
-    )
-    transport, protocol = await loop.connect_write_pipe(
-        lambda: WritePipeProtocol(loop), os.fdopen(writing, "wb", 0)
-    )
+    read_end, write_end = os.fdopen(reading, "rb", 0), os.fdopen(writing, "wb", 0)
+    try:
+        read_transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), read_end
+        )
+    except BaseException:
+        read_end.close()  # idempotent: the transport that failed may close it too
+        write_end.close()
+        raise
+    try:
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: WritePipeProtocol(loop), write_end
+        )
+    except BaseException:
+        read_transport.close()
+        write_end.close()
+        raise
     return reader, asyncio.StreamWriter(transport, protocol, None, loop), read_transport
 
 
@@ -847,28 +858,42 @@ async def spawn_agent(
     """
     loop = asyncio.get_running_loop()
     agent_stdin, to_agent = os.pipe()
-    from_agent, agent_stdout = os.pipe()
-    widen_pipes("agent", pipe_bytes, reading=from_agent, writing=to_agent)
     try:
-        transport, protocol = await loop.subprocess_exec(
-            lambda: AgentProtocol(limit=READ_CHUNK, loop=loop),
-            *argv,
-            stdin=agent_stdin,
-            stdout=agent_stdout,
-            stderr=stderr,
-            env=None if env is None else dict(env),
-            process_group=0,
-            preexec_fn=functools.partial(in_child, os.getpid()),
-        )
+        from_agent, agent_stdout = os.pipe()
     except BaseException:
+        os.close(agent_stdin)
         os.close(to_agent)
-        os.close(from_agent)
         raise
+    try:
+        try:
+            widen_pipes("agent", pipe_bytes, reading=from_agent, writing=to_agent)
+        except BaseException:
+            os.close(from_agent)
+            os.close(to_agent)
+            raise
+        # Connected before the Agent starts (taken over, closed if this fails): once it runs,
+        # nothing is awaited that a cancel could cut short with no AgentProcess to stop it.
+        pipes = await _pipe_pair(from_agent, to_agent)
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: AgentProtocol(limit=READ_CHUNK, loop=loop),
+                *argv,
+                stdin=agent_stdin,
+                stdout=agent_stdout,
+                stderr=stderr,
+                env=None if env is None else dict(env),
+                process_group=0,
+                preexec_fn=functools.partial(in_child, os.getpid()),
+            )
+        except BaseException:
+            _, writer, read_transport = pipes
+            read_transport.close()
+            writer.close()
+            raise
     finally:
         os.close(agent_stdin)
         os.close(agent_stdout)
     process = asyncio.subprocess.Process(transport, protocol, loop)
-    pipes = await _pipe_pair(from_agent, to_agent)
     log.info("agent started", pid=process.pid, argv=list(argv))
     return AgentProcess(
         process,
