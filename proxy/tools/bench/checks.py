@@ -10,12 +10,13 @@ from proxy.tools.bench.memory import FLAT_GROWTH
 from proxy.tools.bench.options import WS_LINKS
 from proxy.tools.bench.targets import RULE_COUNT
 
-__all__ = ["check", "design_checks", "websocket_checks"]
+__all__ = ["Comparisons", "RoundAdded", "check", "design_checks", "websocket_checks"]
 
 Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
 """Each target's figures against each base's (:func:`~.workloads.compare`)."""
 RoundAdded = dict[str, dict[str, list[float]]]
-"""Each target's latency added over direct in each round, by workload."""
+"""Each target's latency added over direct in each round, by workload
+(:func:`~.workloads.round_added`)."""
 
 
 def check(

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy import compiled_modules, core_build
-from proxy.tools.bench.checks import design_checks, websocket_checks
+from proxy.tools.bench.checks import Comparisons, RoundAdded, design_checks, websocket_checks
 from proxy.tools.bench.delays import DELAY_MS, DELAY_RULES, delay_check
 from proxy.tools.bench.memory import memory_check
 from proxy.tools.bench.options import BenchOptions
@@ -48,11 +48,6 @@ from proxy.tools.bench.ws_targets import WS_PROCESSES, WS_TARGETS, ws_round, ws_
 __all__ = ["COMPILE_HINT", "run_bench"]
 
 COMPILE_HINT = "the compiled core: HATCH_BUILD_HOOK_ENABLE_MYPYC=1 pip install ."
-
-Comparisons = dict[str, dict[str, dict[str, dict[str, float]]]]
-"""Each target's figures against each base's (:func:`~.workloads.compare`)."""
-RoundAdded = dict[str, dict[str, list[float]]]
-"""Each target's latency added over direct in each round, by workload (:func:`round_added`)."""
 
 
 async def run_bench(options: BenchOptions) -> dict[str, Any]:
