@@ -9,6 +9,8 @@ a peer made up).
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
     "CANCEL_REQUEST",
     "CLOSE_SESSION",
@@ -24,28 +26,28 @@ __all__ = [
     "method_label",
 ]
 
-INITIALIZE = "initialize"
+INITIALIZE: Final = "initialize"
 """The first request of a connection (conductor mode answers later Clients' from a cache)."""
-NEW_SESSION = "session/new"
+NEW_SESSION: Final = "session/new"
 """The request that creates a session."""
-RESUME_SESSION = "session/resume"
+RESUME_SESSION: Final = "session/resume"
 """The request that reattaches a session (v2: with ``replayFrom``, its history replayed)."""
-CLOSE_SESSION = "session/close"
+CLOSE_SESSION: Final = "session/close"
 """The request that ends a session."""
-PROMPT = "session/prompt"
+PROMPT: Final = "session/prompt"
 """A prompt: the request that carries ``idempotencyKey`` (the RFD's subject)."""
-SESSION_UPDATE = "session/update"
+SESSION_UPDATE: Final = "session/update"
 """The Agent's notification of a session's progress (a ``user_message`` insert among them)."""
-SESSION_CANCEL = "session/cancel"
+SESSION_CANCEL: Final = "session/cancel"
 """The Client's notification that a session's turn is cancelled."""
-CANCEL_REQUEST = "$/cancel_request"
+CANCEL_REQUEST: Final = "$/cancel_request"
 """The notification that cancels one request by id (``params.requestId``)."""
-ELICITATION_CREATE = "elicitation/create"
+ELICITATION_CREATE: Final = "elicitation/create"
 """The Agent's request for input from the user."""
-SUCCESSORS = frozenset({"proxy/successor", "_proxy/successor"})
+SUCCESSORS: Final = frozenset({"proxy/successor", "_proxy/successor"})
 """The proxy chain's envelope: the message inside is for the next proxy or the Agent."""
 
-METHODS = frozenset(
+METHODS: Final = frozenset(
     {
         INITIALIZE,
         "authenticate",

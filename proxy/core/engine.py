@@ -21,7 +21,7 @@ import random
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -45,7 +45,7 @@ class Decision:
     counted: bool
 
 
-NOTHING = Decision((), counted=False)
+NOTHING: Final = Decision((), counted=False)
 
 
 class ActiveFaults:
@@ -132,8 +132,8 @@ def _glob(pattern: str) -> re.Pattern[str] | None:
     return None if pattern == "*" else re.compile(fnmatch.translate(pattern))
 
 
-_WILDCARDS = re.compile(r"[*?]")
-ESCAPES = (b"\\u", b"\\/")
+_WILDCARDS: Final = re.compile(r"[*?]")
+ESCAPES: Final = (b"\\u", b"\\/")
 """How JSON may write a character of a string other than as itself (``\\u00e9``, ``\\/``);
 where neither occurs, a string of plain characters can only be written one way."""
 
@@ -191,7 +191,7 @@ def _pattern_needles(pattern: Any, found: list[bytes]) -> None:
         found.append(orjson.dumps(pattern))
 
 
-_CANDIDATES_KEPT = 4096
+_CANDIDATES_KEPT: Final = 4096
 """Distinct (direction, kind, downstream, method) combinations whose candidates are kept; a
 peer that invents methods endlessly only makes the engine forget and start over."""
 
@@ -231,7 +231,7 @@ def _details_fit(compiled: _Compiled, session: str | None, keyed: bool, params: 
     return matcher is None or matcher(params)
 
 
-_KEYED: dict[str, bool | None] = {"present": True, "absent": False, "any": None}
+_KEYED: Final[dict[str, bool | None]] = {"present": True, "absent": False, "any": None}
 """``when.idempotency_key`` as :attr:`_Compiled.keyed`."""
 
 

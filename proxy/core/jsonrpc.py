@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -101,12 +101,12 @@ class ErrorCode(enum.IntEnum):
 IdKey = tuple[str, object]
 """The identity of a JSON-RPC id: ``("s", text)``, ``("n", token)`` or ``("null", None)``."""
 
-_INTEGER = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
-_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
-_BOM = b"\xef\xbb\xbf"
-_PAUSE_COLLECTOR_BYTES = 1024 * 1024
+_INTEGER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
+_NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
+_BOM: Final = b"\xef\xbb\xbf"
+_PAUSE_COLLECTOR_BYTES: Final = 1024 * 1024
 """Messages this large are parsed with the garbage collector paused (:func:`_collector_paused`)."""
-_TOO_DEEP = "depth limit exceeded"
+_TOO_DEEP: Final = "depth limit exceeded"
 """How orjson's error begins for nesting beyond its limit (1,024 levels)."""
 
 

@@ -45,7 +45,7 @@ import json
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -72,10 +72,10 @@ from proxy.core.search import contains
 
 __all__ = ["CHECKS", "Ledger"]
 
-CHECKS = tuple(Check)
+CHECKS: Final = tuple(Check)
 """Every check, in the order of DESIGN 7."""
-_ANSWER_KINDS = (Kind.RESPONSE, Kind.ERROR)
-LOSING_ACTIONS = frozenset(
+_ANSWER_KINDS: Final = (Kind.RESPONSE, Kind.ERROR)
+LOSING_ACTIONS: Final = frozenset(
     {
         ActionName.DROP,
         ActionName.SEVER,
@@ -89,17 +89,17 @@ LOSING_ACTIONS = frozenset(
     }
 )
 """Fault actions after which a prompt's outcome is unknown to the Client."""
-LOSING_HOLD_OUTCOMES = frozenset({"drop", "timeout_drop", "link_end"})
+LOSING_HOLD_OUTCOMES: Final = frozenset({"drop", "timeout_drop", "link_end"})
 """How a ``hold`` rule's message may end that loses it, as a ``drop`` rule would (released or
 edited, it goes on)."""
 
 
-UNDIGESTED_BYTES = 16 * 1024 * 1024
+UNDIGESTED_BYTES: Final = 16 * 1024 * 1024
 """Bytes of pending prompts without a key (as they crossed the proxy) whose content the ledger
 holds undigested, at most (see the module): a Client with hundreds of large prompts pending at
 once gets them digested as they are seen, and the ledger never holds more than this of them."""
 
-HASHED_WHOLE = 4096
+HASHED_WHOLE: Final = 4096
 """Bytes of a prompt's canonical JSON up to which :func:`prompt_hash` runs SHA-256 over all of
 it; past them, over its length, its CRC-32 and its first :data:`HASHED_WHOLE` bytes. SHA-256
 costs 31 us for a 64 KiB prompt, more than parsing it (12); CRC-32 costs 9."""

@@ -18,19 +18,21 @@ Two measures, the cheaper first:
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = ["QUOTES_SCANNED", "few_values", "value_count"]
 
-QUOTES_SCANNED = 64
+QUOTES_SCANNED: Final = 64
 """The quotes :func:`few_values` looks at before it gives up: a message of more strings than
 half this is not proven light by its strings (its values are counted instead)."""
 
-_VALUE_BYTES = b",[{"
+_VALUE_BYTES: Final = b",[{"
 """The bytes :func:`value_count` counts as values."""
-_OTHER_BYTES = bytes(byte for byte in range(256) if byte not in _VALUE_BYTES)
+_OTHER_BYTES: Final = bytes(byte for byte in range(256) if byte not in _VALUE_BYTES)
 """Every other byte: deleting them leaves the value bytes (a third faster than deleting the
 value bytes and subtracting, which copies the whole message: 16 us against 25 for 64 KiB)."""
 
-_BACKSLASH = 0x5C
+_BACKSLASH: Final = 0x5C
 
 
 def value_count(data: bytes) -> int:

@@ -69,7 +69,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, assert_never
+from typing import Any, Final, assert_never
 
 import orjson
 
@@ -172,10 +172,14 @@ of each request the relay forwards, before its :class:`Relayed` is observed: the
 OpenTelemetry tracing, told to propagate, gives each its ``traceparent`` (DESIGN 5.2's one
 exception to the bytes left alone, which the user asks for)."""
 
-_REQUEST_ID_PATH = ("params", "requestId")
-_SIDES = {"client": (Side.CLIENT,), "agent": (Side.AGENT,), "both": (Side.CLIENT, Side.AGENT)}
-_ANSWERS = (Kind.RESPONSE, Kind.ERROR)
-DEFAULT_MAX_PENDING = 10_000
+_REQUEST_ID_PATH: Final = ("params", "requestId")
+_SIDES: Final = {
+    "client": (Side.CLIENT,),
+    "agent": (Side.AGENT,),
+    "both": (Side.CLIENT, Side.AGENT),
+}
+_ANSWERS: Final = (Kind.RESPONSE, Kind.ERROR)
+DEFAULT_MAX_PENDING: Final = 10_000
 """Requests one peer may have pending per link (``--max-pending``). A Client keeps a handful
 pending (a prompt, a few session calls), an Agent a few permission or file requests per turn:
 ten thousand is far above any of them. Each pending request costs the proxy a few hundred bytes

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from typing import Final
 
 __all__ = ["BACKSLASH", "CARRIAGE_RETURN", "MEMMEM_FROM", "NEWLINE", "contains"]
 
-NEWLINE = 0x0A
+NEWLINE: Final = 0x0A
 """``b"\\n"``'s value: ``NEWLINE in data`` is the fast ``b"\\n" in data`` (see the module)."""
-CARRIAGE_RETURN = 0x0D
+CARRIAGE_RETURN: Final = 0x0D
 """``b"\\r"``'s value, for ``in`` likewise."""
-BACKSLASH = 0x5C
+BACKSLASH: Final = 0x5C
 """``b"\\\\"``'s value, for ``in`` likewise."""
 
-MEMMEM_FROM = 8192
+MEMMEM_FROM: Final = 8192
 """Texts this long or longer are searched by ``memmem``; shorter ones by ``find`` (cheaper than
 the foreign call for them)."""
 
@@ -46,7 +47,7 @@ def _memmem() -> Callable[[bytes, int, bytes, int], int | None] | None:
     return found
 
 
-_MEMMEM = _memmem()
+_MEMMEM: Final = _memmem()
 
 
 def contains(data: bytes, needle: bytes) -> bool:

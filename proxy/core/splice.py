@@ -27,6 +27,7 @@ import functools
 import json
 import re
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 from proxy.core.search import BACKSLASH
 
@@ -46,23 +47,27 @@ __all__ = [
 Span = tuple[int, int]
 """A half-open byte range ``[start, end)`` in a message."""
 
-_WS = re.compile(rb"[ \t\n\r]*")
-_WS_BYTES = b" \t\n\r"
+_WS: Final = re.compile(rb"[ \t\n\r]*")
+SPACE: Final = 0x20
+COLON: Final = 0x3A
+"""The values of ``b" "`` and ``b":"``, compared with a byte of a message (``Final``: the
+compiled core reads them as constants, not from the module's namespace)."""
+_WS_BYTES: Final = b" \t\n\r"
 """JSON's whitespace (``raw[i] in _WS_BYTES``: a byte's value, found with ``memchr``)."""
-_SCALAR = re.compile(rb"[^,\]}\s]+")
-_SCALAR_ENDS = b",]} \t\n\r\x0b\x0c"
+_SCALAR: Final = re.compile(rb"[^,\]}\s]+")
+_SCALAR_ENDS: Final = b",]} \t\n\r\x0b\x0c"
 """What ends a scalar (:data:`_SCALAR`'s complement: ``\\s`` of bytes is these six)."""
-_SHORT_SCALAR = 24
+_SHORT_SCALAR: Final = 24
 """Bytes of a scalar stepped one by one before the pattern takes over (a long number)."""
 
-MAX_STEPS = 100_000
+MAX_STEPS: Final = 100_000
 """The most steps one walk may take, so that no message costs more than a bounded stretch of
 Python however it is shaped. A step is a member read, or a run of brackets that the compiled
 pattern does not skip (a container nested more than :data:`_SHALLOW` levels below the one being
 walked is entered or left in a step, and so is any depth of brackets in a row: ``[[[[...]]]]``
 takes two). Real ACP messages take a handful: their few top-level members are read one by one
 and everything inside them is skipped by one regular-expression match."""
-_SHALLOW = 8
+_SHALLOW: Final = 8
 """Nesting levels that one match of :data:`_RUN` skips."""
 
 
@@ -93,10 +98,10 @@ def _shallow_run(levels: int) -> re.Pattern[bytes]:
     return re.compile(rb"(?s)(?:" + level + rb")*+")
 
 
-_RUN = _shallow_run(_SHALLOW)
-_OPENERS = re.compile(rb"[\[{]+")
-_CLOSERS = re.compile(rb"[\]}]+")
-_STRING = re.compile(rb'(?s)"[^"\\]*+(?:\\.[^"\\]*+)*+"')
+_RUN: Final = _shallow_run(_SHALLOW)
+_OPENERS: Final = re.compile(rb"[\[{]+")
+_CLOSERS: Final = re.compile(rb"[\]}]+")
+_STRING: Final = re.compile(rb'(?s)"[^"\\]*+(?:\\.[^"\\]*+)*+"')
 
 
 class _Steps:
@@ -262,7 +267,7 @@ def members(raw: bytes, start: int = 0) -> dict[str, list[Span]]:
     return found
 
 
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+\Z")
+_PLAIN_KEY: Final = re.compile(r"[A-Za-z0-9_]+\Z")
 
 
 def _sole_member(raw: bytes, key: str) -> Span | None:
@@ -282,12 +287,13 @@ def _sole_member(raw: bytes, key: str) -> Span | None:
     if at < 0:
         return None
     value_start = at + len(needle) + 1
-    if (
-        raw[value_start - 1 : value_start] != b":"
-        or value_start >= len(raw)
-        or raw[value_start] in _WS_BYTES
-    ):
-        match = member.match(raw, at)  # whitespace around the colon (compact JSON has none)
+    size = len(raw)
+    plain = value_start < size and raw[value_start - 1] == COLON
+    if plain and raw[value_start] == SPACE:
+        value_start += 1  # ": ", as Python's json.dumps writes it by default
+        plain = value_start < size
+    if not plain or raw[value_start] in _WS_BYTES:
+        match = member.match(raw, at)  # other whitespace around the colon (compact JSON has none)
         if match is None:
             return None
         value_start = match.end()
@@ -300,7 +306,7 @@ def _sole_member(raw: bytes, key: str) -> Span | None:
     return value_start, _skip_value(raw, value_start)
 
 
-_SHORT = 4096
+_SHORT: Final = 4096
 """Up to this size a plain substring search beats hopping from quote to quote."""
 
 
@@ -444,7 +450,7 @@ def array_elements(raw: bytes, start: int = 0) -> list[Span]:
         index = _skip_ws(raw, index + 1)
 
 
-_COPY_SLICES_BELOW = 4096
+_COPY_SLICES_BELOW: Final = 4096
 """Messages up to this size are spliced from slices of their bytes (cheaper than a view's)."""
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Final
 
 from proxy.shell.log import get_logger
 
@@ -36,11 +37,11 @@ __all__ = ["DEFAULT_MAX_INFLIGHT_BYTES", "InflightBytes", "Reservation"]
 
 log = get_logger("proxy.inflight")
 
-DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_INFLIGHT_BYTES: Final = 256 * 1024 * 1024
 """The bound across the proxy (``--max-inflight-bytes``): four messages of the largest size
 (``--max-message-bytes``, 64 MiB) at once, or thousands of ordinary ones; twelve concurrent
 60 MB POSTs took 2.2 GB without it."""
-INFLIGHT_RETRY_AFTER_SECONDS = 1
+INFLIGHT_RETRY_AFTER_SECONDS: Final = 1
 """What a refused POST's ``Retry-After`` says: the count falls as fast as peers read."""
 
 

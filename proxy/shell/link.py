@@ -62,7 +62,7 @@ import itertools
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, assert_never
+from typing import Any, Final, assert_never
 
 from proxy.core.commands import (
     Close,
@@ -119,16 +119,16 @@ from proxy.shell.parsing import Parser
 __all__ = ["Link", "LinkState"]
 
 log = get_logger("proxy.link")
-_PARSED = (Message, Batch, Invalid)
+_PARSED: Final = (Message, Batch, Invalid)
 _TimerEntry = tuple[float, int, int, int, int, bool]
 """A pending timer: (deadline, sequence, token, generation, size, fault)."""
 """What an endpoint that parses (WebSocket, HTTP) hands over instead of bytes."""
 
 _link_ids = itertools.count(1)
 
-GOING_AWAY = 1001
+GOING_AWAY: Final = 1001
 """The WebSocket close code of a Client's connection closed because the proxy shuts down."""
-INTERNAL_ERROR = 1011
+INTERNAL_ERROR: Final = 1011
 """The WebSocket close code of a Client's connection whose spawned Agent failed (the reason says
 how it ended)."""
 

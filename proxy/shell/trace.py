@@ -30,6 +30,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import orjson
 
@@ -55,9 +56,9 @@ __all__ = [
 
 log = get_logger("proxy.trace")
 
-STDOUT = "-"
+STDOUT: Final = "-"
 """The ``--trace`` value that means the proxy's stdout."""
-SHOWN_BODY = 16 * 1024
+SHOWN_BODY: Final = 16 * 1024
 """The bytes of a message's body a live subscriber that asks for bodies gets (the rest is cut)."""
 
 

@@ -28,7 +28,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, ClassVar, cast
+from typing import IO, ClassVar, Final, cast
 
 from proxy.core.commands import FailPost
 from proxy.core.framing import LineFramer, Oversized
@@ -60,16 +60,16 @@ __all__ = [
 
 log = get_logger("proxy.stdio")
 
-IN_PLACE_LINES = 8
+IN_PLACE_LINES: Final = 8
 """A read with more lines than this is left to the link's pump, not relayed in the read's
 callback: a stream's reads, which the pump takes together (what came while it relayed the last
 ones, one write for them all), where relaying each read as it comes would write each apart."""
-_COUNTED_READ = 1024
+_COUNTED_READ: Final = 1024
 """Bytes of a read whose newlines are counted at once (cheaper than a search for each)."""
 
-GROUP_POLL = 0.05
+GROUP_POLL: Final = 0.05
 """Seconds between two checks whether an exited Agent's leftover processes are gone."""
-ORPHANS_SCRIPT = Path(__file__).with_name("orphans.py")
+ORPHANS_SCRIPT: Final = Path(__file__).with_name("orphans.py")
 
 
 def in_child(proxy: int) -> None:
