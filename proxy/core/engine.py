@@ -322,14 +322,32 @@ class FaultEngine:
         its shape, or none of those that can matches its session, key and params. Unknown until
         :meth:`decide` has seen a message of the shape: ``False``. A message no rule matches
         moves no counter and draws nothing, so the relay may pass it on without :meth:`decide`."""
+        params = body.get("params")
+        keyed = type(params) is dict and params.get("idempotencyKey") is not None
+        session = session_of(body)
+        return self.unmatched_as(
+            direction, kind, downstream, method, session=session, keyed=keyed, params=params
+        )
+
+    def unmatched_as(
+        self,
+        direction: Direction,
+        kind: Kind,
+        downstream: str,
+        method: str | None,
+        *,
+        session: str | None,
+        keyed: bool,
+        params: Any,
+    ) -> bool:
+        """:meth:`unmatched`, from what rules match on (the fields of a
+        :class:`~proxy.core.actions.base.Subject`, without building one): an answer is matched
+        as its request, by the request's method, session and key."""
         candidates = self._candidates.get((direction, kind, downstream, method))
         if candidates is None:
             return False
         if not candidates:
             return True
-        params = body.get("params")
-        keyed = type(params) is dict and params.get("idempotencyKey") is not None
-        session = session_of(body)
         for compiled in candidates:  # noqa: SIM110 (a loop: no generator per message)
             if _details_fit(compiled, session, keyed, params):
                 return False

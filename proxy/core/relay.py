@@ -297,8 +297,9 @@ class Relay:
         ``initialize_timeout``: seconds the Agent has to answer ``initialize`` (None: no bound).
         ``max_pending``: requests each direction may have pending; past it a request is refused
         (rule 9; None: no bound). ``fast_path``: a plain notification that no rule can match is
-        relayed without the steps that cannot change it (:meth:`_plain`); ``False`` sends every
-        message through all of them (the tests compare both). ``meta_for``: members set in each
+        relayed without the steps that cannot change it (:meth:`_plain`), and a request or an
+        answer that no rule can match without a rule's decision; ``False`` sends every message
+        through all of them (the tests compare both). ``meta_for``: members set in each
         forwarded request's ``params._meta`` (:data:`MetaFor`; None: the bytes stay).
         """
         self._downstream = downstream
@@ -604,7 +605,23 @@ class Relay:
                 return [], []
             if hinted is not None:
                 asked, message = hinted
-        subject = self._subject(direction, message)
+        method, session, keyed, params = self._matched_as(direction, message)
+        if (
+            asked is None
+            and self._fast_path
+            and direction not in self._stalls
+            and engine.unmatched_as(
+                direction,
+                message.kind,
+                self._downstream,
+                method,
+                session=session,
+                keyed=keyed,
+                params=params,
+            )
+        ):  # no rule can match: nothing to count, draw or build a subject for
+            return self._translate(direction, message, at, out), []
+        subject = Subject(direction, message.kind, method, session, keyed, params, self._downstream)
         if asked is not None and not (action := actions[asked.do.action]).applies(
             asked.do, subject
         ):
@@ -935,33 +952,24 @@ class Relay:
         return None if request is None else request.original_id
 
     def _subject(self, direction: Direction, message: Message) -> Subject:
-        """What rules match on; an answer takes its request's method, session and key."""
+        """What rules match on (:meth:`_matched_as`)."""
+        method, session, keyed, params = self._matched_as(direction, message)
+        return Subject(direction, message.kind, method, session, keyed, params, self._downstream)
+
+    def _matched_as(
+        self, direction: Direction, message: Message
+    ) -> tuple[str | None, str | None, bool, Any]:
+        """The method, session, key and params rules match ``message`` on: an answer takes its
+        request's method, session and key (and has no params)."""
         if message.kind in _ANSWERS:
             assert message.id_token is not None
             request = self._maps[direction.reverse].get(message.id_token)
             if request is None:
-                return Subject(
-                    direction, message.kind, None, None, keyed=False, downstream=self._downstream
-                )
-            return Subject(
-                direction,
-                message.kind,
-                request.method,
-                request.session,
-                request.keyed,
-                downstream=self._downstream,
-            )
+                return None, None, False, None
+            return request.method, request.session, request.keyed, None
         params = message.params
         keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
-        return Subject(
-            direction,
-            message.kind,
-            message.method,
-            message.session,
-            keyed,
-            params,
-            self._downstream,
-        )
+        return message.method, message.session, keyed, params
 
     def _copies(
         self,

@@ -444,6 +444,60 @@ def test_a_notification_no_rule_matches_takes_the_fast_path_one_that_matches_doe
     assert not fast.unmatched(*shape, s1.body)
 
 
+def test_a_request_or_answer_no_rule_matches_skips_the_decision_one_that_matches_does_not() -> None:
+    """Rules on session s1's prompts (every second one, keyed) and on the answers to them: a
+    prompt of s2 and its answer match no rule, and once the engine knows their shapes they go
+    on without a decision (nothing to count, nothing drawn); those of s1 are counted, and
+    held when due. The relay's output is the full path's, message for message, and so are the
+    rules' counters."""
+    rules = [
+        rule(
+            "keyed-s1",
+            when={
+                "kind": "request",
+                "method": "session/prompt",
+                "session": "s1",
+                "idempotency_key": "present",
+            },
+            schedule={"every": 2},
+            do={"action": "delay", "ms": 5},
+        ),
+        rule(
+            "s1-answers",
+            when={"kind": "response", "session": "s1"},
+            do={"action": "delay", "ms": 5},
+        ),
+    ]
+
+    def prompt(request_id: int, session: str) -> bytes:
+        params = {"sessionId": session, "idempotencyKey": f"k{request_id}", "prompt": []}
+        return json.dumps(
+            {"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": params}
+        ).encode()
+
+    fast, full = FaultEngine(rules), FaultEngine(rules)
+    relays = Relay(engine=fast), Relay(engine=full, fast_path=False)
+    for request_id, session in enumerate(("s2", "s1", "s2", "s1", "s1", "s2")):
+        sent = [
+            r.handle(MessageReceived(Side.CLIENT, prompt(request_id, session), 0.0)) for r in relays
+        ]
+        assert sent[0] == sent[1]
+        answer = b'{"jsonrpc":"2.0","id":%d,"result":{}}' % request_id  # the proxy's ids: 0, 1...
+        answered = [r.handle(MessageReceived(Side.AGENT, answer, 0.0)) for r in relays]
+        assert answered[0] == answered[1]
+        held = any(isinstance(c, StartTimer) for c in answered[0])
+        assert held is (session == "s1")
+    assert {n: s.matched for n, s in fast.states.items()} == {"keyed-s1": 3, "s1-answers": 3}
+    assert {n: s.matched for n, s in full.states.items()} == {"keyed-s1": 3, "s1-answers": 3}
+    assert fast.states["keyed-s1"].fired == full.states["keyed-s1"].fired == 1
+    request = (Direction.TO_AGENT, Kind.REQUEST, "stdio", "session/prompt")
+    answer_shape = (Direction.TO_CLIENT, Kind.RESPONSE, "stdio", "session/prompt")
+    assert fast.unmatched_as(*request, session="s2", keyed=True, params={"sessionId": "s2"})
+    assert not fast.unmatched_as(*request, session="s1", keyed=True, params={"sessionId": "s1"})
+    assert fast.unmatched_as(*answer_shape, session="s2", keyed=True, params=None)
+    assert not fast.unmatched_as(*answer_shape, session="s1", keyed=True, params=None)
+
+
 def _update_bytes(session: str, kind: str = "agent_message_chunk") -> bytes:
     return (
         b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
