@@ -356,6 +356,11 @@ class _Experiment:
     tracing: Tracing | None = None
     propagate: bool = False
     """Each forwarded request carries its span's ``traceparent`` (``--otel-propagate``)."""
+    observe_after_write: bool = False
+    """No observer is read from outside the process before the event loop turns again (no
+    trace, recording, state file, OpenTelemetry or embedding program's observer): a message
+    relayed as it is read may be observed after its bytes are written
+    (:class:`~proxy.shell.link.Link`)."""
 
     @property
     def meta_for(self) -> MetaFor | None:
@@ -447,6 +452,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     )
     warn_insecure(options.upstream_tls, options.upstream.url)
     fanout.extend(observers)
+    only_ours = (trace, recorder, saver, tracing, observer) == (None,) * 5
     return _Experiment(
         faults,
         engine,
@@ -464,6 +470,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
         parser,
         tracing,
         options.otel_propagate,
+        observe_after_write=only_ours,
     )
 
 
@@ -611,6 +618,7 @@ async def run_network(
         parser=experiment.parser,
         meta_for=experiment.meta_for,
         tls=options.listen_tls,
+        observe_after_write=experiment.observe_after_write,
     )
     try:
         async with _serving(options, experiment, proxy) as admin:
@@ -698,6 +706,7 @@ async def _relay_stdio_link(
         connect_agent=functools.partial(experiment.connect_upstream, {}, None),
         inflight=experiment.inflight,
         parser=experiment.parser,
+        observe_after_write=experiment.observe_after_write,
     )
 
     deadline: asyncio.TimerHandle | None = None

@@ -165,6 +165,7 @@ class Link:
         on_ended: Callable[[Link], None] | None = None,
         inflight: InflightBytes | None = None,
         parser: Parser | None = None,
+        observe_after_write: bool = False,
     ) -> None:
         """``connect_agent`` starts a new Agent (``kill_agent`` with ``respawn``, restarts).
 
@@ -176,7 +177,10 @@ class Link:
         ``inflight``: the count of bytes in flight the whole proxy shares
         (``--max-inflight-bytes``): this link adds what it reads and holds; its readers wait for
         room. ``parser``: the proxy's parser, which parses large messages off the event loop
-        (without it, every message is parsed in place).
+        (without it, every message is parsed in place). ``observe_after_write``: the messages
+        relayed in a read's callback are observed once their bytes are written, not before (a
+        round trip no longer waits for the observers); only for observers that nothing outside
+        the process reads before the event loop turns again (a trace file would lag the wire).
         """
         self.id = next(_link_ids)
         """This link's number in the process (logs, trace, control API)."""
@@ -184,6 +188,10 @@ class Link:
         self.relay = new_relay(None)
         self.endpoints = dict(endpoints)
         self._observer = observer
+        self._observe_after_write = observe_after_write
+        self._unobserved: list[Observation] | None = None
+        """While messages are relayed in a read's callback with ``observe_after_write``: their
+        observations, handed to the observer once their bytes are written."""
         self._connect_agent = connect_agent
         self._on_restart = on_restart
         self._on_client_gone = on_client_gone
@@ -517,6 +525,7 @@ class Link:
         endpoints = list(self.endpoints.values())
         for each in endpoints:
             each.will_flush()  # written below, before the loop turns: no write scheduled
+        unobserved = self._unobserved = [] if self._observe_after_write else None
         try:
             while messages:
                 if len(messages) == 1:
@@ -526,6 +535,8 @@ class Link:
                 written.add(side.other)
                 for destination in written:
                     self.endpoints[destination].flush()
+                if unobserved:
+                    self._observe(unobserved)
                 messages = messages[taken:]
                 if messages and not self._may_relay_now(side, endpoint, generation):
                     assert isinstance(endpoint, RelaysInPlace)
@@ -537,6 +548,9 @@ class Link:
         finally:
             for each in endpoints:
                 each.flush()  # those not written to above: nothing gathered, the promise kept
+            self._unobserved = None
+            if unobserved:
+                self._observe(unobserved)
             self._inflight.remove(size)
 
     def _must_read(self, side: Side, endpoint: Endpoint) -> bool:
@@ -692,8 +706,13 @@ class Link:
                 written.add(command.to)
                 continue
             if isinstance(command, Observation):
-                self._observer.observe(command, self.id)
+                if self._unobserved is not None:
+                    self._unobserved.append(command)
+                else:
+                    self._observer.observe(command, self.id)
                 continue
+            if self._unobserved:  # what follows may observe too: in order
+                self._observe(self._unobserved)
             match command:
                 case SendRun(to=to, data=data):
                     self.endpoints[to].send_run(data)
@@ -746,6 +765,12 @@ class Link:
         if forgotten is not None:
             self._forget(forgotten)
         return written
+
+    def _observe(self, observations: list[Observation]) -> None:
+        """Hand ``observations`` to the observer, in order, and empty the list."""
+        for observation in observations:
+            self._observer.observe(observation, self.id)
+        observations.clear()
 
     def _forget(self, tokens: set[int]) -> None:
         """Timers ``tokens`` have nothing left to do: they hold nothing and are no fault in

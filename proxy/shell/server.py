@@ -232,14 +232,17 @@ class NetworkProxy:
         parser: Parser | None = None,
         meta_for: MetaFor | None = None,
         tls: ssl.SSLContext | None = None,
+        observe_after_write: bool = False,
     ) -> None:
         """``allowances``: the hosts and origins admitted beyond the listener's own
         (:mod:`proxy.shell.origin_policy`); ``limits``: what one peer can make the proxy hold;
         ``parser``: the proxy's parser of large messages; ``meta_for``: what each relay writes
         into the ``_meta`` of the requests it forwards (:data:`~proxy.core.relay.MetaFor`);
         ``tls``: the listener's certificate, for an ``https://`` or ``wss://`` address
-        (:func:`proxy.shell.tls.server_context`)."""
+        (:func:`proxy.shell.tls.server_context`); ``observe_after_write``: see
+        :class:`~proxy.shell.link.Link`."""
         self._meta_for = meta_for
+        self._observe_after_write = observe_after_write
         self._listen = listen
         self._max_links = limits.max_links
         self._connecting = 0
@@ -420,6 +423,7 @@ class NetworkProxy:
             on_ended=self._forget,
             inflight=self._inflight,
             parser=self._parser,
+            observe_after_write=self._observe_after_write,
         )
         assert self._tasks is not None
         self._links.add(link)
