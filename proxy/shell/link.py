@@ -696,7 +696,7 @@ class Link:
         written: set[Side] = set()
         forgotten: set[int] | None = None  # made when needed: one per call costs the stream
         for command in commands:
-            # The two commands of every relayed message first, before the match tries each case.
+            # The commands of every relayed message first, before the match tries each case.
             if isinstance(command, Send):
                 if command.pieces:
                     endpoint = self.endpoints[command.to]
@@ -711,12 +711,13 @@ class Link:
                 else:
                     self._observer.observe(command, self.id)
                 continue
+            if isinstance(command, SendRun):  # the notifications of a burst, in one write
+                self.endpoints[command.to].send_run(command.data)
+                written.add(command.to)
+                continue
             if self._unobserved:  # what follows may observe too: in order
                 self._observe(self._unobserved)
             match command:
-                case SendRun(to=to, data=data):
-                    self.endpoints[to].send_run(data)
-                    written.add(to)
                 case SendCut(to=to, data=data, cut=cut):
                     endpoint = self.endpoints[to]
                     endpoint.send_cut(data, cut)
