@@ -28,6 +28,7 @@ from proxy.core.relay import DEFAULT_MAX_PENDING
 from proxy.shell.admin import ADMIN_TOKEN_ENV
 from proxy.shell.allocator import tune_allocator
 from proxy.shell.app import RunOptions, run_main
+from proxy.shell.collector import tune_collector
 from proxy.shell.defaults import (
     AGENT_GRACE,
     CONNECT_TIMEOUT,
@@ -587,6 +588,10 @@ def run(
         seed=seed,
         watch=watch,
         state=state,
+    )
+    threshold, frozen = tune_collector()  # last: what start-up made is frozen
+    get_logger("proxy.cli").debug(
+        "garbage collector tuned", young_threshold=threshold, frozen_objects=frozen
     )
     return run_main(options)
 
