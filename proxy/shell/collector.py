@@ -8,7 +8,7 @@ until the burst is relayed) are several thousand live objects: every burst ran s
 collections, which moved the burst's objects to the older generations, and those then ran
 collections of everything the process holds (its modules, classes and settings: some 70,000
 objects). Measured on a stream of 1,000,000 notifications through the compiled core: 4,905
-young, 446 middle and 39 full collections, the full ones 1.2-1.6 s of a 2.5-3.6 s stream.
+young, 446 middle and 39 full collections, the full ones 1.0-1.7 s of a 2.5-3.6 s stream.
 
 ``acp-proxy run`` sets it as it starts (not :mod:`proxy.embedded`: a program embedding the proxy
 owns its collector):
