@@ -19,7 +19,10 @@ Where an endpoint can (:class:`~proxy.shell.endpoint.RelaysInPlace`: stdio), wha
 relayed in the read's own callback while its reading task has nothing to wait for (no drain under
 way, no bound reached, no peer stalled, nothing to parse elsewhere, a read of a few lines), and
 written at once: no task wakes for a message that can go straight on. Anything else goes the way
-above, in order.
+above, in order. A link told that only the proxy's own observers listen (``observe_after_write``:
+no trace, recording or state file, which a peer could read before the loop turns) hands what it
+relays this way to the observers after the write, still in the same callback: a round trip does
+not wait for them.
 
 Timers are the core's ``StartTimer`` commands, fed back as ``TimerFired``. What they hold (delayed
 messages, spaced copies) is bounded too: past :data:`HELD_HIGH_WATER` bytes the reading tasks wait
