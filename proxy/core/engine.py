@@ -30,7 +30,7 @@ from proxy.core.actions.base import Subject
 from proxy.core.events import Direction
 from proxy.core.faultfile import Bursts, Note, Rule, Schedule, When, rule_notes
 from proxy.core.held import HeldBound, HeldIds
-from proxy.core.jsonrpc import Kind, session_of
+from proxy.core.jsonrpc import Kind, has_idempotency_key, session_of
 from proxy.core.search import BACKSLASH, contains
 from proxy.core.values import value
 
@@ -323,10 +323,14 @@ class FaultEngine:
         :meth:`decide` has seen a message of the shape: ``False``. A message no rule matches
         moves no counter and draws nothing, so the relay may pass it on without :meth:`decide`."""
         params = body.get("params")
-        keyed = type(params) is dict and params.get("idempotencyKey") is not None
-        session = session_of(body)
         return self.unmatched_as(
-            direction, kind, downstream, method, session=session, keyed=keyed, params=params
+            direction,
+            kind,
+            downstream,
+            method,
+            session=session_of(body),
+            keyed=has_idempotency_key(params),
+            params=params,
         )
 
     def unmatched_as(

@@ -42,6 +42,7 @@ __all__ = [
     "Message",
     "classify",
     "error_response",
+    "has_idempotency_key",
     "id_key",
     "load",
     "notification",
@@ -170,6 +171,11 @@ def session_of(value: dict[str, Any]) -> str | None:
         if isinstance(session, str):
             return session
     return None
+
+
+def has_idempotency_key(params: Any) -> bool:
+    """Whether a message's ``params`` carry an ``idempotencyKey`` (present and not null)."""
+    return isinstance(params, dict) and params.get("idempotencyKey") is not None
 
 
 @value

@@ -133,6 +133,7 @@ from proxy.core.jsonrpc import (
     Message,
     classify,
     error_response,
+    has_idempotency_key,
     id_key,
     parse,
     token_at,
@@ -968,8 +969,7 @@ class Relay:
                 return None, None, False, None
             return request.method, request.session, request.keyed, None
         params = message.params
-        keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
-        return message.method, message.session, keyed, params
+        return message.method, message.session, has_idempotency_key(params), params
 
     def _copies(
         self,
@@ -1265,11 +1265,8 @@ class Relay:
         if message.kind is Kind.REQUEST and original.forwarded_id is not None:
             pending = self._maps[direction].get(original.forwarded_id)
             if pending is not None:
-                params = message.params
                 pending.session = session
-                pending.keyed = (
-                    isinstance(params, dict) and params.get("idempotencyKey") is not None
-                )
+                pending.keyed = has_idempotency_key(message.params)
         relayed = timed.relayed
         if relayed is not None:
             relayed = replace(
@@ -1505,8 +1502,7 @@ class Relay:
         requests = self._maps[direction]
         if requests.pending_with(message.id_key):
             out.append(IdReused(direction, message.id_token, message.method))
-        params = message.params
-        keyed = isinstance(params, dict) and params.get("idempotencyKey") is not None
+        keyed = has_idempotency_key(message.params)
         pending = requests.add(
             message.id_token, message.id_key, message.method, message.session, at, keyed=keyed
         )
