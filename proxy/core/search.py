@@ -21,7 +21,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["BACKSLASH", "CARRIAGE_RETURN", "MEMMEM_FROM", "NEWLINE", "contains"]
+__all__ = ["BACKSLASH", "CARRIAGE_RETURN", "COLON", "MEMMEM_FROM", "NEWLINE", "SPACE", "contains"]
 
 NEWLINE: Final = 0x0A
 """``b"\\n"``'s value: ``NEWLINE in data`` is the fast ``b"\\n" in data`` (see the module)."""
@@ -29,6 +29,10 @@ CARRIAGE_RETURN: Final = 0x0D
 """``b"\\r"``'s value, for ``in`` likewise."""
 BACKSLASH: Final = 0x5C
 """``b"\\\\"``'s value, for ``in`` likewise."""
+SPACE: Final = 0x20
+"""``b" "``'s value, compared with a byte of a message (``raw[i] == SPACE``)."""
+COLON: Final = 0x3A
+"""``b":"``'s value, likewise."""
 
 MEMMEM_FROM: Final = 8192
 """Texts this long or longer are searched by ``memmem``; shorter ones by ``find`` (cheaper than

@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from proxy.core.search import BACKSLASH
+from proxy.core.search import BACKSLASH, COLON, SPACE
 
 __all__ = [
     "MAX_STEPS",
@@ -48,10 +48,6 @@ Span = tuple[int, int]
 """A half-open byte range ``[start, end)`` in a message."""
 
 _WS: Final = re.compile(rb"[ \t\n\r]*")
-SPACE: Final = 0x20
-COLON: Final = 0x3A
-"""The values of ``b" "`` and ``b":"``, compared with a byte of a message (``Final``: the
-compiled core reads them as constants, not from the module's namespace)."""
 _WS_BYTES: Final = b" \t\n\r"
 """JSON's whitespace (``raw[i] in _WS_BYTES``: a byte's value, found with ``memchr``)."""
 _SCALAR: Final = re.compile(rb"[^,\]}\s]+")

@@ -452,7 +452,7 @@ def _experiment(options: RunOptions, observer: Observer | None) -> _Experiment:
     )
     warn_insecure(options.upstream_tls, options.upstream.url)
     fanout.extend(observers)
-    only_ours = (trace, recorder, saver, tracing, observer) == (None,) * 5
+    only_ours = all(each is None for each in (trace, recorder, saver, tracing, observer))
     return _Experiment(
         faults,
         engine,
